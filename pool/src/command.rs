@@ -1,0 +1,741 @@
+//! Commands (the raft log's pool entries), their wire format, and outcomes.
+//!
+//! # Wire format
+//!
+//! Every command is a prost message with explicit field tags, carried in the
+//! [`CommandEnvelope`] oneof whose variant tags are the command's wire
+//! discriminant. Rules (nomad's, see STYLE.md practice 8):
+//!
+//! * A tag is never reused, neither for a oneof variant nor for a field.
+//! * New commands and fields take the next free number, at the end.
+//! * A retired command keeps its tag and a no-op arm in `apply`, so old logs
+//!   still replay; its tag is listed below as retired.
+//!
+//! | tag | command | tag | command |
+//! | --- | --- | --- | --- |
+//! | 1 | `Tick` | 11 | `Report` |
+//! | 2 | `Configure` | 12 | `Stop` |
+//! | 3 | `LeaderChanged` | 13 | `Delete` |
+//! | 4 | `Join` | 14 | `FailRecovery` |
+//! | 5 | `Heartbeat` | 15 | `StartDrain` |
+//! | 6 | `Leave` | 16 | `StartRebalance` |
+//! | 7 | `Expire` | 17 | `Move` |
+//! | 8 | `Launch` | 18 | `CompleteOperation` |
+//! | 9 | `Takeover` | 19 | `FailOperation` |
+//! | 10 | `Acknowledge` | 20 | `CancelOperation` |
+//!
+//! Retired tags: none yet.
+
+use prost::Message;
+
+/// Decoding a log entry or snapshot failed. The raft-store treats this as
+/// fatal for log entries (an undecodable committed entry is a bug).
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum DecodeError {
+    /// The bytes are not a valid protobuf message of the expected type.
+    #[error("protobuf decode failed: {0}")]
+    Protobuf(String),
+    /// The envelope carried no command, or one with a tag this binary does
+    /// not know (written by a newer version).
+    #[error("command envelope carries no known command")]
+    UnknownCommand,
+    /// An enumeration field carried an unknown value.
+    #[error("invalid value {value} for {field}")]
+    InvalidEnum {
+        /// Which field.
+        field: &'static str,
+        /// The raw value.
+        value: i32,
+    },
+    /// A snapshot record was missing a required part.
+    #[error("snapshot record incomplete: {0}")]
+    Incomplete(&'static str),
+    /// Two records of a snapshot table had the same key.
+    #[error("duplicate key {0} in snapshot")]
+    DuplicateKey(String),
+}
+
+impl From<prost::DecodeError> for DecodeError {
+    fn from(e: prost::DecodeError) -> Self {
+        DecodeError::Protobuf(e.to_string())
+    }
+}
+
+/// Advances logical time by one tick. Proposed by the leader every tick
+/// interval, paced by its own monotonic clock.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, prost::Message)]
+pub struct Tick {
+    /// Precondition: the tick the proposer read. Two proposers racing (a
+    /// deposed leader and its successor) cannot advance time twice for one
+    /// interval: time may stretch, never shrink.
+    #[prost(uint64, tag = "1")]
+    pub expected_now_tick: u64,
+}
+
+/// Sets the tick-counted timeouts. Each must be > 0.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, prost::Message)]
+pub struct Configure {
+    /// A member expires when `now - last_heartbeat > heartbeat_ttl_ticks`.
+    #[prost(uint64, tag = "1")]
+    pub heartbeat_ttl_ticks: u64,
+    /// Ticks a recovering sandbox may wait for its new owner's acknowledgement.
+    #[prost(uint64, tag = "2")]
+    pub recovery_deadline_ticks: u64,
+    /// Ticks a running maintenance operation may take.
+    #[prost(uint64, tag = "3")]
+    pub operation_deadline_ticks: u64,
+}
+
+/// The first command a new leader proposes: every non-expired member gets a
+/// full TTL of grace (see `apply_leader_changed`).
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, prost::Message)]
+pub struct LeaderChanged {
+    /// The raft term of the new leader; must exceed the last one applied.
+    #[prost(uint64, tag = "1")]
+    pub leader_term: u64,
+}
+
+/// A supervisor process start joins the pool.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, prost::Message)]
+pub struct Join {
+    /// Member id (stable across restarts).
+    #[prost(string, tag = "1")]
+    pub member: String,
+    /// Member uid (e.g. the pod uid).
+    #[prost(string, tag = "2")]
+    pub uid: String,
+    /// Incarnation: one per supervisor process start, increasing.
+    #[prost(uint64, tag = "3")]
+    pub incarnation: u64,
+    /// Advertise address.
+    #[prost(string, tag = "4")]
+    pub address: String,
+    /// Sandbox slots; must be > 0.
+    #[prost(uint32, tag = "5")]
+    pub capacity: u32,
+}
+
+/// One member's heartbeat inside a batch.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, prost::Message)]
+pub struct Beat {
+    /// Member id.
+    #[prost(string, tag = "1")]
+    pub member: String,
+    /// The incarnation that sent the heartbeat.
+    #[prost(uint64, tag = "2")]
+    pub incarnation: u64,
+}
+
+/// One gateway's batch of heartbeats for one tick interval.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, prost::Message)]
+pub struct Heartbeat {
+    /// The beats; bad entries are skipped individually.
+    #[prost(message, repeated, tag = "1")]
+    pub beats: Vec<Beat>,
+}
+
+/// A member leaves gracefully; its sandboxes become eligible for takeover.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, prost::Message)]
+pub struct Leave {
+    /// Member id.
+    #[prost(string, tag = "1")]
+    pub member: String,
+    /// Must be the member's current incarnation.
+    #[prost(uint64, tag = "2")]
+    pub incarnation: u64,
+}
+
+/// Marks a member expired. Proposed by the coordinator; apply re-checks.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, prost::Message)]
+pub struct Expire {
+    /// Member id.
+    #[prost(string, tag = "1")]
+    pub member: String,
+    /// Precondition: current incarnation.
+    #[prost(uint64, tag = "2")]
+    pub incarnation: u64,
+    /// Precondition: the last heartbeat tick the proposer read.
+    #[prost(uint64, tag = "3")]
+    pub last_heartbeat_tick: u64,
+}
+
+/// Admits (or refuses) a sandbox launch. Idempotent by `launch_id`.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, prost::Message)]
+pub struct Launch {
+    /// Idempotency key.
+    #[prost(string, tag = "1")]
+    pub launch_id: String,
+    /// Sandbox id; a new generation is created if a deleted/failed record
+    /// with this id exists.
+    #[prost(string, tag = "2")]
+    pub sandbox: String,
+    /// Opaque reference to the launch material (e.g. an object id); kept
+    /// only while the sandbox is live.
+    #[prost(string, tag = "3")]
+    pub material_ref: String,
+}
+
+/// Takes a sandbox over from an owner that is expired, leaving, draining or
+/// superseded (I4), checked at apply time.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, prost::Message)]
+pub struct Takeover {
+    /// Sandbox id.
+    #[prost(string, tag = "1")]
+    pub sandbox: String,
+    /// Precondition: sandbox generation.
+    #[prost(uint64, tag = "2")]
+    pub generation: u64,
+    /// Precondition: current owner member.
+    #[prost(string, tag = "3")]
+    pub expected_owner: String,
+    /// Precondition: current owner incarnation.
+    #[prost(uint64, tag = "4")]
+    pub expected_incarnation: u64,
+    /// Precondition: current ownership term.
+    #[prost(uint64, tag = "5")]
+    pub expected_term: u64,
+}
+
+/// The owner acknowledges its term; only then do its reports count (I3).
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, prost::Message)]
+pub struct Acknowledge {
+    /// Sandbox id.
+    #[prost(string, tag = "1")]
+    pub sandbox: String,
+    /// Sandbox generation.
+    #[prost(uint64, tag = "2")]
+    pub generation: u64,
+    /// Acknowledging member.
+    #[prost(string, tag = "3")]
+    pub member: String,
+    /// Its incarnation.
+    #[prost(uint64, tag = "4")]
+    pub incarnation: u64,
+    /// The term acknowledged.
+    #[prost(uint64, tag = "5")]
+    pub term: u64,
+}
+
+/// An owner's status report for a sandbox.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, prost::Message)]
+pub struct Report {
+    /// Sandbox id.
+    #[prost(string, tag = "1")]
+    pub sandbox: String,
+    /// Sandbox generation.
+    #[prost(uint64, tag = "2")]
+    pub generation: u64,
+    /// Reporting member.
+    #[prost(string, tag = "3")]
+    pub member: String,
+    /// Its incarnation.
+    #[prost(uint64, tag = "4")]
+    pub incarnation: u64,
+    /// The term the report was produced under.
+    #[prost(uint64, tag = "5")]
+    pub term: u64,
+    /// Opaque workload status (the pool does not interpret it).
+    #[prost(string, tag = "6")]
+    pub status: String,
+}
+
+/// Asks the owner to stop the workload; the sandbox is no longer recovered
+/// or moved (I8).
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, prost::Message)]
+pub struct Stop {
+    /// Sandbox id.
+    #[prost(string, tag = "1")]
+    pub sandbox: String,
+    /// Sandbox generation.
+    #[prost(uint64, tag = "2")]
+    pub generation: u64,
+}
+
+/// Deletes a sandbox generation; wins over recovery and moves (I8).
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, prost::Message)]
+pub struct Delete {
+    /// Sandbox id.
+    #[prost(string, tag = "1")]
+    pub sandbox: String,
+    /// Sandbox generation.
+    #[prost(uint64, tag = "2")]
+    pub generation: u64,
+}
+
+/// Fails a sandbox whose recovery deadline passed (`SupervisorRecoveryFailed`).
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, prost::Message)]
+pub struct FailRecovery {
+    /// Sandbox id.
+    #[prost(string, tag = "1")]
+    pub sandbox: String,
+    /// Precondition: generation.
+    #[prost(uint64, tag = "2")]
+    pub generation: u64,
+    /// Precondition: ownership term.
+    #[prost(uint64, tag = "3")]
+    pub expected_term: u64,
+}
+
+/// Starts (or queues) a drain of one member.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, prost::Message)]
+pub struct StartDrain {
+    /// New operation id.
+    #[prost(string, tag = "1")]
+    pub operation_id: String,
+    /// Member to drain.
+    #[prost(string, tag = "2")]
+    pub member: String,
+    /// Moves in flight at once, 1..=8; 0 on the wire is invalid (the
+    /// gateway substitutes the default 1 before proposing).
+    #[prost(uint32, tag = "3")]
+    pub max_parallel: u32,
+}
+
+/// Starts (or queues) a rebalance of the pool.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, prost::Message)]
+pub struct StartRebalance {
+    /// New operation id.
+    #[prost(string, tag = "1")]
+    pub operation_id: String,
+    /// Moves in flight at once, 1..=8.
+    #[prost(uint32, tag = "2")]
+    pub max_parallel: u32,
+}
+
+/// A planned move of a healthy sandbox on behalf of a running operation.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, prost::Message)]
+pub struct Move {
+    /// The running operation asking for the move.
+    #[prost(string, tag = "1")]
+    pub operation_id: String,
+    /// Sandbox id.
+    #[prost(string, tag = "2")]
+    pub sandbox: String,
+    /// Precondition: generation.
+    #[prost(uint64, tag = "3")]
+    pub generation: u64,
+    /// Precondition: current owner member.
+    #[prost(string, tag = "4")]
+    pub expected_owner: String,
+    /// Precondition: current owner incarnation.
+    #[prost(uint64, tag = "5")]
+    pub expected_incarnation: u64,
+    /// Precondition: current term.
+    #[prost(uint64, tag = "6")]
+    pub expected_term: u64,
+    /// Target member; if absent the ring picks one (excluding the owner).
+    #[prost(string, optional, tag = "7")]
+    pub to: Option<String>,
+}
+
+/// Completes the running operation (apply checks it is done).
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, prost::Message)]
+pub struct CompleteOperation {
+    /// Operation id.
+    #[prost(string, tag = "1")]
+    pub operation_id: String,
+}
+
+/// Fails the running operation once its deadline passed.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, prost::Message)]
+pub struct FailOperation {
+    /// Operation id.
+    #[prost(string, tag = "1")]
+    pub operation_id: String,
+}
+
+/// Cancels an operation; a drained member returns to service.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, prost::Message)]
+pub struct CancelOperation {
+    /// Operation id.
+    #[prost(string, tag = "1")]
+    pub operation_id: String,
+}
+
+/// A pool command: one raft log entry's payload. The oneof tags are the wire
+/// discriminants (see the module doc); never reuse one.
+#[derive(Clone, PartialEq, prost::Oneof)]
+pub enum Command {
+    /// Tag 1.
+    #[prost(message, tag = "1")]
+    Tick(Tick),
+    /// Tag 2.
+    #[prost(message, tag = "2")]
+    Configure(Configure),
+    /// Tag 3.
+    #[prost(message, tag = "3")]
+    LeaderChanged(LeaderChanged),
+    /// Tag 4.
+    #[prost(message, tag = "4")]
+    Join(Join),
+    /// Tag 5.
+    #[prost(message, tag = "5")]
+    Heartbeat(Heartbeat),
+    /// Tag 6.
+    #[prost(message, tag = "6")]
+    Leave(Leave),
+    /// Tag 7.
+    #[prost(message, tag = "7")]
+    Expire(Expire),
+    /// Tag 8.
+    #[prost(message, tag = "8")]
+    Launch(Launch),
+    /// Tag 9.
+    #[prost(message, tag = "9")]
+    Takeover(Takeover),
+    /// Tag 10.
+    #[prost(message, tag = "10")]
+    Acknowledge(Acknowledge),
+    /// Tag 11.
+    #[prost(message, tag = "11")]
+    Report(Report),
+    /// Tag 12.
+    #[prost(message, tag = "12")]
+    Stop(Stop),
+    /// Tag 13.
+    #[prost(message, tag = "13")]
+    Delete(Delete),
+    /// Tag 14.
+    #[prost(message, tag = "14")]
+    FailRecovery(FailRecovery),
+    /// Tag 15.
+    #[prost(message, tag = "15")]
+    StartDrain(StartDrain),
+    /// Tag 16.
+    #[prost(message, tag = "16")]
+    StartRebalance(StartRebalance),
+    /// Tag 17.
+    #[prost(message, tag = "17")]
+    Move(Move),
+    /// Tag 18.
+    #[prost(message, tag = "18")]
+    CompleteOperation(CompleteOperation),
+    /// Tag 19.
+    #[prost(message, tag = "19")]
+    FailOperation(FailOperation),
+    /// Tag 20.
+    #[prost(message, tag = "20")]
+    CancelOperation(CancelOperation),
+}
+
+/// The on-wire container of one command.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct CommandEnvelope {
+    /// The command; `None` after decoding means an unknown tag.
+    #[prost(
+        oneof = "Command",
+        tags = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20"
+    )]
+    pub command: Option<Command>,
+}
+
+impl Command {
+    /// Encodes the command for the raft log.
+    pub fn encode_to_vec(&self) -> Vec<u8> {
+        CommandEnvelope {
+            command: Some(self.clone()),
+        }
+        .encode_to_vec()
+    }
+
+    /// Decodes a command from raft log bytes.
+    ///
+    /// # Errors
+    /// [`DecodeError`] if the bytes are not a command envelope or carry an
+    /// unknown command tag.
+    pub fn decode(bytes: &[u8]) -> Result<Command, DecodeError> {
+        CommandEnvelope::decode(bytes)?
+            .command
+            .ok_or(DecodeError::UnknownCommand)
+    }
+
+    /// The variant's name, for logs and golden files.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Tick(_) => "Tick",
+            Command::Configure(_) => "Configure",
+            Command::LeaderChanged(_) => "LeaderChanged",
+            Command::Join(_) => "Join",
+            Command::Heartbeat(_) => "Heartbeat",
+            Command::Leave(_) => "Leave",
+            Command::Expire(_) => "Expire",
+            Command::Launch(_) => "Launch",
+            Command::Takeover(_) => "Takeover",
+            Command::Acknowledge(_) => "Acknowledge",
+            Command::Report(_) => "Report",
+            Command::Stop(_) => "Stop",
+            Command::Delete(_) => "Delete",
+            Command::FailRecovery(_) => "FailRecovery",
+            Command::StartDrain(_) => "StartDrain",
+            Command::StartRebalance(_) => "StartRebalance",
+            Command::Move(_) => "Move",
+            Command::CompleteOperation(_) => "CompleteOperation",
+            Command::FailOperation(_) => "FailOperation",
+            Command::CancelOperation(_) => "CancelOperation",
+        }
+    }
+}
+
+/// Why a command was rejected. A rejected command changed nothing.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Reason {
+    /// No member record with this id.
+    #[error("unknown member {0}")]
+    UnknownMember(String),
+    /// No sandbox record with this id.
+    #[error("unknown sandbox {0}")]
+    UnknownSandbox(String),
+    /// No operation with this id.
+    #[error("unknown operation {0}")]
+    UnknownOperation(String),
+    /// An id field was empty.
+    #[error("empty id")]
+    EmptyId,
+    /// The term in the command is not the current ownership term.
+    #[error("stale term: command has {expected}, current is {current}")]
+    StaleTerm {
+        /// The term the command carried.
+        expected: u64,
+        /// The sandbox's current term.
+        current: u64,
+    },
+    /// The incarnation is not the member's current one.
+    #[error("stale incarnation: command has {given}, current is {current}")]
+    StaleIncarnation {
+        /// The incarnation the command carried.
+        given: u64,
+        /// The current one.
+        current: u64,
+    },
+    /// The generation is not the sandbox's current one.
+    #[error("stale generation: command has {given}, current is {current}")]
+    StaleGeneration {
+        /// The generation the command carried.
+        given: u64,
+        /// The current one.
+        current: u64,
+    },
+    /// `Tick` precondition failed.
+    #[error("stale tick: command expected {expected}, now is {current}")]
+    StaleTick {
+        /// The tick the proposer read.
+        expected: u64,
+        /// The current tick.
+        current: u64,
+    },
+    /// `LeaderChanged` for a term not newer than the last one.
+    #[error("stale leader term {given} (last {current})")]
+    StaleLeaderTerm {
+        /// The command's leader term.
+        given: u64,
+        /// The last applied leader term.
+        current: u64,
+    },
+    /// `Expire` precondition: the heartbeat tick changed since the read.
+    #[error("heartbeat moved: command read {expected}, now {current}")]
+    StaleHeartbeat {
+        /// The tick the proposer read.
+        expected: u64,
+        /// The member's current last heartbeat tick.
+        current: u64,
+    },
+    /// The member is not past its TTL at this log position.
+    #[error("member still alive")]
+    MemberAlive,
+    /// I4: the owner's member record is active at this log position.
+    #[error("owner alive")]
+    OwnerAlive,
+    /// The member/incarnation is not the sandbox's current owner.
+    #[error("not the owner")]
+    NotOwner,
+    /// The owner has not acknowledged the current term (I3).
+    #[error("current term not acknowledged")]
+    NotAcknowledged,
+    /// This incarnation has expired or left and cannot come back.
+    #[error("incarnation retired (expired or left)")]
+    IncarnationRetired,
+    /// Join with capacity 0.
+    #[error("zero capacity")]
+    ZeroCapacity,
+    /// A re-join would set capacity below the slots still charged.
+    #[error("capacity {capacity} below charged slots {charged}")]
+    CapacityBelowCharge {
+        /// Requested capacity.
+        capacity: u32,
+        /// Slots still charged.
+        charged: u32,
+    },
+    /// The target member has no free slot.
+    #[error("capacity exhausted")]
+    CapacityExhausted,
+    /// No eligible member with free capacity.
+    #[error("no eligible member")]
+    NoEligibleMember,
+    /// Explicit move target is the current owner or ineligible.
+    #[error("invalid move target {0}")]
+    InvalidTarget(String),
+    /// The launch id was refused earlier and can never be admitted.
+    #[error("launch {0} was refused")]
+    LaunchRefused(String),
+    /// A live sandbox with this id exists under another launch.
+    #[error("sandbox {0} exists")]
+    SandboxExists(String),
+    /// The sandbox generation is deleted (I8).
+    #[error("sandbox deleted")]
+    Deleted,
+    /// The sandbox is stopping (I8).
+    #[error("sandbox stopping")]
+    Stopping,
+    /// The sandbox generation failed.
+    #[error("sandbox failed")]
+    Failed,
+    /// The recovery deadline has not passed.
+    #[error("deadline not reached")]
+    DeadlineNotReached,
+    /// `max_parallel` outside 1..=8.
+    #[error("invalid max_parallel {0} (1..=8)")]
+    InvalidMaxParallel(u32),
+    /// A config value was zero.
+    #[error("invalid config: {0}")]
+    InvalidConfig(&'static str),
+    /// The operation id exists already.
+    #[error("operation {0} exists")]
+    OperationExists(String),
+    /// A drain for this member is already queued or running.
+    #[error("operation in progress")]
+    OperationInProgress,
+    /// The operation is not running.
+    #[error("operation not running")]
+    OperationNotRunning,
+    /// The operation has finished (nothing to cancel).
+    #[error("operation finished")]
+    OperationFinished,
+    /// The operation still has work to do.
+    #[error("operation not complete")]
+    OperationNotComplete,
+    /// The operation already has max_parallel moves in flight.
+    #[error("parallel limit reached")]
+    ParallelLimit,
+    /// Draining this member would leave no eligible member (I6).
+    #[error("drain would leave no eligible member")]
+    WouldLeaveNoEligibleMember,
+    /// The move does not belong to this operation's plan.
+    #[error("move not part of operation")]
+    NotPlanned,
+}
+
+/// Why a heartbeat entry of a batch was skipped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SkippedBeat {
+    /// The member id of the entry.
+    pub member: String,
+    /// Why it was skipped.
+    pub reason: Reason,
+}
+
+/// Where a sandbox generation is assigned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Assignment {
+    /// Sandbox id.
+    pub sandbox: String,
+    /// Generation.
+    pub generation: u64,
+    /// Owner member.
+    pub member: String,
+    /// Owner incarnation.
+    pub incarnation: u64,
+    /// Owner's advertise address.
+    pub address: String,
+    /// Ownership term.
+    pub term: u64,
+    /// Credential epoch.
+    pub epoch: u64,
+}
+
+/// What an applied command did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Effect {
+    /// Time advanced.
+    Ticked {
+        /// The new tick.
+        now_tick: u64,
+    },
+    /// Config stored.
+    Configured,
+    /// Grace granted to this many members.
+    GraceGranted {
+        /// Members whose heartbeat was refreshed.
+        members: u32,
+    },
+    /// A member (incarnation) joined.
+    Joined {
+        /// The incarnation it superseded, if any.
+        superseded: Option<u64>,
+    },
+    /// Idempotent repeat of a join; nothing changed.
+    AlreadyJoined,
+    /// Heartbeat batch applied.
+    Heartbeats {
+        /// Entries accepted.
+        accepted: u32,
+        /// Entries skipped, with reasons.
+        skipped: Vec<SkippedBeat>,
+    },
+    /// Member is leaving.
+    Left,
+    /// Member expired.
+    Expired,
+    /// Launch admitted (now, or earlier if `replay`).
+    Admitted {
+        /// The assignment.
+        assignment: Assignment,
+        /// True if this launch id was admitted by an earlier command.
+        replay: bool,
+    },
+    /// Launch refused; the refusal is recorded so the launch id can never be
+    /// admitted later.
+    LaunchRefused(Reason),
+    /// Ownership moved (takeover or move): new term and epoch.
+    OwnerChanged(Assignment),
+    /// The owner acknowledged its term.
+    Acknowledged,
+    /// The term was already acknowledged; nothing changed.
+    AlreadyAcknowledged,
+    /// Report stored.
+    ReportAccepted,
+    /// Sandbox is stopping.
+    Stopping,
+    /// Sandbox generation deleted.
+    Deleted {
+        /// Slots released (0 or 1).
+        released: u32,
+    },
+    /// Recovery failed: `SupervisorRecoveryFailed`.
+    RecoveryFailed,
+    /// Operation created and running.
+    OperationStarted,
+    /// Operation created and queued behind the running one.
+    OperationQueued,
+    /// Operation succeeded.
+    OperationSucceeded,
+    /// Operation failed.
+    OperationFailed,
+    /// Operation cancelled (or a completed drain's member returned).
+    OperationCancelled,
+}
+
+/// The result of applying one command.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The command was applied.
+    Applied(Effect),
+    /// A precondition failed; the state is unchanged.
+    Rejected(Reason),
+}
+
+impl Outcome {
+    /// True if rejected.
+    pub fn is_rejected(&self) -> bool {
+        matches!(self, Outcome::Rejected(_))
+    }
+}

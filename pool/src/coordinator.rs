@@ -1,0 +1,240 @@
+//! The leader-side coordinator: a synchronous, driven proposer (etcd's
+//! `RawNode` shape). It reads the applied state and returns commands to
+//! propose; it never mutates state and never does I/O.
+//!
+//! # Caller duties (the gateway's leader loop)
+//!
+//! 1. **Create on leadership.** When this node becomes raft leader for term
+//!    `T`, create `Coordinator::new(CoordinatorConfig::new(T))`. Drop it when
+//!    leadership is lost. Never keep one across terms: a fresh coordinator on
+//!    a successor continues any operation from the replicated state alone
+//!    (deadlines are stored ticks, so nothing is relaunched or extended).
+//! 2. **Tick.** Every tick interval of the leader's *monotonic* clock, call
+//!    [`Coordinator::tick`]. The next [`Coordinator::step`] then includes a
+//!    `Tick` (with an `expected_now_tick` precondition).
+//! 3. **Step after apply.** After the local state machine applies new
+//!    entries (and at least once per tick), call `step(&state)` with the
+//!    applied state and propose every returned command, in order, through
+//!    raft. The first step of a new coordinator returns only
+//!    `LeaderChanged`; expiry and takeovers wait until it is applied, so
+//!    every member gets a full TTL of grace under the new leader.
+//! 4. **Ignore rejections.** Every command carries preconditions; a
+//!    `Rejected` outcome means the world moved on (or this leader was
+//!    deposed) and is expected. Do not retry by hand: the coordinator
+//!    re-proposes from fresh state after `retry_after_ticks`.
+//! 5. **Propose admissions and reports yourself.** Launches, heartbeat
+//!    batches, reports, acknowledgements, deletes and operation starts come
+//!    from RPCs, not from the coordinator.
+
+use std::collections::BTreeMap;
+
+use crate::command::*;
+use crate::state::*;
+
+/// Coordinator settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CoordinatorConfig {
+    /// The raft term this node leads.
+    pub leader_term: u64,
+    /// A proposed command not reflected in state is re-proposed after this
+    /// many ticks.
+    pub retry_after_ticks: u64,
+}
+
+impl CoordinatorConfig {
+    /// Defaults for a leader of `leader_term`.
+    pub fn new(leader_term: u64) -> Self {
+        CoordinatorConfig {
+            leader_term,
+            retry_after_ticks: 2,
+        }
+    }
+}
+
+/// The leader-side proposer. Its only memory is the set of recent
+/// proposals (to avoid duplicates) and whether a tick is due.
+#[derive(Clone, Debug)]
+pub struct Coordinator {
+    cfg: CoordinatorConfig,
+    tick_due: bool,
+    /// Encoded command -> (tick when proposed, is a move).
+    in_flight: BTreeMap<Vec<u8>, (u64, bool)>,
+}
+
+impl Coordinator {
+    /// A coordinator for a fresh leadership term.
+    pub fn new(cfg: CoordinatorConfig) -> Self {
+        Coordinator {
+            cfg,
+            tick_due: false,
+            in_flight: BTreeMap::new(),
+        }
+    }
+
+    /// The leader's tick interval elapsed.
+    pub fn tick(&mut self) {
+        self.tick_due = true;
+    }
+
+    /// Returns the commands to propose now, given the applied state.
+    pub fn step(&mut self, state: &PoolState) -> Vec<Command> {
+        let now = state.now_tick();
+        let retry = self.cfg.retry_after_ticks;
+        self.in_flight
+            .retain(|_, (t, _)| now < t.saturating_add(retry));
+
+        let mut out = Vec::new();
+        if self.tick_due {
+            self.tick_due = false;
+            out.push(Command::Tick(Tick {
+                expected_now_tick: now,
+            }));
+        }
+        if state.leader_term() < self.cfg.leader_term {
+            self.offer(
+                &mut out,
+                now,
+                Command::LeaderChanged(LeaderChanged {
+                    leader_term: self.cfg.leader_term,
+                }),
+            );
+            return out;
+        }
+        for c in plan(state, self.pending_moves()) {
+            self.offer(&mut out, now, c);
+        }
+        out
+    }
+
+    fn pending_moves(&self) -> u32 {
+        self.in_flight.values().filter(|(_, mv)| *mv).count() as u32
+    }
+
+    fn offer(&mut self, out: &mut Vec<Command>, now: u64, c: Command) {
+        let key = c.encode_to_vec();
+        if self.in_flight.contains_key(&key) {
+            return;
+        }
+        self.in_flight
+            .insert(key, (now, matches!(c, Command::Move(_))));
+        out.push(c);
+    }
+}
+
+/// The commands the state calls for, without duplicate suppression: a pure
+/// function of the state (plus the number of moves already proposed but not
+/// yet applied).
+pub fn plan(state: &PoolState, pending_moves: u32) -> Vec<Command> {
+    let now = state.now_tick();
+    let mut out = Vec::new();
+    for m in state.members().values() {
+        if matches!(m.state, MemberState::Active | MemberState::Draining) && state.is_overdue(m) {
+            out.push(Command::Expire(Expire {
+                member: m.id.clone(),
+                incarnation: m.incarnation,
+                last_heartbeat_tick: m.last_heartbeat_tick,
+            }));
+        }
+    }
+    for s in state.sandboxes().values() {
+        let dead = state.owner_is_dead(&s.owner);
+        if s.phase == Phase::Stopping && dead {
+            out.push(Command::Delete(Delete {
+                sandbox: s.id.clone(),
+                generation: s.generation,
+            }));
+            continue;
+        }
+        if !s.phase.is_movable() {
+            continue;
+        }
+        let recovery_late = s.recovery.as_ref().is_some_and(|r| now >= r.deadline_tick);
+        let orphan_late = state.orphan_deadline(s).is_some_and(|d| now >= d);
+        if recovery_late || orphan_late {
+            out.push(Command::FailRecovery(FailRecovery {
+                sandbox: s.id.clone(),
+                generation: s.generation,
+                expected_term: s.owner.term,
+            }));
+        } else if dead {
+            out.push(Command::Takeover(Takeover {
+                sandbox: s.id.clone(),
+                generation: s.generation,
+                expected_owner: s.owner.member.clone(),
+                expected_incarnation: s.owner.incarnation,
+                expected_term: s.owner.term,
+            }));
+        }
+    }
+    if let Some(op) = state.running_operation() {
+        plan_operation(state, op, pending_moves, &mut out);
+    }
+    out
+}
+
+fn plan_operation(state: &PoolState, op: &Operation, pending_moves: u32, out: &mut Vec<Command>) {
+    let now = state.now_tick();
+    if op.deadline_tick.is_some_and(|d| now >= d) {
+        out.push(Command::FailOperation(FailOperation {
+            operation_id: op.id.clone(),
+        }));
+        return;
+    }
+    let in_flight = state.moves_in_flight(&op.id) + pending_moves;
+    let mut slots = op.max_parallel.saturating_sub(in_flight) as usize;
+    let mv = |s: &Sandbox, to: Option<String>| {
+        Command::Move(Move {
+            operation_id: op.id.clone(),
+            sandbox: s.id.clone(),
+            generation: s.generation,
+            expected_owner: s.owner.member.clone(),
+            expected_incarnation: s.owner.incarnation,
+            expected_term: s.owner.term,
+            to,
+        })
+    };
+    match &op.kind {
+        OperationKind::DrainMember { member } => {
+            if state.member(member).is_none_or(|m| m.charged == 0) {
+                out.push(Command::CompleteOperation(CompleteOperation {
+                    operation_id: op.id.clone(),
+                }));
+                return;
+            }
+            for s in state.sandboxes().values() {
+                if slots == 0 {
+                    break;
+                }
+                if s.owner.member == *member
+                    && s.phase.is_movable()
+                    && !state.owner_is_dead(&s.owner)
+                {
+                    out.push(mv(s, None));
+                    slots -= 1;
+                }
+            }
+        }
+        OperationKind::RebalancePool => {
+            let candidates = state.rebalance_candidates();
+            if candidates.is_empty() && state.moves_in_flight(&op.id) == 0 {
+                out.push(Command::CompleteOperation(CompleteOperation {
+                    operation_id: op.id.clone(),
+                }));
+                return;
+            }
+            let mut free: BTreeMap<&str, u32> = BTreeMap::new();
+            for (s, p) in candidates {
+                if slots == 0 {
+                    break;
+                }
+                let f = free.entry(p.id.as_str()).or_insert(p.free());
+                if *f == 0 {
+                    continue;
+                }
+                *f -= 1;
+                out.push(mv(s, Some(p.id.clone())));
+                slots -= 1;
+            }
+        }
+    }
+}

@@ -1,0 +1,67 @@
+//! # pool
+//!
+//! The deterministic supervisor-pool state machine and the leader-side
+//! coordinator of the raft-replicated coordination store.
+//!
+//! `pool` is pure: no clock, randomness, I/O or hash-map iteration inside
+//! state. Time enters only as the [`Command::Tick`] command; replicas that
+//! apply the same log reach byte-identical snapshots.
+//!
+//! ## Layout
+//!
+//! * [`command`]: the commands (prost wire format, explicit tags), [`Outcome`],
+//!   [`Effect`] and the typed rejection [`Reason`].
+//! * [`state`]: [`PoolState`] (members, sandboxes, operations, launches)
+//!   and its read helpers (`observed_status`, `assignment`, `status`).
+//! * `apply`: `PoolState::apply`, one exhaustive match, one `apply_<variant>`
+//!   per command.
+//! * [`snapshot`]: table-tagged snapshot encoding.
+//! * [`hash`]: FNV-1a 64 and the consistent-hash ring.
+//! * [`coordinator`]: the leader-side proposer, driven by the gateway.
+//! * [`invariants`]: I1–I6/I8 checks on one state and across steps.
+//!
+//! ## Example
+//!
+//! ```
+//! use pool::{Command, Coordinator, CoordinatorConfig, Join, Launch, ObservedStatus, PoolState};
+//!
+//! let mut state = PoolState::new();
+//! let mut index = 0;
+//! let mut apply = |state: &mut PoolState, cmd: Command| {
+//!     index += 1;
+//!     // What the raft-store does: bytes in the log, decode, apply.
+//!     let bytes = cmd.encode_to_vec();
+//!     state.apply(index, &Command::decode(&bytes).expect("own encoding"))
+//! };
+//! apply(&mut state, Command::Join(Join {
+//!     member: "sup-a".into(), uid: "u1".into(), incarnation: 1,
+//!     address: "10.0.0.1:7000".into(), capacity: 4,
+//! }));
+//! apply(&mut state, Command::Launch(Launch {
+//!     launch_id: "l1".into(), sandbox: "sb1".into(), material_ref: "obj/1".into(),
+//! }));
+//! assert_eq!(state.observed_status("sb1"), Some(ObservedStatus::Pending));
+//!
+//! // The leader's coordinator: first proposal is the leader-change grace.
+//! let mut coord = Coordinator::new(CoordinatorConfig::new(1));
+//! let cmds = coord.step(&state);
+//! assert!(matches!(cmds[0], Command::LeaderChanged(_)));
+//! let snap = state.encode_snapshot();
+//! assert_eq!(PoolState::decode_snapshot(&snap).unwrap().encode_snapshot(), snap);
+//! ```
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod apply;
+pub mod command;
+pub mod coordinator;
+pub mod hash;
+pub mod invariants;
+pub mod snapshot;
+pub mod state;
+
+pub use command::*;
+pub use coordinator::{plan, Coordinator, CoordinatorConfig};
+pub use invariants::{InvariantTracker, InvariantViolation};
+pub use state::*;

@@ -1,0 +1,586 @@
+//! The pool's durable state and its read helpers.
+
+use std::collections::BTreeMap;
+
+use crate::command::Assignment;
+use crate::hash::{sandbox_point, Ring};
+
+/// Default TTL in ticks.
+pub const DEFAULT_HEARTBEAT_TTL_TICKS: u64 = 10;
+/// Default recovery deadline in ticks.
+pub const DEFAULT_RECOVERY_DEADLINE_TICKS: u64 = 60;
+/// Default operation deadline in ticks.
+pub const DEFAULT_OPERATION_DEADLINE_TICKS: u64 = 600;
+/// Largest allowed `max_parallel`.
+pub const MAX_PARALLEL_LIMIT: u32 = 8;
+/// The failure recorded when recovery does not finish in time.
+pub const SUPERVISOR_RECOVERY_FAILED: &str = "SupervisorRecoveryFailed";
+
+/// Tick-counted timeouts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// A member expires when `now - last_heartbeat > heartbeat_ttl_ticks`.
+    pub heartbeat_ttl_ticks: u64,
+    /// Ticks a recovering sandbox waits for its new owner.
+    pub recovery_deadline_ticks: u64,
+    /// Ticks a running operation may take.
+    pub operation_deadline_ticks: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            heartbeat_ttl_ticks: DEFAULT_HEARTBEAT_TTL_TICKS,
+            recovery_deadline_ticks: DEFAULT_RECOVERY_DEADLINE_TICKS,
+            operation_deadline_ticks: DEFAULT_OPERATION_DEADLINE_TICKS,
+        }
+    }
+}
+
+/// A member's lifecycle state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum MemberState {
+    /// In service.
+    Active,
+    /// Being drained (or drained): receives no new sandboxes.
+    Draining,
+    /// Left gracefully; its sandboxes are taken over.
+    Leaving,
+    /// Missed heartbeats for the TTL; its sandboxes are taken over.
+    Expired,
+}
+
+/// A supervisor pool member. The record is never removed, so an owner's
+/// member record can always be checked (I4 never acts on absence).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Member {
+    /// Member id.
+    pub id: String,
+    /// Member uid.
+    pub uid: String,
+    /// Current incarnation (process start).
+    pub incarnation: u64,
+    /// Advertise address.
+    pub address: String,
+    /// Slots.
+    pub capacity: u32,
+    /// Slots charged: equals the number of charged sandboxes it owns (I5).
+    pub charged: u32,
+    /// Lifecycle state.
+    pub state: MemberState,
+    /// Tick of the last accepted heartbeat (or join / grace).
+    pub last_heartbeat_tick: u64,
+    /// Tick since which sandboxes of this member's dead incarnations (or of
+    /// this one, if expired or leaving) are orphaned; recovery deadlines of
+    /// orphans that could not be taken over count from here.
+    pub down_since_tick: Option<u64>,
+}
+
+impl Member {
+    /// Free slots.
+    pub fn free(&self) -> u32 {
+        self.capacity.saturating_sub(self.charged)
+    }
+}
+
+/// A sandbox generation's phase.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Phase {
+    /// Admitted and placed; the first owner has not acknowledged yet.
+    Admitting,
+    /// Owner acknowledged the current term.
+    Assigned,
+    /// Owner changed (takeover or move); the new owner has not acknowledged.
+    Recovering,
+    /// Stop requested; no recovery or move any more (I8).
+    Stopping,
+    /// Deleted; terminal (I8).
+    Deleted,
+    /// Recovery failed; terminal.
+    Failed,
+}
+
+impl Phase {
+    /// Phases that hold a capacity slot on the owner (I5).
+    pub fn is_charged(self) -> bool {
+        matches!(
+            self,
+            Phase::Admitting | Phase::Assigned | Phase::Recovering | Phase::Stopping
+        )
+    }
+
+    /// Phases where ownership may still change (takeover / move).
+    pub fn is_movable(self) -> bool {
+        matches!(self, Phase::Admitting | Phase::Assigned | Phase::Recovering)
+    }
+}
+
+/// The owner of a sandbox generation. There is exactly one per sandbox
+/// record (I1 by construction).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Owner {
+    /// Member id.
+    pub member: String,
+    /// Member incarnation.
+    pub incarnation: u64,
+    /// Ownership term; +1 on every owner change (I1).
+    pub term: u64,
+    /// Credential epoch; +1 on every owner change (I2).
+    pub epoch: u64,
+    /// True once the owner acknowledged `term` (I3).
+    pub acknowledged: bool,
+}
+
+/// Why a sandbox is recovering.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RecoveryCause {
+    /// The previous owner was dead or draining.
+    Takeover,
+    /// A planned move of this operation.
+    Move(String),
+}
+
+/// An in-progress recovery.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Recovery {
+    /// The new owner must acknowledge before this tick.
+    pub deadline_tick: u64,
+    /// Why.
+    pub cause: RecoveryCause,
+}
+
+/// The last accepted report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReportRecord {
+    /// Reporter member.
+    pub member: String,
+    /// Reporter incarnation.
+    pub incarnation: u64,
+    /// Term the report was made under.
+    pub term: u64,
+    /// Opaque status.
+    pub status: String,
+    /// Raft log index that accepted it: reports are ordered by this, never by
+    /// a clock.
+    pub index: u64,
+}
+
+/// A sandbox generation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sandbox {
+    /// Sandbox id.
+    pub id: String,
+    /// Generation (1 for the first launch of this id).
+    pub generation: u64,
+    /// Phase.
+    pub phase: Phase,
+    /// Owner.
+    pub owner: Owner,
+    /// Set while recovering.
+    pub recovery: Option<Recovery>,
+    /// Last accepted report.
+    pub last_report: Option<ReportRecord>,
+    /// The launch that admitted it.
+    pub launch_id: String,
+    /// Launch material reference; empty once not live (I5).
+    pub material_ref: String,
+    /// Failure reason if failed.
+    pub failure: Option<String>,
+}
+
+/// Maintenance operation kind.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OperationKind {
+    /// Drain one member.
+    DrainMember {
+        /// The member.
+        member: String,
+    },
+    /// Move sandboxes to their ring-preferred members.
+    RebalancePool,
+}
+
+/// Maintenance operation phase.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum OperationPhase {
+    /// Waiting for the running one.
+    Queued,
+    /// Running (at most one, I6).
+    Running,
+    /// Done.
+    Succeeded,
+    /// Deadline passed or could not start.
+    Failed,
+    /// Cancelled.
+    Cancelled,
+}
+
+/// A durable maintenance operation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Operation {
+    /// Operation id.
+    pub id: String,
+    /// Kind.
+    pub kind: OperationKind,
+    /// Phase.
+    pub phase: OperationPhase,
+    /// Human-readable progress or failure message.
+    pub message: String,
+    /// Move commands applied for it.
+    pub attempts: u32,
+    /// Moves planned when it started running.
+    pub moves_planned: u32,
+    /// Moves acknowledged by their new owner.
+    pub moves_done: u32,
+    /// 1..=8.
+    pub max_parallel: u32,
+    /// Fails when `now_tick >= deadline_tick` (set when it starts running).
+    pub deadline_tick: Option<u64>,
+    /// Log index that created it (queue order).
+    pub created_index: u64,
+}
+
+/// The recorded outcome of a launch id.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LaunchOutcome {
+    /// Admitted as this sandbox generation.
+    Admitted {
+        /// Sandbox id.
+        sandbox: String,
+        /// Generation.
+        generation: u64,
+    },
+    /// Refused; tombstone (no sandbox, charge or material, I5).
+    Refused {
+        /// Sandbox id asked for.
+        sandbox: String,
+        /// Why (display text of the reason).
+        reason: String,
+    },
+}
+
+/// The pool state machine. Mutated only by [`PoolState::apply`].
+#[derive(Clone, Debug)]
+pub struct PoolState {
+    /// Logical time.
+    pub(crate) now_tick: u64,
+    /// Highest applied `LeaderChanged` term.
+    pub(crate) leader_term: u64,
+    /// Timeouts.
+    pub(crate) config: Config,
+    /// Members by id.
+    pub(crate) members: BTreeMap<String, Member>,
+    /// Sandboxes by id (the current generation).
+    pub(crate) sandboxes: BTreeMap<String, Sandbox>,
+    /// Operations by id.
+    pub(crate) operations: BTreeMap<String, Operation>,
+    /// Launch outcomes by launch id.
+    pub(crate) launches: BTreeMap<String, LaunchOutcome>,
+    /// Derived from `members`; never serialized.
+    pub(crate) ring: Ring,
+}
+
+impl Default for PoolState {
+    fn default() -> Self {
+        PoolState::new()
+    }
+}
+
+/// What a fenced read of a sandbox's observed status returns (I3).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ObservedStatus {
+    /// The current term is not acknowledged, or no report in this term.
+    Pending,
+    /// The latest report of the current, acknowledged term.
+    Reported {
+        /// Opaque status.
+        status: String,
+        /// Term.
+        term: u64,
+        /// Log index that accepted it.
+        index: u64,
+    },
+    /// Deleted.
+    Deleted,
+    /// Failed, with reason (e.g. `SupervisorRecoveryFailed`).
+    Failed(String),
+}
+
+/// One member in the status view.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberView {
+    /// Member record.
+    pub member: Member,
+    /// Ticks since the last heartbeat.
+    pub ticks_since_heartbeat: u64,
+    /// Eligible for placement now.
+    pub eligible: bool,
+}
+
+/// The operator status view (`GetSupervisorPoolStatus`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolStatus {
+    /// Logical time.
+    pub now_tick: u64,
+    /// Config.
+    pub config: Config,
+    /// Members.
+    pub members: Vec<MemberView>,
+    /// Count of sandboxes per phase.
+    pub sandboxes_by_phase: BTreeMap<String, u64>,
+    /// Operations.
+    pub operations: Vec<Operation>,
+}
+
+impl PoolState {
+    /// An empty pool with default config at tick 0.
+    pub fn new() -> PoolState {
+        PoolState {
+            now_tick: 0,
+            leader_term: 0,
+            config: Config::default(),
+            members: BTreeMap::new(),
+            sandboxes: BTreeMap::new(),
+            operations: BTreeMap::new(),
+            launches: BTreeMap::new(),
+            ring: Ring::default(),
+        }
+    }
+
+    /// Logical time.
+    pub fn now_tick(&self) -> u64 {
+        self.now_tick
+    }
+
+    /// Highest applied leader term.
+    pub fn leader_term(&self) -> u64 {
+        self.leader_term
+    }
+
+    /// Config.
+    pub fn config(&self) -> Config {
+        self.config
+    }
+
+    /// Members by id.
+    pub fn members(&self) -> &BTreeMap<String, Member> {
+        &self.members
+    }
+
+    /// Sandboxes by id.
+    pub fn sandboxes(&self) -> &BTreeMap<String, Sandbox> {
+        &self.sandboxes
+    }
+
+    /// Operations by id.
+    pub fn operations(&self) -> &BTreeMap<String, Operation> {
+        &self.operations
+    }
+
+    /// Launch outcomes by launch id.
+    pub fn launches(&self) -> &BTreeMap<String, LaunchOutcome> {
+        &self.launches
+    }
+
+    /// One member.
+    pub fn member(&self, id: &str) -> Option<&Member> {
+        self.members.get(id)
+    }
+
+    /// One sandbox.
+    pub fn sandbox(&self, id: &str) -> Option<&Sandbox> {
+        self.sandboxes.get(id)
+    }
+
+    /// The running operation, if any (at most one, I6).
+    pub fn running_operation(&self) -> Option<&Operation> {
+        self.operations
+            .values()
+            .find(|o| o.phase == OperationPhase::Running)
+    }
+
+    /// True if the member's TTL has run out at the current tick (whether or
+    /// not an `Expire` was applied yet).
+    pub fn is_overdue(&self, m: &Member) -> bool {
+        self.now_tick.saturating_sub(m.last_heartbeat_tick) > self.config.heartbeat_ttl_ticks
+    }
+
+    /// Eligible for new placements: active and not overdue (any free
+    /// capacity is checked separately).
+    pub fn is_eligible(&self, m: &Member) -> bool {
+        m.state == MemberState::Active && !self.is_overdue(m)
+    }
+
+    /// True if the owner's *own member record* says the owner is gone: the
+    /// incarnation was superseded, or the member is expired or leaving (I4).
+    /// An absent record is never "dead".
+    pub fn owner_is_dead(&self, owner: &Owner) -> bool {
+        match self.members.get(&owner.member) {
+            None => false,
+            Some(m) => {
+                m.incarnation > owner.incarnation
+                    || matches!(m.state, MemberState::Expired | MemberState::Leaving)
+            }
+        }
+    }
+
+    /// True if I4 permits a takeover of this owner now: dead, or draining.
+    pub fn owner_takeover_eligible(&self, owner: &Owner) -> bool {
+        match self.members.get(&owner.member) {
+            None => false,
+            Some(m) => self.owner_is_dead(owner) || m.state == MemberState::Draining,
+        }
+    }
+
+    /// The tick by which an orphaned (dead-owner, not yet taken over)
+    /// sandbox fails if no member can take it.
+    pub fn orphan_deadline(&self, s: &Sandbox) -> Option<u64> {
+        if !self.owner_is_dead(&s.owner) {
+            return None;
+        }
+        let down = self.members.get(&s.owner.member)?.down_since_tick?;
+        Some(down + self.config.recovery_deadline_ticks)
+    }
+
+    /// Places `(sandbox, generation)` on the ring: the first member for which
+    /// `accept` holds. Used by launch, takeover and move.
+    pub(crate) fn place(
+        &self,
+        sandbox: &str,
+        generation: u64,
+        accept: impl Fn(&Member) -> bool,
+    ) -> Option<&Member> {
+        let id = self.ring.walk(sandbox_point(sandbox, generation), |id| {
+            match self.members.get(id) {
+                Some(m) => accept(m),
+                None => false,
+            }
+        })?;
+        self.members.get(id)
+    }
+
+    /// The ring-preferred member ignoring capacity (eligible only): the
+    /// target of a rebalance.
+    pub fn preferred_member(&self, sandbox: &str, generation: u64) -> Option<&Member> {
+        self.place(sandbox, generation, |m| self.is_eligible(m))
+    }
+
+    /// Fenced observed status (I3): a report counts only if it was made by
+    /// the current owner's incarnation in the current term, and that term
+    /// is acknowledged; otherwise `Pending`.
+    pub fn observed_status(&self, sandbox: &str) -> Option<ObservedStatus> {
+        let s = self.sandboxes.get(sandbox)?;
+        Some(match s.phase {
+            Phase::Deleted => ObservedStatus::Deleted,
+            Phase::Failed => ObservedStatus::Failed(s.failure.clone().unwrap_or_default()),
+            _ => match &s.last_report {
+                Some(r)
+                    if s.owner.acknowledged
+                        && r.term == s.owner.term
+                        && r.member == s.owner.member
+                        && r.incarnation == s.owner.incarnation =>
+                {
+                    ObservedStatus::Reported {
+                        status: r.status.clone(),
+                        term: r.term,
+                        index: r.index,
+                    }
+                }
+                _ => ObservedStatus::Pending,
+            },
+        })
+    }
+
+    /// The current assignment of a sandbox (for the supervisor stream's
+    /// `AssignmentSnapshot`), if it is live.
+    pub fn assignment(&self, sandbox: &str) -> Option<Assignment> {
+        let s = self.sandboxes.get(sandbox)?;
+        if !s.phase.is_charged() {
+            return None;
+        }
+        Some(self.assignment_of(s))
+    }
+
+    pub(crate) fn assignment_of(&self, s: &Sandbox) -> Assignment {
+        Assignment {
+            sandbox: s.id.clone(),
+            generation: s.generation,
+            member: s.owner.member.clone(),
+            incarnation: s.owner.incarnation,
+            address: self
+                .members
+                .get(&s.owner.member)
+                .map(|m| m.address.clone())
+                .unwrap_or_default(),
+            term: s.owner.term,
+            epoch: s.owner.epoch,
+        }
+    }
+
+    /// Live assignments owned by one member incarnation (what its gateway
+    /// streams to it).
+    pub fn assignments_for(&self, member: &str, incarnation: u64) -> Vec<Assignment> {
+        self.sandboxes
+            .values()
+            .filter(|s| {
+                s.phase.is_charged()
+                    && s.owner.member == member
+                    && s.owner.incarnation == incarnation
+            })
+            .map(|s| self.assignment_of(s))
+            .collect()
+    }
+
+    /// The operator status view.
+    pub fn status(&self) -> PoolStatus {
+        let mut by_phase = BTreeMap::new();
+        for s in self.sandboxes.values() {
+            *by_phase.entry(format!("{:?}", s.phase)).or_insert(0) += 1;
+        }
+        PoolStatus {
+            now_tick: self.now_tick,
+            config: self.config,
+            members: self
+                .members
+                .values()
+                .map(|m| MemberView {
+                    member: m.clone(),
+                    ticks_since_heartbeat: self.now_tick.saturating_sub(m.last_heartbeat_tick),
+                    eligible: self.is_eligible(m),
+                })
+                .collect(),
+            sandboxes_by_phase: by_phase,
+            operations: self.operations.values().cloned().collect(),
+        }
+    }
+
+    /// Sandboxes in flight for an operation's moves (recovering by a move of
+    /// this operation).
+    pub(crate) fn moves_in_flight(&self, op: &str) -> u32 {
+        self.sandboxes
+            .values()
+            .filter(|s| {
+                s.phase == Phase::Recovering
+                    && matches!(&s.recovery, Some(Recovery { cause: RecoveryCause::Move(o), .. }) if o == op)
+            })
+            .count() as u32
+    }
+
+    /// Rebalance candidates: healthy (assigned) sandboxes whose
+    /// ring-preferred member differs from the owner and has a free slot.
+    /// Shared by apply (completion and move checks) and the coordinator.
+    pub fn rebalance_candidates(&self) -> Vec<(&Sandbox, &Member)> {
+        let mut out = Vec::new();
+        for s in self.sandboxes.values() {
+            if s.phase != Phase::Assigned || !s.owner.acknowledged {
+                continue;
+            }
+            if let Some(p) = self.preferred_member(&s.id, s.generation) {
+                if p.id != s.owner.member && p.free() > 0 {
+                    out.push((s, p));
+                }
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,18 @@
+//! Generates the tonic/prost code from `proto/` with the vendored protoc, so no
+//! system protoc is needed.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let protoc = protoc_bin_vendored::protoc_bin_path()?;
+    // SAFETY: build scripts are single-threaded; prost-build reads PROTOC.
+    unsafe { std::env::set_var("PROTOC", protoc) };
+    let files = [
+        "proto/openshell/raft/v1/raft.proto",
+        "proto/openshell/cluster/v1/cluster.proto",
+        "proto/openshell/objects/v1/objects.proto",
+    ];
+    tonic_prost_build::configure().compile_protos(&files, &["proto"])?;
+    for f in files {
+        println!("cargo:rerun-if-changed={f}");
+    }
+    Ok(())
+}

@@ -1,0 +1,125 @@
+//! Typed errors, one enum per boundary.
+//!
+//! - [`Error`]: opening and running a node (data directory, I/O, raft fatal).
+//! - [`WriteError`]: a write through [`crate::RaftNode::write`].
+//! - [`ReadError`]: a linearizable read through [`crate::RaftNode::read_index`].
+//! - [`AdminError`]: membership administration.
+
+use std::path::PathBuf;
+
+use crate::NodeId;
+
+/// Opening or running a node.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The data directory cannot be used; nothing in it was changed.
+    #[error("data directory {path}: {problem}")]
+    DataDir {
+        /// The directory or file at fault.
+        path: PathBuf,
+        /// What is wrong and what to do.
+        problem: String,
+    },
+    /// An I/O error on a file of the data directory.
+    #[error("I/O error on {path}: {source}")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// sled failed.
+    #[error("sled database {path}: {source}")]
+    Sled {
+        /// The database directory.
+        path: PathBuf,
+        /// sled's error.
+        #[source]
+        source: sled::Error,
+    },
+    /// A configuration value is out of range.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// openraft refused to start or stopped.
+    #[error("raft: {0}")]
+    Raft(String),
+    /// An administrative call failed.
+    #[error(transparent)]
+    Admin(#[from] AdminError),
+}
+
+/// Result of fallible node operations.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A write that did not (certainly) take effect.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum WriteError {
+    /// No leader was known within the retry bound; the write was not appended.
+    #[error("no leader elected within {waited_ms} ms; the write was not applied, retry later")]
+    NoLeader {
+        /// How long the node waited for a leader.
+        waited_ms: u64,
+    },
+    /// The write was sent but its outcome is unknown (timeout or lost
+    /// connection after sending): it may or may not have been applied.
+    #[error("outcome unknown: {0}")]
+    Unknown(String),
+    /// The command is malformed; it was not appended.
+    #[error("command rejected: {0}")]
+    Rejected(String),
+    /// The node is shutting down or raft stopped.
+    #[error("raft stopped: {0}")]
+    Fatal(String),
+}
+
+/// A linearizable read that could not be served.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum ReadError {
+    /// No leader could confirm a read index within the retry bound.
+    #[error("no leader could confirm a read index within {waited_ms} ms; retry later")]
+    NoLeader {
+        /// How long the node waited.
+        waited_ms: u64,
+    },
+    /// This node did not apply up to the read index in time.
+    #[error("timed out waiting to apply up to read index {read_index}")]
+    Timeout {
+        /// The index the read must observe.
+        read_index: u64,
+    },
+    /// The node is shutting down or raft stopped.
+    #[error("raft stopped: {0}")]
+    Fatal(String),
+}
+
+/// A membership administration call that failed.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum AdminError {
+    /// This node is not the leader; the call must go to `leader_id`.
+    #[error("not the leader; the leader is node {leader_id} at {leader_addr}")]
+    NotLeader {
+        /// The leader's id.
+        leader_id: NodeId,
+        /// The leader's address.
+        leader_addr: String,
+    },
+    /// No leader is known.
+    #[error("no leader is known; wait for an election or check quorum")]
+    NoLeader,
+    /// The node id is not a member of the cluster.
+    #[error("node {0} is not a member of the cluster")]
+    UnknownNode(NodeId),
+    /// The request is invalid.
+    #[error("invalid request: {0}")]
+    InvalidArgument(String),
+    /// The cluster is already initialized with another membership.
+    #[error("already initialized: {0}")]
+    AlreadyInitialized(String),
+    /// The operation did not complete in time.
+    #[error("timed out: {0}")]
+    Timeout(String),
+    /// Another failure, described.
+    #[error("{0}")]
+    Failed(String),
+}

@@ -1,0 +1,232 @@
+//! openraft's log storage over sled.
+//!
+//! Entries live in the `log` tree under their big-endian index, so a range
+//! scan returns them in order. The vote, the committed log id and the last
+//! purged log id live in the `meta` tree.
+//!
+//! What is durable when (see `docs/storage.md`):
+//! - `append`: entries are inserted, then the append callback fires only after
+//!   the flusher thread's `flush` + `fdatasync` that covers them.
+//! - `save_vote`: returns only after the vote is durable.
+//! - `purge`: the new last-purged id is written before the entries are removed,
+//!   and sled recovers a prefix of its writes, so a crash never leaves a gap
+//!   that `get_log_state` cannot explain.
+//! - `truncate` and `save_committed` are made durable by the next flush; losing
+//!   them in a crash is allowed by raft (truncated entries are truncated again,
+//!   the committed index is re-learned).
+
+use std::fmt::Debug;
+use std::ops::{Bound, RangeBounds};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use openraft::storage::{LogFlushed, RaftLogStorage};
+use openraft::{LogState, RaftLogId, RaftLogReader, StorageError, StorageIOError};
+
+use crate::codec;
+use crate::db::{DataDir, Durability};
+use crate::types::typ::{Entry, LogId, Vote};
+use crate::TypeConfig;
+
+const VOTE_KEY: &[u8] = b"vote";
+const COMMITTED_KEY: &[u8] = b"committed";
+const LAST_PURGED_KEY: &[u8] = b"last_purged";
+
+/// The raft log of one node. Cloning shares it (the clone is the log reader).
+#[derive(Clone)]
+pub struct LogStore {
+    log: sled::Tree,
+    meta: sled::Tree,
+    durability: Durability,
+    /// The last committed index openraft reported; read by status.
+    committed_index: Arc<AtomicU64>,
+}
+
+impl LogStore {
+    /// The log of an opened data directory.
+    pub fn new(dir: &DataDir) -> Result<Self, StorageError<u64>> {
+        let store = LogStore {
+            log: dir.log.clone(),
+            meta: dir.meta.clone(),
+            durability: dir.durability.clone(),
+            committed_index: Arc::new(AtomicU64::new(0)),
+        };
+        let committed: Option<LogId> = store.read_meta(COMMITTED_KEY)?;
+        store
+            .committed_index
+            .store(committed.map(|c| c.index).unwrap_or(0), Ordering::Relaxed);
+        Ok(store)
+    }
+
+    /// The last committed index this node knows of.
+    pub fn committed_index(&self) -> u64 {
+        self.committed_index.load(Ordering::Relaxed)
+    }
+
+    fn read_meta<T: serde::de::DeserializeOwned>(
+        &self,
+        key: &[u8],
+    ) -> Result<Option<T>, StorageError<u64>> {
+        let what = String::from_utf8_lossy(key).into_owned();
+        match self.meta.get(key).map_err(|e| StorageIOError::read(&e))? {
+            None => Ok(None),
+            Some(bytes) => codec::decode(&bytes, what)
+                .map(Some)
+                .map_err(|e| StorageIOError::read(&e).into()),
+        }
+    }
+
+    fn write_meta<T: serde::Serialize>(
+        &self,
+        key: &[u8],
+        value: &T,
+    ) -> Result<(), StorageError<u64>> {
+        self.meta
+            .insert(key, codec::encode(value))
+            .map_err(|e| StorageIOError::write(&e))?;
+        Ok(())
+    }
+
+    fn last_entry_log_id(&self) -> Result<Option<LogId>, StorageError<u64>> {
+        match self.log.last().map_err(|e| StorageIOError::read_logs(&e))? {
+            None => Ok(None),
+            Some((key, bytes)) => {
+                let entry: Entry = codec::decode(&bytes, format!("log entry {}", index_of(&key)))
+                    .map_err(|e| StorageIOError::read_logs(&e))?;
+                Ok(Some(*entry.get_log_id()))
+            }
+        }
+    }
+}
+
+/// The sled key of a log index.
+fn key_of(index: u64) -> [u8; 8] {
+    index.to_be_bytes()
+}
+
+/// The log index of a sled key (keys are always 8 bytes; a shorter key reads as 0).
+fn index_of(key: &[u8]) -> u64 {
+    let mut buf = [0u8; 8];
+    let n = key.len().min(8);
+    buf[..n].copy_from_slice(&key[..n]);
+    u64::from_be_bytes(buf)
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, StorageError<u64>> {
+        let start = match range.start_bound() {
+            Bound::Included(i) => Bound::Included(key_of(*i)),
+            Bound::Excluded(i) => Bound::Excluded(key_of(*i)),
+            Bound::Unbounded => Bound::Unbounded,
+        };
+        let end = match range.end_bound() {
+            Bound::Included(i) => Bound::Included(key_of(*i)),
+            Bound::Excluded(i) => Bound::Excluded(key_of(*i)),
+            Bound::Unbounded => Bound::Unbounded,
+        };
+        let mut entries = Vec::new();
+        for item in self.log.range::<[u8; 8], _>((start, end)) {
+            let (key, bytes) = item.map_err(|e| StorageIOError::read_logs(&e))?;
+            let entry: Entry = codec::decode(&bytes, format!("log entry {}", index_of(&key)))
+                .map_err(|e| StorageIOError::read_logs(&e))?;
+            entries.push(entry);
+        }
+        Ok(entries)
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = Self;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError<u64>> {
+        let last_purged_log_id: Option<LogId> = self.read_meta(LAST_PURGED_KEY)?;
+        // After a crash inside `purge`, entries at or below the purge point may remain.
+        let last_log_id = self.last_entry_log_id()?.max(last_purged_log_id);
+        Ok(LogState {
+            last_purged_log_id,
+            last_log_id,
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError<u64>> {
+        self.write_meta(VOTE_KEY, vote)?;
+        self.durability
+            .sync()
+            .await
+            .map_err(|e| StorageIOError::write_vote(&e))?;
+        Ok(())
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError<u64>> {
+        self.read_meta(VOTE_KEY)
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError<u64>> {
+        self.write_meta(COMMITTED_KEY, &committed)?;
+        self.committed_index
+            .store(committed.map(|c| c.index).unwrap_or(0), Ordering::Relaxed);
+        Ok(())
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError<u64>> {
+        Ok(self.read_meta::<Option<LogId>>(COMMITTED_KEY)?.flatten())
+    }
+
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<TypeConfig>,
+    ) -> Result<(), StorageError<u64>>
+    where
+        I: IntoIterator<Item = Entry> + Send,
+        I::IntoIter: Send,
+    {
+        let mut batch = sled::Batch::default();
+        for entry in entries {
+            batch.insert(&key_of(entry.get_log_id().index), codec::encode(&entry));
+        }
+        self.log
+            .apply_batch(batch)
+            .map_err(|e| StorageIOError::write_logs(&e))?;
+        // The callback fires from the flusher thread once the entries are on disk.
+        self.durability
+            .sync_then(move |result| callback.log_io_completed(result));
+        Ok(())
+    }
+
+    async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError<u64>> {
+        tracing::debug!(from = log_id.index, "truncate log");
+        let mut batch = sled::Batch::default();
+        for item in self.log.range(key_of(log_id.index)..) {
+            let (key, _) = item.map_err(|e| StorageIOError::write_logs(&e))?;
+            batch.remove(key);
+        }
+        self.log
+            .apply_batch(batch)
+            .map_err(|e| StorageIOError::write_logs(&e))?;
+        Ok(())
+    }
+
+    async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError<u64>> {
+        tracing::debug!(upto = log_id.index, "purge log");
+        // Record the purge point first: a crash between the two steps leaves
+        // entries at or below it, which get_log_state ignores.
+        self.write_meta(LAST_PURGED_KEY, &log_id)?;
+        let mut batch = sled::Batch::default();
+        for item in self.log.range(..=key_of(log_id.index)) {
+            let (key, _) = item.map_err(|e| StorageIOError::write_logs(&e))?;
+            batch.remove(key);
+        }
+        self.log
+            .apply_batch(batch)
+            .map_err(|e| StorageIOError::write_logs(&e))?;
+        Ok(())
+    }
+}

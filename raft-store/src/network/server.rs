@@ -1,0 +1,188 @@
+//! The inbound `openshell.raft.v1.RaftTransport` service.
+//!
+//! Who may call it: the other gateway replicas of the same cluster. Every call
+//! carries the cluster id; a call from another cluster is refused with
+//! `PERMISSION_DENIED`. A body that does not decode gets `INVALID_ARGUMENT`,
+//! never a panic.
+
+use openraft::error::{ClientWriteError, RaftError};
+use proto::raft::raft_transport_server::RaftTransport;
+use proto::raft::{
+    forward_response, read_index_response, Applied as PbApplied, CampaignRequest, CampaignResponse,
+    ForwardRequest, ForwardResponse, HoldElectionRequest, HoldElectionResponse, NotLeader,
+    RaftPayload, ReadIndexRequest, ReadIndexResponse,
+};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tonic::{Request, Response, Status};
+
+use crate::codec;
+use crate::node::RaftNode;
+use crate::types::Command;
+use crate::StateMachine;
+
+/// The raft transport service of one node.
+pub struct TransportService<SM: StateMachine> {
+    node: RaftNode<SM>,
+}
+
+impl<SM: StateMachine> TransportService<SM> {
+    /// The service of `node`.
+    pub fn new(node: RaftNode<SM>) -> Self {
+        TransportService { node }
+    }
+
+    fn check_cluster(&self, cluster_id: &str) -> Result<(), Status> {
+        if cluster_id != self.node.cluster_id() {
+            tracing::warn!(
+                from_cluster = cluster_id,
+                "refused raft RPC from another cluster"
+            );
+            return Err(Status::permission_denied(format!(
+                "this node belongs to cluster {:?}, the caller to {:?}",
+                self.node.cluster_id(),
+                cluster_id
+            )));
+        }
+        Ok(())
+    }
+
+    fn decode<T: DeserializeOwned>(&self, payload: &RaftPayload, what: &str) -> Result<T, Status> {
+        self.check_cluster(&payload.cluster_id)?;
+        if payload.encoding != codec::ENCODING_V1 {
+            return Err(Status::invalid_argument(format!(
+                "{what}: encoding {} is not supported (this node speaks {})",
+                payload.encoding,
+                codec::ENCODING_V1
+            )));
+        }
+        codec::decode(&payload.data, what).map_err(|e| {
+            tracing::warn!(error = %e, "malformed raft RPC");
+            Status::invalid_argument(e.to_string())
+        })
+    }
+
+    fn reply<T: Serialize>(&self, value: &T) -> Response<RaftPayload> {
+        Response::new(RaftPayload {
+            encoding: codec::ENCODING_V1,
+            data: codec::encode(value),
+            cluster_id: self.node.cluster_id().to_string(),
+        })
+    }
+
+    fn not_leader(&self) -> NotLeader {
+        let (leader_id, leader_addr) = self.node.leader().unwrap_or((0, String::new()));
+        NotLeader {
+            leader_id,
+            leader_addr,
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl<SM: StateMachine> RaftTransport for TransportService<SM> {
+    #[tracing::instrument(level = "trace", skip_all)]
+    async fn append_entries(
+        &self,
+        request: Request<RaftPayload>,
+    ) -> Result<Response<RaftPayload>, Status> {
+        let rpc = self.decode(request.get_ref(), "append-entries request")?;
+        let result = self.node.raft().append_entries(rpc).await;
+        Ok(self.reply(&result))
+    }
+
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn vote(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
+        let rpc = self.decode(request.get_ref(), "vote request")?;
+        let result = self.node.raft().vote(rpc).await;
+        Ok(self.reply(&result))
+    }
+
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn install_snapshot(
+        &self,
+        request: Request<RaftPayload>,
+    ) -> Result<Response<RaftPayload>, Status> {
+        let rpc = self.decode(request.get_ref(), "install-snapshot request")?;
+        let result = self.node.raft().install_snapshot(rpc).await;
+        Ok(self.reply(&result))
+    }
+
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn forward(
+        &self,
+        request: Request<ForwardRequest>,
+    ) -> Result<Response<ForwardResponse>, Status> {
+        let request = request.into_inner();
+        self.check_cluster(&request.cluster_id)?;
+        SM::validate(&request.command).map_err(Status::invalid_argument)?;
+        let result = match self
+            .node
+            .raft()
+            .client_write(Command(request.command))
+            .await
+        {
+            Ok(written) => forward_response::Result::Applied(PbApplied {
+                log_index: written.log_id.index,
+                response: written.data.0,
+            }),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
+                forward_response::Result::NotLeader(self.not_leader())
+            }
+            Err(e) => return Err(Status::unavailable(format!("raft: {e}"))),
+        };
+        Ok(Response::new(ForwardResponse {
+            result: Some(result),
+        }))
+    }
+
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn read_index(
+        &self,
+        request: Request<ReadIndexRequest>,
+    ) -> Result<Response<ReadIndexResponse>, Status> {
+        self.check_cluster(&request.get_ref().cluster_id)?;
+        let result = match self.node.raft().get_read_log_id().await {
+            Ok((read_log_id, _)) => {
+                read_index_response::Result::ReadIndex(read_log_id.map(|l| l.index).unwrap_or(0))
+            }
+            Err(RaftError::APIError(_)) => {
+                read_index_response::Result::NotLeader(self.not_leader())
+            }
+            Err(e) => return Err(Status::unavailable(format!("raft: {e}"))),
+        };
+        Ok(Response::new(ReadIndexResponse {
+            result: Some(result),
+        }))
+    }
+
+    #[tracing::instrument(level = "info", skip_all)]
+    async fn hold_election(
+        &self,
+        request: Request<HoldElectionRequest>,
+    ) -> Result<Response<HoldElectionResponse>, Status> {
+        let request = request.into_inner();
+        self.check_cluster(&request.cluster_id)?;
+        if request.hold_ms == 0 || request.hold_ms > 60_000 {
+            return Err(Status::invalid_argument("hold_ms must be within 1..=60000"));
+        }
+        self.node
+            .hold_election(std::time::Duration::from_millis(request.hold_ms));
+        Ok(Response::new(HoldElectionResponse {}))
+    }
+
+    #[tracing::instrument(level = "info", skip_all)]
+    async fn campaign(
+        &self,
+        request: Request<CampaignRequest>,
+    ) -> Result<Response<CampaignResponse>, Status> {
+        self.check_cluster(&request.get_ref().cluster_id)?;
+        self.node
+            .raft()
+            .trigger()
+            .elect()
+            .await
+            .map_err(|e| Status::unavailable(format!("raft: {e}")))?;
+        Ok(Response::new(CampaignResponse {}))
+    }
+}

@@ -1,0 +1,402 @@
+//! The [`StateMachine`] trait and openraft's state-machine storage over it.
+//!
+//! The state machine lives in memory; its durable form is the raft log plus the
+//! latest snapshot file. On start the node loads the snapshot and openraft
+//! re-applies the committed log after it, so the applied state is always a
+//! function of (snapshot, log) and never written half-way.
+//!
+//! Snapshots are built without blocking apply: the builder clones the state
+//! under the lock (a memory copy) and encodes and writes it outside the lock.
+//! A snapshot file is written to a temporary name, fsynced, renamed over
+//! `current.snap` and the directory fsynced, so installing one is atomic.
+//!
+//! Snapshot file format (version 1):
+//!
+//! ```text
+//! magic "OSSNAP01" | u32 LE meta length | meta (codec v1) | u64 LE data length | data | u32 LE crc32 of all before
+//! ```
+
+use std::fs::File;
+use std::io::{Cursor, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use openraft::storage::RaftStateMachine;
+use openraft::{EntryPayload, RaftSnapshotBuilder, StorageError, StorageIOError};
+
+use crate::codec;
+use crate::db::sync_dir;
+use crate::error::{Error, Result};
+use crate::types::typ::{Entry, LogId, Snapshot, SnapshotMeta, StoredMembership};
+use crate::types::Reply;
+use crate::TypeConfig;
+
+/// A deterministic state machine replicated by raft-store.
+///
+/// Implementations must be pure: `apply` may not read clocks, randomness, the
+/// disk or the network, nor depend on hash-map iteration order. Replicas that
+/// apply the same log reach byte-identical [`StateMachine::snapshot`] bytes.
+pub trait StateMachine: Clone + Default + Send + Sync + 'static {
+    /// Checks that `command` is a well-formed command before it is proposed.
+    /// A command that passes must never make `apply` panic.
+    ///
+    /// # Errors
+    /// A description of what is malformed; the command is not proposed.
+    fn validate(command: &[u8]) -> std::result::Result<(), String>;
+
+    /// Applies one committed command at log position `index` and returns the
+    /// response in the machine's wire format. A command whose preconditions
+    /// fail changes nothing and returns a rejection. An undecodable command is
+    /// a broken invariant (it passed `validate` on the leader) and may panic.
+    fn apply(&mut self, index: u64, command: &[u8]) -> Vec<u8>;
+
+    /// Encodes the whole state deterministically.
+    fn snapshot(&self) -> Vec<u8>;
+
+    /// Decodes a state written by [`StateMachine::snapshot`].
+    ///
+    /// # Errors
+    /// A description of what is damaged.
+    fn restore(bytes: &[u8]) -> std::result::Result<Self, String>;
+}
+
+/// The applied state: the machine plus what raft needs to know about it.
+#[derive(Clone, Default)]
+pub struct Applied<SM> {
+    /// The user state machine.
+    pub machine: SM,
+    /// The last log id applied.
+    pub last_applied: Option<LogId>,
+    /// The last membership applied.
+    pub membership: StoredMembership,
+}
+
+/// The state-machine storage of one node. Cloning shares it.
+pub struct StateMachineStore<SM> {
+    /// The applied state. A std lock: critical sections are short and never
+    /// await, and readers on the gRPC path must not wait for the raft task.
+    state: Arc<RwLock<Applied<SM>>>,
+    snapshots: Arc<SnapshotDir>,
+    /// Distinguishes snapshots built at the same index.
+    builds: Arc<AtomicU64>,
+}
+
+impl<SM> Clone for StateMachineStore<SM> {
+    fn clone(&self) -> Self {
+        StateMachineStore {
+            state: self.state.clone(),
+            snapshots: self.snapshots.clone(),
+            builds: self.builds.clone(),
+        }
+    }
+}
+
+impl<SM: StateMachine> StateMachineStore<SM> {
+    /// Opens the state machine of a data directory, loading its snapshot.
+    ///
+    /// # Errors
+    /// [`Error::DataDir`] when the snapshot file is damaged.
+    pub fn open(data_dir: &Path) -> Result<Self> {
+        let snapshots = SnapshotDir::open(data_dir.join("snapshots"))?;
+        let mut applied = Applied::<SM>::default();
+        if let Some((meta, data)) = snapshots.load()? {
+            applied.machine = SM::restore(&data).map_err(|problem| Error::DataDir {
+                path: snapshots.current_path(),
+                problem: format!("snapshot state cannot be decoded ({problem}); refusing to start"),
+            })?;
+            applied.last_applied = meta.last_log_id;
+            applied.membership = meta.last_membership.clone();
+        }
+        Ok(StateMachineStore {
+            state: Arc::new(RwLock::new(applied)),
+            snapshots: Arc::new(snapshots),
+            builds: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
+    /// Runs `f` on the applied state.
+    pub fn read<T>(&self, f: impl FnOnce(&Applied<SM>) -> T) -> T {
+        let guard = self
+            .state
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        f(&guard)
+    }
+
+    fn write<T>(&self, f: impl FnOnce(&mut Applied<SM>) -> T) -> T {
+        let mut guard = self
+            .state
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        f(&mut guard)
+    }
+}
+
+impl<SM: StateMachine> RaftSnapshotBuilder<TypeConfig> for StateMachineStore<SM> {
+    async fn build_snapshot(&mut self) -> std::result::Result<Snapshot, StorageError<u64>> {
+        // Copy under the lock; encode and write outside it, so apply goes on.
+        let applied = self.read(|a| a.clone());
+        let build = self.builds.fetch_add(1, Ordering::Relaxed);
+        let snapshots = self.snapshots.clone();
+        let span = tracing::info_span!("build_snapshot", last_applied = ?applied.last_applied.map(|l| l.index));
+        let _enter = span.enter();
+        let (meta, data) = tokio::task::spawn_blocking(move || {
+            let data = applied.machine.snapshot();
+            let snapshot_id = match applied.last_applied {
+                Some(l) => format!("{}-{}-{}", l.leader_id.term, l.index, build),
+                None => format!("0-0-{build}"),
+            };
+            let meta = SnapshotMeta {
+                last_log_id: applied.last_applied,
+                last_membership: applied.membership,
+                snapshot_id,
+            };
+            snapshots.store(&meta, &data).map(|()| (meta, data))
+        })
+        .await
+        .map_err(|e| StorageIOError::write_snapshot(None, &std::io::Error::other(e.to_string())))?
+        .map_err(|e| StorageIOError::write_snapshot(None, &std::io::Error::other(e.to_string())))?;
+        tracing::info!(bytes = data.len(), "snapshot built");
+        Ok(Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(data)),
+        })
+    }
+}
+
+impl<SM: StateMachine> RaftStateMachine<TypeConfig> for StateMachineStore<SM> {
+    type SnapshotBuilder = Self;
+
+    async fn applied_state(
+        &mut self,
+    ) -> std::result::Result<(Option<LogId>, StoredMembership), StorageError<u64>> {
+        Ok(self.read(|a| (a.last_applied, a.membership.clone())))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> std::result::Result<Vec<Reply>, StorageError<u64>>
+    where
+        I: IntoIterator<Item = Entry> + Send,
+        I::IntoIter: Send,
+    {
+        let entries: Vec<Entry> = entries.into_iter().collect();
+        let span = tracing::debug_span!(
+            "apply_batch",
+            first = entries.first().map(|e| e.log_id.index),
+            last = entries.last().map(|e| e.log_id.index),
+            n = entries.len()
+        );
+        let _enter = span.enter();
+        Ok(self.write(|applied| {
+            let mut replies = Vec::with_capacity(entries.len());
+            for entry in entries {
+                applied.last_applied = Some(entry.log_id);
+                let reply = match entry.payload {
+                    EntryPayload::Blank => Vec::new(),
+                    EntryPayload::Normal(command) => {
+                        applied.machine.apply(entry.log_id.index, &command.0)
+                    }
+                    EntryPayload::Membership(membership) => {
+                        applied.membership = StoredMembership::new(Some(entry.log_id), membership);
+                        Vec::new()
+                    }
+                };
+                replies.push(Reply(reply));
+            }
+            replies
+        }))
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.clone()
+    }
+
+    async fn begin_receiving_snapshot(
+        &mut self,
+    ) -> std::result::Result<Box<Cursor<Vec<u8>>>, StorageError<u64>> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> std::result::Result<(), StorageError<u64>> {
+        let span = tracing::info_span!("install_snapshot", id = %meta.snapshot_id);
+        let _enter = span.enter();
+        let data = snapshot.into_inner();
+        let machine = SM::restore(&data).map_err(|problem| {
+            StorageIOError::read_snapshot(Some(meta.signature()), &std::io::Error::other(problem))
+        })?;
+        // The file is the commit point; the in-memory swap follows it.
+        let snapshots = self.snapshots.clone();
+        let stored_meta = meta.clone();
+        tokio::task::spawn_blocking(move || snapshots.store(&stored_meta, &data))
+            .await
+            .map_err(|e| {
+                StorageIOError::write_snapshot(
+                    Some(meta.signature()),
+                    &std::io::Error::other(e.to_string()),
+                )
+            })?
+            .map_err(|e| {
+                StorageIOError::write_snapshot(
+                    Some(meta.signature()),
+                    &std::io::Error::other(e.to_string()),
+                )
+            })?;
+        self.write(|applied| {
+            applied.machine = machine;
+            applied.last_applied = meta.last_log_id;
+            applied.membership = meta.last_membership.clone();
+        });
+        tracing::info!(last = ?meta.last_log_id.map(|l| l.index), "snapshot installed");
+        Ok(())
+    }
+
+    async fn get_current_snapshot(
+        &mut self,
+    ) -> std::result::Result<Option<Snapshot>, StorageError<u64>> {
+        let snapshots = self.snapshots.clone();
+        let loaded = tokio::task::spawn_blocking(move || snapshots.load())
+            .await
+            .map_err(|e| {
+                StorageIOError::read_snapshot(None, &std::io::Error::other(e.to_string()))
+            })?
+            .map_err(|e| {
+                StorageIOError::read_snapshot(None, &std::io::Error::other(e.to_string()))
+            })?;
+        Ok(loaded.map(|(meta, data)| Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(data)),
+        }))
+    }
+}
+
+const MAGIC: &[u8; 8] = b"OSSNAP01";
+const CURRENT: &str = "current.snap";
+
+/// The directory holding the current snapshot file.
+pub struct SnapshotDir {
+    dir: PathBuf,
+    /// Serializes writers of `current.snap` (a builder and an install may race).
+    write_lock: std::sync::Mutex<()>,
+}
+
+impl SnapshotDir {
+    /// Opens the snapshot directory, removing temporary files of an
+    /// interrupted write.
+    pub fn open(dir: PathBuf) -> Result<Self> {
+        std::fs::create_dir_all(&dir).map_err(|source| Error::Io {
+            path: dir.clone(),
+            source,
+        })?;
+        let entries = std::fs::read_dir(&dir).map_err(|source| Error::Io {
+            path: dir.clone(),
+            source,
+        })?;
+        for entry in entries.flatten() {
+            if entry.file_name().to_string_lossy().ends_with(".tmp") {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+        Ok(SnapshotDir {
+            dir,
+            write_lock: std::sync::Mutex::new(()),
+        })
+    }
+
+    /// Path of the current snapshot file.
+    pub fn current_path(&self) -> PathBuf {
+        self.dir.join(CURRENT)
+    }
+
+    /// Writes a snapshot durably and atomically replaces the current one.
+    pub fn store(&self, meta: &SnapshotMeta, data: &[u8]) -> Result<()> {
+        let _guard = self.write_lock.lock().unwrap_or_else(|p| p.into_inner());
+        // Never replace a newer snapshot with an older one.
+        if let Ok(Some((current, _))) = self.load() {
+            if current.last_log_id > meta.last_log_id {
+                return Ok(());
+            }
+        }
+        let bytes = encode_snapshot_file(meta, data);
+        let tmp = self.dir.join(format!("{}.tmp", meta.snapshot_id));
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| Error::Io { path, source }
+        };
+        let mut file = File::create(&tmp).map_err(io(&tmp))?;
+        file.write_all(&bytes).map_err(io(&tmp))?;
+        file.sync_all().map_err(io(&tmp))?;
+        let current = self.current_path();
+        std::fs::rename(&tmp, &current).map_err(io(&current))?;
+        sync_dir(&self.dir)
+    }
+
+    /// Reads and verifies the current snapshot, if any.
+    ///
+    /// # Errors
+    /// [`Error::DataDir`] naming the file when it is truncated or damaged.
+    pub fn load(&self) -> Result<Option<(SnapshotMeta, Vec<u8>)>> {
+        let path = self.current_path();
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(Error::Io { path, source }),
+        };
+        decode_snapshot_file(&bytes)
+            .map(Some)
+            .map_err(|problem| Error::DataDir {
+                path,
+                problem: format!("{problem}; refusing to start"),
+            })
+    }
+}
+
+fn encode_snapshot_file(meta: &SnapshotMeta, data: &[u8]) -> Vec<u8> {
+    let meta = codec::encode(meta);
+    let mut out = Vec::with_capacity(8 + 4 + meta.len() + 8 + data.len() + 4);
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&(meta.len() as u32).to_le_bytes());
+    out.extend_from_slice(&meta);
+    out.extend_from_slice(&(data.len() as u64).to_le_bytes());
+    out.extend_from_slice(data);
+    let crc = crc32fast::hash(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+fn decode_snapshot_file(bytes: &[u8]) -> std::result::Result<(SnapshotMeta, Vec<u8>), String> {
+    if bytes.len() < 8 + 4 + 8 + 4 || &bytes[..8] != MAGIC {
+        return Err("snapshot file is truncated or not a snapshot (bad header)".into());
+    }
+    let (body, crc) = bytes.split_at(bytes.len() - 4);
+    let mut crc_bytes = [0u8; 4];
+    crc_bytes.copy_from_slice(crc);
+    if crc32fast::hash(body) != u32::from_le_bytes(crc_bytes) {
+        return Err("snapshot file is truncated or damaged (checksum mismatch)".into());
+    }
+    let mut at = 8;
+    let take = |at: &mut usize, n: usize| -> std::result::Result<&[u8], String> {
+        let slice = body
+            .get(*at..*at + n)
+            .ok_or("snapshot file is truncated (length past end)")?;
+        *at += n;
+        Ok(slice)
+    };
+    let mut u32b = [0u8; 4];
+    u32b.copy_from_slice(take(&mut at, 4)?);
+    let meta_len = u32::from_le_bytes(u32b) as usize;
+    let meta: SnapshotMeta =
+        codec::decode(take(&mut at, meta_len)?, "snapshot meta").map_err(|e| e.to_string())?;
+    let mut u64b = [0u8; 8];
+    u64b.copy_from_slice(take(&mut at, 8)?);
+    let data_len =
+        usize::try_from(u64::from_le_bytes(u64b)).map_err(|_| "snapshot data length overflows")?;
+    let data = take(&mut at, data_len)?.to_vec();
+    if at != body.len() {
+        return Err("snapshot file has trailing bytes".into());
+    }
+    Ok((meta, data))
+}

@@ -1,0 +1,49 @@
+//! The openraft type configuration.
+//!
+//! Commands and responses are opaque bytes in the state machine's own wire
+//! format, so the raft layer stays generic and the log encoding is owned by
+//! the state machine (see [`crate::StateMachine`]).
+
+use std::io::Cursor;
+
+use serde::{Deserialize, Serialize};
+
+/// A raft node id. 0 is reserved for "none" on the wire.
+pub type NodeId = u64;
+
+/// A command in the state machine's wire format.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Command(pub Vec<u8>);
+
+/// A state machine's response to one applied entry, in its wire format.
+/// Blank and membership entries reply with empty bytes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reply(pub Vec<u8>);
+
+openraft::declare_raft_types!(
+    /// Type configuration of the gateway raft group.
+    pub TypeConfig:
+        D = Command,
+        R = Reply,
+        NodeId = NodeId,
+        Node = openraft::BasicNode,
+        SnapshotData = Cursor<Vec<u8>>,
+);
+
+/// Aliases that keep signatures short.
+pub mod typ {
+    use super::TypeConfig;
+    pub type Entry = openraft::Entry<TypeConfig>;
+    pub type LogId = openraft::LogId<u64>;
+    pub type Vote = openraft::Vote<u64>;
+    pub type StorageError = openraft::StorageError<u64>;
+    pub type StoredMembership = openraft::StoredMembership<u64, openraft::BasicNode>;
+    pub type SnapshotMeta = openraft::SnapshotMeta<u64, openraft::BasicNode>;
+    pub type Snapshot = openraft::Snapshot<TypeConfig>;
+    pub type Raft = openraft::Raft<TypeConfig>;
+    pub type RaftError<E = openraft::error::Infallible> = openraft::error::RaftError<u64, E>;
+    pub type RpcError<E = openraft::error::Infallible> =
+        openraft::error::RPCError<u64, openraft::BasicNode, RaftError<E>>;
+    pub type ClientWriteError = openraft::error::ClientWriteError<u64, openraft::BasicNode>;
+    pub type CheckIsLeaderError = openraft::error::CheckIsLeaderError<u64, openraft::BasicNode>;
+}

@@ -9,6 +9,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/openshell/raft/v1/raft.proto",
         "proto/openshell/cluster/v1/cluster.proto",
         "proto/openshell/objects/v1/objects.proto",
+        "proto/openshell/gateway/v1/log.proto",
     ];
     tonic_prost_build::configure().compile_protos(&files, &["proto"])?;
     for f in files {

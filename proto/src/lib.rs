@@ -5,19 +5,47 @@
 //! - [`raft`]: `openshell.raft.v1.RaftTransport`, gateway-to-gateway raft RPCs,
 //!   write forwarding and read-index.
 //! - [`cluster`]: `openshell.cluster.v1.ClusterAdmin`, membership and status.
-//! - [`objects`]: `openshell.objects.v1.ObjectStore`, the generic object store.
+//! - [`objects`]: `openshell.objects.v1.ObjectStore`, the generic object store,
+//!   and its raft log records.
+//! - [`gateway`]: `openshell.gateway.v1`, the gateway's raft log and snapshot
+//!   records.
+//!
+//! The modules mirror the protobuf packages (`openshell::objects::v1`) so that
+//! generated cross-package references resolve; the short names re-export them.
 
-/// Raft transport between gateway replicas.
-pub mod raft {
-    tonic::include_proto!("openshell.raft.v1");
+/// Generated code, one module per protobuf package.
+pub mod openshell {
+    /// `openshell.raft.*`
+    pub mod raft {
+        /// `openshell.raft.v1`
+        pub mod v1 {
+            tonic::include_proto!("openshell.raft.v1");
+        }
+    }
+    /// `openshell.cluster.*`
+    pub mod cluster {
+        /// `openshell.cluster.v1`
+        pub mod v1 {
+            tonic::include_proto!("openshell.cluster.v1");
+        }
+    }
+    /// `openshell.objects.*`
+    pub mod objects {
+        /// `openshell.objects.v1`
+        pub mod v1 {
+            tonic::include_proto!("openshell.objects.v1");
+        }
+    }
+    /// `openshell.gateway.*`
+    pub mod gateway {
+        /// `openshell.gateway.v1`
+        pub mod v1 {
+            tonic::include_proto!("openshell.gateway.v1");
+        }
+    }
 }
 
-/// Cluster administration.
-pub mod cluster {
-    tonic::include_proto!("openshell.cluster.v1");
-}
-
-/// The generic object store.
-pub mod objects {
-    tonic::include_proto!("openshell.objects.v1");
-}
+pub use openshell::cluster::v1 as cluster;
+pub use openshell::gateway::v1 as gateway;
+pub use openshell::objects::v1 as objects;
+pub use openshell::raft::v1 as raft;

@@ -17,7 +17,9 @@ use tempfile::TempDir;
 struct SledBuilder;
 
 impl StoreBuilder<TypeConfig, LogStore, StateMachineStore<Objects>, TempDir> for SledBuilder {
-    async fn build(&self) -> Result<(TempDir, LogStore, StateMachineStore<Objects>), StorageError<u64>> {
+    async fn build(
+        &self,
+    ) -> Result<(TempDir, LogStore, StateMachineStore<Objects>), StorageError<u64>> {
         let dir = TempDir::new().map_err(|e| openraft::StorageIOError::read(&e))?;
         let data = DataDir::open(dir.path(), "suite", 1, 8 * 1024 * 1024)
             .map_err(|e| openraft::StorageIOError::read(&std::io::Error::other(e.to_string())))?;

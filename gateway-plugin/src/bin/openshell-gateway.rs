@@ -1,0 +1,113 @@
+//! `openshell-gateway`: one gateway replica. Parses flags and the config file,
+//! then runs the library's server until SIGINT or SIGTERM.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Parser;
+use gateway_plugin::config::{self, GatewaySection, RaftSection};
+
+/// One replica of the OpenShell gateway's raft-replicated pool store.
+#[derive(Parser, Debug)]
+#[command(name = "openshell-gateway", version, about)]
+struct Args {
+    /// TOML config file ([openshell.gateway] sections); flags override it.
+    #[arg(long, env = "OPENSHELL_GATEWAY_CONFIG")]
+    config: Option<PathBuf>,
+    /// This gateway's raft node id (>= 1).
+    #[arg(long, env = "OPENSHELL_NODE_ID")]
+    node_id: Option<u64>,
+    /// Address to bind, ip:port.
+    #[arg(long, env = "OPENSHELL_LISTEN")]
+    listen: Option<String>,
+    /// Address others reach this gateway at (default: --listen).
+    #[arg(long, env = "OPENSHELL_ADVERTISE")]
+    advertise: Option<String>,
+    /// Data directory (created if absent).
+    #[arg(long, env = "OPENSHELL_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Cluster id; a data directory or peer of another cluster is refused.
+    #[arg(long, env = "OPENSHELL_CLUSTER_ID")]
+    cluster_id: Option<String>,
+    /// Voters of a new cluster, comma-separated id=host:port.
+    #[arg(long, env = "OPENSHELL_INITIAL_MEMBERS", value_delimiter = ',')]
+    initial_members: Option<Vec<String>>,
+    /// Raft heartbeat interval in ms.
+    #[arg(long)]
+    heartbeat_ms: Option<u64>,
+    /// Raft election timeout lower bound in ms.
+    #[arg(long)]
+    election_min_ms: Option<u64>,
+    /// Raft election timeout upper bound in ms.
+    #[arg(long)]
+    election_max_ms: Option<u64>,
+    /// Build a snapshot after this many log entries.
+    #[arg(long)]
+    snapshot_after_logs: Option<u64>,
+    /// Log entries kept behind a snapshot.
+    #[arg(long)]
+    logs_to_keep: Option<u64>,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let file = match &args.config {
+        Some(path) => config::read_file(path)?,
+        None => GatewaySection::default(),
+    };
+    let flags = GatewaySection {
+        node_id: args.node_id,
+        listen_addr: args.listen,
+        advertise_addr: args.advertise,
+        data_dir: args.data_dir,
+        cluster_id: args.cluster_id,
+        initial_members: args.initial_members,
+        raft: Some(RaftSection {
+            heartbeat_interval_ms: args.heartbeat_ms,
+            election_timeout_min_ms: args.election_min_ms,
+            election_timeout_max_ms: args.election_max_ms,
+            snapshot_after_logs: args.snapshot_after_logs,
+            logs_to_keep: args.logs_to_keep,
+            ..Default::default()
+        }),
+    };
+    let config = file.overlay(flags).validate()?;
+    let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
+    runtime.block_on(gateway_plugin::server::run(config, shutdown_signal()))
+}
+
+/// Completes on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::error!(error = %e, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    tracing::info!("shutting down");
+}

@@ -1,0 +1,225 @@
+//! `openshell.cluster.v1.ClusterAdmin`: bootstrap, membership, leadership
+//! transfer, snapshots and status.
+//!
+//! Who may call it: operators (through `openshell-pool raft ...`) and
+//! automation. Any gateway serves it: a follower forwards mutating calls to the
+//! leader (one hop, marked with `x-openshell-forwarded`); `Status` answers with
+//! the leader's view unless `local` is set or no leader is known.
+
+use proto::cluster::cluster_admin_client::ClusterAdminClient;
+use proto::cluster::cluster_admin_server::ClusterAdmin;
+use proto::cluster::{
+    AddLearnerRequest, ClusterStatus as PbStatus, InitializeRequest, Member, MembershipReply,
+    NodeStatus as PbNode, PromoteRequest, RemoveRequest, StatusRequest, TransferLeaderReply,
+    TransferLeaderRequest, TriggerSnapshotReply, TriggerSnapshotRequest,
+};
+use raft_store::node::MembershipChange;
+use raft_store::{AdminError, RaftNode};
+use tonic::transport::Endpoint;
+use tonic::{Request, Response, Status};
+
+use crate::state::GatewayState;
+use crate::status::{self, FORWARDED};
+
+/// The cluster admin service of one gateway.
+pub struct ClusterAdminService {
+    node: RaftNode<GatewayState>,
+}
+
+impl ClusterAdminService {
+    /// The service of `node`.
+    pub fn new(node: RaftNode<GatewayState>) -> Self {
+        ClusterAdminService { node }
+    }
+
+    /// A client to the leader, when this node is not it and the call was not
+    /// already forwarded.
+    fn leader_client<T>(
+        &self,
+        request: &Request<T>,
+        err: &AdminError,
+    ) -> Option<ClusterAdminClient<tonic::transport::Channel>> {
+        let AdminError::NotLeader { leader_addr, .. } = err else {
+            return None;
+        };
+        if request.metadata().contains_key(FORWARDED) {
+            return None;
+        }
+        let endpoint = Endpoint::from_shared(format!("http://{leader_addr}")).ok()?;
+        Some(ClusterAdminClient::new(endpoint.connect_lazy()))
+    }
+}
+
+fn forwarded<T>(message: T) -> Request<T> {
+    let mut request = Request::new(message);
+    request
+        .metadata_mut()
+        .insert(FORWARDED, tonic::metadata::MetadataValue::from_static("1"));
+    request
+}
+
+fn members(list: Vec<(u64, String)>) -> Vec<Member> {
+    list.into_iter()
+        .map(|(id, addr)| Member { id, addr })
+        .collect()
+}
+
+fn membership_reply(change: MembershipChange) -> MembershipReply {
+    MembershipReply {
+        log_index: change.log_index,
+        voters: members(change.voters),
+        learners: members(change.learners),
+        learner_matched: change.learner_matched,
+        leader_last_index: change.leader_last_index,
+    }
+}
+
+/// Runs `local` here; on `NotLeader`, replays the call on the leader.
+macro_rules! on_leader {
+    ($self:ident, $request:ident, $local:expr, $remote:ident) => {{
+        match $local {
+            Ok(reply) => Ok(Response::new(reply)),
+            Err(err) => match $self.leader_client(&$request, &err) {
+                Some(mut leader) => leader.$remote(forwarded($request.into_inner())).await,
+                None => Err(status::admin(err)),
+            },
+        }
+    }};
+}
+
+#[tonic::async_trait]
+impl ClusterAdmin for ClusterAdminService {
+    #[tracing::instrument(level = "info", skip_all)]
+    async fn initialize(
+        &self,
+        request: Request<InitializeRequest>,
+    ) -> Result<Response<MembershipReply>, Status> {
+        let list = request
+            .get_ref()
+            .members
+            .iter()
+            .map(|m| (m.id, m.addr.clone()))
+            .collect();
+        self.node
+            .initialize(list)
+            .await
+            .map(|c| Response::new(membership_reply(c)))
+            .map_err(status::admin)
+    }
+
+    #[tracing::instrument(level = "info", skip_all)]
+    async fn add_learner(
+        &self,
+        request: Request<AddLearnerRequest>,
+    ) -> Result<Response<MembershipReply>, Status> {
+        let Some(member) = request.get_ref().member.clone() else {
+            return Err(Status::invalid_argument("member is required"));
+        };
+        let local = self
+            .node
+            .add_learner(member.id, &member.addr, request.get_ref().blocking)
+            .await;
+        on_leader!(self, request, local.map(membership_reply), add_learner)
+    }
+
+    #[tracing::instrument(level = "info", skip_all)]
+    async fn promote(
+        &self,
+        request: Request<PromoteRequest>,
+    ) -> Result<Response<MembershipReply>, Status> {
+        let local = self.node.promote(request.get_ref().id).await;
+        on_leader!(self, request, local.map(membership_reply), promote)
+    }
+
+    #[tracing::instrument(level = "info", skip_all)]
+    async fn remove(
+        &self,
+        request: Request<RemoveRequest>,
+    ) -> Result<Response<MembershipReply>, Status> {
+        let local = self.node.remove(request.get_ref().id).await;
+        on_leader!(self, request, local.map(membership_reply), remove)
+    }
+
+    #[tracing::instrument(level = "info", skip_all)]
+    async fn transfer_leader(
+        &self,
+        request: Request<TransferLeaderRequest>,
+    ) -> Result<Response<TransferLeaderReply>, Status> {
+        let to = Some(request.get_ref().to).filter(|id| *id != 0);
+        let local = self.node.transfer_leader(to).await;
+        on_leader!(
+            self,
+            request,
+            local.map(|(leader_id, term)| TransferLeaderReply { leader_id, term }),
+            transfer_leader
+        )
+    }
+
+    #[tracing::instrument(level = "info", skip_all)]
+    async fn trigger_snapshot(
+        &self,
+        request: Request<TriggerSnapshotRequest>,
+    ) -> Result<Response<TriggerSnapshotReply>, Status> {
+        // Every node snapshots on its own; this one is asked to now.
+        let _ = request;
+        self.node
+            .trigger_snapshot()
+            .await
+            .map(|snapshot_index| Response::new(TriggerSnapshotReply { snapshot_index }))
+            .map_err(status::admin)
+    }
+
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn status(&self, request: Request<StatusRequest>) -> Result<Response<PbStatus>, Status> {
+        let local = self.node.status();
+        let leader_elsewhere = local
+            .leader
+            .as_ref()
+            .filter(|(id, _)| *id != self.node.id())
+            .cloned();
+        if let (false, false, Some((leader_id, leader_addr))) = (
+            request.get_ref().local,
+            request.metadata().contains_key(FORWARDED),
+            leader_elsewhere,
+        ) {
+            let err = AdminError::NotLeader {
+                leader_id,
+                leader_addr,
+            };
+            if let Some(mut leader) = self.leader_client(&request, &err) {
+                if let Ok(reply) = leader.status(forwarded(request.get_ref().clone())).await {
+                    return Ok(reply);
+                }
+            }
+        }
+        Ok(Response::new(to_pb_status(local)))
+    }
+}
+
+fn to_pb_status(s: raft_store::ClusterStatus) -> PbStatus {
+    let (leader_id, leader_addr) = s.leader.unwrap_or((0, String::new()));
+    PbStatus {
+        node_id: s.node_id,
+        leader_id,
+        leader_addr,
+        term: s.term,
+        commit_index: s.commit_index,
+        applied_index: s.applied_index,
+        last_log_index: s.last_log_index,
+        snapshot_index: s.snapshot_index,
+        purged_index: s.purged_index,
+        nodes: s
+            .nodes
+            .into_iter()
+            .map(|n| PbNode {
+                id: n.id,
+                addr: n.addr,
+                voter: n.voter,
+                matched_index: n.matched_index.unwrap_or(0),
+                lag: n.lag.unwrap_or(0),
+            })
+            .collect(),
+        state: s.state,
+        cluster_id: s.cluster_id,
+    }
+}

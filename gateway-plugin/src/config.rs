@@ -1,0 +1,393 @@
+//! Gateway configuration: a TOML file with OpenShell's section names, flags and
+//! environment variables over it, validated at start-up.
+//!
+//! ```toml
+//! [openshell.gateway]
+//! node_id = 1
+//! listen_addr = "127.0.0.1:7001"
+//! advertise_addr = "127.0.0.1:7001"
+//! data_dir = "/var/lib/openshell/gateway"
+//! cluster_id = "openshell"
+//! initial_members = ["1=127.0.0.1:7001", "2=127.0.0.1:7002", "3=127.0.0.1:7003"]
+//!
+//! [openshell.gateway.raft]
+//! heartbeat_interval_ms = 50
+//! election_timeout_min_ms = 150
+//! election_timeout_max_ms = 300
+//! snapshot_after_logs = 5000
+//! logs_to_keep = 1000
+//! snapshot_chunk_bytes = 1048576
+//! write_timeout_ms = 5000
+//! ```
+//!
+//! Every error names the key (`openshell.gateway.raft.heartbeat_interval_ms`)
+//! and the allowed range. Unknown keys are errors.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use raft_store::NodeConfig;
+use serde::Deserialize;
+
+/// A configuration value that is missing, malformed or out of range.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    /// The file cannot be read or parsed.
+    #[error("config file {path}: {problem}")]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A required key is missing.
+    #[error("{key} is required (set it in the config file, or with {flag})")]
+    Missing {
+        /// The key, e.g. `openshell.gateway.node_id`.
+        key: &'static str,
+        /// The flag that sets it.
+        flag: &'static str,
+    },
+    /// A value is invalid.
+    #[error("{key} = {value}: {problem}")]
+    Invalid {
+        /// The key.
+        key: &'static str,
+        /// The value given.
+        value: String,
+        /// What is wrong, with the allowed range.
+        problem: String,
+    },
+}
+
+/// `[openshell.gateway.raft]`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RaftSection {
+    /// Leader heartbeat interval, ms (10..=10000, default 50).
+    pub heartbeat_interval_ms: Option<u64>,
+    /// Election timeout lower bound, ms (> 2 × heartbeat, default 150).
+    pub election_timeout_min_ms: Option<u64>,
+    /// Election timeout upper bound, ms (> min, default 300).
+    pub election_timeout_max_ms: Option<u64>,
+    /// Entries between snapshots (10..=10000000, default 5000).
+    pub snapshot_after_logs: Option<u64>,
+    /// Entries kept behind a snapshot (0..=10000000, default 1000).
+    pub logs_to_keep: Option<u64>,
+    /// Largest snapshot chunk, bytes (4096..=33554432, default 1 MiB).
+    pub snapshot_chunk_bytes: Option<u64>,
+    /// How long a write may wait for a leader, ms (100..=600000, default 5000).
+    pub write_timeout_ms: Option<u64>,
+}
+
+/// `[openshell.gateway]`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatewaySection {
+    /// This gateway's raft node id (>= 1).
+    pub node_id: Option<u64>,
+    /// Address the gRPC server binds.
+    pub listen_addr: Option<String>,
+    /// Address other gateways and clients use (default: listen_addr).
+    pub advertise_addr: Option<String>,
+    /// Data directory.
+    pub data_dir: Option<PathBuf>,
+    /// Cluster id (default "openshell").
+    pub cluster_id: Option<String>,
+    /// Voters of a new cluster, `id=host:port`; the lowest id bootstraps it.
+    pub initial_members: Option<Vec<String>>,
+    /// Raft timing and snapshot policy.
+    pub raft: Option<RaftSection>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OpenShellSection {
+    gateway: Option<GatewaySection>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileRoot {
+    openshell: Option<OpenShellSection>,
+}
+
+/// Reads `[openshell.gateway]` from a TOML file.
+///
+/// # Errors
+/// [`ConfigError::File`] naming the file and the offending key.
+pub fn read_file(path: &Path) -> Result<GatewaySection, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError::File {
+        path: path.to_path_buf(),
+        problem: e.to_string(),
+    })?;
+    let root: FileRoot = toml::from_str(&text).map_err(|e| ConfigError::File {
+        path: path.to_path_buf(),
+        problem: e.to_string().trim().to_string(),
+    })?;
+    Ok(root.openshell.and_then(|o| o.gateway).unwrap_or_default())
+}
+
+impl GatewaySection {
+    /// Overlays `other`'s set values on `self` (flags over file).
+    pub fn overlay(mut self, other: GatewaySection) -> GatewaySection {
+        macro_rules! take {
+            ($($f:ident),*) => { $( if other.$f.is_some() { self.$f = other.$f; } )* };
+        }
+        take!(
+            node_id,
+            listen_addr,
+            advertise_addr,
+            data_dir,
+            cluster_id,
+            initial_members
+        );
+        let mut raft = self.raft.unwrap_or_default();
+        if let Some(o) = other.raft {
+            macro_rules! take_raft {
+                ($($f:ident),*) => { $( if o.$f.is_some() { raft.$f = o.$f; } )* };
+            }
+            take_raft!(
+                heartbeat_interval_ms,
+                election_timeout_min_ms,
+                election_timeout_max_ms,
+                snapshot_after_logs,
+                logs_to_keep,
+                snapshot_chunk_bytes,
+                write_timeout_ms
+            );
+        }
+        self.raft = Some(raft);
+        self
+    }
+}
+
+/// The validated configuration a gateway runs with.
+#[derive(Clone, Debug)]
+pub struct GatewayConfig {
+    /// The raft node.
+    pub node: NodeConfig,
+    /// Address the gRPC server binds.
+    pub listen_addr: SocketAddr,
+    /// Voters of a new cluster (empty: join an existing one as a learner).
+    pub initial_members: Vec<(u64, String)>,
+}
+
+fn in_range(key: &'static str, value: u64, lo: u64, hi: u64) -> Result<u64, ConfigError> {
+    if (lo..=hi).contains(&value) {
+        Ok(value)
+    } else {
+        Err(ConfigError::Invalid {
+            key,
+            value: value.to_string(),
+            problem: format!("must be within {lo}..={hi}"),
+        })
+    }
+}
+
+/// Parses `id=host:port`.
+pub fn parse_member(text: &str) -> Result<(u64, String), String> {
+    let (id, addr) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?} is not id=host:port"))?;
+    let id: u64 = id
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?}: node id {id:?} is not a number"))?;
+    if id == 0 {
+        return Err(format!("{text:?}: node id 0 is reserved"));
+    }
+    let addr = addr.trim();
+    if addr
+        .rsplit_once(':')
+        .and_then(|(_, p)| p.parse::<u16>().ok())
+        .is_none()
+    {
+        return Err(format!("{text:?}: {addr:?} is not host:port"));
+    }
+    Ok((id, addr.to_string()))
+}
+
+impl GatewaySection {
+    /// Validates the merged settings.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming the first key at fault.
+    pub fn validate(self) -> Result<GatewayConfig, ConfigError> {
+        let node_id = self.node_id.ok_or(ConfigError::Missing {
+            key: "openshell.gateway.node_id",
+            flag: "--node-id",
+        })?;
+        let node_id = in_range("openshell.gateway.node_id", node_id, 1, u64::MAX)?;
+        let listen = self.listen_addr.ok_or(ConfigError::Missing {
+            key: "openshell.gateway.listen_addr",
+            flag: "--listen",
+        })?;
+        let listen_addr: SocketAddr = listen.parse().map_err(|_| ConfigError::Invalid {
+            key: "openshell.gateway.listen_addr",
+            value: listen.clone(),
+            problem: "must be ip:port, e.g. 127.0.0.1:7001".into(),
+        })?;
+        let advertise = self.advertise_addr.unwrap_or_else(|| listen.clone());
+        if advertise
+            .rsplit_once(':')
+            .and_then(|(_, p)| p.parse::<u16>().ok())
+            .is_none()
+        {
+            return Err(ConfigError::Invalid {
+                key: "openshell.gateway.advertise_addr",
+                value: advertise,
+                problem: "must be host:port".into(),
+            });
+        }
+        let data_dir = self.data_dir.ok_or(ConfigError::Missing {
+            key: "openshell.gateway.data_dir",
+            flag: "--data-dir",
+        })?;
+        let cluster_id = self.cluster_id.unwrap_or_else(|| "openshell".to_string());
+        if cluster_id.is_empty() || cluster_id.len() > 128 {
+            return Err(ConfigError::Invalid {
+                key: "openshell.gateway.cluster_id",
+                value: cluster_id,
+                problem: "must be 1 to 128 characters".into(),
+            });
+        }
+        let mut initial_members = Vec::new();
+        for m in self.initial_members.unwrap_or_default() {
+            let member = parse_member(&m).map_err(|problem| ConfigError::Invalid {
+                key: "openshell.gateway.initial_members",
+                value: m.clone(),
+                problem,
+            })?;
+            initial_members.push(member);
+        }
+        let raft = self.raft.unwrap_or_default();
+        let heartbeat = in_range(
+            "openshell.gateway.raft.heartbeat_interval_ms",
+            raft.heartbeat_interval_ms.unwrap_or(50),
+            10,
+            10_000,
+        )?;
+        let election_min = in_range(
+            "openshell.gateway.raft.election_timeout_min_ms",
+            raft.election_timeout_min_ms.unwrap_or(150),
+            heartbeat * 2 + 1,
+            60_000,
+        )?;
+        let election_max = in_range(
+            "openshell.gateway.raft.election_timeout_max_ms",
+            raft.election_timeout_max_ms.unwrap_or(300),
+            election_min + 1,
+            120_000,
+        )?;
+        let mut node = NodeConfig::new(node_id, &advertise, data_dir, &cluster_id);
+        node.heartbeat_interval = Duration::from_millis(heartbeat);
+        node.election_timeout_min = Duration::from_millis(election_min);
+        node.election_timeout_max = Duration::from_millis(election_max);
+        node.snapshot_after_logs = in_range(
+            "openshell.gateway.raft.snapshot_after_logs",
+            raft.snapshot_after_logs.unwrap_or(5000),
+            10,
+            10_000_000,
+        )?;
+        node.logs_to_keep = in_range(
+            "openshell.gateway.raft.logs_to_keep",
+            raft.logs_to_keep.unwrap_or(1000),
+            0,
+            10_000_000,
+        )?;
+        node.snapshot_chunk_bytes = in_range(
+            "openshell.gateway.raft.snapshot_chunk_bytes",
+            raft.snapshot_chunk_bytes.unwrap_or(1024 * 1024),
+            4096,
+            32 * 1024 * 1024,
+        )?;
+        node.write_timeout = Duration::from_millis(in_range(
+            "openshell.gateway.raft.write_timeout_ms",
+            raft.write_timeout_ms.unwrap_or(5000),
+            100,
+            600_000,
+        )?);
+        Ok(GatewayConfig {
+            node,
+            listen_addr,
+            initial_members,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> GatewaySection {
+        GatewaySection {
+            node_id: Some(1),
+            listen_addr: Some("127.0.0.1:7001".into()),
+            data_dir: Some("/tmp/x".into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn errors_name_the_key_and_range() {
+        let mut s = base();
+        s.raft = Some(RaftSection {
+            heartbeat_interval_ms: Some(5),
+            ..Default::default()
+        });
+        let e = s
+            .validate()
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            e.contains("openshell.gateway.raft.heartbeat_interval_ms = 5"),
+            "{e}"
+        );
+        assert!(e.contains("10..=10000"), "{e}");
+        let mut s = base();
+        s.node_id = None;
+        let e = s
+            .validate()
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains("openshell.gateway.node_id is required"), "{e}");
+        let mut s = base();
+        s.initial_members = Some(vec!["x=1".into()]);
+        let e = s
+            .validate()
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains("openshell.gateway.initial_members"), "{e}");
+    }
+
+    #[test]
+    fn flags_override_file_and_unknown_keys_fail() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("gw.toml");
+        std::fs::write(
+            &path,
+            "[openshell.gateway]\nnode_id = 2\nlisten_addr = \"127.0.0.1:1\"\ndata_dir = \"/d\"\n[openshell.gateway.raft]\nheartbeat_interval_ms = 40\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let file = read_file(&path).unwrap_or_else(|e| panic!("{e}"));
+        let merged = file.overlay(GatewaySection {
+            node_id: Some(3),
+            ..Default::default()
+        });
+        let config = merged.validate().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(config.node.node_id, 3);
+        assert_eq!(config.node.heartbeat_interval, Duration::from_millis(40));
+        std::fs::write(&path, "[openshell.gateway]\nnode_idd = 2\n")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let e = read_file(&path)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains("node_idd"), "{e}");
+    }
+}

@@ -1,0 +1,158 @@
+//! `openshell.objects.v1.ObjectStore`: the gateway's generic object store.
+//!
+//! Who may call it: the gateway's own components and operators. Any gateway
+//! serves every call: writes are forwarded to the leader by raft-store, reads
+//! are linearizable through read-index unless `stale` is set.
+//!
+//! A failed precondition is `ALREADY_EXISTS` (must-create), `NOT_FOUND` or
+//! `FAILED_PRECONDITION` (resource version mismatch); the current resource
+//! version travels in `x-openshell-resource-version`. These are certain
+//! failures: nothing changed. `UNKNOWN` means the outcome is unknown.
+
+use proto::objects::object_store_server::ObjectStore;
+use proto::objects::{
+    object_command, object_result, DeleteRequest, DeleteResponse, GetRequest, GetResponse,
+    ListRequest, ListResponse, ObjectCommand, PutRequest, PutResponse, RejectReason, Rejection,
+};
+use raft_store::RaftNode;
+use tonic::{Request, Response, Status};
+
+use crate::state::GatewayState;
+use crate::status;
+
+/// Metadata key of the current resource version in a rejection.
+pub const RESOURCE_VERSION: &str = "x-openshell-resource-version";
+
+/// The object store service of one gateway.
+pub struct ObjectStoreService {
+    node: RaftNode<GatewayState>,
+}
+
+impl ObjectStoreService {
+    /// The service of `node`.
+    pub fn new(node: RaftNode<GatewayState>) -> Self {
+        ObjectStoreService { node }
+    }
+
+    async fn propose(&self, op: object_command::Op) -> Result<object_result::Result, Status> {
+        let command = ObjectCommand { op: Some(op) };
+        raft_store::objects::Objects::validate_command(&command)
+            .map_err(Status::invalid_argument)?;
+        let applied = self
+            .node
+            .write(GatewayState::object_command(command))
+            .await
+            .map_err(status::write)?;
+        GatewayState::object_result(&applied.response)
+            .map_err(Status::internal)?
+            .result
+            .ok_or_else(|| Status::internal("empty object-store result"))
+    }
+}
+
+fn rejection(r: Rejection) -> Status {
+    let reason = RejectReason::try_from(r.reason).unwrap_or(RejectReason::Unspecified);
+    let mut status = match reason {
+        RejectReason::AlreadyExists => {
+            Status::already_exists("object already exists (must_create)")
+        }
+        RejectReason::NotFound => Status::not_found("object does not exist"),
+        _ => Status::failed_precondition(format!(
+            "resource version mismatch: the object is at {}",
+            r.current_resource_version
+        )),
+    };
+    if let Ok(v) = tonic::metadata::MetadataValue::try_from(r.current_resource_version.to_string())
+    {
+        status.metadata_mut().insert(RESOURCE_VERSION, v);
+    }
+    status
+}
+
+#[tonic::async_trait]
+impl ObjectStore for ObjectStoreService {
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn put(&self, request: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
+        match self
+            .propose(object_command::Op::Put(request.into_inner()))
+            .await?
+        {
+            object_result::Result::Put(object) => Ok(Response::new(PutResponse {
+                object: Some(object),
+            })),
+            object_result::Result::Rejected(r) => Err(rejection(r)),
+            object_result::Result::Deleted(_) => Err(Status::internal("put answered as a delete")),
+        }
+    }
+
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn delete(
+        &self,
+        request: Request<DeleteRequest>,
+    ) -> Result<Response<DeleteResponse>, Status> {
+        match self
+            .propose(object_command::Op::Delete(request.into_inner()))
+            .await?
+        {
+            object_result::Result::Deleted(d) => Ok(Response::new(d)),
+            object_result::Result::Rejected(r) => Err(rejection(r)),
+            object_result::Result::Put(_) => Err(Status::internal("delete answered as a put")),
+        }
+    }
+
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn get(&self, request: Request<GetRequest>) -> Result<Response<GetResponse>, Status> {
+        let request = request.into_inner();
+        if request.r#type.is_empty() || request.id.is_empty() {
+            return Err(Status::invalid_argument("type and id are required"));
+        }
+        let read = |state: &GatewayState, index: u64| {
+            (
+                state.objects.get(&request.r#type, &request.id).cloned(),
+                index,
+            )
+        };
+        let (object, read_index) = if request.stale {
+            self.node.read_local(read)
+        } else {
+            self.node.read(read).await.map_err(status::read)?
+        };
+        match object {
+            Some(object) => Ok(Response::new(GetResponse {
+                object: Some(object),
+                read_index,
+            })),
+            None => Err(Status::not_found(format!(
+                "object {}/{} does not exist",
+                request.r#type, request.id
+            ))),
+        }
+    }
+
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn list(&self, request: Request<ListRequest>) -> Result<Response<ListResponse>, Status> {
+        let request = request.into_inner();
+        let list = |state: &GatewayState, index: u64| {
+            (
+                state.objects.list(
+                    &request.r#type,
+                    &request.scope,
+                    request.page_size,
+                    &request.page_token,
+                ),
+                index,
+            )
+        };
+        let (page, read_index) = if request.stale {
+            self.node.read_local(list)
+        } else {
+            self.node.read(list).await.map_err(status::read)?
+        };
+        let page = page.map_err(|e| Status::invalid_argument(e.to_string()))?;
+        Ok(Response::new(ListResponse {
+            objects: page.objects,
+            next_page_token: page.next_page_token.unwrap_or_default(),
+            read_index,
+        }))
+    }
+}

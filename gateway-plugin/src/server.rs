@@ -1,0 +1,91 @@
+//! Wiring: one raft node, every gRPC service on one port, bootstrap of a new
+//! cluster, graceful shutdown.
+
+use std::future::Future;
+use std::time::Duration;
+
+use anyhow::Context;
+use proto::cluster::cluster_admin_server::ClusterAdminServer;
+use proto::objects::object_store_server::ObjectStoreServer;
+use raft_store::RaftNode;
+
+use crate::cluster_admin_service::ClusterAdminService;
+use crate::config::GatewayConfig;
+use crate::object_store_service::ObjectStoreService;
+use crate::state::GatewayState;
+
+/// Runs a gateway until `shutdown` completes.
+///
+/// # Errors
+/// When the node cannot start (bad data directory, port in use) or the server
+/// fails.
+pub async fn run(
+    config: GatewayConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let node: RaftNode<GatewayState> = RaftNode::start(config.node.clone())
+        .await
+        .with_context(|| format!("starting raft node {}", config.node.node_id))?;
+    let listener = tokio::net::TcpListener::bind(config.listen_addr)
+        .await
+        .with_context(|| {
+            format!(
+                "binding {} (is another process using the port?)",
+                config.listen_addr
+            )
+        })?;
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    tracing::info!(
+        node = config.node.node_id,
+        listen = %config.listen_addr,
+        advertise = %config.node.advertise_addr,
+        "gateway listening"
+    );
+    bootstrap(&node, &config);
+    let result = tonic::transport::Server::builder()
+        .add_service(node.transport_service())
+        .add_service(ClusterAdminServer::new(ClusterAdminService::new(
+            node.clone(),
+        )))
+        .add_service(ObjectStoreServer::new(ObjectStoreService::new(
+            node.clone(),
+        )))
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await
+        .context("gRPC server failed");
+    node.shutdown().await;
+    result
+}
+
+/// A node listed first (lowest id) among the initial members bootstraps the
+/// cluster if its log is empty; the others wait to be contacted.
+fn bootstrap(node: &RaftNode<GatewayState>, config: &GatewayConfig) {
+    let members = config.initial_members.clone();
+    let lowest = members.iter().map(|(id, _)| *id).min();
+    if lowest != Some(node.id()) {
+        return;
+    }
+    let node = node.clone();
+    tokio::spawn(async move {
+        match node.raft().is_initialized().await {
+            Ok(true) => return,
+            Ok(false) => {}
+            Err(e) => {
+                tracing::error!(error = %e, "cannot tell whether raft is initialized");
+                return;
+            }
+        }
+        for attempt in 1..=10 {
+            match node.initialize(members.clone()).await {
+                Ok(_) => {
+                    tracing::info!(?members, "bootstrapped a new cluster");
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(attempt, error = %e, "bootstrap failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
+    });
+}

@@ -187,7 +187,7 @@ impl ClusterAdmin for ClusterAdminService {
                 leader_addr,
             };
             if let Some(mut leader) = self.leader_client(&request, &err) {
-                if let Ok(reply) = leader.status(forwarded(request.get_ref().clone())).await {
+                if let Ok(reply) = leader.status(forwarded(*request.get_ref())).await {
                     return Ok(reply);
                 }
             }

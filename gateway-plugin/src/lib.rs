@@ -9,8 +9,8 @@
 //!   its validation.
 //! - [`state`]: [`state::GatewayState`], the state machine the raft log drives:
 //!   the object store (and, next, the supervisor pool) in one log.
-//! - [`cluster_admin_service`]: `openshell.cluster.v1.ClusterAdmin`.
-//! - [`object_store_service`]: `openshell.objects.v1.ObjectStore`.
+//! - [`cluster_admin_service`](mod@cluster_admin_service) serves `openshell.cluster.v1.ClusterAdmin`.
+//! - [`object_store_service`](mod@object_store_service) serves `openshell.objects.v1.ObjectStore`.
 //! - [`status`]: error-to-`Status` mapping with leader hints.
 //! - [`server`]: wiring and the serve loop.
 

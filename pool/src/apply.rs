@@ -433,6 +433,22 @@ impl PoolState {
         Ok(())
     }
 
+    /// Rejects an owner whose member record shows it superseded, expired or
+    /// leaving: a late message from a dead process never counts (I3).
+    fn check_owner_alive(&self, owner: &Owner) -> R<()> {
+        match self.members.get(&owner.member) {
+            None => Err(Reason::UnknownMember(owner.member.clone())),
+            Some(m) if m.incarnation > owner.incarnation => Err(Reason::StaleIncarnation {
+                given: owner.incarnation,
+                current: m.incarnation,
+            }),
+            Some(m) if matches!(m.state, MemberState::Expired | MemberState::Leaving) => {
+                Err(Reason::IncarnationRetired)
+            }
+            Some(_) => Ok(()),
+        }
+    }
+
     /// Moves ownership to `(member, incarnation)`: term +1 and epoch +1 (I1,
     /// I2), unacknowledged, recovering; the charge moves with it (I5).
     fn change_owner(
@@ -516,9 +532,7 @@ impl PoolState {
         if s.owner.acknowledged {
             return Ok(Effect::AlreadyAcknowledged);
         }
-        if self.owner_is_dead(&s.owner) {
-            return Err(Reason::IncarnationRetired);
-        }
+        self.check_owner_alive(&s.owner)?;
         let op = match &s.recovery {
             Some(Recovery {
                 cause: RecoveryCause::Move(op),
@@ -560,6 +574,7 @@ impl PoolState {
         if !s.owner.acknowledged {
             return Err(Reason::NotAcknowledged);
         }
+        self.check_owner_alive(&s.owner)?;
         let Some(s) = self.sandboxes.get_mut(&c.sandbox) else {
             unreachable!("sandbox vanished")
         };

@@ -1,9 +1,13 @@
 //! Consistent-hash ring placement.
 //!
 //! The hash is **FNV-1a 64** (offset basis `0xcbf29ce484222325`, prime
-//! `0x100000001b3`), implemented inline because std's `DefaultHasher` is not
-//! stable across Rust releases and every replica (and every future binary that
-//! replays an old log) must compute the same ring.
+//! `0x100000001b3`) followed by the **SplitMix64 finalizer** (FNV alone
+//! spreads short keys that differ in their last byte poorly over the high
+//! bits, which decide ring order). Both are implemented inline because std's
+//! `DefaultHasher` is not stable across Rust releases and every replica (and
+//! every future binary that replays an old log) must compute the same ring.
+//! Changing this function changes placement of future commands only (past
+//! placements are recorded in the log), but it must then be versioned.
 //!
 //! * Member `m` owns [`VNODES_PER_MEMBER`] points: `fnv1a64("{m}#{i}")` for
 //!   `i in 0..64`.
@@ -33,14 +37,26 @@ pub fn fnv1a64(bytes: &[u8]) -> u64 {
     h
 }
 
+/// SplitMix64 finalizer (Steele, Lea, Flood 2014).
+pub fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The ring hash: `mix64(fnv1a64(bytes))`.
+pub fn ring_hash(bytes: &[u8]) -> u64 {
+    mix64(fnv1a64(bytes))
+}
+
 /// The ring point of one virtual node of a member.
 pub fn vnode_point(member: &str, vnode: u32) -> u64 {
-    fnv1a64(format!("{member}#{vnode}").as_bytes())
+    ring_hash(format!("{member}#{vnode}").as_bytes())
 }
 
 /// The ring point of a sandbox generation.
 pub fn sandbox_point(sandbox: &str, generation: u64) -> u64 {
-    fnv1a64(format!("{sandbox}/{generation}").as_bytes())
+    ring_hash(format!("{sandbox}/{generation}").as_bytes())
 }
 
 /// A sorted ring of `(point, member id)`; derived data, rebuilt from the
@@ -86,7 +102,7 @@ impl Ring {
 
     /// Walks clockwise from `point` and returns the first member id for which
     /// `accept` returns true. Each member is asked at most once.
-    pub fn walk<'a>(&'a self, point: u64, mut accept: impl FnMut(&str) -> bool) -> Option<&'a str> {
+    pub fn walk(&self, point: u64, mut accept: impl FnMut(&str) -> bool) -> Option<&str> {
         if self.points.is_empty() {
             return None;
         }
@@ -135,10 +151,14 @@ pub fn naive_place<'a>(
 mod tests {
     use super::*;
 
+    const PINNED_A0: u64 = 13_381_881_994_556_204_389;
+
     #[test]
     fn fnv_known_vectors() {
         assert_eq!(fnv1a64(b""), 0xcbf29ce484222325);
         assert_eq!(fnv1a64(b"a"), 0xaf63dc4c8601ec8c);
         assert_eq!(fnv1a64(b"foobar"), 0x85944171f73967e8);
+        // Pinned so an accidental change of the ring hash fails loudly.
+        assert_eq!(ring_hash(b"a#0"), PINNED_A0);
     }
 }

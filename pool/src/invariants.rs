@@ -275,8 +275,10 @@ impl InvariantTracker {
             }
             let owner_changed =
                 s.owner.member != prev.member || s.owner.incarnation != prev.incarnation;
+            let terminal_ok =
+                s.phase == prev.phase || (prev.phase == Phase::Failed && s.phase == Phase::Deleted);
             if matches!(prev.phase, Phase::Deleted | Phase::Failed)
-                && (s.phase != prev.phase || owner_changed)
+                && (!terminal_ok || owner_changed)
             {
                 return fail("I8", format!("{id}: {:?} generation revived", prev.phase));
             }

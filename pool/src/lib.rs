@@ -9,16 +9,16 @@
 //!
 //! ## Layout
 //!
-//! * [`command`]: the commands (prost wire format, explicit tags), [`Outcome`],
+//! * [`command`] — the commands (prost wire format, explicit tags), [`Outcome`],
 //!   [`Effect`] and the typed rejection [`Reason`].
-//! * [`state`]: [`PoolState`] (members, sandboxes, operations, launches)
+//! * [`state`] — the [`PoolState`] (members, sandboxes, operations, launches)
 //!   and its read helpers (`observed_status`, `assignment`, `status`).
 //! * `apply`: `PoolState::apply`, one exhaustive match, one `apply_<variant>`
 //!   per command.
-//! * [`snapshot`]: table-tagged snapshot encoding.
-//! * [`hash`]: FNV-1a 64 and the consistent-hash ring.
-//! * [`coordinator`]: the leader-side proposer, driven by the gateway.
-//! * [`invariants`]: I1–I6/I8 checks on one state and across steps.
+//! * [`snapshot`] — table-tagged snapshot encoding.
+//! * [`hash`] — FNV-1a 64 and the consistent-hash ring.
+//! * [`coordinator`] — the leader-side proposer, driven by the gateway.
+//! * [`invariants`] — I1–I6/I8 checks on one state and across steps.
 //!
 //! ## Example
 //!

@@ -17,12 +17,21 @@ fn launch_acknowledge_report() {
         panic!("not admitted")
     };
     assert!(!replay);
-    assert_eq!((assignment.term, assignment.epoch, assignment.generation), (1, 1, 1));
+    assert_eq!(
+        (assignment.term, assignment.epoch, assignment.generation),
+        (1, 1, 1)
+    );
     assert_eq!(h.st.observed_status("s1"), Some(ObservedStatus::Pending));
-    assert_eq!(h.report("s1", "running"), Outcome::Rejected(Reason::NotAcknowledged));
+    assert_eq!(
+        h.report("s1", "running"),
+        Outcome::Rejected(Reason::NotAcknowledged)
+    );
     assert_eq!(h.ack("s1"), Outcome::Applied(Effect::Acknowledged));
     assert_eq!(h.ack("s1"), Outcome::Applied(Effect::AlreadyAcknowledged));
-    assert_eq!(h.report("s1", "running"), Outcome::Applied(Effect::ReportAccepted));
+    assert_eq!(
+        h.report("s1", "running"),
+        Outcome::Applied(Effect::ReportAccepted)
+    );
     let idx = h.idx;
     assert_eq!(
         h.st.observed_status("s1"),
@@ -33,13 +42,20 @@ fn launch_acknowledge_report() {
         })
     );
     // Retry of the same launch id returns the same assignment.
-    let Effect::Admitted { assignment: again, replay } = h.ok(launch("l1", "s1")) else {
+    let Effect::Admitted {
+        assignment: again,
+        replay,
+    } = h.ok(launch("l1", "s1"))
+    else {
         panic!("not admitted")
     };
     assert!(replay);
     assert_eq!(again, assignment);
     // A different launch of the same live sandbox id is refused as a reject.
-    assert_eq!(h.rejected(launch("l2", "s1")), Reason::SandboxExists("s1".into()));
+    assert_eq!(
+        h.rejected(launch("l2", "s1")),
+        Reason::SandboxExists("s1".into())
+    );
     h.assert_replay_identical();
 }
 
@@ -54,7 +70,10 @@ fn bad_input_rejected_with_typed_reason() {
     h.join("b", 1, 1);
     assert_eq!(
         h.rejected(join("a", 1, 1)),
-        Reason::StaleIncarnation { given: 1, current: 2 }
+        Reason::StaleIncarnation {
+            given: 1,
+            current: 2
+        }
     );
     for n in [0, 9] {
         assert_eq!(
@@ -106,8 +125,13 @@ fn bad_input_rejected_with_typed_reason() {
         Reason::UnknownOperation("nope".into())
     );
     assert_eq!(
-        h.rejected(Command::Tick(Tick { expected_now_tick: 7 })),
-        Reason::StaleTick { expected: 7, current: 0 }
+        h.rejected(Command::Tick(Tick {
+            expected_now_tick: 7
+        })),
+        Reason::StaleTick {
+            expected: 7,
+            current: 0
+        }
     );
     assert_eq!(
         h.rejected(Command::Configure(Configure {
@@ -129,7 +153,10 @@ fn bad_input_rejected_with_typed_reason() {
             expected_incarnation: o.incarnation,
             expected_term: 5,
         })),
-        Reason::StaleTerm { expected: 5, current: 1 }
+        Reason::StaleTerm {
+            expected: 5,
+            current: 1
+        }
     );
     assert_eq!(h.rejected(takeover_of(&h.st, "s1")), Reason::OwnerAlive);
     assert_eq!(
@@ -140,7 +167,10 @@ fn bad_input_rejected_with_typed_reason() {
             expected_incarnation: o.incarnation,
             expected_term: 1,
         })),
-        Reason::StaleGeneration { given: 2, current: 1 }
+        Reason::StaleGeneration {
+            given: 2,
+            current: 1
+        }
     );
     assert_eq!(
         h.rejected(report("s1", 1, &o.member, o.incarnation + 1, 1, "x")),
@@ -183,7 +213,10 @@ fn heartbeat_batch_skips_bad_entries() {
         vec![
             SkippedBeat {
                 member: "a".into(),
-                reason: Reason::StaleIncarnation { given: 1, current: 2 }
+                reason: Reason::StaleIncarnation {
+                    given: 1,
+                    current: 2
+                }
             },
             SkippedBeat {
                 member: "zz".into(),
@@ -199,7 +232,9 @@ fn heartbeat_batch_skips_bad_entries() {
 #[test]
 fn command_wire_round_trip() {
     let cmds = vec![
-        Command::Tick(Tick { expected_now_tick: 3 }),
+        Command::Tick(Tick {
+            expected_now_tick: 3,
+        }),
         Command::Configure(Configure {
             heartbeat_ttl_ticks: 1,
             recovery_deadline_ticks: 2,
@@ -246,8 +281,14 @@ fn command_wire_round_trip() {
     }
     assert_eq!(Command::decode(&[]), Err(DecodeError::UnknownCommand));
     // Field 99 (unknown tag from a newer version): skipped, no command.
-    assert_eq!(Command::decode(&[0x98, 0x06, 0x01]), Err(DecodeError::UnknownCommand));
-    assert!(matches!(Command::decode(&[0xff, 0xff]), Err(DecodeError::Protobuf(_))));
+    assert_eq!(
+        Command::decode(&[0x98, 0x06, 0x01]),
+        Err(DecodeError::UnknownCommand)
+    );
+    assert!(matches!(
+        Command::decode(&[0xff, 0xff]),
+        Err(DecodeError::Protobuf(_))
+    ));
     // Tag 4 (Join) is the wire discriminant: first byte is field 4, wire type 2.
     assert_eq!(join("a", 1, 1).encode_to_vec()[0], (4 << 3) | 2);
 }
@@ -332,9 +373,15 @@ fn snapshot_round_trip_launches() {
     h.ok(launch("big4", "x4"));
     h.ok(launch("big5", "x5"));
     h.ok(launch("big6", "x6"));
-    assert!(matches!(h.ok(launch("big7", "x7")), Effect::LaunchRefused(_)));
+    assert!(matches!(
+        h.ok(launch("big7", "x7")),
+        Effect::LaunchRefused(_)
+    ));
     for (id, l) in h.st.launches() {
-        assert_eq!(launch_from_record(launch_to_record(id, l)).unwrap(), (id.clone(), l.clone()));
+        assert_eq!(
+            launch_from_record(launch_to_record(id, l)).unwrap(),
+            (id.clone(), l.clone())
+        );
     }
     let s = PoolState::decode_snapshot(&h.snapshot()).unwrap();
     assert_eq!(s.launches(), h.st.launches());
@@ -342,7 +389,10 @@ fn snapshot_round_trip_launches() {
 
 #[test]
 fn snapshot_decode_rejects_garbage() {
-    assert_eq!(PoolState::decode_snapshot(&[]).err(), Some(DecodeError::Incomplete("meta")));
+    assert_eq!(
+        PoolState::decode_snapshot(&[]).err(),
+        Some(DecodeError::Incomplete("meta"))
+    );
     assert!(PoolState::decode_snapshot(&[0xff, 0xff, 0xff]).is_err());
     // A member record with an unknown state value.
     let bad = Snapshot {

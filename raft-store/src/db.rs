@@ -20,8 +20,10 @@
 
 use std::fs::File;
 use std::io;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
@@ -60,11 +62,19 @@ pub struct DataDir {
     pub log: sled::Tree,
     /// Makes writes durable.
     pub durability: Durability,
+    /// What the database is known to hold durably.
+    pub watermark: Arc<Watermark>,
 }
 
 impl DataDir {
     /// Opens (or, if absent or empty, creates) the data directory of node
     /// `node_id` in cluster `cluster_id`.
+    ///
+    /// An existing directory is verified first on a scratch copy of its
+    /// database (sled repairs a damaged file in place when it opens it, which
+    /// would silently drop acknowledged entries): the copy must open, carry
+    /// this node's identity, and hold at least the log and vote recorded in
+    /// the watermark file. Only then is the real database opened.
     ///
     /// # Errors
     /// [`Error::DataDir`] when the directory is not this node's data directory
@@ -77,6 +87,7 @@ impl DataDir {
     ) -> Result<Self> {
         let fresh = is_absent_or_empty(path)?;
         let raft_dir = path.join("raft");
+        let watermark_path = path.join(WATERMARK_FILE);
         if !fresh && !raft_dir.join("db").is_file() {
             return Err(Error::DataDir {
                 path: path.to_path_buf(),
@@ -85,6 +96,22 @@ impl DataDir {
                           point --data-dir at an empty directory or at this node's own data"
                         .into(),
             });
+        }
+        let expected = Identity {
+            format: STORAGE_FORMAT_V1,
+            encoding: codec::ENCODING_V1,
+            cluster_id: cluster_id.to_string(),
+            node_id,
+        };
+        if fresh {
+            std::fs::create_dir_all(path).map_err(|source| Error::Io {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            Watermark::create(&watermark_path)?;
+        } else {
+            let recorded = Watermark::read(&watermark_path)?;
+            verify_on_copy(path, &expected, recorded, cache_capacity)?;
         }
         std::fs::create_dir_all(&raft_dir).map_err(|source| Error::Io {
             path: raft_dir.clone(),
@@ -107,37 +134,23 @@ impl DataDir {
             path: db_file_path.clone(),
             source,
         })?;
-        let durability = Durability::start(db.clone(), db_file);
+        let marks = durable_marks(&raft_dir, &meta, &log)?;
+        let watermark = Arc::new(Watermark::open(&watermark_path, marks)?);
+        let durability = Durability::start(db.clone(), db_file, watermark.clone());
 
-        let expected = Identity {
-            format: STORAGE_FORMAT_V1,
-            encoding: codec::ENCODING_V1,
-            cluster_id: cluster_id.to_string(),
-            node_id,
-        };
         match meta.get(IDENTITY_KEY).map_err(sled_err)? {
             None if fresh => {
-                meta.insert(IDENTITY_KEY, codec::encode(&expected)).map_err(sled_err)?;
-                durability.sync_blocking().map_err(|source| Error::Io { path: db_file_path.clone(), source })?;
+                meta.insert(IDENTITY_KEY, codec::encode(&expected))
+                    .map_err(sled_err)?;
+                durability.sync_blocking().map_err(|source| Error::Io {
+                    path: db_file_path.clone(),
+                    source,
+                })?;
                 sync_dir(path)?;
                 sync_dir(&raft_dir)?;
             }
-            None => {
-                return Err(Error::DataDir {
-                    path: raft_dir,
-                    problem: "has no identity record: the database is damaged or was not written by \
-                              openshell-gateway; refusing to start (restore it from a backup or remove \
-                              the node and re-add it with an empty directory)"
-                        .into(),
-                })
-            }
-            Some(bytes) => {
-                let found: Identity = codec::decode(&bytes, "identity record").map_err(|e| Error::DataDir {
-                    path: raft_dir.clone(),
-                    problem: format!("identity record is damaged ({e}); refusing to start"),
-                })?;
-                check_identity(&raft_dir, &found, &expected)?;
-            }
+            None => return Err(no_identity(&raft_dir)),
+            Some(bytes) => check_identity(&raft_dir, &bytes, &expected)?,
         }
         Ok(DataDir {
             path: path.to_path_buf(),
@@ -145,11 +158,338 @@ impl DataDir {
             meta,
             log,
             durability,
+            watermark,
         })
     }
 }
 
-fn check_identity(path: &Path, found: &Identity, expected: &Identity) -> Result<()> {
+fn no_identity(raft_dir: &Path) -> Error {
+    Error::DataDir {
+        path: raft_dir.to_path_buf(),
+        problem: "has no identity record: the database is damaged or was not written by openshell-gateway; \
+                  refusing to start (restore it from a backup, or remove the node from the cluster and re-add \
+                  it with an empty directory)"
+            .into(),
+    }
+}
+
+/// Opens a scratch copy of the database and checks identity and watermark,
+/// leaving the original untouched whatever the outcome.
+fn verify_on_copy(
+    path: &Path,
+    expected: &Identity,
+    recorded: Marks,
+    cache_capacity: u64,
+) -> Result<()> {
+    let raft_dir = path.join("raft");
+    let copy = path.join("raft.verify");
+    let io = |p: &Path| {
+        let p = p.to_path_buf();
+        move |source| Error::Io { path: p, source }
+    };
+    if copy.exists() {
+        std::fs::remove_dir_all(&copy).map_err(io(&copy))?;
+    }
+    copy_dir(&raft_dir, &copy).map_err(io(&copy))?;
+    let outcome = (|| -> Result<()> {
+        let db = open_sled(&copy, cache_capacity.min(16 * 1024 * 1024))
+            .map_err(|e| rename_path(e, &raft_dir))?;
+        let sled_err = |source| Error::Sled {
+            path: raft_dir.clone(),
+            source,
+        };
+        let meta = db.open_tree("meta").map_err(sled_err)?;
+        let log = db.open_tree("log").map_err(sled_err)?;
+        match meta.get(IDENTITY_KEY).map_err(sled_err)? {
+            None => return Err(no_identity(&raft_dir)),
+            Some(bytes) => check_identity(&raft_dir, &bytes, expected)?,
+        }
+        // Read every record once: sled checks each page's checksum as it
+        // loads it, so damage anywhere in the live data surfaces here.
+        for tree in [&meta, &log] {
+            for item in tree.iter() {
+                item.map_err(|e| Error::DataDir {
+                    path: raft_dir.clone(),
+                    problem: format!("is damaged ({e}); refusing to start"),
+                })?;
+            }
+        }
+        check_contiguous(&raft_dir, &meta, &log)?;
+        let found = durable_marks(&raft_dir, &meta, &log)?;
+        if found.last_index < recorded.last_index || found.vote_term < recorded.vote_term {
+            return Err(Error::DataDir {
+                path: raft_dir.clone(),
+                problem: format!(
+                    "is damaged or truncated: it holds the log up to index {} and a vote of term {}, but the log \
+                     up to index {} and a vote of term {} were durable before (recorded in {}); refusing to start \
+                     rather than lose acknowledged entries (restore this node from a backup, or remove it from \
+                     the cluster and re-add it with an empty directory)",
+                    found.last_index,
+                    found.vote_term,
+                    recorded.last_index,
+                    recorded.vote_term,
+                    path.join(WATERMARK_FILE).display()
+                ),
+            });
+        }
+        Ok(())
+    })();
+    let _ = std::fs::remove_dir_all(&copy);
+    outcome
+}
+
+/// Refuses a log whose entries after the purge point do not form one
+/// contiguous run.
+fn check_contiguous(raft_dir: &Path, meta: &sled::Tree, log: &sled::Tree) -> Result<()> {
+    let purged = match meta.get(b"last_purged").map_err(|source| Error::Sled {
+        path: raft_dir.to_path_buf(),
+        source,
+    })? {
+        Some(bytes) => codec::decode::<openraft::LogId<u64>>(&bytes, "last purged log id")
+            .map(|id| id.index)
+            .map_err(|e| Error::DataDir {
+                path: raft_dir.to_path_buf(),
+                problem: format!("{e}; refusing to start"),
+            })?,
+        None => 0,
+    };
+    let mut expected: Option<u64> = None;
+    for item in log.range((purged + 1).to_be_bytes()..) {
+        let (key, _) = item.map_err(|source| Error::Sled {
+            path: raft_dir.to_path_buf(),
+            source,
+        })?;
+        if key.len() != 8 {
+            return Err(Error::DataDir {
+                path: raft_dir.to_path_buf(),
+                problem: "log has a malformed key".into(),
+            });
+        }
+        let mut buf = [0u8; 8];
+        buf.copy_from_slice(&key);
+        let index = u64::from_be_bytes(buf);
+        if let Some(want) = expected.filter(|want| *want != index) {
+            return Err(Error::DataDir {
+                path: raft_dir.to_path_buf(),
+                problem: format!(
+                    "log has a gap: expected entry {want}, found {index}; refusing to start"
+                ),
+            });
+        }
+        expected = Some(index + 1);
+    }
+    Ok(())
+}
+
+/// An error about the scratch copy, reported against the original path.
+fn rename_path(e: Error, original: &Path) -> Error {
+    match e {
+        Error::DataDir { problem, .. } => Error::DataDir {
+            path: original.to_path_buf(),
+            problem,
+        },
+        other => other,
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) -> io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), &target)?;
+        }
+    }
+    Ok(())
+}
+
+/// The last log index and vote term a database holds.
+fn durable_marks(raft_dir: &Path, meta: &sled::Tree, log: &sled::Tree) -> Result<Marks> {
+    let damaged = |what: String| Error::DataDir {
+        path: raft_dir.to_path_buf(),
+        problem: format!("{what} cannot be read; refusing to start"),
+    };
+    let last_entry = match log.last().map_err(|source| Error::Sled {
+        path: raft_dir.to_path_buf(),
+        source,
+    })? {
+        Some((key, _)) if key.len() == 8 => {
+            let mut buf = [0u8; 8];
+            buf.copy_from_slice(&key);
+            u64::from_be_bytes(buf)
+        }
+        Some(_) => return Err(damaged("a log key".into())),
+        None => 0,
+    };
+    let purged = match meta.get(b"last_purged").map_err(|source| Error::Sled {
+        path: raft_dir.to_path_buf(),
+        source,
+    })? {
+        Some(bytes) => {
+            let id: openraft::LogId<u64> =
+                codec::decode(&bytes, "last purged log id").map_err(|e| damaged(e.to_string()))?;
+            id.index
+        }
+        None => 0,
+    };
+    let vote_term = match meta.get(b"vote").map_err(|source| Error::Sled {
+        path: raft_dir.to_path_buf(),
+        source,
+    })? {
+        Some(bytes) => {
+            let vote: openraft::Vote<u64> =
+                codec::decode(&bytes, "vote").map_err(|e| damaged(e.to_string()))?;
+            vote.leader_id.term
+        }
+        None => 0,
+    };
+    Ok(Marks {
+        last_index: last_entry.max(purged),
+        vote_term,
+    })
+}
+
+/// Name of the watermark file in the data directory.
+pub const WATERMARK_FILE: &str = "raft.hwm";
+
+/// The log and vote a database is known to hold durably.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Marks {
+    /// Last durable log index.
+    pub last_index: u64,
+    /// Term of the last durable vote.
+    pub vote_term: u64,
+}
+
+/// A small file outside sled recording [`Marks`] after each durable flush, so
+/// that a database sled silently cut short on open is detected.
+///
+/// It is written without fsync: after a power loss it may be older (lower)
+/// than the database, which never causes a false alarm; after a process crash
+/// the page cache keeps it exact. `truncate` lowers it before the database
+/// changes, so it never exceeds what the database may legitimately hold.
+pub struct Watermark {
+    last_index: AtomicU64,
+    vote_term: AtomicU64,
+    /// The file. Writes happen under this lock so a lowering write is never
+    /// overtaken by a stale higher one.
+    file: Mutex<File>,
+}
+
+const WATERMARK_MAGIC: &[u8; 8] = b"OSHWM001";
+
+impl Watermark {
+    fn encode(marks: Marks) -> [u8; 28] {
+        let mut out = [0u8; 28];
+        out[..8].copy_from_slice(WATERMARK_MAGIC);
+        out[8..16].copy_from_slice(&marks.last_index.to_le_bytes());
+        out[16..24].copy_from_slice(&marks.vote_term.to_le_bytes());
+        let crc = crc32fast::hash(&out[..24]);
+        out[24..].copy_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    fn create(path: &Path) -> Result<()> {
+        let io = |source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let mut file = File::create(path).map_err(io)?;
+        std::io::Write::write_all(&mut file, &Self::encode(Marks::default())).map_err(io)?;
+        file.sync_all().map_err(io)
+    }
+
+    fn read(path: &Path) -> Result<Marks> {
+        let bytes = std::fs::read(path).map_err(|e| Error::DataDir {
+            path: path.to_path_buf(),
+            problem: format!("cannot be read ({e}): the data directory is incomplete or damaged; refusing to start"),
+        })?;
+        let damaged = || Error::DataDir {
+            path: path.to_path_buf(),
+            problem: "is damaged (bad header or checksum); refusing to start".into(),
+        };
+        if bytes.len() != 28 || &bytes[..8] != WATERMARK_MAGIC {
+            return Err(damaged());
+        }
+        let word = |at: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&bytes[at..at + 8]);
+            u64::from_le_bytes(b)
+        };
+        let mut crc = [0u8; 4];
+        crc.copy_from_slice(&bytes[24..28]);
+        if crc32fast::hash(&bytes[..24]) != u32::from_le_bytes(crc) {
+            return Err(damaged());
+        }
+        Ok(Marks {
+            last_index: word(8),
+            vote_term: word(16),
+        })
+    }
+
+    fn open(path: &Path, current: Marks) -> Result<Self> {
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map_err(|source| Error::Io {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        Ok(Watermark {
+            last_index: AtomicU64::new(current.last_index),
+            vote_term: AtomicU64::new(current.vote_term),
+            file: Mutex::new(file),
+        })
+    }
+
+    /// The marks as of now (the flusher reads them before a flush).
+    pub fn current(&self) -> Marks {
+        Marks {
+            last_index: self.last_index.load(Ordering::SeqCst),
+            vote_term: self.vote_term.load(Ordering::SeqCst),
+        }
+    }
+
+    /// Entries up to `index` were inserted (not yet durable).
+    pub fn appended(&self, index: u64) {
+        self.last_index.store(index, Ordering::SeqCst);
+    }
+
+    /// A vote of `term` was inserted (not yet durable).
+    pub fn voted(&self, term: u64) {
+        self.vote_term.fetch_max(term, Ordering::SeqCst);
+    }
+
+    /// The log is about to be cut back to `index`: record that now, before
+    /// the database changes.
+    pub fn truncating(&self, index: u64) -> io::Result<()> {
+        let file = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        self.last_index.store(index, Ordering::SeqCst);
+        file.write_all_at(&Self::encode(self.current()), 0)
+    }
+
+    /// A flush that started with `captured` completed.
+    fn flushed(&self, captured: Marks) -> io::Result<()> {
+        let file = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        let marks = Marks {
+            last_index: captured
+                .last_index
+                .min(self.last_index.load(Ordering::SeqCst)),
+            ..captured
+        };
+        file.write_all_at(&Self::encode(marks), 0)
+    }
+}
+
+fn check_identity(path: &Path, bytes: &[u8], expected: &Identity) -> Result<()> {
+    let found: Identity = codec::decode(bytes, "identity record").map_err(|e| Error::DataDir {
+        path: path.to_path_buf(),
+        problem: format!("identity record is damaged ({e}); refusing to start"),
+    })?;
+    let found = &found;
     let problem = if found.format != expected.format {
         format!(
             "storage format {} is not supported by this build (it reads format {})",
@@ -252,7 +592,7 @@ pub struct Durability {
 }
 
 impl Durability {
-    fn start(db: sled::Db, db_file: File) -> Self {
+    fn start(db: sled::Db, db_file: File, watermark: Arc<Watermark>) -> Self {
         let (tx, rx) = mpsc::channel::<FlushCallback>();
         let spawned = std::thread::Builder::new()
             .name("raft-flusher".into())
@@ -263,10 +603,16 @@ impl Durability {
                     batch.extend(rx.try_iter());
                     let span = tracing::trace_span!("durable_flush", requests = batch.len());
                     let _enter = span.enter();
+                    let captured = watermark.current();
                     let result = db
                         .flush()
                         .map_err(io::Error::other)
                         .and_then(|_| db_file.sync_data());
+                    if result.is_ok() {
+                        if let Err(e) = watermark.flushed(captured) {
+                            tracing::warn!(error = %e, "cannot update the watermark file");
+                        }
+                    }
                     for done in batch {
                         done(match &result {
                             Ok(()) => Ok(()),

@@ -24,7 +24,7 @@ use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{LogState, RaftLogId, RaftLogReader, StorageError, StorageIOError};
 
 use crate::codec;
-use crate::db::{DataDir, Durability};
+use crate::db::{DataDir, Durability, Watermark};
 use crate::types::typ::{Entry, LogId, Vote};
 use crate::TypeConfig;
 
@@ -38,6 +38,7 @@ pub struct LogStore {
     log: sled::Tree,
     meta: sled::Tree,
     durability: Durability,
+    watermark: Arc<Watermark>,
     /// The last committed index openraft reported; read by status.
     committed_index: Arc<AtomicU64>,
 }
@@ -49,6 +50,7 @@ impl LogStore {
             log: dir.log.clone(),
             meta: dir.meta.clone(),
             durability: dir.durability.clone(),
+            watermark: dir.watermark.clone(),
             committed_index: Arc::new(AtomicU64::new(0)),
         };
         let committed: Option<LogId> = store.read_meta(COMMITTED_KEY)?;
@@ -157,6 +159,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError<u64>> {
         self.write_meta(VOTE_KEY, vote)?;
+        self.watermark.voted(vote.leader_id.term);
         self.durability
             .sync()
             .await
@@ -189,12 +192,17 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I::IntoIter: Send,
     {
         let mut batch = sled::Batch::default();
+        let mut last = None;
         for entry in entries {
+            last = Some(entry.get_log_id().index);
             batch.insert(&key_of(entry.get_log_id().index), codec::encode(&entry));
         }
         self.log
             .apply_batch(batch)
             .map_err(|e| StorageIOError::write_logs(&e))?;
+        if let Some(last) = last {
+            self.watermark.appended(last);
+        }
         // The callback fires from the flusher thread once the entries are on disk.
         self.durability
             .sync_then(move |result| callback.log_io_completed(result));
@@ -203,6 +211,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError<u64>> {
         tracing::debug!(from = log_id.index, "truncate log");
+        self.watermark
+            .truncating(log_id.index.saturating_sub(1))
+            .map_err(|e| StorageIOError::write_logs(&e))?;
         let mut batch = sled::Batch::default();
         for item in self.log.range(key_of(log_id.index)..) {
             let (key, _) = item.map_err(|e| StorageIOError::write_logs(&e))?;

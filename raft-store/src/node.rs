@@ -235,7 +235,15 @@ impl<SM: StateMachine> RaftNode<SM> {
     pub async fn start(config: NodeConfig) -> Result<Self> {
         let raft_config = Arc::new(config.raft_config()?);
         let open_config = config.clone();
-        let (dir, log, state_machine) = tokio::task::spawn_blocking(move || -> Result<_> {
+        let (log, state_machine) = tokio::task::spawn_blocking(move || -> Result<_> {
+            // A damaged snapshot is refused before the database is opened
+            // (opening sled may rewrite its files).
+            let snapshots_first = open_config.data_dir.join("snapshots").is_dir();
+            let early = if snapshots_first {
+                Some(StateMachineStore::<SM>::open(&open_config.data_dir)?)
+            } else {
+                None
+            };
             let dir = DataDir::open(
                 &open_config.data_dir,
                 &open_config.cluster_id,
@@ -246,12 +254,14 @@ impl<SM: StateMachine> RaftNode<SM> {
                 path: open_config.data_dir.join("raft"),
                 problem: format!("log metadata cannot be read ({e}); refusing to start"),
             })?;
-            let state_machine = StateMachineStore::<SM>::open(&open_config.data_dir)?;
-            Ok((dir, log, state_machine))
+            let state_machine = match early {
+                Some(sm) => sm,
+                None => StateMachineStore::<SM>::open(&open_config.data_dir)?,
+            };
+            Ok((log, state_machine))
         })
         .await
         .map_err(|e| Error::Raft(format!("start-up task failed: {e}")))??;
-        check_log(&dir, &log).await?;
         let channels = Channels::new(&config.cluster_id);
         let raft = Raft::new(
             config.node_id,
@@ -905,42 +915,4 @@ fn never_sent(status: &tonic::Status) -> bool {
     text.contains("connection refused")
         || text.contains("tcp connect error")
         || text.contains("dns error")
-}
-
-/// Refuses a log whose entries do not form one contiguous run after the purge
-/// point (a damaged or partially restored database).
-async fn check_log(dir: &DataDir, log: &LogStore) -> Result<()> {
-    use openraft::storage::RaftLogStorage;
-    let mut log = log.clone();
-    let state = log.get_log_state().await.map_err(|e| Error::DataDir {
-        path: dir.path.join("raft"),
-        problem: format!("log cannot be read ({e}); refusing to start"),
-    })?;
-    let first = state.last_purged_log_id.map(|l| l.index + 1).unwrap_or(0);
-    let mut expected = first;
-    for item in dir.log.range(first.to_be_bytes()..) {
-        let (key, _) = item.map_err(|source| Error::Sled {
-            path: dir.path.join("raft"),
-            source,
-        })?;
-        let mut buf = [0u8; 8];
-        if key.len() != 8 {
-            return Err(Error::DataDir {
-                path: dir.path.join("raft"),
-                problem: "log has a malformed key".into(),
-            });
-        }
-        buf.copy_from_slice(&key);
-        let index = u64::from_be_bytes(buf);
-        if index != expected && !(expected == 0 && index == 1) {
-            return Err(Error::DataDir {
-                path: dir.path.join("raft"),
-                problem: format!(
-                    "log has a gap: expected entry {expected}, found {index}; refusing to start"
-                ),
-            });
-        }
-        expected = index + 1;
-    }
-    Ok(())
 }

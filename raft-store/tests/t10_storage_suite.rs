@@ -5,6 +5,8 @@
 //! - when: openraft's `Suite::test_all` drives the log and state machine
 //! - then: every case passes
 
+#![allow(clippy::result_large_err)] // openraft's Suite returns its StorageError.
+
 use openraft::testing::{StoreBuilder, Suite};
 use openraft::StorageError;
 use raft_store::db::DataDir;

@@ -38,7 +38,11 @@ impl H {
         let o = self.st.apply(self.idx, &decoded);
         self.log.push(bytes);
         if o.is_rejected() {
-            assert!(before == self.st.encode_snapshot(), "rejected {} changed state: {o:?}", c.name());
+            assert!(
+                before == self.st.encode_snapshot(),
+                "rejected {} changed state: {o:?}",
+                c.name()
+            );
         }
         if let Err(e) = self.st.check_invariants() {
             panic!("after {} -> {o:?}: {e}", c.name());
@@ -69,7 +73,9 @@ impl H {
 
     pub fn tick(&mut self) {
         let n = self.st.now_tick();
-        self.ok(Command::Tick(Tick { expected_now_tick: n }));
+        self.ok(Command::Tick(Tick {
+            expected_now_tick: n,
+        }));
     }
 
     pub fn ticks(&mut self, n: u64) {
@@ -113,7 +119,14 @@ impl H {
     /// The current owner reports `status` under its current term.
     pub fn report(&mut self, sb: &str, status: &str) -> Outcome {
         let s = self.st.sandbox(sb).expect("sandbox").clone();
-        self.apply(report(sb, s.generation, &s.owner.member, s.owner.incarnation, s.owner.term, status))
+        self.apply(report(
+            sb,
+            s.generation,
+            &s.owner.member,
+            s.owner.incarnation,
+            s.owner.term,
+            status,
+        ))
     }
 
     pub fn snapshot(&self) -> Vec<u8> {
@@ -127,7 +140,10 @@ impl H {
             let c = Command::decode(b).expect("decode");
             fresh.apply(i as u64 + 1, &c);
         }
-        assert!(fresh.encode_snapshot() == self.snapshot(), "replay diverged");
+        assert!(
+            fresh.encode_snapshot() == self.snapshot(),
+            "replay diverged"
+        );
     }
 }
 

@@ -10,6 +10,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/openshell/cluster/v1/cluster.proto",
         "proto/openshell/objects/v1/objects.proto",
         "proto/openshell/gateway/v1/log.proto",
+        "proto/openshell/supervisor_host/v1/supervisor_host.proto",
+        "proto/openshell/pool_admin/v1/pool_admin.proto",
     ];
     tonic_prost_build::configure().compile_protos(&files, &["proto"])?;
     for f in files {

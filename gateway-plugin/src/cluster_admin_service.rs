@@ -10,8 +10,9 @@ use proto::cluster::cluster_admin_client::ClusterAdminClient;
 use proto::cluster::cluster_admin_server::ClusterAdmin;
 use proto::cluster::{
     AddLearnerRequest, ClusterStatus as PbStatus, InitializeRequest, Member, MembershipReply,
-    NodeStatus as PbNode, PromoteRequest, RemoveRequest, StatusRequest, TransferLeaderReply,
-    TransferLeaderRequest, TriggerSnapshotReply, TriggerSnapshotRequest,
+    NodeStatus as PbNode, PromoteRequest, RemoveRequest, StateDigestReply, StateDigestRequest,
+    StatusRequest, TransferLeaderReply, TransferLeaderRequest, TriggerSnapshotReply,
+    TriggerSnapshotRequest,
 };
 use raft_store::node::MembershipChange;
 use raft_store::{AdminError, RaftNode};
@@ -167,6 +168,20 @@ impl ClusterAdmin for ClusterAdminService {
             .await
             .map(|snapshot_index| Response::new(TriggerSnapshotReply { snapshot_index }))
             .map_err(status::admin)
+    }
+
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn state_digest(
+        &self,
+        _request: Request<StateDigestRequest>,
+    ) -> Result<Response<StateDigestReply>, Status> {
+        let (applied_index, crc32, bytes) = self.node.state_digest();
+        Ok(Response::new(StateDigestReply {
+            node_id: self.node.id(),
+            applied_index,
+            crc32,
+            bytes,
+        }))
     }
 
     #[tracing::instrument(level = "debug", skip_all)]

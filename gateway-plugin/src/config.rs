@@ -18,6 +18,14 @@
 //! logs_to_keep = 1000
 //! snapshot_chunk_bytes = 1048576
 //! write_timeout_ms = 5000
+//!
+//! [openshell.gateway.supervisor_pool]
+//! tick_interval_ms = 250
+//! heartbeat_ttl_ms = 2000
+//! recovery_deadline_ms = 60000
+//! operation_deadline_ms = 600000
+//! status_interval_ms = 250
+//! supervisor_token = "..."
 //! ```
 //!
 //! Every error names the key (`openshell.gateway.raft.heartbeat_interval_ms`)
@@ -81,6 +89,24 @@ pub struct RaftSection {
     pub write_timeout_ms: Option<u64>,
 }
 
+/// `[openshell.gateway.supervisor_pool]`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SupervisorPoolSection {
+    /// The leader appends a `Tick` this often, ms (10..=10000, default 250).
+    pub tick_interval_ms: Option<u64>,
+    /// A member expires after this long without a heartbeat, ms (>= 2 ticks, <= 600000, default 2000).
+    pub heartbeat_ttl_ms: Option<u64>,
+    /// A sandbox without an active supervisor fails after this long, ms (>= 1 tick, <= 86400000, default 60000).
+    pub recovery_deadline_ms: Option<u64>,
+    /// A maintenance operation fails after this long, ms (>= 1 tick, <= 86400000, default 600000).
+    pub operation_deadline_ms: Option<u64>,
+    /// Supervisors send HostStatus this often, ms (10..=10000, default: tick_interval_ms).
+    pub status_interval_ms: Option<u64>,
+    /// Credential supervisors must present (default: none required).
+    pub supervisor_token: Option<String>,
+}
+
 /// `[openshell.gateway]`.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -99,6 +125,8 @@ pub struct GatewaySection {
     pub initial_members: Option<Vec<String>>,
     /// Raft timing and snapshot policy.
     pub raft: Option<RaftSection>,
+    /// Pool timing.
+    pub supervisor_pool: Option<SupervisorPoolSection>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -159,6 +187,21 @@ impl GatewaySection {
             );
         }
         self.raft = Some(raft);
+        let mut pool = self.supervisor_pool.unwrap_or_default();
+        if let Some(o) = other.supervisor_pool {
+            macro_rules! take_pool {
+                ($($f:ident),*) => { $( if o.$f.is_some() { pool.$f = o.$f; } )* };
+            }
+            take_pool!(
+                tick_interval_ms,
+                heartbeat_ttl_ms,
+                recovery_deadline_ms,
+                operation_deadline_ms,
+                status_interval_ms,
+                supervisor_token
+            );
+        }
+        self.supervisor_pool = Some(pool);
         self
     }
 }
@@ -172,6 +215,8 @@ pub struct GatewayConfig {
     pub listen_addr: SocketAddr,
     /// Voters of a new cluster (empty: join an existing one as a learner).
     pub initial_members: Vec<(u64, String)>,
+    /// Pool timing and supervisor credential.
+    pub pool: crate::hub::PoolSettings,
 }
 
 fn in_range(key: &'static str, value: u64, lo: u64, hi: u64) -> Result<u64, ConfigError> {
@@ -309,12 +354,56 @@ impl GatewaySection {
             100,
             600_000,
         )?);
+        let pool = validate_pool(self.supervisor_pool.unwrap_or_default())?;
         Ok(GatewayConfig {
             node,
             listen_addr,
             initial_members,
+            pool,
         })
     }
+}
+
+fn validate_pool(section: SupervisorPoolSection) -> Result<crate::hub::PoolSettings, ConfigError> {
+    let tick = in_range(
+        "openshell.gateway.supervisor_pool.tick_interval_ms",
+        section.tick_interval_ms.unwrap_or(250),
+        10,
+        10_000,
+    )?;
+    let ticks = |ms: u64| ms.div_ceil(tick);
+    let ttl = in_range(
+        "openshell.gateway.supervisor_pool.heartbeat_ttl_ms",
+        section.heartbeat_ttl_ms.unwrap_or(2000),
+        2 * tick,
+        600_000,
+    )?;
+    let recovery = in_range(
+        "openshell.gateway.supervisor_pool.recovery_deadline_ms",
+        section.recovery_deadline_ms.unwrap_or(60_000),
+        tick,
+        86_400_000,
+    )?;
+    let operation = in_range(
+        "openshell.gateway.supervisor_pool.operation_deadline_ms",
+        section.operation_deadline_ms.unwrap_or(600_000),
+        tick,
+        86_400_000,
+    )?;
+    let status = in_range(
+        "openshell.gateway.supervisor_pool.status_interval_ms",
+        section.status_interval_ms.unwrap_or(tick),
+        10,
+        10_000,
+    )?;
+    Ok(crate::hub::PoolSettings {
+        tick_interval: Duration::from_millis(tick),
+        heartbeat_ttl_ticks: ticks(ttl),
+        recovery_deadline_ticks: ticks(recovery),
+        operation_deadline_ticks: ticks(operation),
+        status_interval: Duration::from_millis(status),
+        supervisor_token: section.supervisor_token.filter(|t| !t.is_empty()),
+    })
 }
 
 #[cfg(test)]

@@ -8,15 +8,22 @@
 //! - [`config`]: the gateway configuration (TOML file, flags, environment) and
 //!   its validation.
 //! - [`state`]: [`state::GatewayState`], the state machine the raft log drives:
-//!   the object store (and, next, the supervisor pool) in one log.
+//!   the object store and the supervisor pool in one log.
 //! - [`cluster_admin_service`](mod@cluster_admin_service) serves `openshell.cluster.v1.ClusterAdmin`.
 //! - [`object_store_service`](mod@object_store_service) serves `openshell.objects.v1.ObjectStore`.
+//! - [`hub`]: attached supervisor streams, heartbeat batching, assignment
+//!   snapshots and the leader-only pool coordinator.
+//! - [`supervisor_host_service`](mod@supervisor_host_service) serves `openshell.supervisor_host.v1.SupervisorHost`.
+//! - [`pool_admin_service`](mod@pool_admin_service) serves `openshell.pool_admin.v1.PoolAdmin`.
 //! - [`status`]: error-to-`Status` mapping with leader hints.
 //! - [`server`]: wiring and the serve loop.
 
 pub mod cluster_admin_service;
 pub mod config;
+pub mod hub;
 pub mod object_store_service;
+pub mod pool_admin_service;
 pub mod server;
 pub mod state;
 pub mod status;
+pub mod supervisor_host_service;

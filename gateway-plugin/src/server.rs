@@ -9,10 +9,16 @@ use proto::cluster::cluster_admin_server::ClusterAdminServer;
 use proto::objects::object_store_server::ObjectStoreServer;
 use raft_store::RaftNode;
 
+use proto::pool_admin::pool_admin_server::PoolAdminServer;
+use proto::supervisor_host::supervisor_host_server::SupervisorHostServer;
+
 use crate::cluster_admin_service::ClusterAdminService;
 use crate::config::GatewayConfig;
+use crate::hub::Hub;
 use crate::object_store_service::ObjectStoreService;
+use crate::pool_admin_service::PoolAdminService;
 use crate::state::GatewayState;
+use crate::supervisor_host_service::SupervisorHostService;
 
 /// Runs a gateway until `shutdown` completes.
 ///
@@ -42,6 +48,14 @@ pub async fn run(
         "gateway listening"
     );
     bootstrap(&node, &config);
+    let hub = Hub::new(node.clone(), config.pool.clone());
+    // Background tasks end with the runtime; aborted on return via the guard.
+    let tasks = [
+        tokio::spawn(hub.clone().run_heartbeats()),
+        tokio::spawn(hub.clone().run_snapshot_pusher()),
+        tokio::spawn(hub.clone().run_coordinator()),
+    ];
+    let _abort = AbortOnDrop(tasks.iter().map(|t| t.abort_handle()).collect());
     let result = tonic::transport::Server::builder()
         .add_service(node.transport_service())
         .add_service(ClusterAdminServer::new(ClusterAdminService::new(
@@ -50,6 +64,10 @@ pub async fn run(
         .add_service(ObjectStoreServer::new(ObjectStoreService::new(
             node.clone(),
         )))
+        .add_service(SupervisorHostServer::new(SupervisorHostService::new(
+            hub.clone(),
+        )))
+        .add_service(PoolAdminServer::new(PoolAdminService::new(hub.clone())))
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
         .context("gRPC server failed");
@@ -88,4 +106,15 @@ fn bootstrap(node: &RaftNode<GatewayState>, config: &GatewayConfig) {
             }
         }
     });
+}
+
+/// Aborts background tasks when the server returns.
+struct AbortOnDrop(Vec<tokio::task::AbortHandle>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
 }

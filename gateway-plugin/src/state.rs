@@ -1,8 +1,11 @@
-//! The gateway's replicated state: the object store and (next) the pool,
+//! The gateway's replicated state: the object store and the supervisor pool,
 //! applied from one log, so one command may touch both atomically.
 //!
 //! Wire format: `openshell.gateway.v1.LogCommand` / `LogResult` /
-//! `LogSnapshot` (see `proto/openshell/gateway/v1/log.proto`).
+//! `LogSnapshot` (see `proto/openshell/gateway/v1/log.proto`). Pool commands
+//! and the pool snapshot table are in the `pool` crate's own protobuf format;
+//! a pool command's result travels back to its proposer as JSON of
+//! [`pool::Outcome`] (a response, never stored).
 
 use prost::Message;
 use proto::gateway::{log_command, log_result, LogCommand, LogResult, LogSnapshot};
@@ -11,10 +14,12 @@ use raft_store::objects::Objects;
 use raft_store::StateMachine;
 
 /// Everything the gateway replicates.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default)]
 pub struct GatewayState {
     /// The generic object store.
     pub objects: Objects,
+    /// The supervisor pool.
+    pub pool: pool::PoolState,
 }
 
 impl GatewayState {
@@ -22,6 +27,14 @@ impl GatewayState {
     pub fn object_command(command: ObjectCommand) -> Vec<u8> {
         LogCommand {
             command: Some(log_command::Command::Objects(command)),
+        }
+        .encode_to_vec()
+    }
+
+    /// Encodes a pool command as a log command.
+    pub fn pool_command(command: &pool::Command) -> Vec<u8> {
+        LogCommand {
+            command: Some(log_command::Command::Pool(command.encode_to_vec())),
         }
         .encode_to_vec()
     }
@@ -36,6 +49,19 @@ impl GatewayState {
             other => Err(format!("expected an object-store result, got {other:?}")),
         }
     }
+
+    /// Decodes the outcome of a pool command.
+    ///
+    /// # Errors
+    /// When the bytes are not the result of a pool command.
+    pub fn pool_outcome(bytes: &[u8]) -> Result<pool::Outcome, String> {
+        match LogResult::decode(bytes).map_err(|e| e.to_string())?.result {
+            Some(log_result::Result::Pool(json)) => {
+                serde_json::from_slice(&json).map_err(|e| e.to_string())
+            }
+            other => Err(format!("expected a pool outcome, got {other:?}")),
+        }
+    }
 }
 
 impl StateMachine for GatewayState {
@@ -43,9 +69,9 @@ impl StateMachine for GatewayState {
         let command = LogCommand::decode(command).map_err(|e| format!("not a LogCommand: {e}"))?;
         match command.command {
             Some(log_command::Command::Objects(c)) => Objects::validate_command(&c),
-            Some(log_command::Command::Pool(_)) => {
-                Err("pool commands are not accepted by this build".into())
-            }
+            Some(log_command::Command::Pool(bytes)) => pool::Command::decode(&bytes)
+                .map(|_| ())
+                .map_err(|e| format!("not a pool command: {e}")),
             None => Err("log command is empty".into()),
         }
     }
@@ -60,9 +86,18 @@ impl StateMachine for GatewayState {
             Some(log_command::Command::Objects(c)) => {
                 log_result::Result::Objects(self.objects.apply_command(index, &c))
             }
-            Some(log_command::Command::Pool(_)) | None => {
-                panic!("log command at index {index} passed validation but has no handler")
+            Some(log_command::Command::Pool(bytes)) => {
+                let command = match pool::Command::decode(&bytes) {
+                    Ok(c) => c,
+                    Err(e) => panic!("undecodable pool command at index {index}: {e}"),
+                };
+                let outcome = self.pool.apply(index, &command);
+                match serde_json::to_vec(&outcome) {
+                    Ok(json) => log_result::Result::Pool(json),
+                    Err(e) => panic!("pool outcome at index {index} cannot be encoded: {e}"),
+                }
             }
+            None => panic!("empty log command at index {index} passed validation"),
         };
         LogResult {
             result: Some(result),
@@ -73,7 +108,7 @@ impl StateMachine for GatewayState {
     fn snapshot(&self) -> Vec<u8> {
         LogSnapshot {
             objects: Some(self.objects.to_snapshot()),
-            pool: Vec::new(),
+            pool: self.pool.encode_snapshot(),
         }
         .encode_to_vec()
     }
@@ -81,6 +116,38 @@ impl StateMachine for GatewayState {
     fn restore(bytes: &[u8]) -> Result<Self, String> {
         let snapshot = LogSnapshot::decode(bytes).map_err(|e| format!("not a LogSnapshot: {e}"))?;
         let objects = Objects::from_snapshot(snapshot.objects.unwrap_or_default())?;
-        Ok(GatewayState { objects })
+        let pool = if snapshot.pool.is_empty() {
+            pool::PoolState::new()
+        } else {
+            pool::PoolState::decode_snapshot(&snapshot.pool)
+                .map_err(|e| format!("pool table: {e}"))?
+        };
+        Ok(GatewayState { objects, pool })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_log_drives_both_tables_and_snapshots_round_trip() {
+        let mut state = GatewayState::default();
+        let join = pool::Command::Join(pool::Join {
+            member: "m1".into(),
+            uid: "u1".into(),
+            incarnation: 1,
+            address: "10.0.0.1".into(),
+            capacity: 4,
+        });
+        let bytes = GatewayState::pool_command(&join);
+        assert!(GatewayState::validate(&bytes).is_ok());
+        let reply = state.apply(1, &bytes);
+        let outcome = GatewayState::pool_outcome(&reply).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!outcome.is_rejected(), "{outcome:?}");
+        let snap = state.snapshot();
+        let restored = GatewayState::restore(&snap).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(restored.snapshot(), snap);
+        assert!(GatewayState::validate(&GatewayState::pool_command(&join)[..3]).is_err());
     }
 }

@@ -81,13 +81,13 @@ impl PoolState {
     /// Sets timeouts (all > 0). Keeps the liveness basis of I4.
     fn apply_configure(&mut self, c: &Configure) -> R<Effect> {
         if c.heartbeat_ttl_ticks == 0 {
-            return Err(Reason::InvalidConfig("heartbeat_ttl_ticks"));
+            return Err(Reason::InvalidConfig("heartbeat_ttl_ticks".into()));
         }
         if c.recovery_deadline_ticks == 0 {
-            return Err(Reason::InvalidConfig("recovery_deadline_ticks"));
+            return Err(Reason::InvalidConfig("recovery_deadline_ticks".into()));
         }
         if c.operation_deadline_ticks == 0 {
-            return Err(Reason::InvalidConfig("operation_deadline_ticks"));
+            return Err(Reason::InvalidConfig("operation_deadline_ticks".into()));
         }
         self.config = Config {
             heartbeat_ttl_ticks: c.heartbeat_ttl_ticks,

@@ -477,7 +477,7 @@ impl Command {
 }
 
 /// Why a command was rejected. A rejected command changed nothing.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(serde::Serialize, serde::Deserialize, Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Reason {
     /// No member record with this id.
     #[error("unknown member {0}")]
@@ -597,7 +597,7 @@ pub enum Reason {
     InvalidMaxParallel(u32),
     /// A config value was zero.
     #[error("invalid config: {0}")]
-    InvalidConfig(&'static str),
+    InvalidConfig(String),
     /// The operation id exists already.
     #[error("operation {0} exists")]
     OperationExists(String),
@@ -625,7 +625,7 @@ pub enum Reason {
 }
 
 /// Why a heartbeat entry of a batch was skipped.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(serde::Serialize, serde::Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct SkippedBeat {
     /// The member id of the entry.
     pub member: String,
@@ -634,7 +634,7 @@ pub struct SkippedBeat {
 }
 
 /// Where a sandbox generation is assigned.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(serde::Serialize, serde::Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct Assignment {
     /// Sandbox id.
     pub sandbox: String,
@@ -653,7 +653,7 @@ pub struct Assignment {
 }
 
 /// What an applied command did.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(serde::Serialize, serde::Deserialize, Clone, Debug, PartialEq, Eq)]
 pub enum Effect {
     /// Time advanced.
     Ticked {
@@ -725,7 +725,7 @@ pub enum Effect {
 }
 
 /// The result of applying one command.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(serde::Serialize, serde::Deserialize, Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
     /// The command was applied.
     Applied(Effect),

@@ -139,7 +139,7 @@ fn bad_input_rejected_with_typed_reason() {
             recovery_deadline_ticks: 1,
             operation_deadline_ticks: 1
         })),
-        Reason::InvalidConfig("heartbeat_ttl_ticks")
+        Reason::InvalidConfig("heartbeat_ttl_ticks".into())
     );
     // Stale preconditions on a live sandbox.
     h.ok(launch("l1", "s1"));

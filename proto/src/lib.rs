@@ -7,6 +7,9 @@
 //! - [`cluster`]: `openshell.cluster.v1.ClusterAdmin`, membership and status.
 //! - [`objects`]: `openshell.objects.v1.ObjectStore`, the generic object store,
 //!   and its raft log records.
+//! - [`supervisor_host`]: `openshell.supervisor_host.v1.SupervisorHost`, the
+//!   supervisor stream.
+//! - [`pool_admin`]: `openshell.pool_admin.v1.PoolAdmin`, the operator surface.
 //! - [`gateway`]: `openshell.gateway.v1`, the gateway's raft log and snapshot
 //!   records.
 //!
@@ -36,6 +39,20 @@ pub mod openshell {
             tonic::include_proto!("openshell.objects.v1");
         }
     }
+    /// `openshell.supervisor_host.*`
+    pub mod supervisor_host {
+        /// `openshell.supervisor_host.v1`
+        pub mod v1 {
+            tonic::include_proto!("openshell.supervisor_host.v1");
+        }
+    }
+    /// `openshell.pool_admin.*`
+    pub mod pool_admin {
+        /// `openshell.pool_admin.v1`
+        pub mod v1 {
+            tonic::include_proto!("openshell.pool_admin.v1");
+        }
+    }
     /// `openshell.gateway.*`
     pub mod gateway {
         /// `openshell.gateway.v1`
@@ -48,4 +65,6 @@ pub mod openshell {
 pub use openshell::cluster::v1 as cluster;
 pub use openshell::gateway::v1 as gateway;
 pub use openshell::objects::v1 as objects;
+pub use openshell::pool_admin::v1 as pool_admin;
 pub use openshell::raft::v1 as raft;
+pub use openshell::supervisor_host::v1 as supervisor_host;

@@ -897,6 +897,16 @@ impl<SM: StateMachine> RaftNode<SM> {
         }
     }
 
+    /// The applied index and a crc32 and length of the deterministic snapshot
+    /// encoding of the applied state: replicas at the same applied index must
+    /// agree byte for byte.
+    pub fn state_digest(&self) -> (u64, u32, u64) {
+        self.read_local(|machine, index| {
+            let bytes = machine.snapshot();
+            (index, crc32fast::hash(&bytes), bytes.len() as u64)
+        })
+    }
+
     /// Stops raft. The data directory stays as it is.
     pub async fn shutdown(&self) {
         if let Err(e) = self.inner.raft.shutdown().await {

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
-use gateway_plugin::config::{self, GatewaySection, RaftSection};
+use gateway_plugin::config::{self, GatewaySection, RaftSection, SupervisorPoolSection};
 
 /// One replica of the OpenShell gateway's raft-replicated pool store.
 #[derive(Parser, Debug)]
@@ -47,6 +47,18 @@ struct Args {
     /// Log entries kept behind a snapshot.
     #[arg(long)]
     logs_to_keep: Option<u64>,
+    /// Pool tick interval in ms (logical time).
+    #[arg(long)]
+    tick_interval_ms: Option<u64>,
+    /// A supervisor expires after this long without a heartbeat, in ms.
+    #[arg(long)]
+    heartbeat_ttl_ms: Option<u64>,
+    /// A sandbox without an active supervisor fails after this long, in ms.
+    #[arg(long)]
+    recovery_deadline_ms: Option<u64>,
+    /// Credential supervisors must present.
+    #[arg(long, env = "OPENSHELL_SUPERVISOR_TOKEN", hide_env_values = true)]
+    supervisor_token: Option<String>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -57,6 +69,7 @@ fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let file = match &args.config {
         Some(path) => config::read_file(path)?,
@@ -75,6 +88,13 @@ fn main() -> anyhow::Result<()> {
             election_timeout_max_ms: args.election_max_ms,
             snapshot_after_logs: args.snapshot_after_logs,
             logs_to_keep: args.logs_to_keep,
+            ..Default::default()
+        }),
+        supervisor_pool: Some(SupervisorPoolSection {
+            tick_interval_ms: args.tick_interval_ms,
+            heartbeat_ttl_ms: args.heartbeat_ttl_ms,
+            recovery_deadline_ms: args.recovery_deadline_ms,
+            supervisor_token: args.supervisor_token,
             ..Default::default()
         }),
     };

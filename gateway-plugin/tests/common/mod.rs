@@ -2,6 +2,8 @@
 //! real sled directories, `kill -9` and restarts.
 #![allow(dead_code)]
 
+pub mod fake;
+
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -1,0 +1,391 @@
+//! The supervision hub of one gateway: the supervisor streams attached to
+//! it, the heartbeat batch it proposes every tick interval, the assignment
+//! snapshots it pushes, and (on the raft leader only) the pool coordinator.
+//!
+//! Liveness without clocks: a supervisor sends `HostStatus` every
+//! `status_interval`; once per tick interval the hub proposes ONE `Heartbeat`
+//! command naming every member whose status arrived recently. Freshness is
+//! then judged in ticks inside apply; no wall clock crosses machines.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use pool::{Command, Coordinator, CoordinatorConfig};
+use proto::supervisor_host::{
+    gateway_message, AssignmentSnapshot, GatewayMessage, SandboxInstanceAssignment,
+};
+use raft_store::RaftNode;
+use tokio::sync::mpsc;
+use tonic::Status;
+
+use crate::state::GatewayState;
+
+/// Pool timing, from `[openshell.gateway.supervisor_pool]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolSettings {
+    /// The leader appends a `Tick` this often (its monotonic clock).
+    pub tick_interval: Duration,
+    /// A member expires after this many ticks without a heartbeat.
+    pub heartbeat_ttl_ticks: u64,
+    /// A recovering sandbox fails after this many ticks without an owner.
+    pub recovery_deadline_ticks: u64,
+    /// A maintenance operation fails after this many ticks.
+    pub operation_deadline_ticks: u64,
+    /// Supervisors send `HostStatus` this often.
+    pub status_interval: Duration,
+    /// Bearer credential supervisors present in `HostHello` (None: any).
+    pub supervisor_token: Option<String>,
+}
+
+impl Default for PoolSettings {
+    fn default() -> Self {
+        PoolSettings {
+            tick_interval: Duration::from_millis(250),
+            heartbeat_ttl_ticks: 8,
+            recovery_deadline_ticks: 240,
+            operation_deadline_ticks: 2400,
+            status_interval: Duration::from_millis(250),
+            supervisor_token: None,
+        }
+    }
+}
+
+impl PoolSettings {
+    /// The pool config these settings ask for.
+    pub fn pool_config(&self) -> pool::Configure {
+        pool::Configure {
+            heartbeat_ttl_ticks: self.heartbeat_ttl_ticks,
+            recovery_deadline_ticks: self.recovery_deadline_ticks,
+            operation_deadline_ticks: self.operation_deadline_ticks,
+        }
+    }
+}
+
+/// One attached supervisor stream.
+struct Attached {
+    stream_id: u64,
+    incarnation: u64,
+    last_status: Instant,
+    tx: mpsc::Sender<Result<GatewayMessage, Status>>,
+    /// Last snapshot sent (without its log index), to send only changes.
+    last_sent: Option<(Vec<SandboxInstanceAssignment>, bool)>,
+}
+
+/// The hub. Shared by the supervisor host service and the background tasks.
+pub struct Hub {
+    node: RaftNode<GatewayState>,
+    settings: PoolSettings,
+    /// member id -> its current stream. A std lock: held for map operations
+    /// only, never across an await.
+    streams: Mutex<BTreeMap<String, Attached>>,
+    next_stream_id: AtomicU64,
+}
+
+impl Hub {
+    /// A hub for `node`.
+    pub fn new(node: RaftNode<GatewayState>, settings: PoolSettings) -> Arc<Self> {
+        Arc::new(Hub {
+            node,
+            settings,
+            streams: Mutex::new(BTreeMap::new()),
+            next_stream_id: AtomicU64::new(1),
+        })
+    }
+
+    /// The node.
+    pub fn node(&self) -> &RaftNode<GatewayState> {
+        &self.node
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &PoolSettings {
+        &self.settings
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Attached>> {
+        self.streams.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers a stream of `member`; a stream already attached for the
+    /// member (an older one) is closed with ABORTED. Returns the stream id.
+    pub fn attach(
+        &self,
+        member: &str,
+        incarnation: u64,
+        tx: mpsc::Sender<Result<GatewayMessage, Status>>,
+    ) -> u64 {
+        let stream_id = self.next_stream_id.fetch_add(1, Ordering::Relaxed);
+        let old = self.lock().insert(
+            member.to_string(),
+            Attached {
+                stream_id,
+                incarnation,
+                last_status: Instant::now(),
+                tx,
+                last_sent: None,
+            },
+        );
+        if let Some(old) = old {
+            tracing::info!(
+                member,
+                old_stream = old.stream_id,
+                stream_id,
+                "newer stream supersedes the older one"
+            );
+            let _ = old.tx.try_send(Err(Status::aborted(
+                "superseded by a newer stream of this member",
+            )));
+        }
+        self.push_snapshots();
+        stream_id
+    }
+
+    /// Unregisters a stream (if it is still the member's current one).
+    pub fn detach(&self, member: &str, stream_id: u64) {
+        let mut streams = self.lock();
+        if streams.get(member).map(|a| a.stream_id) == Some(stream_id) {
+            streams.remove(member);
+        }
+    }
+
+    /// Whether `stream_id` is still `member`'s current stream.
+    pub fn is_current(&self, member: &str, stream_id: u64) -> bool {
+        self.lock().get(member).map(|a| a.stream_id) == Some(stream_id)
+    }
+
+    /// A `HostStatus` arrived on the stream.
+    pub fn touch(&self, member: &str, stream_id: u64) {
+        if let Some(a) = self
+            .lock()
+            .get_mut(member)
+            .filter(|a| a.stream_id == stream_id)
+        {
+            a.last_status = Instant::now();
+        }
+    }
+
+    /// Number of attached streams.
+    pub fn attached(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Sends each attached member its assignment snapshot if it changed.
+    pub fn push_snapshots(&self) {
+        let (snapshots, log_index) = self.node.read_local(|state, index| {
+            let members: Vec<(String, u64)> = self
+                .lock()
+                .iter()
+                .map(|(m, a)| (m.clone(), a.incarnation))
+                .collect();
+            let out: Vec<(String, Vec<SandboxInstanceAssignment>, bool)> = members
+                .into_iter()
+                .map(|(member, incarnation)| {
+                    let assignments = assignments_of(&state.pool, &member, incarnation);
+                    let draining = state
+                        .pool
+                        .member(&member)
+                        .map(|m| m.state == pool::MemberState::Draining)
+                        .unwrap_or(false);
+                    (member, assignments, draining)
+                })
+                .collect();
+            (out, index)
+        });
+        let mut streams = self.lock();
+        for (member, assignments, draining) in snapshots {
+            let Some(a) = streams.get_mut(&member) else {
+                continue;
+            };
+            let current = (assignments, draining);
+            if a.last_sent.as_ref() == Some(&current) {
+                continue;
+            }
+            let message = GatewayMessage {
+                message: Some(gateway_message::Message::Snapshot(AssignmentSnapshot {
+                    log_index,
+                    assignments: current.0.clone(),
+                    draining: current.1,
+                })),
+            };
+            if a.tx.try_send(Ok(message)).is_ok() {
+                a.last_sent = Some(current);
+            }
+        }
+    }
+
+    /// Proposes a pool command; returns its outcome.
+    ///
+    /// # Errors
+    /// The write error mapped to a status.
+    pub async fn propose(&self, command: &Command) -> Result<pool::Outcome, Status> {
+        let applied = self
+            .node
+            .write(GatewayState::pool_command(command))
+            .await
+            .map_err(crate::status::write)?;
+        GatewayState::pool_outcome(&applied.response).map_err(Status::internal)
+    }
+
+    /// Every tick interval: one heartbeat batch for the members whose
+    /// status arrived within two status intervals.
+    pub async fn run_heartbeats(self: Arc<Self>) {
+        let mut ticker = tokio::time::interval(self.settings.tick_interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let fresh_within = self.settings.status_interval * 2 + self.settings.status_interval / 2;
+        loop {
+            ticker.tick().await;
+            let beats: Vec<pool::Beat> = self
+                .lock()
+                .iter()
+                .filter(|(_, a)| a.last_status.elapsed() <= fresh_within)
+                .map(|(member, a)| pool::Beat {
+                    member: member.clone(),
+                    incarnation: a.incarnation,
+                })
+                .collect();
+            if beats.is_empty() {
+                continue;
+            }
+            let span = tracing::debug_span!("heartbeat_batch", beats = beats.len());
+            let _enter = span.enter();
+            if let Err(status) = self
+                .propose(&Command::Heartbeat(pool::Heartbeat { beats }))
+                .await
+            {
+                tracing::debug!(%status, "heartbeat batch not applied");
+            }
+        }
+    }
+
+    /// Pushes snapshots whenever this node applies new entries.
+    pub async fn run_snapshot_pusher(self: Arc<Self>) {
+        let mut metrics = self.node.raft().metrics();
+        let mut last_applied = None;
+        loop {
+            if metrics.changed().await.is_err() {
+                return;
+            }
+            let applied = metrics.borrow().last_applied;
+            if applied != last_applied {
+                last_applied = applied;
+                self.push_snapshots();
+            }
+        }
+    }
+
+    /// Runs the pool coordinator while this node is the raft leader.
+    pub async fn run_coordinator(self: Arc<Self>) {
+        let mut metrics = self.node.raft().metrics();
+        loop {
+            let (leader, term) = {
+                let m = metrics.borrow();
+                (m.current_leader, m.current_term)
+            };
+            if leader != Some(self.node.id()) {
+                if metrics.changed().await.is_err() {
+                    return;
+                }
+                continue;
+            }
+            tracing::info!(term, node = self.node.id(), "pool coordinator active");
+            self.lead(term).await;
+            tracing::info!(term, node = self.node.id(), "pool coordinator stopped");
+        }
+    }
+
+    /// One leadership term of the coordinator (etcd RawNode-style driving:
+    /// tick on the monotonic clock, step on the applied state, propose).
+    async fn lead(&self, term: u64) {
+        let mut coordinator = Coordinator::new(CoordinatorConfig::new(term));
+        let mut ticker = tokio::time::interval(self.settings.tick_interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let step_every = (self.settings.tick_interval / 4).max(Duration::from_millis(10));
+        let mut stepper = tokio::time::interval(step_every);
+        stepper.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let wanted = self.settings.pool_config();
+        let mut metrics = self.node.raft().metrics();
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => coordinator.tick(),
+                _ = stepper.tick() => {}
+                changed = metrics.changed() => if changed.is_err() { return },
+            }
+            let still_leading = {
+                let m = metrics.borrow();
+                m.current_leader == Some(self.node.id()) && m.current_term == term
+            };
+            if !still_leading {
+                return;
+            }
+            let (mut commands, configured) = self.node.read_local(|state, _| {
+                let config = state.pool.config();
+                let configured = config.heartbeat_ttl_ticks == wanted.heartbeat_ttl_ticks
+                    && config.recovery_deadline_ticks == wanted.recovery_deadline_ticks
+                    && config.operation_deadline_ticks == wanted.operation_deadline_ticks;
+                (coordinator.step(&state.pool), configured)
+            });
+            if !configured && state_has_leader_term(&self.node, term) {
+                commands.push(Command::Configure(wanted.clone()));
+            }
+            for command in commands {
+                let span = tracing::debug_span!("coordinator_propose", command = command.name());
+                let _enter = span.enter();
+                match self.propose(&command).await {
+                    Ok(pool::Outcome::Rejected(reason)) => {
+                        tracing::debug!(%reason, "coordinator proposal rejected")
+                    }
+                    Ok(pool::Outcome::Applied(_)) => {}
+                    Err(status) => {
+                        tracing::debug!(%status, "coordinator proposal failed");
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Whether the pool state already recorded `term`'s LeaderChanged (so the
+/// configuration is proposed after the grace command, not before).
+fn state_has_leader_term(node: &RaftNode<GatewayState>, term: u64) -> bool {
+    node.read_local(|state, _| state.pool.leader_term() >= term)
+}
+
+/// The live assignments of one member incarnation, as streamed to it.
+pub fn assignments_of(
+    state: &pool::PoolState,
+    member: &str,
+    incarnation: u64,
+) -> Vec<SandboxInstanceAssignment> {
+    state
+        .sandboxes()
+        .values()
+        .filter(|s| {
+            s.phase.is_charged() && s.owner.member == member && s.owner.incarnation == incarnation
+        })
+        .map(|s| SandboxInstanceAssignment {
+            sandbox_id: s.id.clone(),
+            generation: s.generation,
+            term: s.owner.term,
+            credential_epoch: s.owner.epoch,
+            acknowledged: s.owner.acknowledged,
+            phase: phase_name(s.phase).to_string(),
+            material_ref: s.material_ref.clone(),
+            grant: Vec::new(),
+        })
+        .collect()
+}
+
+/// The wire name of a sandbox phase.
+pub fn phase_name(phase: pool::Phase) -> &'static str {
+    match phase {
+        pool::Phase::Admitting => "admitting",
+        pool::Phase::Assigned => "assigned",
+        pool::Phase::Recovering => "recovering",
+        pool::Phase::Stopping => "stopping",
+        pool::Phase::Deleted => "deleted",
+        pool::Phase::Failed => "failed",
+    }
+}

@@ -1,0 +1,190 @@
+//! `openshell.supervisor_host.v1.SupervisorHost`: one bidirectional stream
+//! per supervisor.
+//!
+//! Who may call it: pool supervisors presenting the supervisor credential.
+//! Any gateway serves any supervisor. The stream: `HostHello` -> the gateway
+//! authenticates it and proposes the join -> `HelloAccepted` -> assignment
+//! snapshots whenever the member's assignments change; the supervisor sends
+//! `HostStatus` (liveness, batched into one heartbeat command per tick),
+//! `TermAck` and `SandboxReport` (proposed with the member's incarnation, so
+//! apply fences stale ones). A newer stream of the same member supersedes
+//! the older one.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::Stream;
+use pool::Command;
+use proto::supervisor_host::supervisor_host_server::SupervisorHost;
+use proto::supervisor_host::{
+    gateway_message, supervisor_message, GatewayMessage, HelloAccepted, HostHello,
+    SupervisorMessage,
+};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::StreamExt;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::hub::Hub;
+
+/// Longest member id, uid or address.
+const MAX_ID_BYTES: usize = 256;
+
+/// The supervisor host service of one gateway.
+pub struct SupervisorHostService {
+    hub: Arc<Hub>,
+}
+
+impl SupervisorHostService {
+    /// The service over `hub`.
+    pub fn new(hub: Arc<Hub>) -> Self {
+        SupervisorHostService { hub }
+    }
+}
+
+/// Checks a hello's fields and credential.
+fn check_hello(hello: &HostHello, token: Option<&str>) -> Result<(), Status> {
+    if let Some(token) = token {
+        if hello.credential != token {
+            return Err(Status::unauthenticated(
+                "supervisor credential is missing or wrong",
+            ));
+        }
+    }
+    for (field, value) in [
+        ("member_id", &hello.member_id),
+        ("member_uid", &hello.member_uid),
+        ("advertise_address", &hello.advertise_address),
+    ] {
+        if value.is_empty() || value.len() > MAX_ID_BYTES {
+            return Err(Status::invalid_argument(format!(
+                "HostHello.{field} must be 1..={MAX_ID_BYTES} bytes"
+            )));
+        }
+    }
+    if hello.capacity == 0 {
+        return Err(Status::invalid_argument(
+            "HostHello.capacity must be at least 1",
+        ));
+    }
+    if hello.incarnation == 0 {
+        return Err(Status::invalid_argument(
+            "HostHello.incarnation must be at least 1",
+        ));
+    }
+    Ok(())
+}
+
+type GatewayStream = Pin<Box<dyn Stream<Item = Result<GatewayMessage, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl SupervisorHost for SupervisorHostService {
+    type AttachStream = GatewayStream;
+
+    #[tracing::instrument(level = "info", skip_all)]
+    async fn attach(
+        &self,
+        request: Request<Streaming<SupervisorMessage>>,
+    ) -> Result<Response<Self::AttachStream>, Status> {
+        let mut inbound = request.into_inner();
+        let first = inbound
+            .message()
+            .await?
+            .ok_or_else(|| Status::invalid_argument("stream ended before HostHello"))?;
+        let Some(supervisor_message::Message::Hello(hello)) = first.message else {
+            return Err(Status::invalid_argument(
+                "the first message must be HostHello",
+            ));
+        };
+        if let Err(status) = check_hello(&hello, self.hub.settings().supervisor_token.as_deref()) {
+            tracing::warn!(member = %hello.member_id, %status, "supervisor hello refused");
+            return Err(status);
+        }
+        let join = Command::Join(pool::Join {
+            member: hello.member_id.clone(),
+            uid: hello.member_uid.clone(),
+            incarnation: hello.incarnation,
+            address: hello.advertise_address.clone(),
+            capacity: hello.capacity,
+        });
+        if let pool::Outcome::Rejected(reason) = self.hub.propose(&join).await? {
+            tracing::warn!(member = %hello.member_id, %reason, "supervisor join rejected");
+            return Err(Status::failed_precondition(format!(
+                "join rejected: {reason}"
+            )));
+        }
+        let (tx, rx) = mpsc::channel(64);
+        let accepted = GatewayMessage {
+            message: Some(gateway_message::Message::Accepted(HelloAccepted {
+                gateway_node_id: self.hub.node().id(),
+                status_interval_ms: u64::try_from(self.hub.settings().status_interval.as_millis())
+                    .unwrap_or(250),
+            })),
+        };
+        tx.try_send(Ok(accepted))
+            .map_err(|_| Status::internal("stream closed"))?;
+        let stream_id = self.hub.attach(&hello.member_id, hello.incarnation, tx);
+        tracing::info!(member = %hello.member_id, incarnation = hello.incarnation, stream_id, "supervisor attached");
+
+        let hub = self.hub.clone();
+        let member = hello.member_id.clone();
+        let incarnation = hello.incarnation;
+        tokio::spawn(async move {
+            loop {
+                let message = match inbound.next().await {
+                    Some(Ok(m)) => m,
+                    Some(Err(status)) => {
+                        tracing::info!(%member, %status, "supervisor stream failed");
+                        break;
+                    }
+                    None => break,
+                };
+                if !hub.is_current(&member, stream_id) {
+                    tracing::info!(%member, stream_id, "message on a superseded stream ignored");
+                    break;
+                }
+                let command = match message.message {
+                    Some(supervisor_message::Message::Status(_)) => {
+                        hub.touch(&member, stream_id);
+                        continue;
+                    }
+                    Some(supervisor_message::Message::Ack(ack)) => {
+                        Command::Acknowledge(pool::Acknowledge {
+                            sandbox: ack.sandbox_id,
+                            generation: ack.generation,
+                            member: member.clone(),
+                            incarnation,
+                            term: ack.term,
+                        })
+                    }
+                    Some(supervisor_message::Message::Report(report)) => {
+                        Command::Report(pool::Report {
+                            sandbox: report.sandbox_id,
+                            generation: report.generation,
+                            member: member.clone(),
+                            incarnation,
+                            term: report.term,
+                            status: report.status,
+                        })
+                    }
+                    Some(supervisor_message::Message::Hello(_)) | None => {
+                        tracing::warn!(%member, "unexpected message on an attached stream ignored");
+                        continue;
+                    }
+                };
+                match hub.propose(&command).await {
+                    Ok(pool::Outcome::Rejected(reason)) => {
+                        tracing::info!(%member, command = command.name(), %reason, "supervisor command rejected")
+                    }
+                    Ok(pool::Outcome::Applied(_)) => {}
+                    Err(status) => {
+                        tracing::warn!(%member, %status, "supervisor command not applied")
+                    }
+                }
+            }
+            hub.detach(&member, stream_id);
+            tracing::info!(%member, stream_id, "supervisor detached");
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}

@@ -12,6 +12,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/openshell/gateway/v1/log.proto",
         "proto/openshell/supervisor_host/v1/supervisor_host.proto",
         "proto/openshell/pool_admin/v1/pool_admin.proto",
+        "proto/openshell/sandbox_runtime/v1/runtime.proto",
     ];
     tonic_prost_build::configure().compile_protos(&files, &["proto"])?;
     for f in files {

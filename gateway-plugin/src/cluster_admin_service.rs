@@ -19,18 +19,31 @@ use raft_store::{AdminError, RaftNode};
 use tonic::transport::Endpoint;
 use tonic::{Request, Response, Status};
 
+use crate::auth::{Auth, Role};
+use crate::metrics::Metrics;
 use crate::state::GatewayState;
 use crate::status::{self, FORWARDED};
 
 /// The cluster admin service of one gateway.
 pub struct ClusterAdminService {
     node: RaftNode<GatewayState>,
+    auth: Auth,
+    metrics: Metrics,
 }
 
 impl ClusterAdminService {
-    /// The service of `node`.
-    pub fn new(node: RaftNode<GatewayState>) -> Self {
-        ClusterAdminService { node }
+    /// The service of `node`, checking callers with `auth`.
+    pub fn new(node: RaftNode<GatewayState>, auth: Auth, metrics: Metrics) -> Self {
+        ClusterAdminService {
+            node,
+            auth,
+            metrics,
+        }
+    }
+
+    fn allow<T>(&self, request: &Request<T>, role: Role) -> Result<(), Status> {
+        self.auth
+            .require(request.metadata(), role, "cluster_admin", &self.metrics)
     }
 
     /// A client to the leader, when this node is not it and the call was not
@@ -51,11 +64,17 @@ impl ClusterAdminService {
     }
 }
 
-fn forwarded<T>(message: T) -> Request<T> {
-    let mut request = Request::new(message);
+/// The call to replay on the leader: same message and credential, marked
+/// as forwarded.
+fn forwarded<T>(original: Request<T>) -> Request<T> {
+    let authorization = original.metadata().get("authorization").cloned();
+    let mut request = Request::new(original.into_inner());
     request
         .metadata_mut()
         .insert(FORWARDED, tonic::metadata::MetadataValue::from_static("1"));
+    if let Some(value) = authorization {
+        request.metadata_mut().insert("authorization", value);
+    }
     request
 }
 
@@ -81,7 +100,7 @@ macro_rules! on_leader {
         match $local {
             Ok(reply) => Ok(Response::new(reply)),
             Err(err) => match $self.leader_client(&$request, &err) {
-                Some(mut leader) => leader.$remote(forwarded($request.into_inner())).await,
+                Some(mut leader) => leader.$remote(forwarded($request)).await,
                 None => Err(status::admin(err)),
             },
         }
@@ -95,6 +114,7 @@ impl ClusterAdmin for ClusterAdminService {
         &self,
         request: Request<InitializeRequest>,
     ) -> Result<Response<MembershipReply>, Status> {
+        self.allow(&request, Role::PlatformAdmin)?;
         let list = request
             .get_ref()
             .members
@@ -113,6 +133,7 @@ impl ClusterAdmin for ClusterAdminService {
         &self,
         request: Request<AddLearnerRequest>,
     ) -> Result<Response<MembershipReply>, Status> {
+        self.allow(&request, Role::PlatformAdmin)?;
         let Some(member) = request.get_ref().member.clone() else {
             return Err(Status::invalid_argument("member is required"));
         };
@@ -128,6 +149,7 @@ impl ClusterAdmin for ClusterAdminService {
         &self,
         request: Request<PromoteRequest>,
     ) -> Result<Response<MembershipReply>, Status> {
+        self.allow(&request, Role::PlatformAdmin)?;
         let local = self.node.promote(request.get_ref().id).await;
         on_leader!(self, request, local.map(membership_reply), promote)
     }
@@ -137,6 +159,7 @@ impl ClusterAdmin for ClusterAdminService {
         &self,
         request: Request<RemoveRequest>,
     ) -> Result<Response<MembershipReply>, Status> {
+        self.allow(&request, Role::PlatformAdmin)?;
         let local = self.node.remove(request.get_ref().id).await;
         on_leader!(self, request, local.map(membership_reply), remove)
     }
@@ -146,6 +169,7 @@ impl ClusterAdmin for ClusterAdminService {
         &self,
         request: Request<TransferLeaderRequest>,
     ) -> Result<Response<TransferLeaderReply>, Status> {
+        self.allow(&request, Role::PlatformAdmin)?;
         let to = Some(request.get_ref().to).filter(|id| *id != 0);
         let local = self.node.transfer_leader(to).await;
         on_leader!(
@@ -161,6 +185,7 @@ impl ClusterAdmin for ClusterAdminService {
         &self,
         request: Request<TriggerSnapshotRequest>,
     ) -> Result<Response<TriggerSnapshotReply>, Status> {
+        self.allow(&request, Role::PlatformAdmin)?;
         // Every node snapshots on its own; this one is asked to now.
         let _ = request;
         self.node
@@ -175,6 +200,7 @@ impl ClusterAdmin for ClusterAdminService {
         &self,
         _request: Request<StateDigestRequest>,
     ) -> Result<Response<StateDigestReply>, Status> {
+        self.allow(&_request, Role::Viewer)?;
         let (applied_index, crc32, bytes) = self.node.state_digest();
         Ok(Response::new(StateDigestReply {
             node_id: self.node.id(),
@@ -186,6 +212,7 @@ impl ClusterAdmin for ClusterAdminService {
 
     #[tracing::instrument(level = "debug", skip_all)]
     async fn status(&self, request: Request<StatusRequest>) -> Result<Response<PbStatus>, Status> {
+        self.allow(&request, Role::Viewer)?;
         let local = self.node.status();
         let leader_elsewhere = local
             .leader
@@ -202,7 +229,14 @@ impl ClusterAdmin for ClusterAdminService {
                 leader_addr,
             };
             if let Some(mut leader) = self.leader_client(&request, &err) {
-                if let Ok(reply) = leader.status(forwarded(*request.get_ref())).await {
+                if let Ok(reply) = leader
+                    .status(forwarded(Request::from_parts(
+                        request.metadata().clone(),
+                        Default::default(),
+                        *request.get_ref(),
+                    )))
+                    .await
+                {
                     return Ok(reply);
                 }
             }

@@ -107,6 +107,16 @@ pub struct SupervisorPoolSection {
     pub supervisor_token: Option<String>,
 }
 
+/// `[openshell.gateway.auth]`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthSection {
+    /// Bearer tokens with the `platform_admin` role.
+    pub admin_tokens: Option<Vec<String>>,
+    /// Bearer tokens that may only read.
+    pub viewer_tokens: Option<Vec<String>>,
+}
+
 /// `[openshell.gateway]`.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -127,6 +137,13 @@ pub struct GatewaySection {
     pub raft: Option<RaftSection>,
     /// Pool timing.
     pub supervisor_pool: Option<SupervisorPoolSection>,
+    /// File holding the cluster signing key (64 hex characters, the ed25519
+    /// seed); every gateway of the cluster needs the same key.
+    pub signing_key_file: Option<PathBuf>,
+    /// Address of the HTTP endpoints (/healthz, /readyz, /metrics).
+    pub http_listen_addr: Option<String>,
+    /// Bearer tokens.
+    pub auth: Option<AuthSection>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -169,8 +186,20 @@ impl GatewaySection {
             advertise_addr,
             data_dir,
             cluster_id,
-            initial_members
+            initial_members,
+            signing_key_file,
+            http_listen_addr
         );
+        let mut auth = self.auth.unwrap_or_default();
+        if let Some(o) = other.auth {
+            if o.admin_tokens.is_some() {
+                auth.admin_tokens = o.admin_tokens;
+            }
+            if o.viewer_tokens.is_some() {
+                auth.viewer_tokens = o.viewer_tokens;
+            }
+        }
+        self.auth = Some(auth);
         let mut raft = self.raft.unwrap_or_default();
         if let Some(o) = other.raft {
             macro_rules! take_raft {
@@ -217,6 +246,14 @@ pub struct GatewayConfig {
     pub initial_members: Vec<(u64, String)>,
     /// Pool timing and supervisor credential.
     pub pool: crate::hub::PoolSettings,
+    /// Signs takeover grants.
+    pub signer: proto::grant::GrantSigner,
+    /// True when the signer is the insecure development key.
+    pub insecure_signing_key: bool,
+    /// HTTP endpoints address, if served.
+    pub http_listen: Option<SocketAddr>,
+    /// Bearer tokens.
+    pub auth: crate::auth::Auth,
 }
 
 fn in_range(key: &'static str, value: u64, lo: u64, hi: u64) -> Result<u64, ConfigError> {
@@ -355,11 +392,49 @@ impl GatewaySection {
             600_000,
         )?);
         let pool = validate_pool(self.supervisor_pool.unwrap_or_default())?;
+        let (signer, insecure_signing_key) = match &self.signing_key_file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Invalid {
+                    key: "openshell.gateway.signing_key_file",
+                    value: path.display().to_string(),
+                    problem: format!("cannot be read: {e}"),
+                })?;
+                let signer = proto::grant::GrantSigner::from_seed_hex(&text).map_err(|e| {
+                    ConfigError::Invalid {
+                        key: "openshell.gateway.signing_key_file",
+                        value: path.display().to_string(),
+                        problem: format!("{e} (the file must hold 64 hex characters)"),
+                    }
+                })?;
+                (signer, false)
+            }
+            None => (
+                proto::grant::GrantSigner::insecure_development_key(&cluster_id),
+                true,
+            ),
+        };
+        let http_listen = match &self.http_listen_addr {
+            None => None,
+            Some(text) => Some(text.parse().map_err(|_| ConfigError::Invalid {
+                key: "openshell.gateway.http_listen_addr",
+                value: text.clone(),
+                problem: "must be ip:port, e.g. 127.0.0.1:9001".into(),
+            })?),
+        };
+        let auth_section = self.auth.unwrap_or_default();
+        let auth = crate::auth::Auth::new(
+            auth_section.admin_tokens.unwrap_or_default(),
+            auth_section.viewer_tokens.unwrap_or_default(),
+        );
         Ok(GatewayConfig {
             node,
             listen_addr,
             initial_members,
             pool,
+            signer,
+            insecure_signing_key,
+            http_listen,
+            auth,
         })
     }
 }

@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use pool::{Command, Coordinator, CoordinatorConfig};
+use prost::Message;
 use proto::supervisor_host::{
     gateway_message, AssignmentSnapshot, GatewayMessage, SandboxInstanceAssignment,
 };
@@ -20,6 +21,10 @@ use raft_store::RaftNode;
 use tokio::sync::mpsc;
 use tonic::Status;
 
+use proto::grant::GrantSigner;
+use proto::sandbox_runtime::Grant;
+
+use crate::metrics::Metrics;
 use crate::state::GatewayState;
 
 /// Pool timing, from `[openshell.gateway.supervisor_pool]`.
@@ -69,14 +74,24 @@ struct Attached {
     incarnation: u64,
     last_status: Instant,
     tx: mpsc::Sender<Result<GatewayMessage, Status>>,
-    /// Last snapshot sent (without its log index), to send only changes.
-    last_sent: Option<(Vec<SandboxInstanceAssignment>, bool)>,
+    /// Last snapshot sent (without grants and log index), to send only changes.
+    last_sent: Option<MemberView>,
+}
+
+/// What a member's snapshot says, before grants are signed.
+#[derive(Clone, Debug, PartialEq)]
+struct MemberView {
+    assignments: Vec<SandboxInstanceAssignment>,
+    released: Vec<SandboxInstanceAssignment>,
+    draining: bool,
 }
 
 /// The hub. Shared by the supervisor host service and the background tasks.
 pub struct Hub {
     node: RaftNode<GatewayState>,
     settings: PoolSettings,
+    signer: GrantSigner,
+    metrics: Metrics,
     /// member id -> its current stream. A std lock: held for map operations
     /// only, never across an await.
     streams: Mutex<BTreeMap<String, Attached>>,
@@ -84,11 +99,18 @@ pub struct Hub {
 }
 
 impl Hub {
-    /// A hub for `node`.
-    pub fn new(node: RaftNode<GatewayState>, settings: PoolSettings) -> Arc<Self> {
+    /// A hub for `node`, signing grants with `signer`.
+    pub fn new(
+        node: RaftNode<GatewayState>,
+        settings: PoolSettings,
+        signer: GrantSigner,
+        metrics: Metrics,
+    ) -> Arc<Self> {
         Arc::new(Hub {
             node,
             settings,
+            signer,
+            metrics,
             streams: Mutex::new(BTreeMap::new()),
             next_stream_id: AtomicU64::new(1),
         })
@@ -102,6 +124,16 @@ impl Hub {
     /// The settings.
     pub fn settings(&self) -> &PoolSettings {
         &self.settings
+    }
+
+    /// The grant signer (its public key goes to supervisors).
+    pub fn signer(&self) -> &GrantSigner {
+        &self.signer
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Attached>> {
@@ -171,46 +203,76 @@ impl Hub {
         self.lock().len()
     }
 
-    /// Sends each attached member its assignment snapshot if it changed.
+    /// Sends each attached member its assignment snapshot if it changed,
+    /// each assignment carrying a grant signed for that member incarnation.
     pub fn push_snapshots(&self) {
-        let (snapshots, log_index) = self.node.read_local(|state, index| {
-            let members: Vec<(String, u64)> = self
-                .lock()
-                .iter()
-                .map(|(m, a)| (m.clone(), a.incarnation))
-                .collect();
-            let out: Vec<(String, Vec<SandboxInstanceAssignment>, bool)> = members
+        let members: Vec<(String, u64)> = self
+            .lock()
+            .iter()
+            .map(|(m, a)| (m.clone(), a.incarnation))
+            .collect();
+        let (views, log_index) = self.node.read_local(|state, index| {
+            let views: Vec<(String, MemberView)> = members
                 .into_iter()
                 .map(|(member, incarnation)| {
-                    let assignments = assignments_of(&state.pool, &member, incarnation);
-                    let draining = state
-                        .pool
-                        .member(&member)
-                        .map(|m| m.state == pool::MemberState::Draining)
-                        .unwrap_or(false);
-                    (member, assignments, draining)
+                    let view = MemberView {
+                        assignments: assignments_of(&state.pool, &member, incarnation),
+                        released: released_of(&state.pool, &member, incarnation),
+                        draining: state
+                            .pool
+                            .member(&member)
+                            .map(|m| m.state == pool::MemberState::Draining)
+                            .unwrap_or(false),
+                    };
+                    (member, view)
                 })
                 .collect();
-            (out, index)
+            (views, index)
         });
+        self.metrics
+            .pool_attached_supervisors
+            .set(views.len() as i64);
         let mut streams = self.lock();
-        for (member, assignments, draining) in snapshots {
+        for (member, view) in views {
             let Some(a) = streams.get_mut(&member) else {
                 continue;
             };
-            let current = (assignments, draining);
-            if a.last_sent.as_ref() == Some(&current) {
+            if a.last_sent.as_ref() == Some(&view) {
                 continue;
             }
+            let sign = |list: &[SandboxInstanceAssignment],
+                        release: bool|
+             -> Vec<SandboxInstanceAssignment> {
+                list.iter()
+                    .map(|x| {
+                        let mut x = x.clone();
+                        x.grant = self
+                            .signer
+                            .sign(&Grant {
+                                sandbox_id: x.sandbox_id.clone(),
+                                generation: x.generation,
+                                member_id: member.clone(),
+                                incarnation: a.incarnation,
+                                term: x.term,
+                                credential_epoch: x.credential_epoch,
+                                log_index,
+                                release,
+                            })
+                            .encode_to_vec();
+                        x
+                    })
+                    .collect()
+            };
             let message = GatewayMessage {
                 message: Some(gateway_message::Message::Snapshot(AssignmentSnapshot {
                     log_index,
-                    assignments: current.0.clone(),
-                    draining: current.1,
+                    assignments: sign(&view.assignments, false),
+                    draining: view.draining,
+                    released: sign(&view.released, true),
                 })),
             };
             if a.tx.try_send(Ok(message)).is_ok() {
-                a.last_sent = Some(current);
+                a.last_sent = Some(view);
             }
         }
     }
@@ -373,6 +435,34 @@ pub fn assignments_of(
             acknowledged: s.owner.acknowledged,
             phase: phase_name(s.phase).to_string(),
             material_ref: s.material_ref.clone(),
+            grant: Vec::new(),
+        })
+        .collect()
+}
+
+/// The deleted or failed sandboxes whose last owner is this member
+/// incarnation: it must stop their workloads.
+pub fn released_of(
+    state: &pool::PoolState,
+    member: &str,
+    incarnation: u64,
+) -> Vec<SandboxInstanceAssignment> {
+    state
+        .sandboxes()
+        .values()
+        .filter(|s| {
+            matches!(s.phase, pool::Phase::Deleted | pool::Phase::Failed)
+                && s.owner.member == member
+                && s.owner.incarnation == incarnation
+        })
+        .map(|s| SandboxInstanceAssignment {
+            sandbox_id: s.id.clone(),
+            generation: s.generation,
+            term: s.owner.term,
+            credential_epoch: s.owner.epoch,
+            acknowledged: s.owner.acknowledged,
+            phase: phase_name(s.phase).to_string(),
+            material_ref: String::new(),
             grant: Vec::new(),
         })
         .collect()

@@ -15,12 +15,17 @@
 //!   snapshots and the leader-only pool coordinator.
 //! - [`supervisor_host_service`](mod@supervisor_host_service) serves `openshell.supervisor_host.v1.SupervisorHost`.
 //! - [`pool_admin_service`](mod@pool_admin_service) serves `openshell.pool_admin.v1.PoolAdmin`.
+//! - [`auth`]: bearer tokens and the `platform_admin` role.
+//! - [`metrics`], [`http`]: Prometheus metrics, `/healthz`, `/readyz`, `/metrics`.
 //! - [`status`]: error-to-`Status` mapping with leader hints.
 //! - [`server`]: wiring and the serve loop.
 
+pub mod auth;
 pub mod cluster_admin_service;
 pub mod config;
+pub mod http;
 pub mod hub;
+pub mod metrics;
 pub mod object_store_service;
 pub mod pool_admin_service;
 pub mod server;

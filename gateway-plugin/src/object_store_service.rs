@@ -17,6 +17,8 @@ use proto::objects::{
 use raft_store::RaftNode;
 use tonic::{Request, Response, Status};
 
+use crate::auth::{Auth, Role};
+use crate::metrics::Metrics;
 use crate::state::GatewayState;
 use crate::status;
 
@@ -26,12 +28,23 @@ pub const RESOURCE_VERSION: &str = "x-openshell-resource-version";
 /// The object store service of one gateway.
 pub struct ObjectStoreService {
     node: RaftNode<GatewayState>,
+    auth: Auth,
+    metrics: Metrics,
 }
 
 impl ObjectStoreService {
-    /// The service of `node`.
-    pub fn new(node: RaftNode<GatewayState>) -> Self {
-        ObjectStoreService { node }
+    /// The service of `node`, checking callers with `auth`.
+    pub fn new(node: RaftNode<GatewayState>, auth: Auth, metrics: Metrics) -> Self {
+        ObjectStoreService {
+            node,
+            auth,
+            metrics,
+        }
+    }
+
+    fn allow<T>(&self, request: &Request<T>, role: Role) -> Result<(), Status> {
+        self.auth
+            .require(request.metadata(), role, "object_store", &self.metrics)
     }
 
     async fn propose(&self, op: object_command::Op) -> Result<object_result::Result, Status> {
@@ -73,6 +86,7 @@ fn rejection(r: Rejection) -> Status {
 impl ObjectStore for ObjectStoreService {
     #[tracing::instrument(level = "debug", skip_all)]
     async fn put(&self, request: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
+        self.allow(&request, Role::PlatformAdmin)?;
         match self
             .propose(object_command::Op::Put(request.into_inner()))
             .await?
@@ -90,6 +104,7 @@ impl ObjectStore for ObjectStoreService {
         &self,
         request: Request<DeleteRequest>,
     ) -> Result<Response<DeleteResponse>, Status> {
+        self.allow(&request, Role::PlatformAdmin)?;
         match self
             .propose(object_command::Op::Delete(request.into_inner()))
             .await?
@@ -102,7 +117,15 @@ impl ObjectStore for ObjectStoreService {
 
     #[tracing::instrument(level = "debug", skip_all)]
     async fn get(&self, request: Request<GetRequest>) -> Result<Response<GetResponse>, Status> {
+        self.allow(&request, Role::Viewer)?;
         let request = request.into_inner();
+        // Jepsen fault injection (feature `fault-stale-reads`, never on by
+        // default): every read is served from local state without read-index.
+        #[cfg(feature = "fault-stale-reads")]
+        let request = GetRequest {
+            stale: true,
+            ..request
+        };
         if request.r#type.is_empty() || request.id.is_empty() {
             return Err(Status::invalid_argument("type and id are required"));
         }
@@ -131,7 +154,14 @@ impl ObjectStore for ObjectStoreService {
 
     #[tracing::instrument(level = "debug", skip_all)]
     async fn list(&self, request: Request<ListRequest>) -> Result<Response<ListResponse>, Status> {
+        self.allow(&request, Role::Viewer)?;
         let request = request.into_inner();
+        // Jepsen fault injection (feature `fault-stale-reads`), as in `get`.
+        #[cfg(feature = "fault-stale-reads")]
+        let request = ListRequest {
+            stale: true,
+            ..request
+        };
         let list = |state: &GatewayState, index: u64| {
             (
                 state.objects.list(

@@ -12,24 +12,34 @@ use pool::{Command, ObservedStatus, OperationKind, OperationPhase, Outcome, Pool
 use proto::pool_admin::pool_admin_server::PoolAdmin;
 use proto::pool_admin::{
     start_supervisor_pool_operation_request, CancelSupervisorPoolOperationRequest,
-    CreateSandboxRequest, DeleteSandboxRequest, GetSandboxRequest, GetSupervisorPoolStatusRequest,
-    ListSandboxesRequest, ListSandboxesResponse, PoolMember, Sandbox,
-    StartSupervisorPoolOperationRequest, SupervisorPoolOperation, SupervisorPoolStatus,
+    CreateSandboxRequest, DeleteSandboxRequest, ExecSandboxRequest, ExecSandboxResponse,
+    GetSandboxRequest, GetSupervisorPoolStatusRequest, ListSandboxesRequest, ListSandboxesResponse,
+    PoolMember, Sandbox, StartSupervisorPoolOperationRequest, SupervisorPoolOperation,
+    SupervisorPoolStatus,
 };
+use proto::supervisor_host::supervisor_control_client::SupervisorControlClient;
+use proto::supervisor_host::SupervisorExecRequest;
 use tonic::{Request, Response, Status};
 
+use crate::auth::{Auth, Role};
 use crate::hub::{phase_name, Hub};
 use crate::state::GatewayState;
 
 /// The pool admin service of one gateway.
 pub struct PoolAdminService {
     hub: Arc<Hub>,
+    auth: Auth,
 }
 
 impl PoolAdminService {
-    /// The service over `hub`.
-    pub fn new(hub: Arc<Hub>) -> Self {
-        PoolAdminService { hub }
+    /// The service over `hub`, checking callers with `auth`.
+    pub fn new(hub: Arc<Hub>, auth: Auth) -> Self {
+        PoolAdminService { hub, auth }
+    }
+
+    fn allow<T>(&self, request: &Request<T>, role: Role) -> Result<(), Status> {
+        self.auth
+            .require(request.metadata(), role, "pool_admin", self.hub.metrics())
     }
 
     async fn read<T>(
@@ -89,7 +99,19 @@ pub fn sandbox_view(state: &PoolState, s: &pool::Sandbox) -> Sandbox {
         Some(ObservedStatus::Deleted) => "deleted".to_string(),
         Some(ObservedStatus::Failed(reason)) => format!("failed: {reason}"),
     };
+    // Supervisors report the runtime's view as JSON; pid and start time are
+    // shown when the report carries them.
+    let report: Option<serde_json::Value> = serde_json::from_str(&observed).ok();
+    let field = |name: &str| {
+        report
+            .as_ref()
+            .and_then(|r| r.get(name))
+            .and_then(|v| v.as_u64())
+            .unwrap_or(0)
+    };
     Sandbox {
+        pid: u32::try_from(field("pid")).unwrap_or(0),
+        started_at_unix_ms: field("started_at_unix_ms"),
         id: s.id.clone(),
         generation: s.generation,
         phase: phase_name(s.phase).to_string(),
@@ -186,6 +208,7 @@ impl PoolAdmin for PoolAdminService {
         &self,
         request: Request<GetSupervisorPoolStatusRequest>,
     ) -> Result<Response<SupervisorPoolStatus>, Status> {
+        self.allow(&request, Role::Viewer)?;
         let view = self
             .read(request.get_ref().stale, |s, index| {
                 status_view(&s.pool, index)
@@ -199,6 +222,7 @@ impl PoolAdmin for PoolAdminService {
         &self,
         request: Request<StartSupervisorPoolOperationRequest>,
     ) -> Result<Response<SupervisorPoolOperation>, Status> {
+        self.allow(&request, Role::PlatformAdmin)?;
         let request = request.into_inner();
         let id = if request.operation_id.is_empty() {
             fresh_id("op", self.hub.node().id())
@@ -245,6 +269,7 @@ impl PoolAdmin for PoolAdminService {
         &self,
         request: Request<CancelSupervisorPoolOperationRequest>,
     ) -> Result<Response<SupervisorPoolOperation>, Status> {
+        self.allow(&request, Role::PlatformAdmin)?;
         let id = request.into_inner().operation_id;
         if id.is_empty() {
             return Err(Status::invalid_argument("operation_id is required"));
@@ -267,6 +292,7 @@ impl PoolAdmin for PoolAdminService {
         &self,
         request: Request<CreateSandboxRequest>,
     ) -> Result<Response<Sandbox>, Status> {
+        self.allow(&request, Role::PlatformAdmin)?;
         let request = request.into_inner();
         let sandbox = if request.sandbox_id.is_empty() {
             fresh_id("sb", self.hub.node().id())
@@ -308,6 +334,7 @@ impl PoolAdmin for PoolAdminService {
         &self,
         request: Request<DeleteSandboxRequest>,
     ) -> Result<Response<Sandbox>, Status> {
+        self.allow(&request, Role::PlatformAdmin)?;
         let id = request.into_inner().sandbox_id;
         if id.is_empty() {
             return Err(Status::invalid_argument("sandbox_id is required"));
@@ -335,6 +362,7 @@ impl PoolAdmin for PoolAdminService {
         &self,
         request: Request<GetSandboxRequest>,
     ) -> Result<Response<Sandbox>, Status> {
+        self.allow(&request, Role::Viewer)?;
         let request = request.into_inner();
         if request.sandbox_id.is_empty() {
             return Err(Status::invalid_argument("sandbox_id is required"));
@@ -353,6 +381,7 @@ impl PoolAdmin for PoolAdminService {
         &self,
         request: Request<ListSandboxesRequest>,
     ) -> Result<Response<ListSandboxesResponse>, Status> {
+        self.allow(&request, Role::Viewer)?;
         let sandboxes = self
             .read(request.get_ref().stale, |s, _| {
                 s.pool
@@ -363,5 +392,78 @@ impl PoolAdmin for PoolAdminService {
             })
             .await?;
         Ok(Response::new(ListSandboxesResponse { sandboxes }))
+    }
+
+    #[tracing::instrument(level = "info", skip_all)]
+    async fn exec_sandbox(
+        &self,
+        request: Request<ExecSandboxRequest>,
+    ) -> Result<Response<ExecSandboxResponse>, Status> {
+        self.allow(&request, Role::PlatformAdmin)?;
+        let request = request.into_inner();
+        if request.sandbox_id.is_empty() || request.argv.is_empty() {
+            return Err(Status::invalid_argument(
+                "sandbox_id and a command are required",
+            ));
+        }
+        let id = request.sandbox_id.clone();
+        let owner = self
+            .read(false, |s, _| {
+                s.pool.sandbox(&id).map(|sb| {
+                    let address = s
+                        .pool
+                        .member(&sb.owner.member)
+                        .map(|m| m.address.clone())
+                        .unwrap_or_default();
+                    (
+                        sb.phase,
+                        sb.owner.member.clone(),
+                        sb.owner.term,
+                        sb.owner.acknowledged,
+                        address,
+                    )
+                })
+            })
+            .await?
+            .ok_or_else(|| Status::not_found(format!("sandbox {id} does not exist")))?;
+        let (phase, member, term, acknowledged, address) = owner;
+        if !acknowledged || !matches!(phase, pool::Phase::Assigned) {
+            return Err(Status::failed_precondition(format!(
+                "sandbox {id} has no active supervisor (phase {}); retry once it is assigned",
+                phase_name(phase)
+            )));
+        }
+        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+            .map_err(|e| {
+                Status::internal(format!(
+                    "member {member} has an invalid address {address:?}: {e}"
+                ))
+            })?
+            .connect_timeout(std::time::Duration::from_secs(2));
+        let channel = endpoint.connect().await.map_err(|e| {
+            Status::unavailable(format!(
+                "supervisor {member} at {address} is unreachable: {e}"
+            ))
+        })?;
+        let mut client = SupervisorControlClient::new(channel);
+        let mut call = Request::new(SupervisorExecRequest {
+            sandbox_id: id,
+            term,
+            argv: request.argv,
+            timeout_ms: request.timeout_ms,
+        });
+        if let Some(token) = &self.hub.settings().supervisor_token {
+            if let Ok(v) = tonic::metadata::MetadataValue::try_from(format!("Bearer {token}")) {
+                call.metadata_mut().insert("authorization", v);
+            }
+        }
+        let reply = client.exec(call).await?.into_inner();
+        Ok(Response::new(ExecSandboxResponse {
+            exit_code: reply.exit_code,
+            stdout: reply.stdout,
+            stderr: reply.stderr,
+            executed_by: member,
+            term,
+        }))
     }
 }

@@ -15,6 +15,7 @@ use proto::supervisor_host::supervisor_host_server::SupervisorHostServer;
 use crate::cluster_admin_service::ClusterAdminService;
 use crate::config::GatewayConfig;
 use crate::hub::Hub;
+use crate::metrics::Metrics;
 use crate::object_store_service::ObjectStoreService;
 use crate::pool_admin_service::PoolAdminService;
 use crate::state::GatewayState;
@@ -48,26 +49,73 @@ pub async fn run(
         "gateway listening"
     );
     bootstrap(&node, &config);
-    let hub = Hub::new(node.clone(), config.pool.clone());
+    let metrics = Metrics::new();
+    if config.insecure_signing_key {
+        tracing::warn!(
+            "no --signing-key-file: grants are signed with an INSECURE development key derived from the \
+             cluster id; set openshell.gateway.signing_key_file in production"
+        );
+    }
+    if !config.auth.enabled() {
+        tracing::warn!("no bearer tokens configured: every API is open; set [openshell.gateway.auth] in production");
+    }
+    let commit_at_start = node.status().commit_index;
+    let hub = Hub::new(
+        node.clone(),
+        config.pool.clone(),
+        config.signer.clone(),
+        metrics.clone(),
+    );
     // Background tasks end with the runtime; aborted on return via the guard.
     let tasks = [
         tokio::spawn(hub.clone().run_heartbeats()),
         tokio::spawn(hub.clone().run_snapshot_pusher()),
         tokio::spawn(hub.clone().run_coordinator()),
     ];
-    let _abort = AbortOnDrop(tasks.iter().map(|t| t.abort_handle()).collect());
+    let mut aborts: Vec<tokio::task::AbortHandle> =
+        tasks.iter().map(|t| t.abort_handle()).collect();
+    if let Some(addr) = config.http_listen {
+        let listener = crate::http::bind(addr)
+            .await
+            .with_context(|| format!("binding the HTTP endpoints on {addr}"))?;
+        tracing::info!(%addr, "HTTP endpoints listening (/healthz /readyz /metrics)");
+        let serve = crate::http::serve(
+            listener,
+            node.clone(),
+            hub.clone(),
+            metrics.clone(),
+            commit_at_start,
+            std::future::pending(),
+        );
+        aborts.push(
+            tokio::spawn(async move {
+                if let Err(e) = serve.await {
+                    tracing::error!(error = %e, "HTTP endpoints failed");
+                }
+            })
+            .abort_handle(),
+        );
+    }
+    let _abort = AbortOnDrop(aborts);
     let result = tonic::transport::Server::builder()
         .add_service(node.transport_service())
         .add_service(ClusterAdminServer::new(ClusterAdminService::new(
             node.clone(),
+            config.auth.clone(),
+            metrics.clone(),
         )))
         .add_service(ObjectStoreServer::new(ObjectStoreService::new(
             node.clone(),
+            config.auth.clone(),
+            metrics.clone(),
         )))
         .add_service(SupervisorHostServer::new(SupervisorHostService::new(
             hub.clone(),
         )))
-        .add_service(PoolAdminServer::new(PoolAdminService::new(hub.clone())))
+        .add_service(PoolAdminServer::new(PoolAdminService::new(
+            hub.clone(),
+            config.auth.clone(),
+        )))
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
         .context("gRPC server failed");

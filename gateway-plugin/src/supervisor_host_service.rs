@@ -97,6 +97,16 @@ impl SupervisorHost for SupervisorHostService {
             ));
         };
         if let Err(status) = check_hello(&hello, self.hub.settings().supervisor_token.as_deref()) {
+            let reason = if status.code() == tonic::Code::Unauthenticated {
+                "credential"
+            } else {
+                "malformed"
+            };
+            self.hub
+                .metrics()
+                .auth_failures
+                .with_label_values(&["supervisor_host", reason])
+                .inc();
             tracing::warn!(member = %hello.member_id, %status, "supervisor hello refused");
             return Err(status);
         }
@@ -119,6 +129,12 @@ impl SupervisorHost for SupervisorHostService {
                 gateway_node_id: self.hub.node().id(),
                 status_interval_ms: u64::try_from(self.hub.settings().status_interval.as_millis())
                     .unwrap_or(250),
+                cluster_public_key: self.hub.signer().public_key_hex(),
+                recovery_deadline_ms: u64::try_from(
+                    self.hub.settings().tick_interval.as_millis()
+                        * u128::from(self.hub.settings().recovery_deadline_ticks),
+                )
+                .unwrap_or(u64::MAX),
             })),
         };
         tx.try_send(Ok(accepted))

@@ -26,7 +26,11 @@ async fn leadership_moves_to_the_named_voter_while_writes_continue() -> TestResu
     let writer = {
         let acked = acked.clone();
         let stop = stop.clone();
-        let nodes: Vec<(u64, String)> = cluster.nodes.iter().map(|n| (n.id, n.addr.clone())).collect();
+        let nodes: Vec<(u64, String)> = cluster
+            .nodes
+            .iter()
+            .map(|n| (n.id, n.addr.clone()))
+            .collect();
         let root = cluster.root.path().to_path_buf();
         tokio::spawn(async move {
             let gateways: Vec<Gateway> = nodes
@@ -51,7 +55,10 @@ async fn leadership_moves_to_the_named_voter_while_writes_continue() -> TestResu
         })
     };
 
-    eprintln!("--- step: transfer to node {} through node {}", followers[0], followers[1]);
+    eprintln!(
+        "--- step: transfer to node {} through node {}",
+        followers[0], followers[1]
+    );
     tokio::time::sleep(Duration::from_millis(300)).await;
     let reply = cluster
         .get(followers[1])
@@ -65,19 +72,34 @@ async fn leadership_moves_to_the_named_voter_while_writes_continue() -> TestResu
 
     eprintln!("--- step: transfer to any other voter");
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let reply = cluster.get(leader).admin().await?.transfer_leader(TransferLeaderRequest { to: 0 }).await?.into_inner();
+    let reply = cluster
+        .get(leader)
+        .admin()
+        .await?
+        .transfer_leader(TransferLeaderRequest { to: 0 })
+        .await?
+        .into_inner();
     assert_ne!(reply.leader_id, followers[0]);
-    assert_eq!(cluster.wait_leader("after second transfer").await, reply.leader_id);
+    assert_eq!(
+        cluster.wait_leader("after second transfer").await,
+        reply.leader_id
+    );
 
     tokio::time::sleep(Duration::from_millis(300)).await;
     stop.store(true, Ordering::Relaxed);
     let failures = writer.await?;
     let acked = acked.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    eprintln!("acknowledged {} writes, {failures} failed during transfers", acked.len());
+    eprintln!(
+        "acknowledged {} writes, {failures} failed during transfers",
+        acked.len()
+    );
     assert!(acked.len() > 20, "too few writes: {}", acked.len());
     let all = dump(cluster.get(reply.leader_id), false).await?;
     for key in &acked {
-        assert!(all.iter().any(|(k, _, _)| k == key), "acknowledged write {key} lost");
+        assert!(
+            all.iter().any(|(k, _, _)| k == key),
+            "acknowledged write {key} lost"
+        );
     }
     Ok(())
 }

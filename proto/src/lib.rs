@@ -10,6 +10,8 @@
 //! - [`supervisor_host`]: `openshell.supervisor_host.v1.SupervisorHost`, the
 //!   supervisor stream.
 //! - [`pool_admin`]: `openshell.pool_admin.v1.PoolAdmin`, the operator surface.
+//! - [`sandbox_runtime`]: `openshell.sandbox_runtime.v1.SandboxRuntime` and
+//!   the signed `Grant`; [`grant`] signs and verifies grants.
 //! - [`gateway`]: `openshell.gateway.v1`, the gateway's raft log and snapshot
 //!   records.
 //!
@@ -53,6 +55,13 @@ pub mod openshell {
             tonic::include_proto!("openshell.pool_admin.v1");
         }
     }
+    /// `openshell.sandbox_runtime.*`
+    pub mod sandbox_runtime {
+        /// `openshell.sandbox_runtime.v1`
+        pub mod v1 {
+            tonic::include_proto!("openshell.sandbox_runtime.v1");
+        }
+    }
     /// `openshell.gateway.*`
     pub mod gateway {
         /// `openshell.gateway.v1`
@@ -67,4 +76,7 @@ pub use openshell::gateway::v1 as gateway;
 pub use openshell::objects::v1 as objects;
 pub use openshell::pool_admin::v1 as pool_admin;
 pub use openshell::raft::v1 as raft;
+pub use openshell::sandbox_runtime::v1 as sandbox_runtime;
 pub use openshell::supervisor_host::v1 as supervisor_host;
+
+pub mod grant;

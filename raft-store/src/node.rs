@@ -666,13 +666,8 @@ impl<SM: StateMachine> RaftNode<SM> {
         if !learners.contains_key(&id) {
             return Err(AdminError::UnknownNode(id));
         }
-        let written = self
-            .inner
-            .raft
-            .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
+        self.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])))
             .await
-            .map_err(|e| self.admin_error(e))?;
-        Ok(self.change_result(written.log_id.index))
     }
 
     /// Removes a voter or a learner from the cluster.
@@ -690,13 +685,32 @@ impl<SM: StateMachine> RaftNode<SM> {
         } else {
             return Err(AdminError::UnknownNode(id));
         };
-        let written = self
-            .inner
-            .raft
-            .change_membership(change, false)
-            .await
-            .map_err(|e| self.admin_error(e))?;
-        Ok(self.change_result(written.log_id.index))
+        self.change_membership(change).await
+    }
+
+    /// Proposes a membership change, waiting (within the write timeout) for
+    /// a change still in progress to finish first.
+    async fn change_membership(
+        &self,
+        change: ChangeMembers<NodeId, BasicNode>,
+    ) -> Result<MembershipChange, AdminError> {
+        let deadline = Instant::now() + self.inner.config.write_timeout;
+        loop {
+            match self
+                .inner
+                .raft
+                .change_membership(change.clone(), false)
+                .await
+            {
+                Ok(written) => return Ok(self.change_result(written.log_id.index)),
+                Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(
+                    openraft::error::ChangeMembershipError::InProgress(_),
+                ))) if Instant::now() < deadline => {
+                    tokio::time::sleep(self.retry_pause()).await;
+                }
+                Err(e) => return Err(self.admin_error(e)),
+            }
+        }
     }
 
     /// Holds this node's election timer for `hold` (part of a leadership

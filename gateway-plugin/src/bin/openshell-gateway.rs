@@ -5,7 +5,9 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
-use gateway_plugin::config::{self, GatewaySection, RaftSection, SupervisorPoolSection};
+use gateway_plugin::config::{
+    self, AuthSection, GatewaySection, RaftSection, SupervisorPoolSection,
+};
 
 /// One replica of the OpenShell gateway's raft-replicated pool store.
 #[derive(Parser, Debug)]
@@ -56,6 +58,29 @@ struct Args {
     /// A sandbox without an active supervisor fails after this long, in ms.
     #[arg(long)]
     recovery_deadline_ms: Option<u64>,
+    /// File with the cluster signing key (64 hex characters); the same on
+    /// every gateway. Without it an insecure development key is used.
+    #[arg(long, env = "OPENSHELL_SIGNING_KEY_FILE")]
+    signing_key_file: Option<PathBuf>,
+    /// Address of /healthz, /readyz and /metrics, ip:port.
+    #[arg(long, env = "OPENSHELL_HTTP_LISTEN")]
+    http_listen: Option<String>,
+    /// Bearer token with the platform_admin role (repeatable).
+    #[arg(
+        long,
+        env = "OPENSHELL_ADMIN_TOKEN",
+        hide_env_values = true,
+        value_delimiter = ','
+    )]
+    admin_token: Option<Vec<String>>,
+    /// Bearer token that may only read (repeatable).
+    #[arg(
+        long,
+        env = "OPENSHELL_VIEWER_TOKEN",
+        hide_env_values = true,
+        value_delimiter = ','
+    )]
+    viewer_token: Option<Vec<String>>,
     /// Credential supervisors must present.
     #[arg(long, env = "OPENSHELL_SUPERVISOR_TOKEN", hide_env_values = true)]
     supervisor_token: Option<String>,
@@ -89,6 +114,12 @@ fn main() -> anyhow::Result<()> {
             snapshot_after_logs: args.snapshot_after_logs,
             logs_to_keep: args.logs_to_keep,
             ..Default::default()
+        }),
+        signing_key_file: args.signing_key_file,
+        http_listen_addr: args.http_listen,
+        auth: Some(AuthSection {
+            admin_tokens: args.admin_token,
+            viewer_tokens: args.viewer_token,
         }),
         supervisor_pool: Some(SupervisorPoolSection {
             tick_interval_ms: args.tick_interval_ms,

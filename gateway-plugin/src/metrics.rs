@@ -1,0 +1,110 @@
+//! Prometheus metrics of one gateway, served at `/metrics`.
+//!
+//! Names use the problem's words: `openshell_raft_*` for the replicated log,
+//! `openshell_pool_*` for the supervisor pool, `openshell_auth_failures_total`
+//! for refused credentials.
+
+use prometheus::{Encoder, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
+
+/// The gateway's metrics. Cheap to clone (handles to shared collectors).
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Registry,
+    /// Refused credentials, by service and reason.
+    pub auth_failures: IntCounterVec,
+    /// Current raft term.
+    pub raft_term: IntGauge,
+    /// 1 on the leader, else 0.
+    pub raft_is_leader: IntGauge,
+    /// Last committed index this node knows.
+    pub raft_commit_index: IntGauge,
+    /// Last applied index.
+    pub raft_applied_index: IntGauge,
+    /// Supervisor streams attached to this gateway.
+    pub pool_attached_supervisors: IntGauge,
+    /// Pool members by state.
+    pub pool_members: IntGaugeVec,
+    /// Sandboxes by phase.
+    pub pool_sandboxes: IntGaugeVec,
+    /// Logical time.
+    pub pool_now_tick: IntGauge,
+}
+
+impl Metrics {
+    /// Registers every collector.
+    ///
+    /// # Panics
+    /// Only on a programming error (a duplicate or malformed metric name).
+    pub fn new() -> Self {
+        let registry = Registry::new();
+        let gauge = |name: &str, help: &str| {
+            let g = IntGauge::new(name, help).unwrap_or_else(|e| panic!("metric {name}: {e}"));
+            registry
+                .register(Box::new(g.clone()))
+                .unwrap_or_else(|e| panic!("metric {name}: {e}"));
+            g
+        };
+        let gauge_vec = |name: &str, help: &str, labels: &[&str]| {
+            let g = IntGaugeVec::new(Opts::new(name, help), labels)
+                .unwrap_or_else(|e| panic!("metric {name}: {e}"));
+            registry
+                .register(Box::new(g.clone()))
+                .unwrap_or_else(|e| panic!("metric {name}: {e}"));
+            g
+        };
+        let auth_failures = IntCounterVec::new(
+            Opts::new(
+                "openshell_auth_failures_total",
+                "Refused credentials by service and reason",
+            ),
+            &["service", "reason"],
+        )
+        .unwrap_or_else(|e| panic!("metric: {e}"));
+        registry
+            .register(Box::new(auth_failures.clone()))
+            .unwrap_or_else(|e| panic!("metric: {e}"));
+        Metrics {
+            auth_failures,
+            raft_term: gauge("openshell_raft_term", "Current raft term"),
+            raft_is_leader: gauge(
+                "openshell_raft_is_leader",
+                "1 if this gateway is the raft leader",
+            ),
+            raft_commit_index: gauge(
+                "openshell_raft_commit_index",
+                "Last committed log index known here",
+            ),
+            raft_applied_index: gauge("openshell_raft_applied_index", "Last applied log index"),
+            pool_attached_supervisors: gauge(
+                "openshell_pool_attached_supervisors",
+                "Supervisor streams attached to this gateway",
+            ),
+            pool_members: gauge_vec(
+                "openshell_pool_members",
+                "Pool members by state",
+                &["state"],
+            ),
+            pool_sandboxes: gauge_vec("openshell_pool_sandboxes", "Sandboxes by phase", &["phase"]),
+            pool_now_tick: gauge(
+                "openshell_pool_now_tick",
+                "Logical time of the pool, in ticks",
+            ),
+            registry,
+        }
+    }
+
+    /// The text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut out = Vec::new();
+        if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut out) {
+            return format!("# encoding metrics failed: {e}\n");
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}

@@ -58,7 +58,7 @@ fn copy_dir(from: &Path, to: &Path) {
 fn start_refused(dir: &Path, args: &[&str]) -> (bool, String) {
     let port = free_port().to_string();
     let listen = format!("127.0.0.1:{port}");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_openshell-gateway"));
+    let mut cmd = Command::new(gateway_bin());
     // `args` may override the node id and cluster id.
     let node_id = args
         .iter()

@@ -883,8 +883,11 @@ impl PoolState {
     fn apply_complete_operation(&mut self, c: &CompleteOperation) -> R<Effect> {
         let op = self.running(&c.operation_id)?;
         let complete = match &op.kind {
+            // A drain is done when the member owns nothing AND every moved
+            // sandbox was acknowledged by its new owner (sessions are safe).
             OperationKind::DrainMember { member } => {
                 self.members.get(member).map(|m| m.charged).unwrap_or(0) == 0
+                    && self.moves_in_flight(&op.id) == 0
             }
             OperationKind::RebalancePool => {
                 self.moves_in_flight(&op.id) == 0 && self.rebalance_candidates().is_empty()

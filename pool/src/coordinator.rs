@@ -195,7 +195,9 @@ fn plan_operation(state: &PoolState, op: &Operation, pending_moves: u32, out: &m
     };
     match &op.kind {
         OperationKind::DrainMember { member } => {
-            if state.member(member).is_none_or(|m| m.charged == 0) {
+            if state.member(member).is_none_or(|m| m.charged == 0)
+                && state.moves_in_flight(&op.id) == 0
+            {
                 out.push(Command::CompleteOperation(CompleteOperation {
                     operation_id: op.id.clone(),
                 }));

@@ -250,3 +250,43 @@ fn superseded_incarnation_is_taken_over() {
         }
     );
 }
+
+/// A drain completes only once every moved sandbox was acknowledged by its
+/// new owner (found end to end: the drain reported success while a moved
+/// session had no active supervisor yet).
+///
+/// - s1 owns a and b; s2 joins; a drain of s1 with max_parallel 2 moves both
+/// - s2 acknowledges a only: the drain must not complete
+/// - s2 acknowledges b: now it completes
+#[test]
+fn drain_completes_only_after_every_move_is_acknowledged() {
+    let mut h = H::new();
+    h.join("s1", 1, 4);
+    h.ok(launch("la", "a"));
+    h.ok(launch("lb", "b"));
+    h.ack("a");
+    h.ack("b");
+    h.join("s2", 1, 4);
+    h.ok(Command::StartDrain(StartDrain {
+        operation_id: "d".into(),
+        member: "s1".into(),
+        max_parallel: 2,
+    }));
+    for c in plan(&h.st, 0) {
+        if matches!(c, Command::Move(_)) {
+            h.ok(c);
+        }
+    }
+    assert_eq!(h.owner("a").member, "s2");
+    assert_eq!(h.owner("b").member, "s2");
+    h.ack("a");
+    let complete = Command::CompleteOperation(CompleteOperation {
+        operation_id: "d".into(),
+    });
+    assert_eq!(h.rejected(complete.clone()), Reason::OperationNotComplete);
+    assert!(plan(&h.st, 0)
+        .iter()
+        .all(|c| !matches!(c, Command::CompleteOperation(_))));
+    h.ack("b");
+    h.ok(complete);
+}

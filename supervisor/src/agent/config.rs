@@ -1,0 +1,249 @@
+//! The supervisor's settings: flags and `OPENSHELL_*` environment variables,
+//! validated at start-up with errors that name the flag.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// A setting that is missing or invalid.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// A required setting is missing.
+    #[error("{flag} (or {env}) is required")]
+    Missing {
+        /// The flag.
+        flag: &'static str,
+        /// The environment variable.
+        env: &'static str,
+    },
+    /// A setting is invalid.
+    #[error("{flag} = {value:?}: {problem}")]
+    Invalid {
+        /// The flag.
+        flag: &'static str,
+        /// The value given.
+        value: String,
+        /// What is wrong.
+        problem: String,
+    },
+}
+
+/// Raw settings as parsed (all optional), before validation.
+#[derive(Clone, Debug, Default)]
+pub struct RawAgentConfig {
+    /// Gateway endpoints, host:port.
+    pub gateways: Vec<String>,
+    /// `--pool-member-id`.
+    pub member_id: Option<String>,
+    /// `--pool-member-uid`.
+    pub member_uid: Option<String>,
+    /// `--pool-advertise-ip`.
+    pub advertise_ip: Option<String>,
+    /// Control gRPC listen address (exec from gateways).
+    pub listen: Option<String>,
+    /// HTTP health endpoints listen address.
+    pub http_listen: Option<String>,
+    /// Sessions this supervisor hosts at most.
+    pub capacity: Option<u32>,
+    /// Supervisor credential presented to gateways.
+    pub credential: Option<String>,
+    /// Where sandbox runtimes publish their addresses.
+    pub runtime_dir: Option<PathBuf>,
+    /// The sandbox runtime binary.
+    pub runtime_bin: Option<PathBuf>,
+}
+
+/// Validated settings.
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    /// Gateway endpoints, host:port (at least one).
+    pub gateways: Vec<String>,
+    /// Pool member id.
+    pub member_id: String,
+    /// Pool member uid (the Pod uid in Kubernetes).
+    pub member_uid: String,
+    /// IP gateways route to.
+    pub advertise_ip: IpAddr,
+    /// Control gRPC listen address.
+    pub listen: SocketAddr,
+    /// HTTP health endpoints address.
+    pub http_listen: Option<SocketAddr>,
+    /// Capacity in sessions.
+    pub capacity: u32,
+    /// Credential for gateways (empty: none).
+    pub credential: String,
+    /// Runtime address directory.
+    pub runtime_dir: PathBuf,
+    /// Runtime binary.
+    pub runtime_bin: PathBuf,
+    /// Pause after a failed attach, doubled up to `max_backoff`, jittered.
+    pub min_backoff: Duration,
+    /// Largest pause between attach attempts.
+    pub max_backoff: Duration,
+    /// How often a session heartbeats its runtime.
+    pub runtime_heartbeat: Duration,
+}
+
+impl RawAgentConfig {
+    /// Validates the settings.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming the first flag at fault.
+    pub fn validate(self) -> Result<AgentConfig, ConfigError> {
+        let member_id = required(
+            self.member_id,
+            "--pool-member-id",
+            "OPENSHELL_POOL_MEMBER_ID",
+        )?;
+        let member_uid = required(
+            self.member_uid,
+            "--pool-member-uid",
+            "OPENSHELL_POOL_MEMBER_UID",
+        )?;
+        let ip_text = required(
+            self.advertise_ip,
+            "--pool-advertise-ip",
+            "OPENSHELL_POOL_ADVERTISE_IP",
+        )?;
+        let advertise_ip: IpAddr = ip_text.parse().map_err(|_| ConfigError::Invalid {
+            flag: "--pool-advertise-ip",
+            value: ip_text.clone(),
+            problem: "must be an IP address, e.g. 10.0.0.7".into(),
+        })?;
+        for (flag, value) in [
+            ("--pool-member-id", &member_id),
+            ("--pool-member-uid", &member_uid),
+        ] {
+            if value.len() > 256 || value.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                return Err(ConfigError::Invalid {
+                    flag,
+                    value: value.clone(),
+                    problem: "must be 1..=256 characters without spaces".into(),
+                });
+            }
+        }
+        let gateways: Vec<String> = self
+            .gateways
+            .into_iter()
+            .filter(|g| !g.trim().is_empty())
+            .collect();
+        if gateways.is_empty() {
+            return Err(ConfigError::Missing {
+                flag: "--gateways",
+                env: "OPENSHELL_GATEWAYS",
+            });
+        }
+        for g in &gateways {
+            if g.rsplit_once(':')
+                .and_then(|(_, p)| p.parse::<u16>().ok())
+                .is_none()
+            {
+                return Err(ConfigError::Invalid {
+                    flag: "--gateways",
+                    value: g.clone(),
+                    problem: "each endpoint must be host:port".into(),
+                });
+            }
+        }
+        let listen_text = self.listen.unwrap_or_else(|| format!("{advertise_ip}:0"));
+        let listen: SocketAddr = listen_text.parse().map_err(|_| ConfigError::Invalid {
+            flag: "--listen",
+            value: listen_text.clone(),
+            problem: "must be ip:port".into(),
+        })?;
+        let http_listen = match self.http_listen {
+            None => None,
+            Some(text) => Some(text.parse().map_err(|_| ConfigError::Invalid {
+                flag: "--http-listen",
+                value: text.clone(),
+                problem: "must be ip:port".into(),
+            })?),
+        };
+        let capacity = self.capacity.unwrap_or(16);
+        if capacity == 0 || capacity > 10_000 {
+            return Err(ConfigError::Invalid {
+                flag: "--capacity",
+                value: capacity.to_string(),
+                problem: "must be within 1..=10000".into(),
+            });
+        }
+        let runtime_dir = self
+            .runtime_dir
+            .unwrap_or_else(|| std::env::temp_dir().join("openshell-runtimes"));
+        let runtime_bin = match self.runtime_bin {
+            Some(p) => p,
+            None => std::env::current_exe()
+                .ok()
+                .and_then(|p| p.parent().map(|d| d.join("openshell-sandbox-runtime")))
+                .unwrap_or_else(|| PathBuf::from("openshell-sandbox-runtime")),
+        };
+        Ok(AgentConfig {
+            gateways,
+            member_id,
+            member_uid,
+            advertise_ip,
+            listen,
+            http_listen,
+            capacity,
+            credential: self.credential.unwrap_or_default(),
+            runtime_dir,
+            runtime_bin,
+            min_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(2),
+            runtime_heartbeat: Duration::from_millis(250),
+        })
+    }
+}
+
+fn required(
+    value: Option<String>,
+    flag: &'static str,
+    env: &'static str,
+) -> Result<String, ConfigError> {
+    match value {
+        Some(v) if !v.trim().is_empty() => Ok(v.trim().to_string()),
+        _ => Err(ConfigError::Missing { flag, env }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw() -> RawAgentConfig {
+        RawAgentConfig {
+            gateways: vec!["127.0.0.1:7001".into()],
+            member_id: Some("m1".into()),
+            member_uid: Some("u1".into()),
+            advertise_ip: Some("127.0.0.1".into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn missing_or_invalid_identity_names_the_flag() {
+        let mut r = raw();
+        r.member_id = None;
+        assert_eq!(
+            r.validate().err().map(|e| e.to_string()),
+            Some("--pool-member-id (or OPENSHELL_POOL_MEMBER_ID) is required".into())
+        );
+        let mut r = raw();
+        r.advertise_ip = Some("not-an-ip".into());
+        assert!(r
+            .validate()
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+            .starts_with("--pool-advertise-ip"));
+        let mut r = raw();
+        r.gateways = vec![];
+        assert!(r
+            .validate()
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+            .starts_with("--gateways"));
+        assert!(raw().validate().is_ok());
+    }
+}

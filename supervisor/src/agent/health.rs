@@ -1,0 +1,33 @@
+//! `/healthz` (liveness: the process serves HTTP, whatever the gateways do)
+//! and `/readyz` (a gateway accepted the authenticated stream and the member
+//! is not draining; 503 with the reason otherwise).
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::Router;
+
+use super::Agent;
+
+/// Serves the health endpoints on `listener`.
+pub async fn serve(listener: tokio::net::TcpListener, agent: Arc<Agent>) {
+    let app = Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .with_state(agent);
+    if let Err(e) = axum::serve(listener, app).await {
+        tracing::error!(error = %e, "health endpoints failed");
+    }
+}
+
+async fn readyz(State(agent): State<Arc<Agent>>) -> (StatusCode, String) {
+    match agent.readiness() {
+        Ok(()) => (StatusCode::OK, "ready\n".into()),
+        Err(reason) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {reason}\n"),
+        ),
+    }
+}

@@ -1,0 +1,312 @@
+//! `openshell-supervisor`: a pool member.
+//!
+//! It attaches to one gateway of a list (failing over to the next with
+//! bounded, jittered backoff), hosts one session per assigned sandbox, and
+//! serves readiness.
+//!
+//! For each assignment in an `AssignmentSnapshot` it locates the sandbox's
+//! runtime (starting it for a fresh launch), presents the signed grant, and
+//! once the runtime accepts it acknowledges the term to the gateway; then it
+//! heartbeats the runtime and reports the workload's status. An assignment
+//! that disappears is *relinquished* (the workload keeps running for its next
+//! owner); a `released` entry is *released* (the workload is stopped and
+//! deleted). A session the runtime fences (a newer epoch took over) ends.
+//!
+//! Readiness (`/readyz`) holds only while a gateway has accepted the
+//! authenticated stream and the member is not draining; liveness
+//! (`/healthz`) never depends on a gateway.
+
+pub mod config;
+mod control;
+mod health;
+mod session;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context;
+use proto::supervisor_host::supervisor_control_server::SupervisorControlServer;
+use proto::supervisor_host::supervisor_host_client::SupervisorHostClient;
+use proto::supervisor_host::{
+    gateway_message, supervisor_message, AssignmentSnapshot, HostHello, HostStatus,
+    SupervisorMessage,
+};
+use rand::Rng;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+pub use config::{AgentConfig, ConfigError, RawAgentConfig};
+use session::Session;
+
+/// Shared state of one supervisor process.
+pub struct Agent {
+    config: AgentConfig,
+    /// One per process start: milliseconds since the Unix epoch at start.
+    incarnation: u64,
+    /// ip:port of the control server, announced in HostHello.
+    advertise_address: String,
+    /// A gateway accepted the stream.
+    attached: AtomicBool,
+    /// The member is draining (from the latest snapshot).
+    draining: AtomicBool,
+    /// Why the supervisor is not ready (for /readyz).
+    not_ready_reason: Mutex<String>,
+    /// sandbox id -> session. A std lock: never held across an await.
+    sessions: Mutex<BTreeMap<String, Session>>,
+    /// (sandbox, term) activations in flight.
+    activating: Mutex<BTreeSet<(String, u64)>>,
+    /// (sandbox, generation) already released.
+    released: Mutex<BTreeSet<(String, u64)>>,
+    /// The cluster public key from HelloAccepted (passed to new runtimes).
+    cluster_key: Mutex<String>,
+    /// The recovery deadline from HelloAccepted (passed to new runtimes).
+    recovery_deadline_ms: AtomicU64,
+    /// Sender of the current stream, for acks and reports.
+    outbound: Mutex<Option<mpsc::Sender<SupervisorMessage>>>,
+    /// The latest snapshot, re-reconciled periodically.
+    last_snapshot: Mutex<Option<AssignmentSnapshot>>,
+}
+
+impl Agent {
+    fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+        m.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether /readyz succeeds, and why not.
+    pub fn readiness(&self) -> Result<(), String> {
+        if !self.attached.load(Ordering::SeqCst) {
+            return Err(Self::lock(&self.not_ready_reason).clone());
+        }
+        if self.draining.load(Ordering::SeqCst) {
+            return Err("draining: this member takes no new work".into());
+        }
+        Ok(())
+    }
+
+    fn set_not_ready(&self, reason: String) {
+        self.attached.store(false, Ordering::SeqCst);
+        *Self::lock(&self.not_ready_reason) = reason;
+    }
+
+    /// Sends a message on the current stream, if any.
+    fn send(&self, message: supervisor_message::Message) {
+        if let Some(tx) = Self::lock(&self.outbound).as_ref() {
+            let _ = tx.try_send(SupervisorMessage {
+                message: Some(message),
+            });
+        }
+    }
+
+    /// Sandbox ids with a live session.
+    pub fn session_ids(&self) -> Vec<String> {
+        Self::lock(&self.sessions).keys().cloned().collect()
+    }
+}
+
+/// Runs the supervisor until `shutdown` completes.
+///
+/// # Errors
+/// When the control or health port cannot be bound.
+pub async fn run(
+    config: AgentConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let incarnation = u64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or(1),
+    )
+    .unwrap_or(1)
+    .max(1);
+    std::fs::create_dir_all(&config.runtime_dir).with_context(|| {
+        format!(
+            "creating the runtime directory {}",
+            config.runtime_dir.display()
+        )
+    })?;
+    let control = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("binding the control port {}", config.listen))?;
+    let control_addr = control
+        .local_addr()
+        .context("reading the control address")?;
+    let advertise_address = format!("{}:{}", config.advertise_ip, control_addr.port());
+    let agent = Arc::new(Agent {
+        incarnation,
+        advertise_address,
+        attached: AtomicBool::new(false),
+        draining: AtomicBool::new(false),
+        not_ready_reason: Mutex::new("not attached to a gateway yet".into()),
+        sessions: Mutex::new(BTreeMap::new()),
+        activating: Mutex::new(BTreeSet::new()),
+        released: Mutex::new(BTreeSet::new()),
+        cluster_key: Mutex::new(String::new()),
+        recovery_deadline_ms: AtomicU64::new(60_000),
+        outbound: Mutex::new(None),
+        last_snapshot: Mutex::new(None),
+        config,
+    });
+    tracing::info!(
+        member = %agent.config.member_id,
+        incarnation,
+        control = %agent.advertise_address,
+        gateways = ?agent.config.gateways,
+        "supervisor starting"
+    );
+    let mut tasks = Vec::new();
+    if let Some(addr) = agent.config.http_listen {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding the health port {addr}"))?;
+        tracing::info!(%addr, "health endpoints listening (/healthz /readyz)");
+        tasks.push(tokio::spawn(health::serve(listener, agent.clone())));
+    }
+    let incoming = tonic::transport::server::TcpIncoming::from(control).with_nodelay(Some(true));
+    let control_service = SupervisorControlServer::new(control::ControlService::new(agent.clone()));
+    tasks.push(tokio::spawn(async move {
+        let served = tonic::transport::Server::builder()
+            .add_service(control_service)
+            .serve_with_incoming(incoming);
+        if let Err(e) = served.await {
+            tracing::error!(error = %e, "control server failed");
+        }
+    }));
+    tasks.push(tokio::spawn(attach_loop(agent.clone())));
+    shutdown.await;
+    tracing::info!("supervisor stopping; sessions are left to their runtimes");
+    for t in tasks {
+        t.abort();
+    }
+    Ok(())
+}
+
+/// Attaches to gateways forever: one at a time, next on failure, with
+/// exponential backoff (bounded, ±50% jitter).
+async fn attach_loop(agent: Arc<Agent>) {
+    let gateways = agent.config.gateways.clone();
+    let mut next = rand::thread_rng().gen_range(0..gateways.len());
+    let mut failures: u32 = 0;
+    loop {
+        let gateway = gateways[next % gateways.len()].clone();
+        next += 1;
+        match attach_once(&agent, &gateway).await {
+            Ok(()) => {
+                failures = 0;
+                agent.set_not_ready(format!("stream to gateway {gateway} ended; re-attaching"));
+            }
+            Err(e) => {
+                failures = failures.saturating_add(1);
+                tracing::warn!(%gateway, error = %e, "attach failed");
+                agent.set_not_ready(format!("not attached: gateway {gateway}: {e}"));
+            }
+        }
+        *Agent::lock(&agent.outbound) = None;
+        let base = agent
+            .config
+            .min_backoff
+            .saturating_mul(1u32 << failures.min(5))
+            .min(agent.config.max_backoff);
+        let jitter = rand::thread_rng().gen_range(0.5..1.5);
+        tokio::time::sleep(base.mul_f64(jitter)).await;
+    }
+}
+
+async fn attach_once(agent: &Arc<Agent>, gateway: &str) -> anyhow::Result<()> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{gateway}"))?
+        .connect_timeout(Duration::from_secs(1))
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(Duration::from_secs(1))
+        .keep_alive_timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .context("connecting")?;
+    let mut client = SupervisorHostClient::new(channel);
+    let (tx, rx) = mpsc::channel::<SupervisorMessage>(256);
+    let hello = HostHello {
+        member_id: agent.config.member_id.clone(),
+        member_uid: agent.config.member_uid.clone(),
+        advertise_address: agent.advertise_address.clone(),
+        capacity: agent.config.capacity,
+        incarnation: agent.incarnation,
+        credential: agent.config.credential.clone(),
+    };
+    tx.send(SupervisorMessage {
+        message: Some(supervisor_message::Message::Hello(hello)),
+    })
+    .await?;
+    let mut inbound = client
+        .attach(ReceiverStream::new(rx))
+        .await
+        .map_err(describe)?
+        .into_inner();
+    let accepted = match inbound.message().await.map_err(describe)? {
+        Some(m) => match m.message {
+            Some(gateway_message::Message::Accepted(a)) => a,
+            _ => anyhow::bail!("the gateway did not accept the hello"),
+        },
+        None => anyhow::bail!("the gateway closed the stream"),
+    };
+    *Agent::lock(&agent.cluster_key) = accepted.cluster_public_key.clone();
+    agent
+        .recovery_deadline_ms
+        .store(accepted.recovery_deadline_ms, Ordering::SeqCst);
+    *Agent::lock(&agent.outbound) = Some(tx.clone());
+    agent.attached.store(true, Ordering::SeqCst);
+    tracing::info!(%gateway, gateway_node = accepted.gateway_node_id, "attached");
+    let interval = Duration::from_millis(accepted.status_interval_ms.clamp(10, 10_000));
+    let status_task = {
+        let agent = agent.clone();
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(interval);
+            loop {
+                ticker.tick().await;
+                let status = HostStatus {
+                    draining: agent.draining.load(Ordering::SeqCst),
+                    active_sandboxes: agent.session_ids(),
+                };
+                let message = SupervisorMessage {
+                    message: Some(supervisor_message::Message::Status(status)),
+                };
+                if tx.send(message).await.is_err() {
+                    return;
+                }
+            }
+        })
+    };
+    let result = async {
+        let mut reconcile = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                message = inbound.message() => {
+                    match message.map_err(describe)? {
+                        None => return Ok(()),
+                        Some(m) => if let Some(gateway_message::Message::Snapshot(snapshot)) = m.message {
+                            agent.draining.store(snapshot.draining, Ordering::SeqCst);
+                            *Agent::lock(&agent.last_snapshot) = Some(snapshot.clone());
+                            session::reconcile(agent, &snapshot);
+                        }
+                    }
+                }
+                _ = reconcile.tick() => {
+                    let last = Agent::lock(&agent.last_snapshot).clone();
+                    if let Some(snapshot) = last {
+                        session::reconcile(agent, &snapshot);
+                    }
+                }
+            }
+        }
+    }
+    .await;
+    status_task.abort();
+    result
+}
+
+/// A gRPC status as an error that reads well in /readyz.
+fn describe(status: tonic::Status) -> anyhow::Error {
+    anyhow::anyhow!("{:?}: {}", status.code(), status.message())
+}

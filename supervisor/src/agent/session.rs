@@ -1,0 +1,356 @@
+//! Sessions: one per sandbox this supervisor holds. Activation presents the
+//! grant to the sandbox runtime, a heartbeat task keeps the session alive and
+//! reports the workload, relinquish lets go of a moved sandbox, release stops
+//! a deleted one.
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use prost::Message;
+use proto::sandbox_runtime::sandbox_runtime_client::SandboxRuntimeClient;
+use proto::sandbox_runtime::{
+    ActivateRequest, ReleaseRequest, RuntimeStatusRequest, SessionRequest, SignedGrant,
+    WorkloadInfo,
+};
+use proto::supervisor_host::{
+    supervisor_message, AssignmentSnapshot, SandboxInstanceAssignment, SandboxReport, TermAck,
+};
+use tonic::transport::Channel;
+use tonic::{Code, Status};
+
+use super::Agent;
+
+/// A sandbox this supervisor holds.
+pub struct Session {
+    /// Sandbox generation.
+    pub generation: u64,
+    /// Ownership term the session was activated for.
+    pub term: u64,
+    /// Runtime session token.
+    pub token: String,
+    /// Runtime address.
+    pub runtime_addr: String,
+    /// The heartbeat task; aborted when the session ends.
+    heartbeat: tokio::task::AbortHandle,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.heartbeat.abort();
+    }
+}
+
+/// A client to the runtime at `addr`.
+///
+/// # Errors
+/// `UNAVAILABLE` when it cannot be reached.
+pub async fn runtime_client(addr: &str) -> Result<SandboxRuntimeClient<Channel>, Status> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .map_err(|e| Status::internal(format!("bad runtime address {addr:?}: {e}")))?
+        .connect_timeout(Duration::from_millis(500))
+        .timeout(Duration::from_secs(70))
+        .connect()
+        .await
+        .map_err(|e| Status::unavailable(format!("runtime at {addr} is unreachable: {e}")))?;
+    Ok(SandboxRuntimeClient::new(channel))
+}
+
+fn addr_file(agent: &Agent, sandbox: &str) -> PathBuf {
+    agent.config.runtime_dir.join(format!("{sandbox}.addr"))
+}
+
+/// The runtime's address, if one published it and answers.
+async fn locate_runtime(agent: &Agent, sandbox: &str) -> Option<String> {
+    let addr = std::fs::read_to_string(addr_file(agent, sandbox))
+        .ok()?
+        .trim()
+        .to_string();
+    let mut client = runtime_client(&addr).await.ok()?;
+    let status = client
+        .status(RuntimeStatusRequest {})
+        .await
+        .ok()?
+        .into_inner();
+    (status.sandbox_id == sandbox).then_some(addr)
+}
+
+/// Starts the runtime of a fresh launch and waits for its address.
+async fn start_runtime(agent: &Agent, a: &SandboxInstanceAssignment) -> Result<String, String> {
+    let key = Agent::lock(&agent.cluster_key).clone();
+    let deadline = agent.recovery_deadline_ms.load(Ordering::SeqCst);
+    let addr_path = addr_file(agent, &a.sandbox_id);
+    let _ = std::fs::remove_file(&addr_path);
+    let log_path = agent
+        .config
+        .runtime_dir
+        .join(format!("{}.log", a.sandbox_id));
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(|e| format!("runtime log {}: {e}", log_path.display()))?;
+    let err = log.try_clone().map_err(|e| e.to_string())?;
+    let mut command = tokio::process::Command::new(&agent.config.runtime_bin);
+    command
+        .arg("--sandbox-id")
+        .arg(&a.sandbox_id)
+        .arg("--cluster-public-key")
+        .arg(&key)
+        .arg("--addr-file")
+        .arg(&addr_path)
+        .arg("--recovery-deadline-ms")
+        .arg(deadline.to_string())
+        .stdin(std::process::Stdio::null())
+        .stdout(log)
+        .stderr(err)
+        .process_group(0);
+    // The launch material is the workload command as a JSON array; anything
+    // else (empty, "demo") runs the built-in demo workload.
+    if let Ok(argv) = serde_json::from_str::<Vec<String>>(&a.material_ref) {
+        if !argv.is_empty() {
+            command.arg("--").args(argv);
+        }
+    }
+    let mut child = command
+        .spawn()
+        .map_err(|e| format!("starting {}: {e}", agent.config.runtime_bin.display()))?;
+    // Reap the runtime when it exits (it outlives us if we die first).
+    tokio::spawn(async move {
+        let _ = child.wait().await;
+    });
+    for _ in 0..200 {
+        if let Ok(text) = std::fs::read_to_string(&addr_path) {
+            let addr = text.trim().to_string();
+            if !addr.is_empty() {
+                return Ok(addr);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    Err(format!(
+        "runtime of {} did not publish its address in 5 s (see {})",
+        a.sandbox_id,
+        log_path.display()
+    ))
+}
+
+fn signed(a: &SandboxInstanceAssignment) -> Option<SignedGrant> {
+    SignedGrant::decode(a.grant.as_slice()).ok()
+}
+
+/// Brings sessions in line with a snapshot.
+pub fn reconcile(agent: &Arc<Agent>, snapshot: &AssignmentSnapshot) {
+    // Sessions whose assignment went away: relinquish (planned move) or, if
+    // released, let the release below stop the workload.
+    let gone: Vec<(String, Session)> = {
+        let mut sessions = Agent::lock(&agent.sessions);
+        let stale: Vec<String> = sessions
+            .iter()
+            .filter(|(id, s)| {
+                !snapshot
+                    .assignments
+                    .iter()
+                    .any(|a| &a.sandbox_id == *id && a.generation == s.generation)
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        stale
+            .into_iter()
+            .filter_map(|id| sessions.remove(&id).map(|s| (id, s)))
+            .collect()
+    };
+    for (sandbox, session) in gone {
+        let released = snapshot
+            .released
+            .iter()
+            .any(|r| r.sandbox_id == sandbox && r.generation == session.generation);
+        tokio::spawn(async move {
+            if !released {
+                tracing::info!(%sandbox, term = session.term, "relinquishing (planned move): the workload keeps running");
+                if let Ok(mut client) = runtime_client(&session.runtime_addr).await {
+                    let _ = client
+                        .relinquish(SessionRequest {
+                            session_token: session.token.clone(),
+                        })
+                        .await;
+                }
+            }
+        });
+    }
+    for a in &snapshot.assignments {
+        let current = Agent::lock(&agent.sessions)
+            .get(&a.sandbox_id)
+            .map(|s| (s.generation, s.term));
+        if current == Some((a.generation, a.term)) {
+            if !a.acknowledged {
+                // The ack may have been lost with a previous stream: resend.
+                agent.send(supervisor_message::Message::Ack(TermAck {
+                    sandbox_id: a.sandbox_id.clone(),
+                    generation: a.generation,
+                    term: a.term,
+                }));
+            }
+            continue;
+        }
+        let key = (a.sandbox_id.clone(), a.term);
+        if !Agent::lock(&agent.activating).insert(key.clone()) {
+            continue;
+        }
+        let agent = agent.clone();
+        let a = a.clone();
+        tokio::spawn(async move {
+            if let Err(e) = activate(&agent, &a).await {
+                tracing::warn!(sandbox = %a.sandbox_id, term = a.term, error = %e, "activation failed; will retry");
+            }
+            Agent::lock(&agent.activating).remove(&key);
+        });
+    }
+    for r in &snapshot.released {
+        let key = (r.sandbox_id.clone(), r.generation);
+        if !Agent::lock(&agent.released).insert(key.clone()) {
+            continue;
+        }
+        let agent = agent.clone();
+        let r = r.clone();
+        tokio::spawn(async move {
+            if let Err(e) = release(&agent, &r).await {
+                tracing::warn!(sandbox = %r.sandbox_id, error = %e, "release failed; will retry");
+                Agent::lock(&agent.released).remove(&key);
+            }
+        });
+    }
+}
+
+/// Presents the grant to the runtime and starts the session.
+async fn activate(agent: &Arc<Agent>, a: &SandboxInstanceAssignment) -> Result<(), String> {
+    let span = tracing::info_span!("activate", sandbox = %a.sandbox_id, term = a.term, epoch = a.credential_epoch);
+    let _enter = span.enter();
+    let grant = signed(a).ok_or("the assignment carries no valid grant")?;
+    let addr = match locate_runtime(agent, &a.sandbox_id).await {
+        Some(addr) => addr,
+        // Only the first owner of a fresh launch starts the runtime; a
+        // takeover never starts a second workload.
+        None if a.term == 1 && a.phase == "admitting" => start_runtime(agent, a).await?,
+        None => return Err("no runtime answers for this sandbox".into()),
+    };
+    let mut client = runtime_client(&addr)
+        .await
+        .map_err(|s| s.message().to_string())?;
+    let reply = client
+        .activate(ActivateRequest { grant: Some(grant) })
+        .await
+        .map_err(|s| format!("runtime refused the grant: {:?}: {}", s.code(), s.message()))?
+        .into_inner();
+    let token = reply.session_token;
+    let heartbeat = tokio::spawn(heartbeat_loop(
+        agent.clone(),
+        a.clone(),
+        addr.clone(),
+        token.clone(),
+    ));
+    Agent::lock(&agent.sessions).insert(
+        a.sandbox_id.clone(),
+        Session {
+            generation: a.generation,
+            term: a.term,
+            token,
+            runtime_addr: addr,
+            heartbeat: heartbeat.abort_handle(),
+        },
+    );
+    tracing::info!("runtime accepted the grant; acknowledging the term");
+    agent.send(supervisor_message::Message::Ack(TermAck {
+        sandbox_id: a.sandbox_id.clone(),
+        generation: a.generation,
+        term: a.term,
+    }));
+    if let Some(workload) = reply.workload {
+        report(agent, a, &workload);
+    }
+    Ok(())
+}
+
+fn report(agent: &Agent, a: &SandboxInstanceAssignment, workload: &WorkloadInfo) {
+    let status = serde_json::json!({
+        "state": workload.state,
+        "pid": workload.pid,
+        "started_at_unix_ms": workload.started_at_unix_ms,
+    });
+    agent.send(supervisor_message::Message::Report(SandboxReport {
+        sandbox_id: a.sandbox_id.clone(),
+        generation: a.generation,
+        term: a.term,
+        status: status.to_string(),
+    }));
+}
+
+/// Heartbeats the runtime; reports the workload about once a second; ends
+/// the session when the runtime fences it.
+async fn heartbeat_loop(
+    agent: Arc<Agent>,
+    a: SandboxInstanceAssignment,
+    addr: String,
+    token: String,
+) {
+    let mut ticker = tokio::time::interval(agent.config.runtime_heartbeat);
+    let mut beats: u64 = 0;
+    let mut last_report: Option<WorkloadInfo> = None;
+    loop {
+        ticker.tick().await;
+        beats += 1;
+        let Ok(mut client) = runtime_client(&addr).await else {
+            continue;
+        };
+        match client
+            .heartbeat(SessionRequest {
+                session_token: token.clone(),
+            })
+            .await
+        {
+            Ok(reply) => {
+                let workload = reply.into_inner();
+                if last_report.as_ref() != Some(&workload) || beats.is_multiple_of(8) {
+                    report(&agent, &a, &workload);
+                    last_report = Some(workload);
+                }
+            }
+            Err(s) if matches!(s.code(), Code::PermissionDenied | Code::FailedPrecondition) => {
+                tracing::warn!(sandbox = %a.sandbox_id, term = a.term, reason = %s.message(), "session fenced by the runtime");
+                let mut sessions = Agent::lock(&agent.sessions);
+                if sessions
+                    .get(&a.sandbox_id)
+                    .map(|s| s.token == token)
+                    .unwrap_or(false)
+                {
+                    // Dropping the session aborts this task.
+                    let ended = sessions.remove(&a.sandbox_id);
+                    drop(sessions);
+                    drop(ended);
+                }
+                return;
+            }
+            Err(s) => tracing::debug!(sandbox = %a.sandbox_id, %s, "runtime heartbeat failed"),
+        }
+    }
+}
+
+/// Stops a deleted sandbox's workload with the release grant.
+async fn release(agent: &Arc<Agent>, r: &SandboxInstanceAssignment) -> Result<(), String> {
+    let grant = signed(r).ok_or("the release carries no valid grant")?;
+    let Some(addr) = locate_runtime(agent, &r.sandbox_id).await else {
+        return Ok(()); // no runtime answers: nothing to stop
+    };
+    let mut client = runtime_client(&addr)
+        .await
+        .map_err(|s| s.message().to_string())?;
+    match client.release(ReleaseRequest { grant: Some(grant) }).await {
+        Ok(_) => {
+            tracing::info!(sandbox = %r.sandbox_id, "released: the workload is stopped");
+            Ok(())
+        }
+        Err(s) if s.code() == Code::FailedPrecondition => Ok(()), // already stopped
+        Err(s) => Err(format!("{:?}: {}", s.code(), s.message())),
+    }
+}

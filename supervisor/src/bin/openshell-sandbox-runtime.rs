@@ -1,0 +1,181 @@
+//! `openshell-sandbox-runtime`: one process per sandbox; holds the workload
+//! alive and accepts exactly one supervisor at a time. The semantics are
+//! documented in `supervisor::runtime`; this binary only parses flags.
+//!
+//! ```text
+//! openshell-sandbox-runtime --sandbox-id ID --cluster-public-key HEX [--listen ADDR]
+//!     [--addr-file PATH] [--recovery-deadline-ms N] [--heartbeat-timeout-ms N]
+//!     [--linger-ms N] [-- CMD ARGS...]
+//! openshell-sandbox-runtime demo-workload --addr-file PATH
+//! openshell-sandbox-runtime demo-read [ADDR]
+//! ```
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context};
+use clap::{Args, Parser, Subcommand};
+use proto::grant::GrantVerifier;
+use supervisor::runtime::{self, RuntimeConfig, Workload};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "openshell-sandbox-runtime",
+    version,
+    about = "Holds one sandbox's workload alive and fences stale supervisors",
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// The sandbox this runtime holds; grants must name it.
+    #[arg(long, env = "OPENSHELL_SANDBOX_ID", required = true)]
+    sandbox_id: Option<String>,
+    /// The cluster's grant-signing public key (64 hex characters).
+    #[arg(
+        long,
+        env = "OPENSHELL_CLUSTER_PUBLIC_KEY",
+        value_name = "HEX",
+        required = true
+    )]
+    cluster_public_key: Option<String>,
+    /// gRPC listen address.
+    #[arg(long, env = "OPENSHELL_RUNTIME_LISTEN", default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// After binding, write the bound ip:port here (atomically).
+    #[arg(long, env = "OPENSHELL_RUNTIME_ADDR_FILE", value_name = "PATH")]
+    addr_file: Option<PathBuf>,
+    /// Longest unsupervised time before the workload is stopped
+    /// (SupervisorRecoveryFailed).
+    #[arg(
+        long,
+        env = "OPENSHELL_RUNTIME_RECOVERY_DEADLINE_MS",
+        default_value_t = 60_000
+    )]
+    recovery_deadline_ms: u64,
+    /// A session without Heartbeat for this long no longer counts as
+    /// supervising.
+    #[arg(
+        long,
+        env = "OPENSHELL_RUNTIME_HEARTBEAT_TIMEOUT_MS",
+        default_value_t = 1000
+    )]
+    heartbeat_timeout_ms: u64,
+    /// After the workload stopped, keep serving Status this long, then exit 0.
+    #[arg(long, env = "OPENSHELL_RUNTIME_LINGER_MS", default_value_t = 300_000)]
+    linger_ms: u64,
+    /// The workload command (default: the built-in demo workload).
+    #[arg(last = true, value_name = "CMD")]
+    workload: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// The built-in demo workload: a counter served on 127.0.0.1:0.
+    DemoWorkload {
+        /// Where to write the bound ip:port.
+        #[arg(long, value_name = "PATH")]
+        addr_file: PathBuf,
+    },
+    /// Prints the demo workload's counter.
+    DemoRead {
+        /// The workload address (default: $OPENSHELL_WORKLOAD_ADDR).
+        #[arg(env = "OPENSHELL_WORKLOAD_ADDR")]
+        addr: Option<String>,
+    },
+}
+
+fn config(args: RunArgs) -> anyhow::Result<RuntimeConfig> {
+    let sandbox_id = args
+        .sandbox_id
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| anyhow!("--sandbox-id is required"))?;
+    let key = args
+        .cluster_public_key
+        .ok_or_else(|| anyhow!("--cluster-public-key is required"))?;
+    let verifier =
+        GrantVerifier::from_public_hex(&key).map_err(|e| anyhow!("--cluster-public-key: {e}"))?;
+    let mut config = RuntimeConfig::new(sandbox_id, verifier);
+    config.listen = args.listen;
+    config.addr_file = args.addr_file;
+    config.recovery_deadline = Duration::from_millis(args.recovery_deadline_ms);
+    config.heartbeat_timeout = Duration::from_millis(args.heartbeat_timeout_ms);
+    config.linger = Duration::from_millis(args.linger_ms);
+    if !args.workload.is_empty() {
+        config.workload = Workload::Command(args.workload);
+    }
+    Ok(config)
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => {
+            tracing::warn!("cannot install signal handlers; only Ctrl-C stops the runtime");
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+fn serve(args: RunArgs) -> anyhow::Result<()> {
+    let config = config(args)?;
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    match runtime::become_session_leader() {
+        Ok(true) => tracing::debug!("started a new session (setsid)"),
+        Ok(false) => {}
+        Err(e) => tracing::warn!("setsid failed, the runtime may die with its parent: {e}"),
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("tokio runtime")?;
+    // block_on polls `run` on this (main) thread, which spawns the workload.
+    rt.block_on(runtime::run(config, shutdown_signal()))?;
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Some(Command::DemoWorkload { addr_file }) => {
+            runtime::demo::serve_counter(&addr_file).map_err(Into::into)
+        }
+        Some(Command::DemoRead { addr }) => addr
+            .ok_or_else(|| anyhow!("no address: pass ADDR or set OPENSHELL_WORKLOAD_ADDR"))
+            .and_then(|addr| Ok(runtime::demo::read_counter(&addr)?))
+            .map(|n| println!("{n}")),
+        None => serve(cli.run),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("openshell-sandbox-runtime: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

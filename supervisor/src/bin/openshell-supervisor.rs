@@ -1,0 +1,71 @@
+//! `openshell-supervisor`: a pool member. Parses flags and runs the library.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use supervisor::agent::{self, RawAgentConfig};
+
+/// A member of the OpenShell supervisor pool.
+#[derive(Parser, Debug)]
+#[command(name = "openshell-supervisor", version, about)]
+struct Args {
+    /// Gateway endpoints, comma-separated host:port; any one will do.
+    #[arg(long, env = "OPENSHELL_GATEWAYS", value_delimiter = ',')]
+    gateways: Vec<String>,
+    /// Pool member id (stable across restarts, e.g. the Pod name).
+    #[arg(long, env = "OPENSHELL_POOL_MEMBER_ID")]
+    pool_member_id: Option<String>,
+    /// Pool member uid (e.g. the Pod uid).
+    #[arg(long, env = "OPENSHELL_POOL_MEMBER_UID")]
+    pool_member_uid: Option<String>,
+    /// IP address gateways reach this supervisor at.
+    #[arg(long, env = "OPENSHELL_POOL_ADVERTISE_IP")]
+    pool_advertise_ip: Option<String>,
+    /// Control gRPC address (default: the advertise IP, any port).
+    #[arg(long, env = "OPENSHELL_SUPERVISOR_LISTEN")]
+    listen: Option<String>,
+    /// Address of /healthz and /readyz.
+    #[arg(long, env = "OPENSHELL_SUPERVISOR_HTTP_LISTEN")]
+    http_listen: Option<String>,
+    /// Sessions this supervisor hosts at most.
+    #[arg(long, env = "OPENSHELL_SUPERVISOR_CAPACITY")]
+    capacity: Option<u32>,
+    /// Credential presented to gateways.
+    #[arg(long, env = "OPENSHELL_SUPERVISOR_TOKEN", hide_env_values = true)]
+    credential: Option<String>,
+    /// Directory where sandbox runtimes publish their addresses.
+    #[arg(long, env = "OPENSHELL_RUNTIME_DIR")]
+    runtime_dir: Option<PathBuf>,
+    /// The openshell-sandbox-runtime binary (default: next to this one).
+    #[arg(long, env = "OPENSHELL_RUNTIME_BIN")]
+    runtime_bin: Option<PathBuf>,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let config = RawAgentConfig {
+        gateways: args.gateways,
+        member_id: args.pool_member_id,
+        member_uid: args.pool_member_uid,
+        advertise_ip: args.pool_advertise_ip,
+        listen: args.listen,
+        http_listen: args.http_listen,
+        capacity: args.capacity,
+        credential: args.credential,
+        runtime_dir: args.runtime_dir,
+        runtime_bin: args.runtime_bin,
+    }
+    .validate()?;
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(agent::run(config, async {
+        let _ = tokio::signal::ctrl_c().await;
+    }))
+}

@@ -1,0 +1,271 @@
+//! End-to-end harness: real gateways (the gateway-plugin harness, included
+//! by path), real `openshell-supervisor` processes, and the sandbox runtimes
+//! they start, all on loopback.
+#![allow(dead_code)]
+
+#[path = "../../../gateway-plugin/tests/common/mod.rs"]
+pub mod gw;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub use gw::{eventually, free_port, Cluster, Gateway, TestResult};
+use proto::pool_admin::pool_admin_client::PoolAdminClient;
+use proto::pool_admin::{
+    CreateSandboxRequest, ExecSandboxRequest, GetSupervisorPoolStatusRequest, Sandbox,
+    SupervisorPoolStatus,
+};
+use tonic::transport::Channel;
+
+/// One `openshell-supervisor` process.
+pub struct Supervisor {
+    pub member: String,
+    pub gateways: Vec<String>,
+    pub runtime_dir: PathBuf,
+    pub http: String,
+    pub log_path: PathBuf,
+    pub credential: String,
+    child: Option<Child>,
+}
+
+impl Supervisor {
+    pub fn new(member: &str, gateways: Vec<String>, root: &std::path::Path) -> Self {
+        Supervisor {
+            member: member.into(),
+            gateways,
+            runtime_dir: root.join("runtimes"),
+            http: format!("127.0.0.1:{}", free_port()),
+            log_path: root.join(format!("{member}.log")),
+            credential: String::new(),
+            child: None,
+        }
+    }
+
+    pub fn start(&mut self) {
+        assert!(self.child.is_none(), "{} already running", self.member);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)
+            .unwrap_or_else(|e| panic!("log: {e}"));
+        let err = log.try_clone().unwrap_or_else(|e| panic!("{e}"));
+        let child = Command::new(env!("CARGO_BIN_EXE_openshell-supervisor"))
+            .args(["--gateways", &self.gateways.join(",")])
+            .args([
+                "--pool-member-id",
+                &self.member,
+                "--pool-member-uid",
+                &format!("uid-{}", self.member),
+            ])
+            .args([
+                "--pool-advertise-ip",
+                "127.0.0.1",
+                "--http-listen",
+                &self.http,
+                "--capacity",
+                "10",
+            ])
+            .arg("--runtime-dir")
+            .arg(&self.runtime_dir)
+            .args([
+                "--runtime-bin",
+                env!("CARGO_BIN_EXE_openshell-sandbox-runtime"),
+            ])
+            .args(["--credential", &self.credential])
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(err))
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn supervisor: {e}"));
+        self.child = Some(child);
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn signal(&self, signal: &str) {
+        if let Some(pid) = self.pid() {
+            let _ = Command::new("kill")
+                .args([signal, &pid.to_string()])
+                .status();
+        }
+    }
+
+    /// GET /readyz: (status code, body).
+    pub async fn readyz(&self) -> (u16, String) {
+        http_get(&self.http, "/readyz").await
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+}
+
+impl Drop for Supervisor {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// A minimal HTTP/1.0 GET on loopback.
+pub async fn http_get(addr: &str, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(Ok(mut stream)) =
+        tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(addr)).await
+    else {
+        return (0, "unreachable".into());
+    };
+    let request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+    if stream.write_all(request.as_bytes()).await.is_err() {
+        return (0, "write failed".into());
+    }
+    let mut response = String::new();
+    let _ =
+        tokio::time::timeout(Duration::from_secs(2), stream.read_to_string(&mut response)).await;
+    let code = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_string();
+    (code, body)
+}
+
+/// Kills every process whose command line mentions `dir` (the runtimes and
+/// workloads a test started), when dropped.
+pub struct KillUnder(pub PathBuf);
+
+impl Drop for KillUnder {
+    fn drop(&mut self) {
+        let _ = Command::new("pkill")
+            .args(["-9", "-f", &self.0.display().to_string()])
+            .status();
+    }
+}
+
+pub async fn pool_admin(node: &Gateway) -> TestResult<PoolAdminClient<Channel>> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", node.addr))?
+        .connect_timeout(Duration::from_millis(300))
+        .timeout(Duration::from_secs(15))
+        .connect()
+        .await?;
+    Ok(PoolAdminClient::new(channel))
+}
+
+/// Pool status through the first live gateway that answers.
+pub async fn pool_status(cluster: &Cluster) -> TestResult<SupervisorPoolStatus> {
+    let mut last = None;
+    for node in cluster.nodes.iter().filter(|n| n.is_running()) {
+        match pool_admin(node).await {
+            Ok(mut c) => match c
+                .get_supervisor_pool_status(GetSupervisorPoolStatusRequest { stale: false })
+                .await
+            {
+                Ok(s) => return Ok(s.into_inner()),
+                Err(e) => last = Some(e.to_string()),
+            },
+            Err(e) => last = Some(e.to_string()),
+        }
+    }
+    Err(last.unwrap_or_else(|| "no gateway running".into()).into())
+}
+
+/// Waits until `cond` holds on the pool status.
+pub async fn wait_pool(
+    cluster: &Cluster,
+    why: &str,
+    timeout: Duration,
+    cond: impl Fn(&SupervisorPoolStatus) -> bool,
+) -> SupervisorPoolStatus {
+    let deadline = Instant::now() + timeout;
+    let mut last = None;
+    loop {
+        if let Ok(status) = pool_status(cluster).await {
+            if cond(&status) {
+                return status;
+            }
+            last = Some(status);
+        }
+        if Instant::now() > deadline {
+            cluster.dump_logs();
+            panic!("pool did not reach: {why}; last status: {last:#?}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+pub fn sandbox<'a>(status: &'a SupervisorPoolStatus, id: &str) -> Option<&'a Sandbox> {
+    status.sandboxes.iter().find(|s| s.id == id)
+}
+
+/// Creates a demo sandbox through any gateway.
+pub async fn create_sandbox(cluster: &Cluster, id: &str) -> Sandbox {
+    eventually("create sandbox", || async {
+        let node = cluster
+            .nodes
+            .iter()
+            .find(|n| n.is_running())
+            .ok_or("no gateway")?;
+        Ok(pool_admin(node)
+            .await?
+            .create_sandbox(CreateSandboxRequest {
+                sandbox_id: id.into(),
+                launch_id: String::new(),
+                material_ref: "demo".into(),
+            })
+            .await?
+            .into_inner())
+    })
+    .await
+}
+
+/// Runs `demo-read` in the sandbox through a gateway; returns (counter, member that ran it).
+pub async fn read_counter(cluster: &Cluster, id: &str) -> TestResult<(u64, String)> {
+    let node = cluster
+        .nodes
+        .iter()
+        .find(|n| n.is_running())
+        .ok_or("no gateway")?;
+    let reply = pool_admin(node)
+        .await?
+        .exec_sandbox(ExecSandboxRequest {
+            sandbox_id: id.into(),
+            argv: vec!["demo-read".into()],
+            timeout_ms: 5000,
+        })
+        .await?
+        .into_inner();
+    if reply.exit_code != 0 {
+        return Err(format!(
+            "demo-read exited {}: {}",
+            reply.exit_code,
+            String::from_utf8_lossy(&reply.stderr)
+        )
+        .into());
+    }
+    let counter = String::from_utf8_lossy(&reply.stdout)
+        .trim()
+        .parse::<u64>()?;
+    Ok((counter, reply.executed_by))
+}
+
+/// Whether a process is alive.
+pub fn alive(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap_or_default()
+            .contains(") Z ")
+}

@@ -182,14 +182,17 @@ pub struct Cluster {
 impl Cluster {
     /// Starts `n` voters that bootstrap together, with extra flags.
     pub fn start(n: u64, extra: &[&str]) -> Cluster {
+        Self::start_each(n, extra, |_| Vec::new())
+    }
+
+    /// Like [`Cluster::start`], with flags that differ per node id.
+    pub fn start_each(n: u64, extra: &[&str], per_node: impl Fn(u64) -> Vec<String>) -> Cluster {
         let root = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let mut nodes: Vec<Gateway> = (1..=n)
             .map(|id| {
-                Gateway::new(
-                    id,
-                    root.path(),
-                    extra.iter().map(|s| s.to_string()).collect(),
-                )
+                let mut args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+                args.extend(per_node(id));
+                Gateway::new(id, root.path(), args)
             })
             .collect();
         let members = nodes

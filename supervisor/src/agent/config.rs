@@ -51,6 +51,8 @@ pub struct RawAgentConfig {
     pub runtime_dir: Option<PathBuf>,
     /// The sandbox runtime binary.
     pub runtime_bin: Option<PathBuf>,
+    /// Try gateways in the listed order instead of from a random one.
+    pub listed_order: bool,
 }
 
 /// Validated settings.
@@ -82,6 +84,9 @@ pub struct AgentConfig {
     pub max_backoff: Duration,
     /// How often a session heartbeats its runtime.
     pub runtime_heartbeat: Duration,
+    /// Start with the first listed gateway (else a random one, to spread
+    /// supervisors over gateways).
+    pub listed_order: bool,
 }
 
 impl RawAgentConfig {
@@ -191,6 +196,7 @@ impl RawAgentConfig {
             min_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(2),
             runtime_heartbeat: Duration::from_millis(250),
+            listed_order: self.listed_order,
         })
     }
 }

@@ -188,7 +188,11 @@ pub async fn run(
 /// exponential backoff (bounded, ±50% jitter).
 async fn attach_loop(agent: Arc<Agent>) {
     let gateways = agent.config.gateways.clone();
-    let mut next = rand::thread_rng().gen_range(0..gateways.len());
+    let mut next = if agent.config.listed_order {
+        0
+    } else {
+        rand::thread_rng().gen_range(0..gateways.len())
+    };
     let mut failures: u32 = 0;
     loop {
         let gateway = gateways[next % gateways.len()].clone();

@@ -36,6 +36,9 @@ struct Args {
     /// Directory where sandbox runtimes publish their addresses.
     #[arg(long, env = "OPENSHELL_RUNTIME_DIR")]
     runtime_dir: Option<PathBuf>,
+    /// Attach to gateways in the listed order (default: start at a random one).
+    #[arg(long, env = "OPENSHELL_ATTACH_LISTED_ORDER")]
+    attach_listed_order: bool,
     /// The openshell-sandbox-runtime binary (default: next to this one).
     #[arg(long, env = "OPENSHELL_RUNTIME_BIN")]
     runtime_bin: Option<PathBuf>,
@@ -62,6 +65,7 @@ fn main() -> anyhow::Result<()> {
         credential: args.credential,
         runtime_dir: args.runtime_dir,
         runtime_bin: args.runtime_bin,
+        listed_order: args.attach_listed_order,
     }
     .validate()?;
     let runtime = tokio::runtime::Runtime::new()?;

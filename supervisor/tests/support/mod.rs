@@ -26,6 +26,8 @@ pub struct Supervisor {
     pub http: String,
     pub log_path: PathBuf,
     pub credential: String,
+    /// Attach in the listed gateway order.
+    pub listed_order: bool,
     child: Option<Child>,
 }
 
@@ -38,6 +40,7 @@ impl Supervisor {
             http: format!("127.0.0.1:{}", free_port()),
             log_path: root.join(format!("{member}.log")),
             credential: String::new(),
+            listed_order: false,
             child: None,
         }
     }
@@ -50,7 +53,11 @@ impl Supervisor {
             .open(&self.log_path)
             .unwrap_or_else(|e| panic!("log: {e}"));
         let err = log.try_clone().unwrap_or_else(|e| panic!("{e}"));
-        let child = Command::new(env!("CARGO_BIN_EXE_openshell-supervisor"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_openshell-supervisor"));
+        if self.listed_order {
+            command.arg("--attach-listed-order");
+        }
+        let child = command
             .args(["--gateways", &self.gateways.join(",")])
             .args([
                 "--pool-member-id",

@@ -1,0 +1,78 @@
+//! Scenario 5: the recovery deadline.
+//!
+//! - given: gateways with a 2 s recovery deadline, one supervisor with a demo
+//!   sandbox
+//! - when: the supervisor is killed and no other member exists
+//! - then: after the deadline the runtime stops the workload and pool status
+//!   shows the sandbox failed with SupervisorRecoveryFailed
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workload_stops_and_failure_shows_after_the_deadline() -> TestResult {
+    let cluster = Cluster::start(
+        3,
+        &[
+            "--tick-interval-ms",
+            "100",
+            "--heartbeat-ttl-ms",
+            "1000",
+            "--recovery-deadline-ms",
+            "2000",
+        ],
+    );
+    cluster.wait_leader("bootstrap").await;
+    let gateways: Vec<String> = cluster.nodes.iter().map(|n| n.addr.clone()).collect();
+    let _cleanup = KillUnder(cluster.root.path().to_path_buf());
+    let mut s1 = Supervisor::new("s1", gateways, cluster.root.path());
+    s1.start();
+    wait_pool(&cluster, "s1 active", Duration::from_secs(20), |s| {
+        s.members
+            .iter()
+            .any(|m| m.id == "s1" && m.state == "active")
+    })
+    .await;
+    create_sandbox(&cluster, "lonely").await;
+    let before = wait_pool(&cluster, "running", Duration::from_secs(30), |s| {
+        sandbox(s, "lonely")
+            .map(|sb| sb.phase == "assigned" && sb.pid != 0)
+            .unwrap_or(false)
+    })
+    .await;
+    let pid = sandbox(&before, "lonely").map(|sb| sb.pid).unwrap_or(0);
+
+    eprintln!("--- step: kill -9 the only supervisor");
+    let killed = Instant::now();
+    s1.kill9();
+    let failed = wait_pool(
+        &cluster,
+        "failed with SupervisorRecoveryFailed",
+        Duration::from_secs(20),
+        |s| {
+            sandbox(s, "lonely")
+                .map(|sb| sb.phase == "failed")
+                .unwrap_or(false)
+        },
+    )
+    .await;
+    let sb = sandbox(&failed, "lonely").ok_or("missing")?;
+    assert!(sb.failure.contains("SupervisorRecoveryFailed"), "{sb:?}");
+    assert!(
+        killed.elapsed() >= Duration::from_secs(2),
+        "failed before the deadline"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while alive(pid) {
+        assert!(
+            Instant::now() < deadline,
+            "the workload {pid} still runs past the deadline"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    println!("kill -> failure shown: {} ms", killed.elapsed().as_millis());
+    Ok(())
+}

@@ -1,0 +1,120 @@
+//! Scenario 6: a paused owner (`kill -STOP`) is taken over.
+//!
+//! - given: three gateways, two supervisors, a demo sandbox on one of them
+//! - when: its owner is paused past the TTL, taken over, then resumed
+//! - then: the runtime refuses the old owner's grant and session (the new
+//!   epoch fenced it), the gateway does not give it the sandbox back, its late
+//!   reports do not count, and exec still runs through the new owner
+
+mod support;
+
+use std::time::Duration;
+
+use proto::grant::GrantSigner;
+use proto::sandbox_runtime::sandbox_runtime_client::SandboxRuntimeClient;
+use proto::sandbox_runtime::{ActivateRequest, Grant, RuntimeStatusRequest};
+use support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resumed_owner_is_fenced_everywhere() -> TestResult {
+    let cluster = Cluster::start(
+        3,
+        &["--tick-interval-ms", "100", "--heartbeat-ttl-ms", "1000"],
+    );
+    cluster.wait_leader("bootstrap").await;
+    let gateways: Vec<String> = cluster.nodes.iter().map(|n| n.addr.clone()).collect();
+    let _cleanup = KillUnder(cluster.root.path().to_path_buf());
+    let mut supervisors: Vec<Supervisor> = ["s1", "s2"]
+        .iter()
+        .map(|m| Supervisor::new(m, gateways.clone(), cluster.root.path()))
+        .collect();
+    for s in &mut supervisors {
+        s.start();
+    }
+    wait_pool(
+        &cluster,
+        "two active members",
+        Duration::from_secs(20),
+        |s| s.members.iter().filter(|m| m.state == "active").count() == 2,
+    )
+    .await;
+    create_sandbox(&cluster, "p").await;
+    let before = wait_pool(&cluster, "p running", Duration::from_secs(30), |s| {
+        sandbox(s, "p")
+            .map(|sb| sb.phase == "assigned" && sb.pid != 0)
+            .unwrap_or(false)
+    })
+    .await;
+    let old = sandbox(&before, "p").cloned().ok_or("missing")?;
+    let owner = supervisors
+        .iter()
+        .find(|s| s.member == old.owner)
+        .ok_or("owner missing")?;
+    let other = if old.owner == "s1" { "s2" } else { "s1" };
+
+    eprintln!(
+        "--- step: pause {} (kill -STOP) until it is taken over",
+        old.owner
+    );
+    owner.signal("-STOP");
+    let taken = wait_pool(&cluster, "taken over", Duration::from_secs(20), |s| {
+        sandbox(s, "p")
+            .map(|sb| sb.owner == other && sb.phase == "assigned" && sb.acknowledged)
+            .unwrap_or(false)
+    })
+    .await;
+    let new = sandbox(&taken, "p").cloned().ok_or("missing")?;
+    assert!(new.epoch > old.epoch && new.term > old.term);
+
+    eprintln!("--- step: resume it (kill -CONT)");
+    owner.signal("-CONT");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    eprintln!("--- step: the runtime fenced the old owner; it refuses the old epoch's grant");
+    let addr = std::fs::read_to_string(owner.runtime_dir.join("p.addr"))?
+        .trim()
+        .to_string();
+    let mut runtime = SandboxRuntimeClient::connect(format!("http://{addr}")).await?;
+    let status = runtime.status(RuntimeStatusRequest {}).await?.into_inner();
+    assert_eq!(status.active_member, other, "{status:?}");
+    assert_eq!(status.credential_epoch, new.epoch);
+    // The gateways of cluster "test" sign with its development key; re-sign
+    // the old owner's grant exactly as it was.
+    let signer = GrantSigner::insecure_development_key("test");
+    let stale = signer.sign(&Grant {
+        sandbox_id: "p".into(),
+        generation: old.generation,
+        member_id: old.owner.clone(),
+        incarnation: old.owner_incarnation,
+        term: old.term,
+        credential_epoch: old.epoch,
+        log_index: 0,
+        release: false,
+    });
+    let refused = runtime
+        .activate(ActivateRequest { grant: Some(stale) })
+        .await
+        .err()
+        .ok_or("old grant accepted")?;
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused}");
+    let log = owner.log();
+    assert!(
+        log.contains("fenced") || log.contains("relinquishing"),
+        "the old owner did not notice: {log}"
+    );
+
+    eprintln!("--- step: the gateway keeps the new owner; late reports do not count");
+    let after = pool_status(&cluster).await?;
+    let now = sandbox(&after, "p").ok_or("missing")?;
+    assert_eq!(
+        (now.owner.as_str(), now.term, now.epoch),
+        (other, new.term, new.epoch)
+    );
+    assert_eq!(
+        (now.pid, now.started_at_unix_ms),
+        (old.pid, old.started_at_unix_ms)
+    );
+    let (_, by) = read_counter(&cluster, "p").await?;
+    assert_eq!(by, other);
+    Ok(())
+}

@@ -1,1 +1,44 @@
-//! jepsen
+//! `openshell-jepsen`: a partition-testing harness for the raft-replicated
+//! gateway store, in the manner of Jepsen.
+//!
+//! Real `openshell-gateway` processes run in their own network namespaces,
+//! joined by a bridge in a switch namespace; clients in the harness issue
+//! register operations through random nodes while a nemesis cuts, isolates,
+//! drops, kills, pauses, skews clocks and changes membership. The history is
+//! written as Jepsen-style JSON Lines and checked for linearizability, lost
+//! acknowledged writes and replica convergence.
+//!
+//! # Layout
+//! - [`net`]: namespaces, bridge, veths; `cut`/`isolate`/`drop`/`recover`;
+//!   cleanup of everything named `osj-*`.
+//! - [`cluster`]: gateway processes (start, `kill -9`, pause, clock offset,
+//!   wipe) and gRPC clients to them.
+//! - [`nemesis`]: the fault schedule drawn from the seed.
+//! - [`workload`]: the register workload (and the pool workload's extension
+//!   point).
+//! - [`history`]: the JSONL history (HISTORY.md).
+//! - [`checker`]: linearizability (WGL), acknowledged writes, replica
+//!   convergence (and the pool invariants' extension point).
+//! - [`report`]: `results.json` and `index.html`.
+//! - [`run`]: one run end to end; [`matrix`]: every nemesis in turn.
+//!
+//! # Example: check a history file
+//!
+//! ```no_run
+//! use jepsen::checker::linear;
+//! let events = jepsen::history::read_jsonl(std::path::Path::new("history.jsonl"))?;
+//! for key in linear::check(&events, linear::Options::default())? {
+//!     println!("{} {:?}", key.key, key.verdict);
+//! }
+//! # Ok::<(), anyhow::Error>(())
+//! ```
+
+pub mod checker;
+pub mod cluster;
+pub mod history;
+pub mod matrix;
+pub mod nemesis;
+pub mod net;
+pub mod report;
+pub mod run;
+pub mod workload;

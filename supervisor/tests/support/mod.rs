@@ -18,6 +18,17 @@ use proto::pool_admin::{
 };
 use tonic::transport::Channel;
 
+/// The gateway flags a test asks for, or none when `OPENSHELL_BENCH_DEFAULTS`
+/// is set: `scripts/bench-supervision.sh` reruns the scenarios at default
+/// settings to measure them.
+pub fn timing<'a>(flags: &[&'a str]) -> Vec<&'a str> {
+    if std::env::var_os("OPENSHELL_BENCH_DEFAULTS").is_some() {
+        Vec::new()
+    } else {
+        flags.to_vec()
+    }
+}
+
 /// One `openshell-supervisor` process.
 pub struct Supervisor {
     pub member: String,

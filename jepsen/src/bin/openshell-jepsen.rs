@@ -1,0 +1,278 @@
+//! `openshell-jepsen`: parses arguments and calls the library.
+//!
+//! ```text
+//! openshell-jepsen run    [--nodes 3] [--seed N] [--time-limit 60] [--nemesis partition,kill,pause] ...
+//! openshell-jepsen matrix [--time-limit 300] [--only kill,pause] ...
+//! openshell-jepsen check  history.jsonl
+//! openshell-jepsen clean
+//! ```
+//! Exit code: 0 valid, 1 a checker found a violation or could not decide,
+//! 2 the run could not be carried out.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use jepsen::nemesis::{parse_faults, Schedule};
+use jepsen::run::RunOptions;
+use jepsen::workload::RegisterOptions;
+
+#[derive(Parser)]
+#[command(
+    name = "openshell-jepsen",
+    version,
+    about = "Partition-testing harness for the openshell gateway store"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// One run: workload + nemeses, then checkers and a report.
+    Run(Common),
+    /// Every nemesis in turn (and all combined); prints a markdown table.
+    Matrix {
+        #[command(flatten)]
+        common: Common,
+        /// Only these matrix rows (nemesis names or all-combined).
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
+    },
+    /// Re-checks a history.jsonl for linearizability.
+    Check {
+        /// The history file.
+        history: PathBuf,
+    },
+    /// Removes every osj-* namespace, link and process left by earlier runs.
+    Clean,
+}
+
+#[derive(Args, Clone)]
+struct Common {
+    /// Nodes (3 or 5).
+    #[arg(long, default_value_t = 3)]
+    nodes: usize,
+    /// Seed of the schedule and clients (default: from the clock).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Seconds of workload per run.
+    #[arg(long, default_value_t = 60)]
+    time_limit: u64,
+    /// Faults: all, none, partition, clock, or names (leader-minority,
+    /// leader-majority, isolate, bridge, majorities-ring, drop, kill, pause,
+    /// clock-bump, clock-strobe, membership, island).
+    #[arg(long, default_value = "partition,kill,pause")]
+    nemesis: String,
+    /// Sometimes start two faults at once.
+    #[arg(long)]
+    combine: bool,
+    /// Quiet seconds between faults (min,max).
+    #[arg(long, value_delimiter = ',', default_values_t = [3.0, 6.0])]
+    quiet: Vec<f64>,
+    /// Seconds a fault holds (min,max).
+    #[arg(long, value_delimiter = ',', default_values_t = [5.0, 10.0])]
+    hold: Vec<f64>,
+    /// Concurrent clients.
+    #[arg(long, default_value_t = 5)]
+    concurrency: usize,
+    /// Registers in use at once.
+    #[arg(long, default_value_t = 5)]
+    keys: usize,
+    /// Operations per register before it is retired.
+    #[arg(long, default_value_t = 300)]
+    ops_per_key: u64,
+    /// Client request timeout, ms.
+    #[arg(long, default_value_t = 6000)]
+    client_timeout_ms: u64,
+    /// The openshell-gateway binary (default: target/debug/openshell-gateway
+    /// of the workspace).
+    #[arg(long)]
+    gateway_bin: Option<PathBuf>,
+    /// Run directory (default: jepsen/runs/<timestamp>-<seed>).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+/// The workspace root: the nearest ancestor of the current directory whose
+/// Cargo.toml has `[workspace]`.
+fn workspace_root() -> PathBuf {
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let mut dir: Option<&Path> = Some(&cwd);
+    while let Some(d) = dir {
+        if std::fs::read_to_string(d.join("Cargo.toml")).is_ok_and(|t| t.contains("[workspace]")) {
+            return d.to_path_buf();
+        }
+        dir = d.parent();
+    }
+    cwd
+}
+
+fn range(v: &[f64], what: &str) -> Result<(Duration, Duration), String> {
+    let bad = || format!("--{what} takes min,max seconds (>= 0)");
+    let (a, b) = match v {
+        [a] => (*a, *a),
+        [a, b] => (*a, *b),
+        _ => return Err(bad()),
+    };
+    if !(a >= 0.0 && b >= a && b.is_finite()) {
+        return Err(bad());
+    }
+    Ok((Duration::from_secs_f64(a), Duration::from_secs_f64(b)))
+}
+
+fn options(c: &Common) -> Result<RunOptions, String> {
+    if c.nodes != 3 && c.nodes != 5 {
+        return Err("--nodes must be 3 or 5".into());
+    }
+    let seed = c.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0)
+    });
+    let root = workspace_root();
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    Ok(RunOptions {
+        nodes: c.nodes,
+        seed,
+        duration: Duration::from_secs(c.time_limit),
+        faults: parse_faults(&c.nemesis)?,
+        schedule: Schedule {
+            quiet: range(&c.quiet, "quiet")?,
+            hold: range(&c.hold, "hold")?,
+            combine: c.combine,
+        },
+        register: RegisterOptions {
+            concurrency: c.concurrency.max(1),
+            keys: c.keys.max(1),
+            ops_per_key: c.ops_per_key.max(1),
+            delay_ms: (10, 50),
+        },
+        gateway_bin: c
+            .gateway_bin
+            .clone()
+            .unwrap_or_else(|| root.join("target/debug/openshell-gateway")),
+        out: c
+            .out
+            .clone()
+            .unwrap_or_else(|| root.join(format!("jepsen/runs/{stamp}-{seed}"))),
+        client_timeout: Duration::from_millis(c.client_timeout_ms),
+    })
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("cannot start tokio: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match cli.command {
+        Cmd::Clean => {
+            let left = jepsen::net::clean(jepsen::net::PREFIX);
+            if left.is_empty() {
+                println!("no osj-* leftovers");
+                ExitCode::SUCCESS
+            } else {
+                eprintln!("could not remove: {left:?}");
+                ExitCode::from(2)
+            }
+        }
+        Cmd::Check { history } => {
+            let events = match jepsen::history::read_jsonl(&history) {
+                Ok(e) => e,
+                Err(e) => {
+                    eprintln!("{e:#}");
+                    return ExitCode::from(2);
+                }
+            };
+            match jepsen::checker::linear::check(&events, Default::default()) {
+                Ok(keys) => {
+                    let mut ok = true;
+                    for k in keys {
+                        println!(
+                            "{} {:?} ({} ops, {} steps)",
+                            k.key, k.verdict, k.ops, k.steps
+                        );
+                        ok &= k.verdict == jepsen::checker::linear::Verdict::Valid;
+                    }
+                    if ok {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::from(1)
+                    }
+                }
+                Err(e) => {
+                    eprintln!("{e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+        Cmd::Run(common) => {
+            let opts = match options(&common) {
+                Ok(o) => o,
+                Err(e) => {
+                    eprintln!("{e}");
+                    return ExitCode::from(2);
+                }
+            };
+            match runtime.block_on(jepsen::run::run(opts)) {
+                Ok(outcome) => {
+                    for r in &outcome.results {
+                        println!("{:<22} {:?}: {}", r.checker, r.valid, r.summary);
+                    }
+                    println!("report: {}/index.html", outcome.dir.display());
+                    if outcome.valid {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::from(1)
+                    }
+                }
+                Err(e) => {
+                    eprintln!("run failed: {e:#}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+        Cmd::Matrix { common, only } => {
+            let mut opts = match options(&common) {
+                Ok(o) => o,
+                Err(e) => {
+                    eprintln!("{e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let root = opts.out.clone();
+            opts.out = root.clone();
+            let rows = runtime.block_on(jepsen::matrix::run_matrix(&opts, &root, &only));
+            let table = jepsen::matrix::table(&rows, &opts);
+            println!("{table}");
+            let _ = std::fs::create_dir_all(&root);
+            let _ = std::fs::write(root.join("matrix.md"), &table);
+            if rows.iter().all(|r| {
+                !r.verdict.contains("invalid")
+                    && !r.verdict.contains("unknown")
+                    && !r.verdict.starts_with("error")
+            }) {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! Checkers: each reads the history (and the final state the run collected)
+//! and answers valid / invalid / unknown with the offending operations.
+//!
+//! | checker | what it holds the system to |
+//! | --- | --- |
+//! | [`linear`] (`linearizable`) | the register workload is linearizable, per key (WGL search) |
+//! | [`lost_writes`] (`acknowledged-writes`) | the final linearizable read of each key returns a value no acknowledged write superseded for certain (I7) |
+//! | [`convergence`] (`replicas-identical`) | after healing, every replica applied the same commit index and holds byte-identical objects |
+//!
+//! # Extension point: the pool workload
+//!
+//! The pool workload (a later issue) adds a checker for the pool invariants
+//! I1–I8 of ARCHITECTURE.md: implement [`Checker`] in a new module
+//! (`checker/pool.rs`) over the pool workload's own `f` names, and return it
+//! from that workload's [`crate::workload::Workload::checkers`]. The run loop
+//! calls every checker of the workload plus [`convergence`]; nothing else
+//! changes.
+
+pub mod convergence;
+pub mod linear;
+pub mod lost_writes;
+
+use serde::Serialize;
+
+use crate::history::Event;
+
+/// A checker's verdict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Validity {
+    /// Holds.
+    Valid,
+    /// Violated: see the offending operations.
+    Invalid,
+    /// Could not decide (search budget, missing data).
+    Unknown,
+}
+
+/// One checker's result, as written to `results.json`.
+#[derive(Clone, Debug, Serialize)]
+pub struct CheckResult {
+    /// Checker name.
+    pub checker: String,
+    /// Verdict.
+    pub valid: Validity,
+    /// One line for humans.
+    pub summary: String,
+    /// History indexes of the offending events (highlighted in the report).
+    pub offending: Vec<u64>,
+    /// Checker-specific detail.
+    pub details: serde_json::Value,
+}
+
+/// What the run collected after healing, for checkers that need more than
+/// the history.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct FinalState {
+    /// Per node: (node name, applied index, every object as
+    /// `(type, id, payload as text, resource_version)`), or the error that
+    /// prevented reading it.
+    pub replicas: Vec<ReplicaDump>,
+    /// The commit index every replica was waited on.
+    pub commit_index: u64,
+}
+
+/// One replica's state machine after healing.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReplicaDump {
+    /// Node name (`n1`).
+    pub node: String,
+    /// Applied index when dumped.
+    pub applied_index: u64,
+    /// Objects, sorted by (type, id).
+    pub objects: Vec<(String, String, String, u64)>,
+    /// Why the dump failed, if it did.
+    pub error: Option<String>,
+}
+
+/// A checker over a finished run.
+pub trait Checker: Send + Sync {
+    /// Name in `results.json`.
+    fn name(&self) -> &'static str;
+    /// Checks the run.
+    fn check(&self, history: &[Event], state: &FinalState) -> CheckResult;
+}
+
+/// Linearizability of the register workload.
+pub struct Linearizable {
+    /// Search options.
+    pub options: linear::Options,
+}
+
+impl Checker for Linearizable {
+    fn name(&self) -> &'static str {
+        "linearizable"
+    }
+
+    fn check(&self, history: &[Event], _state: &FinalState) -> CheckResult {
+        match linear::check(history, self.options) {
+            Err(e) => CheckResult {
+                checker: self.name().into(),
+                valid: Validity::Unknown,
+                summary: format!("malformed history: {e}"),
+                offending: Vec::new(),
+                details: serde_json::Value::Null,
+            },
+            Ok(keys) => {
+                let invalid: Vec<&linear::KeyResult> = keys
+                    .iter()
+                    .filter(|k| k.verdict == linear::Verdict::Invalid)
+                    .collect();
+                let unknown = keys
+                    .iter()
+                    .filter(|k| k.verdict == linear::Verdict::Unknown)
+                    .count();
+                let valid = if !invalid.is_empty() {
+                    Validity::Invalid
+                } else if unknown > 0 {
+                    Validity::Unknown
+                } else {
+                    Validity::Valid
+                };
+                let mut offending: Vec<u64> = invalid
+                    .iter()
+                    .flat_map(|k| k.offending.iter())
+                    .flat_map(|o| std::iter::once(o.invoke_index).chain(o.complete_index))
+                    .collect();
+                offending.sort_unstable();
+                offending.dedup();
+                let ops: usize = keys.iter().map(|k| k.ops).sum();
+                CheckResult {
+                    checker: self.name().into(),
+                    valid,
+                    summary: format!(
+                        "{} keys, {ops} ops: {} not linearizable, {unknown} undecided",
+                        keys.len(),
+                        invalid.len()
+                    ),
+                    offending,
+                    details: serde_json::to_value(&keys).unwrap_or_default(),
+                }
+            }
+        }
+    }
+}

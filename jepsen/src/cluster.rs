@@ -1,0 +1,477 @@
+//! Real `openshell-gateway` processes, one per network namespace, and gRPC
+//! clients to them from the harness.
+//!
+//! A node's process is started with `ip netns exec <ns> <gateway-bin> ...`
+//! (which execs, so the child's pid is the gateway's), its stdout and stderr
+//! appended to `<run>/n<i>.log`. `kill -9` + restart reuses the data
+//! directory. With the clock nemesis enabled, every gateway runs under
+//! `LD_PRELOAD=libfaketime` with a per-node `FAKETIME_TIMESTAMP_FILE`
+//! (`FAKETIME_NO_CACHE=1`, `FAKETIME_DONT_FAKE_MONOTONIC=1`: only the wall
+//! clock moves).
+//!
+//! Dropping the [`Cluster`] kills every process (SIGCONT, then SIGKILL) and
+//! then removes the network ([`crate::net::Net`]'s own drop).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use proto::cluster::cluster_admin_client::ClusterAdminClient;
+use proto::cluster::{ClusterStatus, StatusRequest};
+use proto::objects::object_store_client::ObjectStoreClient;
+use proto::objects::ListRequest;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::checker::ReplicaDump;
+use crate::net::Net;
+
+/// Where Debian's `faketime` package puts the preload library.
+pub const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+/// gRPC port every gateway listens on (inside its own namespace).
+pub const PORT: u16 = 7000;
+/// Object type the register workload writes.
+pub const OBJECT_TYPE: &str = "jepsen-register";
+
+/// Gateway settings the harness passes on.
+#[derive(Clone, Debug)]
+pub struct GatewayOptions {
+    /// The `openshell-gateway` binary.
+    pub bin: PathBuf,
+    /// Raft heartbeat, ms.
+    pub heartbeat_ms: u64,
+    /// Election timeout bounds, ms.
+    pub election_ms: (u64, u64),
+    /// Run under libfaketime.
+    pub faketime: bool,
+    /// Per-request timeout of the harness's clients.
+    pub client_timeout: Duration,
+}
+
+/// One gateway node.
+pub struct Node {
+    /// 1-based id (also the raft node id).
+    pub id: usize,
+    /// `n<i>`.
+    pub name: String,
+    /// Network namespace.
+    pub ns: String,
+    /// `ip:port`.
+    pub addr: String,
+    /// Data directory.
+    pub data_dir: PathBuf,
+    /// Log file.
+    pub log_path: PathBuf,
+    /// Wall-clock offset file read by libfaketime.
+    pub clock_file: PathBuf,
+    /// The running process. A std mutex: held only while spawning or
+    /// signalling, never across an await.
+    child: Mutex<Option<Child>>,
+    /// Start with `--initial-members` (false once wiped and re-joined as a
+    /// learner by the membership nemesis).
+    initial: Mutex<bool>,
+    /// A lazily connected channel (reconnects after restarts).
+    channel: Channel,
+}
+
+impl Node {
+    fn lock_child(&self) -> std::sync::MutexGuard<'_, Option<Child>> {
+        match self.child.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// Process id, when running.
+    pub fn pid(&self) -> Option<i32> {
+        self.lock_child()
+            .as_ref()
+            .and_then(|c| i32::try_from(c.id()).ok())
+    }
+
+    /// Whether the process is running (started and not killed).
+    pub fn is_running(&self) -> bool {
+        self.lock_child().is_some()
+    }
+
+    /// An object-store client.
+    pub fn objects(&self) -> ObjectStoreClient<Channel> {
+        ObjectStoreClient::new(self.channel.clone())
+    }
+
+    /// A cluster-admin client.
+    pub fn admin(&self) -> ClusterAdminClient<Channel> {
+        ClusterAdminClient::new(self.channel.clone())
+    }
+
+    /// This node's own view (`local = true`).
+    ///
+    /// # Errors
+    /// The gRPC status.
+    pub async fn status(&self) -> Result<ClusterStatus, tonic::Status> {
+        Ok(self
+            .admin()
+            .status(StatusRequest { local: true })
+            .await?
+            .into_inner())
+    }
+
+    /// Sends `sig` to the process.
+    fn signal(&self, sig: i32) -> anyhow::Result<()> {
+        let pid = self
+            .pid()
+            .with_context(|| format!("{} is not running", self.name))?;
+        // SAFETY: kill(2) on our own child's pid; no memory is touched.
+        let rc = unsafe { libc::kill(pid, sig) };
+        if rc != 0 {
+            bail!("kill({pid}, {sig}): {}", std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// `kill -STOP`.
+    ///
+    /// # Errors
+    /// When not running.
+    pub fn pause(&self) -> anyhow::Result<()> {
+        self.signal(libc::SIGSTOP)
+    }
+
+    /// `kill -CONT`.
+    ///
+    /// # Errors
+    /// When not running.
+    pub fn resume(&self) -> anyhow::Result<()> {
+        self.signal(libc::SIGCONT)
+    }
+
+    /// `kill -9` and reap.
+    pub fn kill9(&self) {
+        let mut child = self.lock_child();
+        if let Some(mut c) = child.take() {
+            if let Ok(pid) = i32::try_from(c.id()) {
+                // SAFETY: signals to our own child; no memory is touched.
+                unsafe {
+                    libc::kill(pid, libc::SIGCONT);
+                }
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Sets the wall-clock offset libfaketime applies (e.g. `+30`, `-120`).
+    ///
+    /// # Errors
+    /// When the file cannot be written.
+    pub fn set_clock_offset(&self, offset_s: i64) -> anyhow::Result<()> {
+        std::fs::write(&self.clock_file, format!("{offset_s:+}\n"))
+            .with_context(|| format!("writing {}", self.clock_file.display()))
+    }
+
+    /// Wipes the data directory (the node must be stopped) and marks it to
+    /// start without `--initial-members`, to be added back as a learner.
+    ///
+    /// # Errors
+    /// When running, or the directory cannot be removed.
+    pub fn wipe(&self) -> anyhow::Result<()> {
+        if self.is_running() {
+            bail!("{} is running", self.name);
+        }
+        if self.data_dir.exists() {
+            std::fs::remove_dir_all(&self.data_dir)
+                .with_context(|| format!("removing {}", self.data_dir.display()))?;
+        }
+        *match self.initial.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        } = false;
+        Ok(())
+    }
+}
+
+/// The nodes of one run, on their network.
+pub struct Cluster {
+    /// Nodes, index i is node i+1.
+    pub nodes: Vec<Node>,
+    /// `id=ip:port,...`.
+    pub members: String,
+    /// Gateway settings.
+    pub options: GatewayOptions,
+    /// The network (dropped after the processes are killed).
+    pub net: Net,
+}
+
+impl Cluster {
+    /// Creates the network and the node records (nothing started yet).
+    ///
+    /// # Errors
+    /// When the network cannot be built or the binary is missing.
+    pub fn create(
+        run: &str,
+        n: usize,
+        dir: &Path,
+        options: GatewayOptions,
+    ) -> anyhow::Result<Cluster> {
+        if !options.bin.is_file() {
+            bail!(
+                "gateway binary {} not found; build it first: cargo build -p gateway-plugin --bin openshell-gateway",
+                options.bin.display()
+            );
+        }
+        if options.faketime && !Path::new(LIBFAKETIME).is_file() {
+            bail!("{LIBFAKETIME} not found: install Debian's faketime package (jepsen/ci-deps.sh)");
+        }
+        let net = Net::setup(run, n)?;
+        let mut nodes = Vec::new();
+        for i in 1..=n {
+            let addr = format!("{}:{PORT}", net.node_ip(i));
+            let channel = Endpoint::from_shared(format!("http://{addr}"))
+                .context("endpoint")?
+                .connect_timeout(Duration::from_millis(1000))
+                .timeout(options.client_timeout)
+                .connect_lazy();
+            let clock_file = dir.join(format!("n{i}.clock"));
+            std::fs::write(&clock_file, "+0\n").context("writing the clock file")?;
+            nodes.push(Node {
+                id: i,
+                name: format!("n{i}"),
+                ns: net.node_ns(i),
+                addr,
+                data_dir: dir.join(format!("n{i}-data")),
+                log_path: dir.join(format!("n{i}.log")),
+                clock_file,
+                child: Mutex::new(None),
+                initial: Mutex::new(true),
+                channel,
+            });
+        }
+        let members = nodes
+            .iter()
+            .map(|n| format!("{}={}", n.id, n.addr))
+            .collect::<Vec<_>>()
+            .join(",");
+        Ok(Cluster {
+            nodes,
+            members,
+            options,
+            net,
+        })
+    }
+
+    /// Node `id` (1-based).
+    ///
+    /// # Errors
+    /// When there is no such node.
+    pub fn node(&self, id: usize) -> anyhow::Result<&Node> {
+        self.nodes
+            .get(id.wrapping_sub(1))
+            .with_context(|| format!("no node {id}"))
+    }
+
+    /// Starts node `id` (no-op when running).
+    ///
+    /// # Errors
+    /// When the process cannot be spawned.
+    pub fn start(&self, id: usize) -> anyhow::Result<()> {
+        let node = self.node(id)?;
+        let mut child = node.lock_child();
+        if child.is_some() {
+            return Ok(());
+        }
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&node.log_path)
+            .with_context(|| format!("opening {}", node.log_path.display()))?;
+        let err = log.try_clone().context("log file")?;
+        let initial = *match node.initial.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &node.ns])
+            .arg(&self.options.bin)
+            .args(["--node-id", &node.id.to_string()])
+            .args(["--listen", &node.addr])
+            .arg("--data-dir")
+            .arg(&node.data_dir)
+            .args(["--cluster-id", "jepsen"])
+            .args(["--heartbeat-ms", &self.options.heartbeat_ms.to_string()])
+            .args(["--election-min-ms", &self.options.election_ms.0.to_string()])
+            .args(["--election-max-ms", &self.options.election_ms.1.to_string()]);
+        if initial {
+            cmd.args(["--initial-members", &self.members]);
+        }
+        cmd.env("RUST_LOG", "info,openraft=warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(err));
+        if self.options.faketime {
+            cmd.env("LD_PRELOAD", LIBFAKETIME)
+                .env("FAKETIME_TIMESTAMP_FILE", &node.clock_file)
+                .env("FAKETIME_NO_CACHE", "1")
+                .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+        }
+        *child = Some(
+            cmd.spawn()
+                .with_context(|| format!("spawning {}", self.options.bin.display()))?,
+        );
+        Ok(())
+    }
+
+    /// Starts every node.
+    ///
+    /// # Errors
+    /// When one cannot be spawned.
+    pub fn start_all(&self) -> anyhow::Result<()> {
+        for n in &self.nodes {
+            self.start(n.id)?;
+        }
+        Ok(())
+    }
+
+    /// Kills every node.
+    pub fn kill_all(&self) {
+        for n in &self.nodes {
+            n.kill9();
+        }
+    }
+
+    /// The leader every reachable node agrees on, waiting up to `within`.
+    ///
+    /// # Errors
+    /// When no leader is agreed on in time.
+    pub async fn wait_leader(&self, within: Duration, why: &str) -> anyhow::Result<usize> {
+        let deadline = Instant::now() + within;
+        loop {
+            let mut views = Vec::new();
+            for n in self.nodes.iter().filter(|n| n.is_running()) {
+                views.push(n.status().await.map(|s| s.leader_id).unwrap_or(0));
+            }
+            if let Some(first) = views.first().copied() {
+                let leader_up = self
+                    .nodes
+                    .iter()
+                    .any(|n| n.id as u64 == first && n.is_running());
+                if first != 0 && leader_up && views.iter().all(|v| *v == first) {
+                    return Ok(first as usize);
+                }
+            }
+            if Instant::now() > deadline {
+                bail!("no agreed leader within {within:?} ({why}); views {views:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Any node's view of the current leader (0 if unknown).
+    pub async fn current_leader(&self) -> usize {
+        for n in self.nodes.iter().filter(|n| n.is_running()) {
+            if let Ok(s) = n.status().await {
+                if s.leader_id != 0 {
+                    return s.leader_id as usize;
+                }
+            }
+        }
+        0
+    }
+
+    /// Waits until every voter/learner in the leader's membership applied
+    /// the leader's commit index; returns that index.
+    ///
+    /// # Errors
+    /// When a node does not catch up within `within`.
+    pub async fn wait_converged(&self, within: Duration) -> anyhow::Result<u64> {
+        let leader = self.wait_leader(within, "before convergence").await?;
+        let target = self.node(leader)?.status().await?.commit_index;
+        let deadline = Instant::now() + within;
+        for n in &self.nodes {
+            loop {
+                match n.status().await {
+                    Ok(s) if s.applied_index >= target => break,
+                    other => {
+                        if Instant::now() > deadline {
+                            bail!(
+                                "{} did not apply commit index {target} within {within:?}: {:?}",
+                                n.name,
+                                other.map(|s| s.applied_index)
+                            );
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        Ok(target)
+    }
+
+    /// Every object of the register type on node `id`'s local state
+    /// (`stale = true`). The pool workload will list its own types here too.
+    pub async fn dump(&self, id: usize) -> ReplicaDump {
+        let name = format!("n{id}");
+        let Ok(node) = self.node(id) else {
+            return ReplicaDump {
+                node: name,
+                applied_index: 0,
+                objects: Vec::new(),
+                error: Some("no such node".into()),
+            };
+        };
+        let applied_index = node.status().await.map(|s| s.applied_index).unwrap_or(0);
+        let mut client = node.objects();
+        let mut objects = Vec::new();
+        let mut token = String::new();
+        loop {
+            let page = client
+                .list(ListRequest {
+                    r#type: OBJECT_TYPE.to_string(),
+                    scope: String::new(),
+                    page_size: 1000,
+                    page_token: token.clone(),
+                    stale: true,
+                })
+                .await;
+            match page {
+                Err(e) => {
+                    return ReplicaDump {
+                        node: name,
+                        applied_index,
+                        objects,
+                        error: Some(e.to_string()),
+                    }
+                }
+                Ok(page) => {
+                    let page = page.into_inner();
+                    objects.extend(page.objects.into_iter().map(|o| {
+                        (
+                            o.r#type,
+                            o.id,
+                            String::from_utf8_lossy(&o.payload).into_owned(),
+                            o.resource_version,
+                        )
+                    }));
+                    if page.next_page_token.is_empty() {
+                        break;
+                    }
+                    token = page.next_page_token;
+                }
+            }
+        }
+        objects.sort();
+        ReplicaDump {
+            node: name,
+            applied_index,
+            objects,
+            error: None,
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.kill_all();
+        // self.net drops next and removes the namespaces.
+    }
+}

@@ -1,0 +1,251 @@
+//! The run's history: Jepsen op maps written as JSON Lines (see
+//! `shared/design/HISTORY.md`).
+//!
+//! One [`Recorder`] per run hands out event indexes and timestamps from one
+//! monotonic clock, keeps the events in memory for the checkers and appends
+//! each one to `history.jsonl` as it happens, so a run that is interrupted
+//! still leaves its history behind.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+/// `type` of an event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OpType {
+    /// A client sent the operation.
+    Invoke,
+    /// It took effect.
+    Ok,
+    /// It certainly did not take effect.
+    Fail,
+    /// Unknown (timeout, lost connection), or a nemesis event.
+    Info,
+}
+
+/// `process`: a client number, or `"nemesis"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Process {
+    /// A client process; after an `info` it never issues again.
+    Client(u64),
+    /// The fault injector.
+    Nemesis,
+}
+
+impl Serialize for Process {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Process::Client(n) => s.serialize_u64(*n),
+            Process::Nemesis => s.serialize_str("nemesis"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Process {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match serde_json::Value::deserialize(d)? {
+            serde_json::Value::Number(n) => n
+                .as_u64()
+                .map(Process::Client)
+                .ok_or_else(|| serde::de::Error::custom("process must be a non-negative integer")),
+            serde_json::Value::String(s) if s == "nemesis" => Ok(Process::Nemesis),
+            other => Err(serde::de::Error::custom(format!(
+                "process must be an integer or \"nemesis\", got {other}"
+            ))),
+        }
+    }
+}
+
+/// One line of `history.jsonl`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// Position in the history, from 0.
+    pub index: u64,
+    /// invoke / ok / fail / info.
+    #[serde(rename = "type")]
+    pub kind: OpType,
+    /// Who issued it.
+    pub process: Process,
+    /// The operation (`read`, `write`, `cas`, or a nemesis verb).
+    pub f: String,
+    /// The register (register workload only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// The value, shaped per `f` (HISTORY.md).
+    #[serde(default)]
+    pub value: serde_json::Value,
+    /// Nanoseconds since the run started (harness monotonic clock).
+    pub time: u64,
+    /// The node the client talked to (extra key, as Jepsen's `:node`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// Why an op failed or is unknown (extra key, as Jepsen's `:error`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The fields a caller supplies; index and time are the recorder's.
+#[derive(Clone, Debug)]
+pub struct EventSpec {
+    /// invoke / ok / fail / info.
+    pub kind: OpType,
+    /// Who.
+    pub process: Process,
+    /// What.
+    pub f: String,
+    /// Which register.
+    pub key: Option<String>,
+    /// With which value.
+    pub value: serde_json::Value,
+    /// Through which node.
+    pub node: Option<String>,
+    /// Why it failed.
+    pub error: Option<String>,
+}
+
+struct Inner {
+    events: Vec<Event>,
+    file: Option<BufWriter<File>>,
+}
+
+/// Thread-safe history recorder.
+#[derive(Clone)]
+pub struct Recorder {
+    start: Instant,
+    // A std mutex: held only to push one event and write one line, never
+    // across an await.
+    inner: Arc<Mutex<Inner>>,
+}
+
+impl Recorder {
+    /// A recorder that also appends to `path` (if given).
+    ///
+    /// # Errors
+    /// When the file cannot be created.
+    pub fn new(path: Option<&Path>) -> std::io::Result<Recorder> {
+        let file = match path {
+            Some(p) => Some(BufWriter::new(File::create(p)?)),
+            None => None,
+        };
+        Ok(Recorder {
+            start: Instant::now(),
+            inner: Arc::new(Mutex::new(Inner {
+                events: Vec::new(),
+                file,
+            })),
+        })
+    }
+
+    /// Nanoseconds since the run started.
+    pub fn now(&self) -> u64 {
+        u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Appends one event and returns it.
+    pub fn record(&self, spec: EventSpec) -> Event {
+        let mut inner = match self.inner.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let event = Event {
+            index: inner.events.len() as u64,
+            kind: spec.kind,
+            process: spec.process,
+            f: spec.f,
+            key: spec.key,
+            value: spec.value,
+            time: self.now(),
+            node: spec.node,
+            error: spec.error,
+        };
+        if let Some(file) = inner.file.as_mut() {
+            if let Ok(line) = serde_json::to_string(&event) {
+                let _ = writeln!(file, "{line}");
+            }
+        }
+        inner.events.push(event.clone());
+        event
+    }
+
+    /// A nemesis event (`type` info).
+    pub fn nemesis(&self, f: &str, value: impl Into<String>) -> Event {
+        let value: String = value.into();
+        tracing::info!(f, value = %value, "nemesis");
+        self.record(EventSpec {
+            kind: OpType::Info,
+            process: Process::Nemesis,
+            f: f.to_string(),
+            key: None,
+            value: serde_json::Value::String(value),
+            node: None,
+            error: None,
+        })
+    }
+
+    /// A copy of every event so far; flushes the file.
+    pub fn snapshot(&self) -> Vec<Event> {
+        let mut inner = match self.inner.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if let Some(file) = inner.file.as_mut() {
+            let _ = file.flush();
+        }
+        inner.events.clone()
+    }
+}
+
+/// Reads a `history.jsonl`.
+///
+/// # Errors
+/// When the file cannot be read or a line is not an event (naming the line).
+pub fn read_jsonl(path: &Path) -> anyhow::Result<Vec<Event>> {
+    let file = File::open(path)?;
+    let mut out = Vec::new();
+    for (n, line) in BufReader::new(file).lines().enumerate() {
+        let line = line?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let event: Event = serde_json::from_str(&line)
+            .map_err(|e| anyhow::anyhow!("{}:{}: {e}", path.display(), n + 1))?;
+        out.push(event);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_serialize_as_history_md_says() {
+        let e = Event {
+            index: 0,
+            kind: OpType::Invoke,
+            process: Process::Client(3),
+            f: "cas".into(),
+            key: Some("r7".into()),
+            value: serde_json::json!([2, 5]),
+            time: 1203344,
+            node: None,
+            error: None,
+        };
+        let text = serde_json::to_string(&e).unwrap_or_default();
+        assert_eq!(
+            text,
+            r#"{"index":0,"type":"invoke","process":3,"f":"cas","key":"r7","value":[2,5],"time":1203344}"#
+        );
+        let n: Event = serde_json::from_str(
+            r#"{"index":2,"type":"info","process":"nemesis","f":"start-partition","value":"majority [n1 n2 n3] | [n4 n5]","time":1900000}"#,
+        )
+        .unwrap_or_else(|err| panic!("{err}"));
+        assert_eq!(n.process, Process::Nemesis);
+        assert_eq!(n.kind, OpType::Info);
+    }
+}

@@ -1,0 +1,641 @@
+//! Nemeses: faults scheduled from the run's seed, so that a schedule can be
+//! replayed. The network verbs are those of the in-memory router (STYLE.md
+//! practice 12): `cut`, `isolate`, `drop`, `recover`; process and clock
+//! faults add `kill`/`restart`, `pause`/`resume`, `clock-bump`/`clock-strobe`/
+//! `clock-reset`; membership faults `remove`/`add-learner`/`promote` and
+//! `island`.
+//!
+//! Every fault is written to the history as a `process: "nemesis"`, `type:
+//! info` event when it starts and when it is healed. A cycle is: quiet, start
+//! one fault (or two with `combine`), hold, heal everything. [`Nemesis::heal_all`]
+//! runs before the final reads.
+
+use std::collections::BTreeSet;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use proto::cluster::{AddLearnerRequest, Member, PromoteRequest, RemoveRequest};
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::Rng;
+
+use crate::cluster::Cluster;
+use crate::history::Recorder;
+
+/// One kind of fault.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Fault {
+    /// `cut`: the leader in a minority.
+    LeaderMinority,
+    /// `cut`: the leader in the majority.
+    LeaderMajority,
+    /// `isolate`: one random node from all others.
+    Isolate,
+    /// `cut`: two halves joined by one bridge node.
+    Bridge,
+    /// `cut`: every node sees a majority, no two the same one.
+    MajoritiesRing,
+    /// `drop`: random packet loss on some nodes.
+    Drop,
+    /// `kill -9`, then restart from the same data directory.
+    Kill,
+    /// SIGSTOP, then SIGCONT.
+    Pause,
+    /// A jump of one node's wall clock (libfaketime).
+    ClockBump,
+    /// A node's wall clock flips back and forth.
+    ClockStrobe,
+    /// Remove a follower, wipe it, add it back as a learner and promote it.
+    Membership,
+    /// Isolate the leader and ask it to remove every other node.
+    Island,
+}
+
+impl Fault {
+    /// Every fault.
+    pub const ALL: [Fault; 12] = [
+        Fault::LeaderMinority,
+        Fault::LeaderMajority,
+        Fault::Isolate,
+        Fault::Bridge,
+        Fault::MajoritiesRing,
+        Fault::Drop,
+        Fault::Kill,
+        Fault::Pause,
+        Fault::ClockBump,
+        Fault::ClockStrobe,
+        Fault::Membership,
+        Fault::Island,
+    ];
+
+    /// The CLI name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Fault::LeaderMinority => "leader-minority",
+            Fault::LeaderMajority => "leader-majority",
+            Fault::Isolate => "isolate",
+            Fault::Bridge => "bridge",
+            Fault::MajoritiesRing => "majorities-ring",
+            Fault::Drop => "drop",
+            Fault::Kill => "kill",
+            Fault::Pause => "pause",
+            Fault::ClockBump => "clock-bump",
+            Fault::ClockStrobe => "clock-strobe",
+            Fault::Membership => "membership",
+            Fault::Island => "island",
+        }
+    }
+
+    /// Needs the gateways under libfaketime.
+    pub fn needs_faketime(self) -> bool {
+        matches!(self, Fault::ClockBump | Fault::ClockStrobe)
+    }
+
+    /// Changes membership: never combined with another such fault.
+    fn exclusive(self) -> bool {
+        matches!(self, Fault::Membership | Fault::Island)
+    }
+}
+
+/// Parses a comma-separated list of faults and groups: `partition` (the five
+/// partitions), `clock` (bump + strobe), `all`, or single names.
+///
+/// # Errors
+/// An unknown name, with the valid ones.
+pub fn parse_faults(text: &str) -> Result<Vec<Fault>, String> {
+    let mut out = BTreeSet::new();
+    for word in text.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+        match word {
+            "none" => {}
+            "all" => out.extend(Fault::ALL),
+            "partition" => out.extend([
+                Fault::LeaderMinority,
+                Fault::LeaderMajority,
+                Fault::Isolate,
+                Fault::Bridge,
+                Fault::MajoritiesRing,
+            ]),
+            "clock" => out.extend([Fault::ClockBump, Fault::ClockStrobe]),
+            w => {
+                out.insert(Fault::from_str(w)?);
+            }
+        }
+    }
+    Ok(out.into_iter().collect())
+}
+
+impl FromStr for Fault {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Fault::ALL
+            .into_iter()
+            .find(|f| f.name() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown nemesis {s:?}; one of: all, none, partition, clock, {}",
+                    Fault::ALL.map(Fault::name).join(", ")
+                )
+            })
+    }
+}
+
+/// Schedule timing.
+#[derive(Clone, Copy, Debug)]
+pub struct Schedule {
+    /// Quiet time between faults (uniform in this range).
+    pub quiet: (Duration, Duration),
+    /// How long a fault holds (uniform in this range).
+    pub hold: (Duration, Duration),
+    /// Start two faults at once sometimes.
+    pub combine: bool,
+}
+
+/// What is currently broken, so it can be healed.
+#[derive(Default)]
+struct Active {
+    net: bool,
+    killed: BTreeSet<usize>,
+    paused: BTreeSet<usize>,
+    clocks: BTreeSet<usize>,
+    removed: BTreeSet<usize>,
+    strobe: Option<Arc<AtomicBool>>,
+}
+
+/// The fault injector of one run.
+pub struct Nemesis {
+    cluster: Arc<Cluster>,
+    history: Recorder,
+    rng: StdRng,
+    faults: Vec<Fault>,
+    schedule: Schedule,
+    active: Active,
+}
+
+fn fmt_group(g: &[usize]) -> String {
+    let names: Vec<String> = g.iter().map(|i| format!("n{i}")).collect();
+    format!("[{}]", names.join(" "))
+}
+
+impl Nemesis {
+    /// A nemesis over `faults`, drawing from `rng`.
+    pub fn new(
+        cluster: Arc<Cluster>,
+        history: Recorder,
+        rng: StdRng,
+        faults: Vec<Fault>,
+        schedule: Schedule,
+    ) -> Nemesis {
+        Nemesis {
+            cluster,
+            history,
+            rng,
+            faults,
+            schedule,
+            active: Active::default(),
+        }
+    }
+
+    fn n(&self) -> usize {
+        self.cluster.nodes.len()
+    }
+
+    fn pick(&mut self, range: (Duration, Duration)) -> Duration {
+        if range.1 <= range.0 {
+            return range.0;
+        }
+        self.rng.gen_range(range.0..range.1)
+    }
+
+    /// Runs fault cycles until `until`, then heals everything.
+    pub async fn run(&mut self, until: Instant) {
+        if self.faults.is_empty() {
+            tokio::time::sleep_until(until.into()).await;
+            return;
+        }
+        loop {
+            let quiet = self.pick(self.schedule.quiet);
+            if Instant::now() + quiet >= until {
+                break;
+            }
+            tokio::time::sleep(quiet).await;
+            let first = self.faults[self.rng.gen_range(0..self.faults.len())];
+            let mut chosen = vec![first];
+            if self.schedule.combine && self.faults.len() > 1 && self.rng.gen_bool(0.5) {
+                let second = self.faults[self.rng.gen_range(0..self.faults.len())];
+                let conflict = second == first
+                    || (second.exclusive() && first.exclusive())
+                    || (is_net(first) && is_net(second));
+                if !conflict {
+                    chosen.push(second);
+                }
+            }
+            for f in chosen {
+                self.start(f).await;
+            }
+            let hold = self.pick(self.schedule.hold);
+            let hold_until = (Instant::now() + hold).min(until);
+            tokio::time::sleep_until(hold_until.into()).await;
+            self.heal_all().await;
+            if Instant::now() >= until {
+                break;
+            }
+        }
+    }
+
+    async fn leader_or_random(&mut self) -> usize {
+        let l = self.cluster.current_leader().await;
+        if l >= 1 && l <= self.n() {
+            l
+        } else {
+            self.rng.gen_range(1..=self.n())
+        }
+    }
+
+    fn note(&self, f: &str, value: String) {
+        self.history.nemesis(f, value);
+    }
+
+    fn note_err(&self, f: &str, what: &str, e: impl std::fmt::Display) {
+        self.history.nemesis(f, format!("{what} failed: {e}"));
+    }
+
+    /// Starts one fault.
+    pub async fn start(&mut self, fault: Fault) {
+        let n = self.n();
+        let all: Vec<usize> = (1..=n).collect();
+        match fault {
+            Fault::LeaderMinority | Fault::LeaderMajority => {
+                let leader = self.leader_or_random().await;
+                let mut others: Vec<usize> = all.iter().copied().filter(|i| *i != leader).collect();
+                others.shuffle(&mut self.rng);
+                let minority_size = n.saturating_sub(1) / 2;
+                let (mut a, mut b): (Vec<usize>, Vec<usize>) = if fault == Fault::LeaderMinority {
+                    let mut a = vec![leader];
+                    a.extend(others.iter().take(minority_size.saturating_sub(1)));
+                    let b = others
+                        .iter()
+                        .skip(minority_size.saturating_sub(1))
+                        .copied()
+                        .collect();
+                    (a, b)
+                } else {
+                    let mut a = vec![leader];
+                    a.extend(others.iter().take(n - minority_size - 1));
+                    let b = others.iter().skip(n - minority_size - 1).copied().collect();
+                    (a, b)
+                };
+                a.sort_unstable();
+                b.sort_unstable();
+                let desc = format!("{} {} | {}", fault.name(), fmt_group(&a), fmt_group(&b));
+                match self.cluster.net.cut(&[a, b]) {
+                    Ok(()) => {
+                        self.active.net = true;
+                        self.note("cut", desc);
+                    }
+                    Err(e) => self.note_err("cut", &desc, e),
+                }
+            }
+            Fault::Isolate => {
+                let i = self.rng.gen_range(1..=n);
+                match self.cluster.net.isolate(i) {
+                    Ok(()) => {
+                        self.active.net = true;
+                        self.note("isolate", format!("n{i}"));
+                    }
+                    Err(e) => self.note_err("isolate", &format!("n{i}"), e),
+                }
+            }
+            Fault::Bridge | Fault::MajoritiesRing => {
+                let mut order = all.clone();
+                order.shuffle(&mut self.rng);
+                // Ring: i talks to its two neighbours only. Bridge: a line
+                // with the middle node talking to both halves.
+                let mut pairs = Vec::new();
+                for x in 0..n {
+                    for y in (x + 1)..n {
+                        let ring_dist = (y - x).min(n - (y - x));
+                        let keep = if fault == Fault::MajoritiesRing {
+                            ring_dist <= 1 || n <= 3
+                        } else {
+                            let mid = n / 2;
+                            x == mid || y == mid || (x < mid) == (y < mid)
+                        };
+                        if !keep {
+                            pairs.push((order[x], order[y]));
+                        }
+                    }
+                }
+                if fault == Fault::MajoritiesRing && n <= 3 {
+                    // With three nodes every ring is complete; cut one link.
+                    pairs.push((order[0], order[1]));
+                }
+                let desc = format!(
+                    "{} {} cut pairs {:?}",
+                    fault.name(),
+                    fmt_group(&order),
+                    pairs
+                );
+                match self.cluster.net.cut_pairs(&pairs) {
+                    Ok(()) => {
+                        self.active.net = true;
+                        self.note("cut", desc);
+                    }
+                    Err(e) => self.note_err("cut", &desc, e),
+                }
+            }
+            Fault::Drop => {
+                let mut nodes = all.clone();
+                nodes.shuffle(&mut self.rng);
+                let k = self.rng.gen_range(1..=n);
+                let p: f64 = self.rng.gen_range(0.2..0.6);
+                for i in nodes.into_iter().take(k) {
+                    match self.cluster.net.drop(i, p) {
+                        Ok(()) => {
+                            self.active.net = true;
+                            self.note("drop", format!("n{i} p={p:.2}"));
+                        }
+                        Err(e) => self.note_err("drop", &format!("n{i}"), e),
+                    }
+                }
+            }
+            Fault::Kill => {
+                let i = self.target().await;
+                if let Ok(node) = self.cluster.node(i) {
+                    if node.is_running() {
+                        node.kill9();
+                        self.active.killed.insert(i);
+                        self.note("kill", format!("n{i}"));
+                    }
+                }
+            }
+            Fault::Pause => {
+                let i = self.target().await;
+                if let Ok(node) = self.cluster.node(i) {
+                    match node.pause() {
+                        Ok(()) => {
+                            self.active.paused.insert(i);
+                            self.note("pause", format!("n{i}"));
+                        }
+                        Err(e) => self.note_err("pause", &format!("n{i}"), e),
+                    }
+                }
+            }
+            Fault::ClockBump => {
+                let i = self.rng.gen_range(1..=n);
+                let secs: i64 =
+                    self.rng.gen_range(1..=600) * if self.rng.gen_bool(0.5) { 1 } else { -1 };
+                if let Ok(node) = self.cluster.node(i) {
+                    match node.set_clock_offset(secs) {
+                        Ok(()) => {
+                            self.active.clocks.insert(i);
+                            self.note("clock-bump", format!("n{i} {secs:+}s"));
+                        }
+                        Err(e) => self.note_err("clock-bump", &format!("n{i}"), e),
+                    }
+                }
+            }
+            Fault::ClockStrobe => {
+                let i = self.rng.gen_range(1..=n);
+                let secs: i64 = self.rng.gen_range(1..=300);
+                let period_ms: u64 = self.rng.gen_range(50..500);
+                let stop = Arc::new(AtomicBool::new(false));
+                self.active.strobe = Some(stop.clone());
+                self.active.clocks.insert(i);
+                let cluster = self.cluster.clone();
+                tokio::spawn(async move {
+                    let mut flip = false;
+                    while !stop.load(Ordering::Relaxed) {
+                        if let Ok(node) = cluster.node(i) {
+                            let _ = node.set_clock_offset(if flip { secs } else { -secs });
+                        }
+                        flip = !flip;
+                        tokio::time::sleep(Duration::from_millis(period_ms)).await;
+                    }
+                });
+                self.note(
+                    "clock-strobe",
+                    format!("n{i} ±{secs}s every {period_ms} ms"),
+                );
+            }
+            Fault::Membership => self.membership().await,
+            Fault::Island => self.island().await,
+        }
+    }
+
+    /// Half the time the leader, else a random node.
+    async fn target(&mut self) -> usize {
+        if self.rng.gen_bool(0.5) {
+            self.leader_or_random().await
+        } else {
+            self.rng.gen_range(1..=self.n())
+        }
+    }
+
+    /// Removes a follower through the cluster admin API; it is wiped and
+    /// re-added (learner, then promote) when healed.
+    async fn membership(&mut self) {
+        let leader = self.leader_or_random().await;
+        let candidates: Vec<usize> = (1..=self.n())
+            .filter(|i| *i != leader && !self.active.removed.contains(i))
+            .collect();
+        let Some(&k) = candidates.choose(&mut self.rng) else {
+            return;
+        };
+        let via = self.rng.gen_range(1..=self.n());
+        let Ok(node) = self.cluster.node(via) else {
+            return;
+        };
+        let reply = node.admin().remove(RemoveRequest { id: k as u64 }).await;
+        match reply {
+            Ok(r) => {
+                let r = r.into_inner();
+                self.note(
+                    "remove",
+                    format!(
+                        "n{k} via n{via}: voters {:?} at index {}",
+                        r.voters.iter().map(|m| m.id).collect::<Vec<_>>(),
+                        r.log_index
+                    ),
+                );
+                if let Ok(gone) = self.cluster.node(k) {
+                    gone.kill9();
+                    if let Err(e) = gone.wipe() {
+                        self.note_err("remove", &format!("wiping n{k}"), e);
+                    }
+                }
+                self.active.removed.insert(k);
+            }
+            Err(e) => self.note_err("remove", &format!("n{k} via n{via}"), e),
+        }
+    }
+
+    /// The "island": isolate the leader, ask it to remove every other node.
+    async fn island(&mut self) {
+        let leader = self.leader_or_random().await;
+        if let Err(e) = self.cluster.net.isolate(leader) {
+            self.note_err("island", &format!("isolating n{leader}"), e);
+            return;
+        }
+        self.active.net = true;
+        self.note(
+            "island",
+            format!("isolate leader n{leader}, ask it to remove the others"),
+        );
+        let Ok(node) = self.cluster.node(leader) else {
+            return;
+        };
+        for k in (1..=self.n()).filter(|k| *k != leader) {
+            let r = node.admin().remove(RemoveRequest { id: k as u64 }).await;
+            match r {
+                Ok(r) => self.note(
+                    "island",
+                    format!(
+                        "n{leader} accepted remove n{k}: voters {:?} at index {}",
+                        r.get_ref().voters.iter().map(|m| m.id).collect::<Vec<_>>(),
+                        r.get_ref().log_index
+                    ),
+                ),
+                Err(e) => self.note(
+                    "island",
+                    format!(
+                        "n{leader} refused remove n{k}: {:?} {}",
+                        e.code(),
+                        e.message()
+                    ),
+                ),
+            }
+        }
+    }
+
+    /// Heals every fault: `recover` the network, resume paused, restart
+    /// killed, reset clocks, re-add removed nodes.
+    pub async fn heal_all(&mut self) {
+        if self.active.net {
+            match self.cluster.net.recover() {
+                Ok(()) => self.note("recover", "network healed".into()),
+                Err(e) => self.note_err("recover", "network", e),
+            }
+            self.active.net = false;
+        }
+        for i in std::mem::take(&mut self.active.paused) {
+            if let Ok(node) = self.cluster.node(i) {
+                match node.resume() {
+                    Ok(()) => self.note("resume", format!("n{i}")),
+                    Err(e) => self.note_err("resume", &format!("n{i}"), e),
+                }
+            }
+        }
+        for i in std::mem::take(&mut self.active.killed) {
+            match self.cluster.start(i) {
+                Ok(()) => self.note("restart", format!("n{i}")),
+                Err(e) => self.note_err("restart", &format!("n{i}"), e),
+            }
+        }
+        if let Some(stop) = self.active.strobe.take() {
+            stop.store(true, Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_millis(600)).await;
+        }
+        for i in std::mem::take(&mut self.active.clocks) {
+            if let Ok(node) = self.cluster.node(i) {
+                match node.set_clock_offset(0) {
+                    Ok(()) => self.note("clock-reset", format!("n{i}")),
+                    Err(e) => self.note_err("clock-reset", &format!("n{i}"), e),
+                }
+            }
+        }
+        for k in std::mem::take(&mut self.active.removed) {
+            self.rejoin(k).await;
+        }
+    }
+
+    /// Starts wiped node `k`, adds it as a learner and promotes it, retrying
+    /// for up to 60 s.
+    async fn rejoin(&mut self, k: usize) {
+        if let Err(e) = self.cluster.start(k) {
+            self.note_err("add-learner", &format!("starting n{k}"), e);
+            return;
+        }
+        let Ok(addr) = self.cluster.node(k).map(|n| n.addr.clone()) else {
+            return;
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut added = false;
+        while Instant::now() < deadline {
+            let via = self.rng.gen_range(1..=self.n());
+            if via == k {
+                continue;
+            }
+            let Ok(node) = self.cluster.node(via) else {
+                return;
+            };
+            if !added {
+                let r = node
+                    .admin()
+                    .add_learner(AddLearnerRequest {
+                        member: Some(Member {
+                            id: k as u64,
+                            addr: addr.clone(),
+                        }),
+                        blocking: true,
+                    })
+                    .await;
+                match r {
+                    Ok(_) => {
+                        added = true;
+                        self.note("add-learner", format!("n{k} via n{via}"));
+                    }
+                    Err(e) => {
+                        self.note_err("add-learner", &format!("n{k} via n{via}"), e.message());
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        continue;
+                    }
+                }
+            }
+            match node.admin().promote(PromoteRequest { id: k as u64 }).await {
+                Ok(_) => {
+                    self.note("promote", format!("n{k} via n{via}"));
+                    return;
+                }
+                Err(e) => {
+                    self.note_err("promote", &format!("n{k} via n{via}"), e.message());
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        }
+    }
+}
+
+fn is_net(f: Fault) -> bool {
+    matches!(
+        f,
+        Fault::LeaderMinority
+            | Fault::LeaderMajority
+            | Fault::Isolate
+            | Fault::Bridge
+            | Fault::MajoritiesRing
+            | Fault::Drop
+            | Fault::Island
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_expand_and_names_round_trip() {
+        let f = parse_faults("partition,kill").unwrap_or_default();
+        assert_eq!(f.len(), 6);
+        assert!(f.contains(&Fault::Kill));
+        for fault in Fault::ALL {
+            assert_eq!(fault.name().parse::<Fault>(), Ok(fault));
+        }
+        assert!(parse_faults("bogus").is_err());
+        assert_eq!(
+            parse_faults("all").unwrap_or_default().len(),
+            Fault::ALL.len()
+        );
+    }
+}

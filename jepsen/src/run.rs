@@ -1,0 +1,225 @@
+//! One test run, start to finish: refuse leftovers, build the network, start
+//! the gateways, run the workload and the nemesis, heal, final reads,
+//! convergence, checkers, report. Cleanup happens on every path: the
+//! [`Cluster`] drop guard (errors and panics) and a Ctrl-C handler.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use serde_json::json;
+
+use crate::checker::convergence::ReplicasIdentical;
+use crate::checker::{CheckResult, Checker, FinalState, Validity};
+use crate::cluster::{Cluster, GatewayOptions};
+use crate::history::Recorder;
+use crate::nemesis::{Fault, Nemesis, Schedule};
+use crate::net;
+use crate::report::{self, Results};
+use crate::workload::{RegisterOptions, Workload};
+
+/// Everything a run needs.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// 3 or 5.
+    pub nodes: usize,
+    /// Seeds the schedule and the clients.
+    pub seed: u64,
+    /// How long the workload runs.
+    pub duration: Duration,
+    /// Enabled faults.
+    pub faults: Vec<Fault>,
+    /// Schedule timing.
+    pub schedule: Schedule,
+    /// Register workload settings.
+    pub register: RegisterOptions,
+    /// The `openshell-gateway` binary.
+    pub gateway_bin: PathBuf,
+    /// Run directory.
+    pub out: PathBuf,
+    /// Client request timeout.
+    pub client_timeout: Duration,
+}
+
+/// What a run found.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The run directory.
+    pub dir: PathBuf,
+    /// Every checker's result.
+    pub results: Vec<CheckResult>,
+    /// No violation and nothing undecided.
+    pub valid: bool,
+}
+
+/// Refuses to run as non-root or with leftovers of an earlier run.
+///
+/// # Errors
+/// Naming the leftovers and the exact cleanup command.
+pub fn preflight() -> anyhow::Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("openshell-jepsen needs root (network namespaces, nftables, iptables)");
+    }
+    for tool in ["ip", "nft", "iptables"] {
+        if net::sh(&["sh", "-c", &format!("command -v {tool}")]).is_err() {
+            bail!("{tool} is missing: run jepsen/ci-deps.sh");
+        }
+    }
+    let left = net::leftovers(net::PREFIX);
+    if !left.is_empty() {
+        bail!(
+            "leftovers of an earlier run exist: {left:?}\nremove them first with:\n  {}",
+            net::CLEAN_COMMAND
+        );
+    }
+    Ok(())
+}
+
+/// Runs one test.
+///
+/// # Errors
+/// When the environment cannot be set up (preflight, network, binary) or the
+/// cluster never elects a leader. Violations are not errors: see
+/// [`Outcome::valid`].
+pub async fn run(options: RunOptions) -> anyhow::Result<Outcome> {
+    preflight()?;
+    std::fs::create_dir_all(&options.out)
+        .with_context(|| format!("creating {}", options.out.display()))?;
+    let dir = options.out.canonicalize().context("run directory")?;
+    let run_id = format!(
+        "{:06x}",
+        (std::process::id() as u64 ^ options.seed.rotate_left(17)) & 0xff_ffff
+    );
+    let prefix = format!("{}{run_id}-", net::PREFIX);
+    // Ctrl-C: remove what this run created, then exit.
+    let ctrl_c = {
+        let prefix = prefix.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                eprintln!("openshell-jepsen: interrupted; cleaning up {prefix}*");
+                let left = net::clean(&prefix);
+                if !left.is_empty() {
+                    eprintln!("could not remove {left:?}; run: {}", net::CLEAN_COMMAND);
+                }
+                std::process::exit(130);
+            }
+        })
+    };
+    let result = run_inner(&options, &dir, &run_id).await;
+    ctrl_c.abort();
+    result
+}
+
+async fn run_inner(
+    options: &RunOptions,
+    dir: &std::path::Path,
+    run_id: &str,
+) -> anyhow::Result<Outcome> {
+    let faketime = options.faults.iter().any(|f| f.needs_faketime());
+    let gateway = GatewayOptions {
+        bin: options.gateway_bin.clone(),
+        heartbeat_ms: 50,
+        election_ms: (300, 600),
+        faketime,
+        client_timeout: options.client_timeout,
+    };
+    let cluster = Arc::new(Cluster::create(run_id, options.nodes, dir, gateway)?);
+    cluster.start_all()?;
+    let leader = cluster
+        .wait_leader(Duration::from_secs(60), "initial election")
+        .await
+        .context("the cluster did not elect a leader; see the node logs")?;
+    tracing::info!(leader, dir = %dir.display(), "cluster up");
+
+    let history = Recorder::new(Some(&dir.join("history.jsonl")))?;
+    let workload = Workload::Register(options.register.clone());
+    let started = Instant::now();
+    let until = started + options.duration;
+    let mut running = workload.start(cluster.clone(), history.clone(), options.seed);
+    let mut nemesis = Nemesis::new(
+        cluster.clone(),
+        history.clone(),
+        StdRng::seed_from_u64(options.seed),
+        options.faults.clone(),
+        options.schedule,
+    );
+    nemesis.run(until).await;
+    tokio::time::sleep_until(until.into()).await;
+    running.stop().await;
+    nemesis.heal_all().await;
+    history.nemesis("recover", "all faults healed before final reads");
+
+    // Final phase: leader, final reads, convergence.
+    let mut notes = Vec::new();
+    if let Err(e) = cluster
+        .wait_leader(Duration::from_secs(60), "after healing")
+        .await
+    {
+        notes.push(format!("after healing: {e:#}"));
+    }
+    let mut checkers: Vec<Box<dyn Checker>> = running.final_reads(Duration::from_secs(60)).await;
+    checkers.push(Box::new(ReplicasIdentical));
+    let mut state = FinalState::default();
+    match cluster.wait_converged(Duration::from_secs(60)).await {
+        Ok(commit) => state.commit_index = commit,
+        Err(e) => notes.push(format!("convergence: {e:#}")),
+    }
+    for n in &cluster.nodes {
+        state.replicas.push(cluster.dump(n.id).await);
+    }
+    let events = history.snapshot();
+    let checked_at = Instant::now();
+    let mut results: Vec<CheckResult> = checkers.iter().map(|c| c.check(&events, &state)).collect();
+    if !notes.is_empty() {
+        if let Some(r) = results
+            .iter_mut()
+            .find(|r| r.checker == "replicas-identical")
+        {
+            if r.valid == Validity::Valid {
+                r.valid = Validity::Unknown;
+            }
+            r.summary = format!("{} ({})", r.summary, notes.join("; "));
+        }
+    }
+    let valid = results.iter().all(|r| r.valid == Validity::Valid);
+    let membership = cluster.nodes[0].admin().status(proto::cluster::StatusRequest { local: false }).await.ok().map(|s| {
+        let s = s.into_inner();
+        json!({"leader": s.leader_id, "term": s.term, "commit_index": s.commit_index,
+               "nodes": s.nodes.iter().map(|n| json!({"id": n.id, "voter": n.voter})).collect::<Vec<_>>()})
+    });
+    let report = Results {
+        valid,
+        run: json!({
+            "seed": options.seed,
+            "nodes": options.nodes,
+            "duration_s": options.duration.as_secs_f64(),
+            "nemeses": options.faults.iter().map(|f| f.name()).collect::<Vec<_>>(),
+            "combine": options.schedule.combine,
+            "concurrency": options.register.concurrency,
+            "keys": options.register.keys,
+            "ops_per_key": options.register.ops_per_key,
+            "gateway_bin": options.gateway_bin.display().to_string(),
+            "faketime": faketime,
+            "check_seconds": checked_at.elapsed().as_secs_f64(),
+            "final_cluster": membership,
+            "net_rules_at_end": cluster.net.rules(),
+            "notes": notes,
+        }),
+        checkers: results.clone(),
+        stats: report::stats(&events),
+    };
+    report::write(dir, &report, &events)?;
+    drop(nemesis);
+    drop(running);
+    // Last reference: killing the processes and removing the network.
+    drop(cluster);
+    Ok(Outcome {
+        dir: dir.to_path_buf(),
+        results,
+        valid,
+    })
+}

@@ -1,0 +1,409 @@
+//! Workloads: the clients that generate the history.
+//!
+//! # The register workload
+//!
+//! Registers `r<k>`, each an object of type `jepsen-register` whose payload
+//! is the register's integer value as text. Clients pick a random node per
+//! operation:
+//!
+//! * `read`: `Get` without `stale` (linearizable, read-index). `NOT_FOUND` is
+//!   an `ok` read of `null`; any error is a `fail` (a read changes nothing).
+//! * `write v`: `Put` with an unconditional precondition. Values are unique
+//!   across the run.
+//! * `cas [e n]`: a linearizable `Get`; if the value is not `e`, `fail`;
+//!   otherwise `Put` with `match_resource_version` of that read, so the put
+//!   applies only if nothing wrote the register since. `FAILED_PRECONDITION`
+//!   / `NOT_FOUND` from the put are certain failures.
+//!
+//! A write or cas whose outcome is unknown (`UNKNOWN`, a timeout,
+//! `UNAVAILABLE` after the request may have been sent) is `info`, and the
+//! client continues under a new process number (HISTORY.md). `UNAVAILABLE`
+//! that says the write was not applied (no leader) or that the connection
+//! was refused is a certain `fail`.
+//!
+//! Each key takes at most `ops_per_key` operations and is then retired for a
+//! fresh one, which keeps every key's history small enough for the WGL search.
+//!
+//! # Extension point: the pool workload
+//!
+//! The pool workload (a later issue) becomes a second variant of
+//! [`Workload`]: its `run_clients` drives supervisors and the pool admin API
+//! with its own `f` names (documented next to it, per HISTORY.md), its
+//! `final_reads` collects the pool state, and its `checkers` returns the
+//! I1–I8 checker (see [`crate::checker`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use proto::objects::{precondition, GetRequest, Object, Precondition, PutRequest};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::{json, Value};
+
+use crate::checker::lost_writes::AcknowledgedWrites;
+use crate::checker::{Checker, Linearizable};
+use crate::cluster::{Cluster, OBJECT_TYPE};
+use crate::history::{EventSpec, OpType, Process, Recorder};
+
+/// Register workload settings.
+#[derive(Clone, Debug)]
+pub struct RegisterOptions {
+    /// Concurrent clients.
+    pub concurrency: usize,
+    /// Registers written at once.
+    pub keys: usize,
+    /// Operations per register before it is retired.
+    pub ops_per_key: u64,
+    /// Pause between one client's operations, ms (uniform).
+    pub delay_ms: (u64, u64),
+}
+
+/// A workload: clients, final reads, checkers.
+pub enum Workload {
+    /// Read/write/cas registers over the object store.
+    Register(RegisterOptions),
+    // Pool(PoolOptions): the supervisor-pool workload, a later issue.
+}
+
+/// Shared state of the register clients.
+struct Shared {
+    cluster: Arc<Cluster>,
+    history: Recorder,
+    next_process: AtomicU64,
+    next_value: AtomicU64,
+    /// Per key slot: (key number, ops issued). A std mutex: held only to
+    /// pick a key.
+    slots: Mutex<Vec<(u64, u64)>>,
+    /// Last value seen per key, for cas expectations.
+    seen: Mutex<BTreeMap<String, i64>>,
+    /// Every key used.
+    used: Mutex<BTreeSet<String>>,
+    options: RegisterOptions,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+/// Outcome of one client call.
+enum Outcome {
+    Ok(Value),
+    Fail(String),
+    Info(String),
+}
+
+/// True when the status says the request certainly had no effect.
+fn certainly_not_applied(status: &tonic::Status) -> bool {
+    let text = format!("{status:?}").to_ascii_lowercase();
+    match status.code() {
+        tonic::Code::InvalidArgument
+        | tonic::Code::FailedPrecondition
+        | tonic::Code::NotFound
+        | tonic::Code::AlreadyExists => true,
+        tonic::Code::Unavailable => {
+            text.contains("was not applied")
+                || text.contains("connection refused")
+                || text.contains("tcp connect error")
+                || text.contains("dns error")
+        }
+        _ => false,
+    }
+}
+
+fn short(status: &tonic::Status) -> String {
+    let mut m = format!("{:?}: {}", status.code(), status.message());
+    m.truncate(200);
+    m
+}
+
+fn payload_value(o: &Object) -> Option<i64> {
+    std::str::from_utf8(&o.payload).ok()?.trim().parse().ok()
+}
+
+impl Shared {
+    fn pick_key(&self, rng: &mut StdRng) -> String {
+        let mut slots = lock(&self.slots);
+        let n = slots.len();
+        let i = rng.gen_range(0..n);
+        let slot = &mut slots[i];
+        if slot.1 >= self.options.ops_per_key {
+            slot.0 += n as u64;
+            slot.1 = 0;
+        }
+        slot.1 += 1;
+        let key = format!("r{}", slot.0);
+        lock(&self.used).insert(key.clone());
+        key
+    }
+
+    async fn get(&self, node: usize, key: &str) -> Result<(Option<i64>, u64), tonic::Status> {
+        let node = self
+            .cluster
+            .node(node)
+            .map_err(|e| tonic::Status::internal(e.to_string()))?;
+        match node
+            .objects()
+            .get(GetRequest {
+                r#type: OBJECT_TYPE.into(),
+                id: key.into(),
+                stale: false,
+            })
+            .await
+        {
+            Ok(r) => {
+                let o = r.into_inner().object.unwrap_or_default();
+                match payload_value(&o) {
+                    Some(v) => Ok((Some(v), o.resource_version)),
+                    None => Err(tonic::Status::data_loss(format!(
+                        "register {key} holds a non-integer payload {:?}",
+                        String::from_utf8_lossy(&o.payload)
+                    ))),
+                }
+            }
+            Err(s) if s.code() == tonic::Code::NotFound => Ok((None, 0)),
+            Err(s) => Err(s),
+        }
+    }
+
+    async fn put(
+        &self,
+        node: usize,
+        key: &str,
+        value: i64,
+        pre: precondition::Kind,
+    ) -> Result<(), tonic::Status> {
+        let node = self
+            .cluster
+            .node(node)
+            .map_err(|e| tonic::Status::internal(e.to_string()))?;
+        node.objects()
+            .put(PutRequest {
+                object: Some(Object {
+                    id: key.into(),
+                    r#type: OBJECT_TYPE.into(),
+                    name: key.into(),
+                    scope: "jepsen".into(),
+                    payload: value.to_string().into_bytes(),
+                    ..Default::default()
+                }),
+                precondition: Some(Precondition { kind: Some(pre) }),
+            })
+            .await
+            .map(|_| ())
+    }
+
+    async fn read(&self, node: usize, key: &str) -> Outcome {
+        match self.get(node, key).await {
+            Ok((v, _)) => {
+                if let Some(v) = v {
+                    lock(&self.seen).insert(key.to_string(), v);
+                }
+                Outcome::Ok(json!(v))
+            }
+            Err(s) => Outcome::Fail(short(&s)),
+        }
+    }
+
+    async fn write(&self, node: usize, key: &str, v: i64) -> Outcome {
+        match self
+            .put(node, key, v, precondition::Kind::Unconditional(true))
+            .await
+        {
+            Ok(()) => {
+                lock(&self.seen).insert(key.to_string(), v);
+                Outcome::Ok(json!(v))
+            }
+            Err(s) if certainly_not_applied(&s) => Outcome::Fail(short(&s)),
+            Err(s) => Outcome::Info(short(&s)),
+        }
+    }
+
+    async fn cas(&self, node: usize, key: &str, expected: i64, new: i64) -> Outcome {
+        let (current, version) = match self.get(node, key).await {
+            Ok(r) => r,
+            Err(s) => return Outcome::Fail(format!("read before cas: {}", short(&s))),
+        };
+        if current != Some(expected) {
+            if let Some(c) = current {
+                lock(&self.seen).insert(key.to_string(), c);
+            }
+            return Outcome::Fail(format!("register holds {current:?}"));
+        }
+        match self
+            .put(
+                node,
+                key,
+                new,
+                precondition::Kind::MatchResourceVersion(version),
+            )
+            .await
+        {
+            Ok(()) => {
+                lock(&self.seen).insert(key.to_string(), new);
+                Outcome::Ok(json!([expected, new]))
+            }
+            Err(s) if certainly_not_applied(&s) => Outcome::Fail(short(&s)),
+            Err(s) => Outcome::Info(short(&s)),
+        }
+    }
+
+    /// One client: issues ops until `stop`, switching process after `info`.
+    async fn client(self: Arc<Self>, worker: usize, seed: u64, stop: Arc<AtomicBool>) {
+        let mut rng =
+            StdRng::seed_from_u64(seed ^ (worker as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let mut process = worker as u64;
+        let n = self.cluster.nodes.len();
+        while !stop.load(Ordering::Relaxed) {
+            let key = self.pick_key(&mut rng);
+            let node = rng.gen_range(1..=n);
+            let roll: f64 = rng.gen();
+            let expected = lock(&self.seen).get(&key).copied();
+            let (f, value) = if roll < 0.4 {
+                ("read", Value::Null)
+            } else if roll < 0.7 || expected.is_none() {
+                let v = self.next_value.fetch_add(1, Ordering::Relaxed) as i64;
+                ("write", json!(v))
+            } else {
+                let v = self.next_value.fetch_add(1, Ordering::Relaxed) as i64;
+                ("cas", json!([expected.unwrap_or(0), v]))
+            };
+            let spec = |kind, value: Value, error: Option<String>| EventSpec {
+                kind,
+                process: Process::Client(process),
+                f: f.to_string(),
+                key: Some(key.clone()),
+                value,
+                node: Some(format!("n{node}")),
+                error,
+            };
+            self.history
+                .record(spec(OpType::Invoke, value.clone(), None));
+            let outcome = match f {
+                "read" => self.read(node, &key).await,
+                "write" => self.write(node, &key, value.as_i64().unwrap_or(0)).await,
+                _ => {
+                    let e = value.get(0).and_then(Value::as_i64).unwrap_or(0);
+                    let v = value.get(1).and_then(Value::as_i64).unwrap_or(0);
+                    self.cas(node, &key, e, v).await
+                }
+            };
+            match outcome {
+                Outcome::Ok(v) => {
+                    self.history.record(spec(OpType::Ok, v, None));
+                }
+                Outcome::Fail(e) => {
+                    self.history.record(spec(OpType::Fail, value, Some(e)));
+                }
+                Outcome::Info(e) => {
+                    self.history.record(spec(OpType::Info, value, Some(e)));
+                    process = self.next_process.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            let (lo, hi) = self.options.delay_ms;
+            let pause = if hi > lo { rng.gen_range(lo..hi) } else { lo };
+            tokio::time::sleep(Duration::from_millis(pause)).await;
+        }
+    }
+}
+
+/// A running workload's handle.
+pub struct Running {
+    shared: Arc<Shared>,
+    stop: Arc<AtomicBool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Workload {
+    /// Starts the clients.
+    pub fn start(&self, cluster: Arc<Cluster>, history: Recorder, seed: u64) -> Running {
+        match self {
+            Workload::Register(options) => {
+                let keys = options.keys.max(1);
+                let shared = Arc::new(Shared {
+                    cluster,
+                    history,
+                    next_process: AtomicU64::new(options.concurrency as u64),
+                    next_value: AtomicU64::new(1),
+                    slots: Mutex::new((0..keys as u64).map(|k| (k, 0)).collect()),
+                    seen: Mutex::new(BTreeMap::new()),
+                    used: Mutex::new(BTreeSet::new()),
+                    options: options.clone(),
+                });
+                let stop = Arc::new(AtomicBool::new(false));
+                let tasks = (0..options.concurrency)
+                    .map(|w| tokio::spawn(shared.clone().client(w, seed, stop.clone())))
+                    .collect();
+                Running {
+                    shared,
+                    stop,
+                    tasks,
+                }
+            }
+        }
+    }
+}
+
+impl Running {
+    /// Stops the clients and waits for their last operations.
+    pub async fn stop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.tasks.drain(..) {
+            let _ = t.await;
+        }
+    }
+
+    /// After healing: one linearizable read per key, retried (each attempt
+    /// its own op) until it succeeds or `within` passes. Returns the
+    /// workload's checkers, which know the final reads.
+    pub async fn final_reads(&self, within: Duration) -> Vec<Box<dyn Checker>> {
+        let s = &self.shared;
+        let keys: Vec<String> = lock(&s.used).iter().cloned().collect();
+        let mut final_reads = BTreeMap::new();
+        let deadline = Instant::now() + within;
+        let n = s.cluster.nodes.len();
+        let process = s.next_process.fetch_add(1, Ordering::Relaxed);
+        for (i, key) in keys.iter().enumerate() {
+            let mut attempt = 0usize;
+            loop {
+                let node = 1 + (i + attempt) % n;
+                let spec = |kind, value: Value, error: Option<String>| EventSpec {
+                    kind,
+                    process: Process::Client(process),
+                    f: "read".into(),
+                    key: Some(key.clone()),
+                    value,
+                    node: Some(format!("n{node}")),
+                    error,
+                };
+                s.history.record(spec(OpType::Invoke, Value::Null, None));
+                match s.get(node, key).await {
+                    Ok((v, _)) => {
+                        let e = s.history.record(spec(OpType::Ok, json!(v), None));
+                        final_reads.insert(key.clone(), e.index);
+                        break;
+                    }
+                    Err(st) => {
+                        s.history
+                            .record(spec(OpType::Fail, Value::Null, Some(short(&st))));
+                    }
+                }
+                attempt += 1;
+                if Instant::now() > deadline {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        vec![
+            Box::new(Linearizable {
+                options: crate::checker::linear::Options::default(),
+            }),
+            Box::new(AcknowledgedWrites { final_reads }),
+        ]
+    }
+}

@@ -1,0 +1,107 @@
+//! Shared by the jepsen integration tests: find or build the gateway binary,
+//! run the harness with test-sized settings.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use jepsen::nemesis::{parse_faults, Schedule};
+use jepsen::run::RunOptions;
+use jepsen::workload::RegisterOptions;
+
+/// True when running as root (namespaces need it); the tests skip otherwise.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// `target/<profile>` of this test executable (`.../target/debug/deps/t10_x`).
+pub fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap_or_else(|e| panic!("current_exe: {e}"));
+    exe.parent()
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| panic!("no target dir above {}", exe.display()))
+}
+
+/// The workspace root (this crate's parent).
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| panic!("no workspace above the jepsen crate"))
+}
+
+/// Runs `cargo build -p gateway-plugin --bin openshell-gateway [features]`
+/// into `target_dir` and returns the binary. A target dir of its own, so the
+/// build never waits for the lock of the `cargo test` that runs us.
+pub fn build_gateway(target_dir: &Path, features: &[&str]) -> PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(workspace())
+        .args([
+            "build",
+            "-p",
+            "gateway-plugin",
+            "--bin",
+            "openshell-gateway",
+        ])
+        .arg("--target-dir")
+        .arg(target_dir);
+    if !features.is_empty() {
+        cmd.args(["--features", &features.join(",")]);
+    }
+    let status = cmd
+        .status()
+        .unwrap_or_else(|e| panic!("running cargo: {e}"));
+    assert!(status.success(), "building the gateway failed: {status}");
+    let bin = target_dir.join("debug/openshell-gateway");
+    assert!(bin.is_file(), "{} missing after the build", bin.display());
+    bin
+}
+
+/// `openshell-gateway` next to this test executable, built (into a target
+/// dir of its own) if absent.
+pub fn gateway_bin() -> PathBuf {
+    let bin = profile_dir().join("openshell-gateway");
+    if bin.is_file() {
+        return bin;
+    }
+    let target = profile_dir()
+        .parent()
+        .map(|t| t.join("jepsen-gateway"))
+        .unwrap_or_else(|| panic!("no target dir"));
+    build_gateway(&target, &[])
+}
+
+/// Test-sized run options.
+pub fn options(name: &str, bin: PathBuf, nemesis: &str, seconds: u64, seed: u64) -> RunOptions {
+    let out = profile_dir().join("jepsen-runs").join(name);
+    let _ = std::fs::remove_dir_all(&out);
+    RunOptions {
+        nodes: 3,
+        seed,
+        duration: Duration::from_secs(seconds),
+        faults: parse_faults(nemesis).unwrap_or_else(|e| panic!("{e}")),
+        schedule: Schedule {
+            quiet: (Duration::from_secs(2), Duration::from_secs(4)),
+            hold: (Duration::from_secs(4), Duration::from_secs(7)),
+            combine: false,
+        },
+        register: RegisterOptions {
+            concurrency: 5,
+            keys: 4,
+            ops_per_key: 250,
+            delay_ms: (10, 40),
+        },
+        gateway_bin: bin,
+        out,
+        client_timeout: Duration::from_secs(6),
+    }
+}
+
+/// The results.json of a run, for failure messages.
+pub fn results_text(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("results.json")).unwrap_or_default()
+}

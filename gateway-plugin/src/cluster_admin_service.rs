@@ -9,10 +9,10 @@
 use proto::cluster::cluster_admin_client::ClusterAdminClient;
 use proto::cluster::cluster_admin_server::ClusterAdmin;
 use proto::cluster::{
-    AddLearnerRequest, ClusterStatus as PbStatus, InitializeRequest, Member, MembershipReply,
-    NodeStatus as PbNode, PromoteRequest, RemoveRequest, StateDigestReply, StateDigestRequest,
-    StatusRequest, TransferLeaderReply, TransferLeaderRequest, TriggerSnapshotReply,
-    TriggerSnapshotRequest,
+    AddLearnerRequest, BackupReply, BackupRequest, ClusterStatus as PbStatus, InitializeRequest,
+    Member, MembershipReply, NodeStatus as PbNode, PromoteRequest, RemoveRequest, StateDigestReply,
+    StateDigestRequest, StatusRequest, TransferLeaderReply, TransferLeaderRequest,
+    TriggerSnapshotReply, TriggerSnapshotRequest,
 };
 use raft_store::node::MembershipChange;
 use raft_store::{AdminError, RaftNode};
@@ -193,6 +193,35 @@ impl ClusterAdmin for ClusterAdminService {
             .await
             .map(|snapshot_index| Response::new(TriggerSnapshotReply { snapshot_index }))
             .map_err(status::admin)
+    }
+
+    #[tracing::instrument(level = "info", skip_all)]
+    async fn backup(
+        &self,
+        request: Request<BackupRequest>,
+    ) -> Result<Response<BackupReply>, Status> {
+        self.allow(&request, Role::PlatformAdmin)?;
+        let leader = self.node.leader();
+        if let Some((leader_id, leader_addr)) = leader.filter(|(id, _)| *id != self.node.id()) {
+            let err = AdminError::NotLeader {
+                leader_id,
+                leader_addr,
+            };
+            if let Some(leader) = self.leader_client(&request, &err) {
+                return leader
+                    .max_decoding_message_size(64 * 1024 * 1024)
+                    .backup(forwarded(request))
+                    .await;
+            }
+        }
+        let (term, index, state) = self.node.backup().await.map_err(status::read)?;
+        Ok(Response::new(BackupReply {
+            cluster_id: self.node.cluster_id().to_string(),
+            term,
+            index,
+            state,
+            taken_by_node: self.node.id(),
+        }))
     }
 
     #[tracing::instrument(level = "debug", skip_all)]

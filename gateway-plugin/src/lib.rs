@@ -21,6 +21,7 @@
 //! - [`server`]: wiring and the serve loop.
 
 pub mod auth;
+pub mod backup;
 pub mod cluster_admin_service;
 pub mod config;
 pub mod http;

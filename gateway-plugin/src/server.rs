@@ -99,11 +99,14 @@ pub async fn run(
     let _abort = AbortOnDrop(aborts);
     let result = tonic::transport::Server::builder()
         .add_service(node.transport_service())
-        .add_service(ClusterAdminServer::new(ClusterAdminService::new(
-            node.clone(),
-            config.auth.clone(),
-            metrics.clone(),
-        )))
+        .add_service(
+            ClusterAdminServer::new(ClusterAdminService::new(
+                node.clone(),
+                config.auth.clone(),
+                metrics.clone(),
+            ))
+            .max_encoding_message_size(64 * 1024 * 1024),
+        )
         .add_service(ObjectStoreServer::new(ObjectStoreService::new(
             node.clone(),
             config.auth.clone(),

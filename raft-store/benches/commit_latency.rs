@@ -311,8 +311,11 @@ fn main() {
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(0);
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|k| k.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into());
     println!(
-        "commit_latency: {RECORD_BYTES}-byte records, writers {levels:?}, {:.1} s warm-up + {:.1} s measured per level, {cores} cores",
+        "commit_latency: {RECORD_BYTES}-byte records, writers {levels:?}, {:.1} s warm-up + {:.1} s measured per level, {cores} cores, kernel {kernel}",
         warmup.as_secs_f64(),
         window.as_secs_f64()
     );

@@ -20,6 +20,8 @@
 //! - [`node`]: [`RaftNode`], the embedding API: start, write (forwarded to the
 //!   leader), linearizable read (read-index), membership admin and status.
 //! - [`objects`]: the generic object store state machine.
+//! - [`seed`]: offline restore from a backup and forced recovery of a
+//!   one-voter cluster.
 //! - [`error`]: typed errors of each boundary.
 //!
 //! # Example
@@ -44,6 +46,7 @@ pub mod log_store;
 pub mod network;
 pub mod node;
 pub mod objects;
+pub mod seed;
 pub mod state_machine;
 pub mod types;
 

@@ -911,6 +911,22 @@ impl<SM: StateMachine> RaftNode<SM> {
         }
     }
 
+    /// A consistent backup: after read-index, the applied state's snapshot
+    /// encoding with the (term, index) it reflects.
+    ///
+    /// # Errors
+    /// [`ReadError`] when no leader confirms a read index.
+    pub async fn backup(&self) -> Result<(u64, u64, Vec<u8>), ReadError> {
+        self.read_index().await?;
+        Ok(self.inner.state_machine.read(|a| {
+            let (term, index) = a
+                .last_applied
+                .map(|l| (l.leader_id.term, l.index))
+                .unwrap_or((0, 0));
+            (term, index, a.machine.snapshot())
+        }))
+    }
+
     /// The applied index and a crc32 and length of the deterministic snapshot
     /// encoding of the applied state: replicas at the same applied index must
     /// agree byte for byte.

@@ -28,7 +28,10 @@ async fn read_workload(addr: &str) -> Option<u64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_gateway_kill_does_not_disturb_workloads() -> TestResult {
-    let mut cluster = Cluster::start(3, &timing(&["--tick-interval-ms", "100", "--heartbeat-ttl-ms", "1500"]));
+    let mut cluster = Cluster::start(
+        3,
+        &timing(&["--tick-interval-ms", "100", "--heartbeat-ttl-ms", "1500"]),
+    );
     let leader = cluster.wait_leader("bootstrap").await;
     let _cleanup = KillUnder(cluster.root.path().to_path_buf());
     let mut gateways = vec![cluster.get(leader).addr.clone()];

@@ -4,15 +4,22 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use gateway_plugin::config::{
     self, AuthSection, GatewaySection, RaftSection, SupervisorPoolSection,
 };
 
 /// One replica of the OpenShell gateway's raft-replicated pool store.
 #[derive(Parser, Debug)]
-#[command(name = "openshell-gateway", version, about)]
+#[command(
+    name = "openshell-gateway",
+    version,
+    about,
+    args_conflicts_with_subcommands = true
+)]
 struct Args {
+    #[command(subcommand)]
+    command: Option<Offline>,
     /// TOML config file ([openshell.gateway] sections); flags override it.
     #[arg(long, env = "OPENSHELL_GATEWAY_CONFIG")]
     config: Option<PathBuf>,
@@ -86,8 +93,111 @@ struct Args {
     supervisor_token: Option<String>,
 }
 
+/// Offline tools on a stopped gateway's data directory.
+#[derive(Subcommand, Debug)]
+enum Offline {
+    /// Seeds the data directory of a new one-voter cluster from a backup
+    /// file (`openshell-pool backup save`). Start the gateway on it next,
+    /// without --initial-members, then add members back.
+    Restore {
+        /// The backup file.
+        #[arg(long = "from")]
+        from: PathBuf,
+        /// The new (absent or empty) data directory.
+        #[arg(long)]
+        data_dir: PathBuf,
+        /// This gateway's node id in the new cluster.
+        #[arg(long, default_value_t = 1)]
+        node_id: u64,
+        /// The address the gateway will advertise, host:port.
+        #[arg(long)]
+        advertise: String,
+        /// Cluster id of the new cluster (default: the backup's).
+        #[arg(long)]
+        cluster_id: Option<String>,
+    },
+    /// Disaster recovery when quorum is lost for good: turns this surviving
+    /// member into a one-voter cluster with every entry in its log. Start the
+    /// gateway on it next, then add fresh members.
+    Recover {
+        /// Required: acknowledges that the other members are gone for good.
+        #[arg(long, required = true)]
+        force_new_cluster: bool,
+        /// The surviving member's data directory (the gateway must be stopped).
+        #[arg(long)]
+        data_dir: PathBuf,
+        /// Its node id.
+        #[arg(long)]
+        node_id: u64,
+        /// The address it will advertise, host:port.
+        #[arg(long)]
+        advertise: String,
+        /// Its cluster id.
+        #[arg(long, default_value = "openshell")]
+        cluster_id: String,
+    },
+}
+
+fn offline(command: Offline) -> anyhow::Result<()> {
+    use gateway_plugin::state::GatewayState;
+    match command {
+        Offline::Restore {
+            from,
+            data_dir,
+            node_id,
+            advertise,
+            cluster_id,
+        } => {
+            let (header, state) = gateway_plugin::backup::read(&from)?;
+            let cluster_id = cluster_id.unwrap_or_else(|| header.cluster_id.clone());
+            let seeded = raft_store::seed::seed_single_voter::<GatewayState>(
+                &data_dir,
+                &cluster_id,
+                node_id,
+                &advertise,
+                &state,
+                header.term,
+                header.index,
+            )
+            .with_context(|| format!("restoring {} into {}", from.display(), data_dir.display()))?;
+            println!(
+                "restored {} (log index {}) into {} as node {node_id} of cluster {cluster_id:?}; start the gateway \
+                 on it without --initial-members, then add members",
+                from.display(),
+                seeded.last_index,
+                data_dir.display()
+            );
+        }
+        Offline::Recover {
+            force_new_cluster,
+            data_dir,
+            node_id,
+            advertise,
+            cluster_id,
+        } => {
+            anyhow::ensure!(force_new_cluster, "recover needs --force-new-cluster");
+            let seeded = raft_store::seed::recover_single_voter::<GatewayState>(
+                &data_dir,
+                &cluster_id,
+                node_id,
+                &advertise,
+            )
+            .with_context(|| format!("recovering {}", data_dir.display()))?;
+            println!(
+                "node {node_id} is now a one-voter cluster holding the log up to index {} (term {}, {} entries \
+                 re-applied); start it, then add fresh members",
+                seeded.last_index, seeded.last_term, seeded.entries_applied
+            );
+        }
+    }
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if let Some(command) = args.command {
+        return offline(command);
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

@@ -1,0 +1,179 @@
+//! Offline tools on a stopped node's data directory: seed a new one-voter
+//! cluster from a backup, and force a surviving member into a one-voter
+//! cluster when quorum is lost for good.
+//!
+//! Both end the same way: a snapshot file holding the state as of a log id,
+//! with a membership of this node alone, and the log purged up to that id,
+//! so the node starts, elects itself, and continues the log after it. Other
+//! gateways are then added back as learners and promoted.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use openraft::storage::{RaftLogReader, RaftLogStorage};
+use openraft::{BasicNode, CommittedLeaderId, EntryPayload, Membership, StoredMembership};
+
+use crate::db::DataDir;
+use crate::error::{Error, Result};
+use crate::log_store::LogStore;
+use crate::state_machine::{SnapshotDir, StateMachineStore};
+use crate::types::typ::{LogId, SnapshotMeta};
+use crate::{NodeId, StateMachine};
+
+/// What a seed or recovery produced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Seeded {
+    /// The log index the state reflects; the log continues after it.
+    pub last_index: u64,
+    /// Its term.
+    pub last_term: u64,
+    /// Log entries applied on top of the snapshot (recovery only).
+    pub entries_applied: u64,
+}
+
+fn single_voter(node_id: NodeId, addr: &str, last: LogId) -> StoredMembership<NodeId, BasicNode> {
+    let nodes = BTreeMap::from([(node_id, BasicNode::new(addr))]);
+    StoredMembership::new(
+        Some(last),
+        Membership::new(vec![BTreeSet::from([node_id])], nodes),
+    )
+}
+
+fn io_error(e: impl std::fmt::Display, path: &Path) -> Error {
+    Error::DataDir {
+        path: path.to_path_buf(),
+        problem: e.to_string(),
+    }
+}
+
+/// Writes the snapshot, then purges the log behind it and records it as
+/// committed, durably.
+fn install(
+    dir: &DataDir,
+    node_id: NodeId,
+    addr: &str,
+    last: LogId,
+    state: &[u8],
+    id: &str,
+) -> Result<()> {
+    let snapshots = SnapshotDir::open(dir.path.join("snapshots"))?;
+    let meta = SnapshotMeta {
+        last_log_id: Some(last),
+        last_membership: single_voter(node_id, addr, last),
+        snapshot_id: format!("{id}-{}-{}", last.leader_id.term, last.index),
+    };
+    snapshots.store(&meta, state)?;
+    let mut log = LogStore::new(dir).map_err(|e| io_error(e, &dir.path))?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|source| Error::Io {
+            path: dir.path.clone(),
+            source,
+        })?;
+    runtime.block_on(async {
+        log.purge(last).await.map_err(|e| io_error(e, &dir.path))?;
+        log.save_committed(Some(last))
+            .await
+            .map_err(|e| io_error(e, &dir.path))?;
+        dir.watermark.appended(last.index);
+        dir.durability.sync().await.map_err(|source| Error::Io {
+            path: dir.path.clone(),
+            source,
+        })
+    })
+}
+
+/// Creates the data directory of a new one-voter cluster whose state is
+/// `state` (a state-machine snapshot encoding) as of log index `index` in
+/// term `term`. The directory must be absent or empty.
+///
+/// # Errors
+/// [`Error::DataDir`] when the directory is not empty or the state does not
+/// decode as `SM`.
+pub fn seed_single_voter<SM: StateMachine>(
+    data_dir: &Path,
+    cluster_id: &str,
+    node_id: NodeId,
+    addr: &str,
+    state: &[u8],
+    term: u64,
+    index: u64,
+) -> Result<Seeded> {
+    if std::fs::read_dir(data_dir)
+        .map(|mut d| d.next().is_some())
+        .unwrap_or(false)
+    {
+        return Err(Error::DataDir {
+            path: data_dir.to_path_buf(),
+            problem: "is not empty; restore seeds a new data directory and never overwrites one"
+                .into(),
+        });
+    }
+    SM::restore(state).map_err(|problem| Error::DataDir {
+        path: data_dir.to_path_buf(),
+        problem: format!("the backup's state does not decode ({problem}); nothing was written"),
+    })?;
+    let dir = DataDir::open(data_dir, cluster_id, node_id, 8 * 1024 * 1024)?;
+    let last = LogId::new(CommittedLeaderId::new(term, node_id), index);
+    install(&dir, node_id, addr, last, state, "restore")?;
+    Ok(Seeded {
+        last_index: index,
+        last_term: term,
+        entries_applied: 0,
+    })
+}
+
+/// Turns a stopped member's data directory into a one-voter cluster holding
+/// every entry in its log: the snapshot plus all entries after it are
+/// applied, written as a new snapshot whose membership is this node alone.
+///
+/// # Errors
+/// [`Error::DataDir`] when the directory is damaged or foreign (it is
+/// verified as at start-up first).
+pub fn recover_single_voter<SM: StateMachine>(
+    data_dir: &Path,
+    cluster_id: &str,
+    node_id: NodeId,
+    addr: &str,
+) -> Result<Seeded> {
+    let sm = StateMachineStore::<SM>::open(data_dir)?;
+    let dir = DataDir::open(data_dir, cluster_id, node_id, 8 * 1024 * 1024)?;
+    let (mut machine, snapshot_last) = sm.read(|a| (a.machine.clone(), a.last_applied));
+    let mut log = LogStore::new(&dir).map_err(|e| io_error(e, &dir.path))?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|source| Error::Io {
+            path: dir.path.clone(),
+            source,
+        })?;
+    let entries = runtime.block_on(async {
+        let start = snapshot_last.map(|l| l.index + 1).unwrap_or(0);
+        log.try_get_log_entries(start..)
+            .await
+            .map_err(|e| io_error(e, &dir.path))
+    })?;
+    let mut last = snapshot_last;
+    let mut applied = 0u64;
+    for entry in &entries {
+        if let EntryPayload::Normal(command) = &entry.payload {
+            machine.apply(entry.log_id.index, &command.0);
+            applied += 1;
+        }
+        last = Some(entry.log_id);
+    }
+    let Some(last) = last else {
+        return Err(Error::DataDir {
+            path: data_dir.to_path_buf(),
+            problem: "holds no log entries and no snapshot: there is nothing to recover".into(),
+        });
+    };
+    drop(runtime);
+    install(&dir, node_id, addr, last, &machine.snapshot(), "recover")?;
+    Ok(Seeded {
+        last_index: last.index,
+        last_term: last.leader_id.term,
+        entries_applied: applied,
+    })
+}

@@ -608,16 +608,18 @@ impl Durability {
                         .flush()
                         .map_err(io::Error::other)
                         .and_then(|_| db_file.sync_data());
-                    if result.is_ok() {
-                        if let Err(e) = watermark.flushed(captured) {
-                            tracing::warn!(error = %e, "cannot update the watermark file");
-                        }
-                    }
                     for done in batch {
                         done(match &result {
                             Ok(()) => Ok(()),
                             Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
                         });
+                    }
+                    // After the callbacks: the watermark may only understate
+                    // what is durable, so it never delays a commit.
+                    if result.is_ok() {
+                        if let Err(e) = watermark.flushed(captured) {
+                            tracing::warn!(error = %e, "cannot update the watermark file");
+                        }
                     }
                 }
             });

@@ -191,15 +191,18 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + Send,
         I::IntoIter: Send,
     {
-        let mut batch = sled::Batch::default();
+        // One insert per entry, in index order: `apply_batch` takes sled's
+        // process-wide write lock, which a running flush holds, so it would
+        // wait for the previous fsync. sled recovers a prefix of its writes,
+        // and the callback fires only after flush + fdatasync.
         let mut last = None;
         for entry in entries {
-            last = Some(entry.get_log_id().index);
-            batch.insert(&key_of(entry.get_log_id().index), codec::encode(&entry));
+            let index = entry.get_log_id().index;
+            self.log
+                .insert(key_of(index), codec::encode(&entry))
+                .map_err(|e| StorageIOError::write_logs(&e))?;
+            last = Some(index);
         }
-        self.log
-            .apply_batch(batch)
-            .map_err(|e| StorageIOError::write_logs(&e))?;
         if let Some(last) = last {
             self.watermark.appended(last);
         }

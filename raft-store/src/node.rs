@@ -35,6 +35,7 @@ use crate::state_machine::{Applied as AppliedState, StateMachineStore};
 use crate::types::typ::Raft;
 use crate::types::Command;
 use crate::{NodeId, StateMachine};
+use tokio::sync::{mpsc, oneshot};
 
 /// How one node runs. [`NodeConfig::new`] fills in openraft's defaults.
 #[derive(Clone, Debug)]
@@ -193,6 +194,8 @@ pub struct MembershipChange {
 struct Inner<SM: StateMachine> {
     config: NodeConfig,
     raft: Raft,
+    /// Local proposals, grouped into batch entries by the batcher task.
+    proposals: mpsc::Sender<Proposal>,
     log: LogStore,
     state_machine: StateMachineStore<SM>,
     channels: Channels,
@@ -273,9 +276,12 @@ impl<SM: StateMachine> RaftNode<SM> {
         .await
         .map_err(|e| Error::Raft(e.to_string()))?;
         tracing::info!(node = config.node_id, addr = %config.advertise_addr, dir = %config.data_dir.display(), "raft node started");
+        let (proposals, queue) = mpsc::channel(4096);
+        tokio::spawn(run_batcher(raft.clone(), queue));
         Ok(RaftNode {
             inner: Arc::new(Inner {
                 config,
+                proposals,
                 raft,
                 log,
                 state_machine,
@@ -355,10 +361,7 @@ impl<SM: StateMachine> RaftNode<SM> {
             let hint = {
                 let _transfer = self.inner.transfer.read().await;
                 let remaining = deadline.saturating_duration_since(Instant::now());
-                let attempt = tokio::time::timeout(
-                    remaining,
-                    self.inner.raft.client_write(Command(command.clone())),
-                );
+                let attempt = tokio::time::timeout(remaining, self.propose_local(command.clone()));
                 match attempt.await {
                     Err(_) => {
                         return Err(WriteError::Unknown(format!(
@@ -366,20 +369,9 @@ impl<SM: StateMachine> RaftNode<SM> {
                             waited_ms()
                         )))
                     }
-                    Ok(Ok(written)) => {
-                        return Ok(Applied {
-                            log_index: written.log_id.index,
-                            response: written.data.0,
-                        });
-                    }
-                    Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => f
-                        .leader_id
-                        .zip(f.leader_node)
-                        .filter(|(id, _)| *id != self.id()),
-                    Ok(Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e)))) => {
-                        return Err(WriteError::Rejected(e.to_string()));
-                    }
-                    Ok(Err(RaftError::Fatal(e))) => return Err(WriteError::Fatal(e.to_string())),
+                    Ok(Ok(applied)) => return Ok(applied),
+                    Ok(Err(Proposed::NotLeader(hint))) => hint.filter(|(id, _)| *id != self.id()),
+                    Ok(Err(Proposed::Fatal(e))) => return Err(WriteError::Fatal(e)),
                 }
             };
             if let Some((leader, node)) = hint {
@@ -395,6 +387,21 @@ impl<SM: StateMachine> RaftNode<SM> {
             }
             tokio::time::sleep(self.retry_pause()).await;
         }
+    }
+
+    /// Proposes `command` through this node's raft, batched with other
+    /// proposals queued at the same time. Fails with [`Proposed::NotLeader`]
+    /// (certainly not applied) when this node is not the leader.
+    pub async fn propose_local(&self, command: Vec<u8>) -> Result<Applied, Proposed> {
+        let (reply, outcome) = oneshot::channel();
+        self.inner
+            .proposals
+            .send(Proposal { command, reply })
+            .await
+            .map_err(|_| Proposed::Fatal("the batcher stopped".into()))?;
+        outcome
+            .await
+            .map_err(|_| Proposed::Fatal("the batcher dropped the proposal".into()))?
     }
 
     /// Pause between retries: a fraction of the election timeout.
@@ -942,6 +949,77 @@ impl<SM: StateMachine> RaftNode<SM> {
         if let Err(e) = self.inner.raft.shutdown().await {
             tracing::warn!(error = %e, "raft shutdown");
         }
+    }
+}
+
+/// Why a local proposal was not applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Proposed {
+    /// This node is not the leader (with the leader it knows of); the
+    /// command was certainly not applied.
+    NotLeader(Option<(NodeId, BasicNode)>),
+    /// Raft stopped.
+    Fatal(String),
+}
+
+/// One write waiting for the batcher.
+struct Proposal {
+    command: Vec<u8>,
+    reply: oneshot::Sender<Result<Applied, Proposed>>,
+}
+
+/// Most commands in one log entry.
+const MAX_BATCH: usize = 256;
+/// Batches proposed to raft and not yet answered. While one is being made
+/// durable the next ones queue here, so they grow: one fsync then commits
+/// many writes (openraft 0.9 makes the leader wait for each append's flush).
+const BATCHES_IN_FLIGHT: usize = 2;
+
+/// Groups queued proposals into batch entries and proposes them.
+async fn run_batcher(raft: Raft, mut queue: mpsc::Receiver<Proposal>) {
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(BATCHES_IN_FLIGHT));
+    while let Some(first) = queue.recv().await {
+        let Ok(permit) = in_flight.clone().acquire_owned().await else {
+            return;
+        };
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(p) => batch.push(p),
+                Err(_) => break,
+            }
+        }
+        let raft = raft.clone();
+        tokio::spawn(async move {
+            let (commands, replies): (Vec<Vec<u8>>, Vec<_>) =
+                batch.into_iter().map(|p| (p.command, p.reply)).unzip();
+            let span = tracing::trace_span!("propose_batch", commands = commands.len());
+            let _enter = span.enter();
+            match raft.client_write(Command(commands)).await {
+                Ok(written) => {
+                    let mut responses = written.data.0.into_iter();
+                    for reply in replies {
+                        let response = responses.next().unwrap_or_default();
+                        let _ = reply.send(Ok(Applied {
+                            log_index: written.log_id.index,
+                            response,
+                        }));
+                    }
+                }
+                Err(e) => {
+                    let failure = match e {
+                        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => {
+                            Proposed::NotLeader(f.leader_id.zip(f.leader_node))
+                        }
+                        other => Proposed::Fatal(other.to_string()),
+                    };
+                    for reply in replies {
+                        let _ = reply.send(Err(failure.clone()));
+                    }
+                }
+            }
+            drop(permit);
+        });
     }
 }
 

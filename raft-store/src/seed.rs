@@ -157,9 +157,11 @@ pub fn recover_single_voter<SM: StateMachine>(
     let mut last = snapshot_last;
     let mut applied = 0u64;
     for entry in &entries {
-        if let EntryPayload::Normal(command) = &entry.payload {
-            machine.apply(entry.log_id.index, &command.0);
-            applied += 1;
+        if let EntryPayload::Normal(batch) = &entry.payload {
+            for command in &batch.0 {
+                machine.apply(entry.log_id.index, command);
+                applied += 1;
+            }
         }
         last = Some(entry.log_id);
     }

@@ -193,9 +193,11 @@ impl<SM: StateMachine> RaftStateMachine<TypeConfig> for StateMachineStore<SM> {
                 applied.last_applied = Some(entry.log_id);
                 let reply = match entry.payload {
                     EntryPayload::Blank => Vec::new(),
-                    EntryPayload::Normal(command) => {
-                        applied.machine.apply(entry.log_id.index, &command.0)
-                    }
+                    EntryPayload::Normal(batch) => batch
+                        .0
+                        .iter()
+                        .map(|command| applied.machine.apply(entry.log_id.index, command))
+                        .collect(),
                     EntryPayload::Membership(membership) => {
                         applied.membership = StoredMembership::new(Some(entry.log_id), membership);
                         Vec::new()

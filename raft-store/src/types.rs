@@ -11,14 +11,20 @@ use serde::{Deserialize, Serialize};
 /// A raft node id. 0 is reserved for "none" on the wire.
 pub type NodeId = u64;
 
-/// A command in the state machine's wire format.
+/// One log entry's payload: a batch of one or more commands, each in the
+/// state machine's wire format, applied in order at the entry's index.
+///
+/// The leader groups writes that queue up while the previous entry is being
+/// made durable (see `node::Batcher`), so one fsync commits many writes. All
+/// commands of a batch share the log index; the batch applies atomically (no
+/// reader sees a state between two of its commands).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Command(pub Vec<u8>);
+pub struct Command(pub Vec<Vec<u8>>);
 
-/// A state machine's response to one applied entry, in its wire format.
-/// Blank and membership entries reply with empty bytes.
+/// The state machine's responses to one entry, one per command in order.
+/// Blank and membership entries reply with no responses.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Reply(pub Vec<u8>);
+pub struct Reply(pub Vec<Vec<u8>>);
 
 openraft::declare_raft_types!(
     /// Type configuration of the gateway raft group.

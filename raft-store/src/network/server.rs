@@ -5,7 +5,7 @@
 //! `PERMISSION_DENIED`. A body that does not decode gets `INVALID_ARGUMENT`,
 //! never a panic.
 
-use openraft::error::{ClientWriteError, RaftError};
+use openraft::error::RaftError;
 use proto::raft::raft_transport_server::RaftTransport;
 use proto::raft::{
     forward_response, read_index_response, Applied as PbApplied, CampaignRequest, CampaignResponse,
@@ -17,8 +17,7 @@ use serde::Serialize;
 use tonic::{Request, Response, Status};
 
 use crate::codec;
-use crate::node::RaftNode;
-use crate::types::Command;
+use crate::node::{Proposed, RaftNode};
 use crate::StateMachine;
 
 /// The raft transport service of one node.
@@ -116,20 +115,13 @@ impl<SM: StateMachine> RaftTransport for TransportService<SM> {
         let request = request.into_inner();
         self.check_cluster(&request.cluster_id)?;
         SM::validate(&request.command).map_err(Status::invalid_argument)?;
-        let result = match self
-            .node
-            .raft()
-            .client_write(Command(request.command))
-            .await
-        {
-            Ok(written) => forward_response::Result::Applied(PbApplied {
-                log_index: written.log_id.index,
-                response: written.data.0,
+        let result = match self.node.propose_local(request.command).await {
+            Ok(applied) => forward_response::Result::Applied(PbApplied {
+                log_index: applied.log_index,
+                response: applied.response,
             }),
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
-                forward_response::Result::NotLeader(self.not_leader())
-            }
-            Err(e) => return Err(Status::unavailable(format!("raft: {e}"))),
+            Err(Proposed::NotLeader(_)) => forward_response::Result::NotLeader(self.not_leader()),
+            Err(Proposed::Fatal(e)) => return Err(Status::unavailable(format!("raft: {e}"))),
         };
         Ok(Response::new(ForwardResponse {
             result: Some(result),

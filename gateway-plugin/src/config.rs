@@ -413,6 +413,7 @@ impl GatewaySection {
                 true,
             ),
         };
+        node.peer_token = Some(signer.peer_token(&cluster_id));
         let http_listen = match &self.http_listen_addr {
             None => None,
             Some(text) => Some(text.parse().map_err(|_| ConfigError::Invalid {
@@ -471,6 +472,15 @@ fn validate_pool(section: SupervisorPoolSection) -> Result<crate::hub::PoolSetti
         10,
         10_000,
     )?;
+    if status * 2 > ttl {
+        return Err(ConfigError::Invalid {
+            key: "openshell.gateway.supervisor_pool.status_interval_ms",
+            value: status.to_string(),
+            problem: format!(
+                "must be at most half of heartbeat_ttl_ms ({ttl}), or live supervisors would expire between two statuses"
+            ),
+        });
+    }
     Ok(crate::hub::PoolSettings {
         tick_interval: Duration::from_millis(tick),
         heartbeat_ttl_ticks: ticks(ttl),

@@ -256,7 +256,7 @@ impl PoolAdmin for PoolAdminService {
         };
         self.apply(command).await?;
         let view = self
-            .read(true, |s, _| {
+            .read(false, |s, _| {
                 s.pool.operations().get(&id).map(operation_view)
             })
             .await?
@@ -279,7 +279,7 @@ impl PoolAdmin for PoolAdminService {
         }))
         .await?;
         let view = self
-            .read(true, |s, _| {
+            .read(false, |s, _| {
                 s.pool.operations().get(&id).map(operation_view)
             })
             .await?
@@ -321,7 +321,7 @@ impl PoolAdmin for PoolAdminService {
             }
         }
         let view = self
-            .read(true, |s, _| {
+            .read(false, |s, _| {
                 s.pool.sandbox(&sandbox).map(|sb| sandbox_view(&s.pool, sb))
             })
             .await?
@@ -349,7 +349,7 @@ impl PoolAdmin for PoolAdminService {
         }))
         .await?;
         let view = self
-            .read(true, |s, _| {
+            .read(false, |s, _| {
                 s.pool.sandbox(&id).map(|sb| sandbox_view(&s.pool, sb))
             })
             .await?

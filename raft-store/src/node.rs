@@ -65,6 +65,9 @@ pub struct NodeConfig {
     pub write_timeout: Duration,
     /// sled page-cache size in bytes.
     pub cache_capacity: u64,
+    /// Secret every replica presents on raft transport calls and requires
+    /// from callers (None: only the cluster id is checked).
+    pub peer_token: Option<String>,
 }
 
 impl NodeConfig {
@@ -89,6 +92,7 @@ impl NodeConfig {
             snapshot_chunk_bytes: 1024 * 1024,
             write_timeout: Duration::from_secs(5),
             cache_capacity: 64 * 1024 * 1024,
+            peer_token: None,
         }
     }
 
@@ -265,7 +269,7 @@ impl<SM: StateMachine> RaftNode<SM> {
         })
         .await
         .map_err(|e| Error::Raft(format!("start-up task failed: {e}")))??;
-        let channels = Channels::new(&config.cluster_id);
+        let channels = Channels::new(&config.cluster_id, config.peer_token.as_deref());
         let raft = Raft::new(
             config.node_id,
             raft_config,

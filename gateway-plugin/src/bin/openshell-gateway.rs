@@ -193,7 +193,15 @@ fn offline(command: Offline) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() {
+    // One line on stderr naming what failed (no backtrace), non-zero exit.
+    if let Err(e) = run() {
+        eprintln!("openshell-gateway: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> anyhow::Result<()> {
     let args = Args::parse();
     if let Some(command) = args.command {
         return offline(command);

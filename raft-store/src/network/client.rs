@@ -30,19 +30,45 @@ use crate::{NodeId, TypeConfig};
 /// How long a connection attempt to a peer may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 
+/// Metadata key of the peer token on raft transport calls.
+pub const PEER_TOKEN: &str = "x-openshell-peer-token";
+
+/// Adds the peer token to every outbound raft transport call.
+#[derive(Clone)]
+pub struct PeerAuth(Option<tonic::metadata::AsciiMetadataValue>);
+
+impl tonic::service::Interceptor for PeerAuth {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(token) = &self.0 {
+            request.metadata_mut().insert(PEER_TOKEN, token.clone());
+        }
+        Ok(request)
+    }
+}
+
+/// A raft transport client to one peer.
+pub type TransportClient =
+    RaftTransportClient<tonic::service::interceptor::InterceptedService<Channel, PeerAuth>>;
+
 /// Channels to peers, shared by the raft network and by write forwarding.
 #[derive(Clone)]
 pub struct Channels {
     cluster_id: Arc<str>,
+    auth: PeerAuth,
     /// Address -> channel. A std lock: held only to look up or insert.
     by_addr: Arc<Mutex<BTreeMap<String, Channel>>>,
 }
 
 impl Channels {
-    /// Channels of a node of `cluster_id`.
-    pub fn new(cluster_id: &str) -> Self {
+    /// Channels of a node of `cluster_id`, presenting `peer_token` (if any)
+    /// on every call.
+    pub fn new(cluster_id: &str, peer_token: Option<&str>) -> Self {
         Channels {
             cluster_id: cluster_id.into(),
+            auth: PeerAuth(peer_token.and_then(|t| t.parse().ok())),
             by_addr: Arc::default(),
         }
     }
@@ -56,7 +82,7 @@ impl Channels {
     ///
     /// # Errors
     /// A description when `addr` is not a valid address.
-    pub fn client(&self, addr: &str) -> Result<RaftTransportClient<Channel>, String> {
+    pub fn client(&self, addr: &str) -> Result<TransportClient, String> {
         let mut map = self.by_addr.lock().unwrap_or_else(|p| p.into_inner());
         let channel = match map.get(addr) {
             Some(c) => c.clone(),
@@ -72,9 +98,11 @@ impl Channels {
                 channel
             }
         };
-        Ok(RaftTransportClient::new(channel)
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES))
+        Ok(
+            RaftTransportClient::with_interceptor(channel, self.auth.clone())
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+        )
     }
 
     /// Wraps an openraft message for the wire.

@@ -17,6 +17,7 @@ use serde::Serialize;
 use tonic::{Request, Response, Status};
 
 use crate::codec;
+use crate::network::client::PEER_TOKEN;
 use crate::node::{Proposed, RaftNode};
 use crate::StateMachine;
 
@@ -29,6 +30,28 @@ impl<SM: StateMachine> TransportService<SM> {
     /// The service of `node`.
     pub fn new(node: RaftNode<SM>) -> Self {
         TransportService { node }
+    }
+
+    /// Refuses callers of another cluster, and callers without the peer
+    /// token when one is configured.
+    fn check_peer(
+        &self,
+        metadata: &tonic::metadata::MetadataMap,
+        cluster_id: &str,
+    ) -> Result<(), Status> {
+        if let Some(expected) = &self.node.config().peer_token {
+            let presented = metadata
+                .get(PEER_TOKEN)
+                .map(|v| v.as_bytes())
+                .unwrap_or_default();
+            if !constant_time_eq(presented, expected.as_bytes()) {
+                tracing::warn!("refused raft RPC without a valid peer token");
+                return Err(Status::unauthenticated(
+                    "raft transport calls need the cluster's peer token",
+                ));
+            }
+        }
+        self.check_cluster(cluster_id)
     }
 
     fn check_cluster(&self, cluster_id: &str) -> Result<(), Status> {
@@ -46,8 +69,13 @@ impl<SM: StateMachine> TransportService<SM> {
         Ok(())
     }
 
-    fn decode<T: DeserializeOwned>(&self, payload: &RaftPayload, what: &str) -> Result<T, Status> {
-        self.check_cluster(&payload.cluster_id)?;
+    fn decode<T: DeserializeOwned>(
+        &self,
+        request: &Request<RaftPayload>,
+        what: &str,
+    ) -> Result<T, Status> {
+        let payload = request.get_ref();
+        self.check_peer(request.metadata(), &payload.cluster_id)?;
         if payload.encoding != codec::ENCODING_V1 {
             return Err(Status::invalid_argument(format!(
                 "{what}: encoding {} is not supported (this node speaks {})",
@@ -85,14 +113,14 @@ impl<SM: StateMachine> RaftTransport for TransportService<SM> {
         &self,
         request: Request<RaftPayload>,
     ) -> Result<Response<RaftPayload>, Status> {
-        let rpc = self.decode(request.get_ref(), "append-entries request")?;
+        let rpc = self.decode(&request, "append-entries request")?;
         let result = self.node.raft().append_entries(rpc).await;
         Ok(self.reply(&result))
     }
 
     #[tracing::instrument(level = "debug", skip_all)]
     async fn vote(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
-        let rpc = self.decode(request.get_ref(), "vote request")?;
+        let rpc = self.decode(&request, "vote request")?;
         let result = self.node.raft().vote(rpc).await;
         Ok(self.reply(&result))
     }
@@ -102,7 +130,7 @@ impl<SM: StateMachine> RaftTransport for TransportService<SM> {
         &self,
         request: Request<RaftPayload>,
     ) -> Result<Response<RaftPayload>, Status> {
-        let rpc = self.decode(request.get_ref(), "install-snapshot request")?;
+        let rpc = self.decode(&request, "install-snapshot request")?;
         let result = self.node.raft().install_snapshot(rpc).await;
         Ok(self.reply(&result))
     }
@@ -112,8 +140,8 @@ impl<SM: StateMachine> RaftTransport for TransportService<SM> {
         &self,
         request: Request<ForwardRequest>,
     ) -> Result<Response<ForwardResponse>, Status> {
+        self.check_peer(request.metadata(), &request.get_ref().cluster_id)?;
         let request = request.into_inner();
-        self.check_cluster(&request.cluster_id)?;
         SM::validate(&request.command).map_err(Status::invalid_argument)?;
         let result = match self.node.propose_local(request.command).await {
             Ok(applied) => forward_response::Result::Applied(PbApplied {
@@ -133,7 +161,7 @@ impl<SM: StateMachine> RaftTransport for TransportService<SM> {
         &self,
         request: Request<ReadIndexRequest>,
     ) -> Result<Response<ReadIndexResponse>, Status> {
-        self.check_cluster(&request.get_ref().cluster_id)?;
+        self.check_peer(request.metadata(), &request.get_ref().cluster_id)?;
         let result = match self.node.raft().get_read_log_id().await {
             Ok((read_log_id, _)) => {
                 read_index_response::Result::ReadIndex(read_log_id.map(|l| l.index).unwrap_or(0))
@@ -153,8 +181,8 @@ impl<SM: StateMachine> RaftTransport for TransportService<SM> {
         &self,
         request: Request<HoldElectionRequest>,
     ) -> Result<Response<HoldElectionResponse>, Status> {
+        self.check_peer(request.metadata(), &request.get_ref().cluster_id)?;
         let request = request.into_inner();
-        self.check_cluster(&request.cluster_id)?;
         if request.hold_ms == 0 || request.hold_ms > 60_000 {
             return Err(Status::invalid_argument("hold_ms must be within 1..=60000"));
         }
@@ -168,7 +196,7 @@ impl<SM: StateMachine> RaftTransport for TransportService<SM> {
         &self,
         request: Request<CampaignRequest>,
     ) -> Result<Response<CampaignResponse>, Status> {
-        self.check_cluster(&request.get_ref().cluster_id)?;
+        self.check_peer(request.metadata(), &request.get_ref().cluster_id)?;
         self.node
             .raft()
             .trigger()
@@ -177,4 +205,12 @@ impl<SM: StateMachine> RaftTransport for TransportService<SM> {
             .map_err(|e| Status::unavailable(format!("raft: {e}")))?;
         Ok(Response::new(CampaignResponse {}))
     }
+}
+
+/// Compares secrets in time independent of where they differ.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }

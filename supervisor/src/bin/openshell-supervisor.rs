@@ -44,7 +44,15 @@ struct Args {
     runtime_bin: Option<PathBuf>,
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() {
+    // One line on stderr naming what failed (no backtrace), non-zero exit.
+    if let Err(e) = run() {
+        eprintln!("openshell-supervisor: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> anyhow::Result<()> {
     let args = Args::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -69,7 +77,21 @@ fn main() -> anyhow::Result<()> {
     }
     .validate()?;
     let runtime = tokio::runtime::Runtime::new()?;
-    runtime.block_on(agent::run(config, async {
-        let _ = tokio::signal::ctrl_c().await;
-    }))
+    runtime.block_on(agent::run(config, shutdown_signal()))
+}
+
+/// Completes on SIGINT or SIGTERM (Kubernetes stops Pods with SIGTERM).
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        _ = term => {},
+    }
 }

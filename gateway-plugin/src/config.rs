@@ -167,9 +167,19 @@ pub fn read_file(path: &Path) -> Result<GatewaySection, ConfigError> {
         path: path.to_path_buf(),
         problem: e.to_string(),
     })?;
-    let root: FileRoot = toml::from_str(&text).map_err(|e| ConfigError::File {
-        path: path.to_path_buf(),
-        problem: e.to_string().trim().to_string(),
+    let root: FileRoot = toml::from_str(&text).map_err(|e| {
+        // One line: "line L: <what is wrong>", not toml's multi-line snippet.
+        let line = e
+            .span()
+            .map(|span| text[..span.start.min(text.len())].matches('\n').count() + 1);
+        let problem = match line {
+            Some(line) => format!("line {line}: {}", e.message().trim()),
+            None => e.message().trim().to_string(),
+        };
+        ConfigError::File {
+            path: path.to_path_buf(),
+            problem: problem.replace('\n', " "),
+        }
     })?;
     Ok(root.openshell.and_then(|o| o.gateway).unwrap_or_default())
 }

@@ -22,6 +22,7 @@
 
 pub mod auth;
 pub mod backup;
+pub mod cli;
 pub mod cluster_admin_service;
 pub mod config;
 pub mod http;

@@ -116,6 +116,20 @@ pub fn seed_single_voter<SM: StateMachine>(
     })?;
     let dir = DataDir::open(data_dir, cluster_id, node_id, 8 * 1024 * 1024)?;
     let last = LogId::new(CommittedLeaderId::new(term, node_id), index);
+    // Terms never go back: the first election after a restore runs at a term
+    // above the backup's last entry.
+    let mut log = LogStore::new(&dir).map_err(|e| io_error(e, &dir.path))?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|source| Error::Io {
+            path: dir.path.clone(),
+            source,
+        })?;
+    runtime
+        .block_on(log.save_vote(&openraft::Vote::new(term, node_id)))
+        .map_err(|e| io_error(e, &dir.path))?;
+    drop(runtime);
     install(&dir, node_id, addr, last, state, "restore")?;
     Ok(Seeded {
         last_index: index,

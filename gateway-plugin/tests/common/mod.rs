@@ -2,6 +2,7 @@
 //! real sled directories, `kill -9` and restarts.
 #![allow(dead_code)]
 
+pub mod cli;
 pub mod fake;
 
 use std::net::TcpListener;

@@ -1,0 +1,165 @@
+//! Connecting to any gateway, bearer tokens, leader hints, and the errors a
+//! user sees.
+
+use std::time::Duration;
+
+use tonic::metadata::AsciiMetadataValue;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Status};
+
+use crate::status::LEADER_ADDR;
+
+/// What went wrong, as the user should read it.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// No endpoint answered.
+    #[error("no gateway reachable at {0}: start one (`openshell-pool dev`) or pass --endpoints host:port,...")]
+    Unreachable(String),
+    /// Missing or wrong token, or not allowed.
+    #[error("unauthorized: {0}; pass --token or set OPENSHELL_TOKEN (changes need the platform_admin role)")]
+    Unauthorized(String),
+    /// Unknown id.
+    #[error("{0}")]
+    NotFound(String),
+    /// No leader.
+    #[error(
+        "no leader: {0}; check that a majority of gateways is up (`openshell-pool raft status`)"
+    )]
+    NoLeader(String),
+    /// The request was refused.
+    #[error("{0}")]
+    Refused(String),
+    /// A local problem (file, flags).
+    #[error("{0}")]
+    Local(String),
+    /// A command run by `sandbox exec` exited non-zero.
+    #[error("the command exited with status {0}")]
+    ExitStatus(i32),
+}
+
+impl CliError {
+    /// The process exit code: 1 refused, 2 usage (clap), 3 unreachable,
+    /// 4 unauthorized, 5 not found, 6 no leader; `sandbox exec` passes the
+    /// command's own status through.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            CliError::Refused(_) | CliError::Local(_) => 1,
+            CliError::Unreachable(_) => 3,
+            CliError::Unauthorized(_) => 4,
+            CliError::NotFound(_) => 5,
+            CliError::NoLeader(_) => 6,
+            CliError::ExitStatus(code) => *code,
+        }
+    }
+}
+
+impl From<Status> for CliError {
+    fn from(status: Status) -> Self {
+        let message = status.message().to_string();
+        match status.code() {
+            Code::Unauthenticated | Code::PermissionDenied => CliError::Unauthorized(message),
+            Code::NotFound => CliError::NotFound(message),
+            Code::Unavailable if message.contains("leader") => CliError::NoLeader(message),
+            Code::Unavailable => CliError::Unreachable(message),
+            _ => CliError::Refused(message),
+        }
+    }
+}
+
+/// Adds the bearer token to every call.
+#[derive(Clone)]
+pub struct Bearer(Option<AsciiMetadataValue>);
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
+        if let Some(token) = &self.0 {
+            request
+                .metadata_mut()
+                .insert("authorization", token.clone());
+        }
+        Ok(request)
+    }
+}
+
+/// An authenticated channel to one gateway.
+pub type Authed = InterceptedService<Channel, Bearer>;
+
+/// The gateways the CLI talks to.
+#[derive(Clone, Debug)]
+pub struct Gateway {
+    /// host:port of each gateway.
+    pub endpoints: Vec<String>,
+    /// Bearer token.
+    pub token: Option<String>,
+}
+
+impl Gateway {
+    fn bearer(&self) -> Result<Bearer, CliError> {
+        match &self.token {
+            None => Ok(Bearer(None)),
+            Some(t) => format!("Bearer {t}")
+                .parse()
+                .map(|v| Bearer(Some(v)))
+                .map_err(|_| {
+                    CliError::Local("--token holds characters a header cannot carry".into())
+                }),
+        }
+    }
+
+    async fn connect(addr: &str) -> Option<Channel> {
+        Endpoint::from_shared(format!("http://{addr}"))
+            .ok()?
+            .connect_timeout(Duration::from_millis(800))
+            .timeout(Duration::from_secs(60))
+            .connect()
+            .await
+            .ok()
+    }
+
+    /// A channel to the first endpoint that answers.
+    ///
+    /// # Errors
+    /// [`CliError::Unreachable`] when none does.
+    pub async fn channel(&self) -> Result<InterceptedService<Channel, Bearer>, CliError> {
+        for addr in &self.endpoints {
+            if let Some(channel) = Self::connect(addr).await {
+                return Ok(InterceptedService::new(channel, self.bearer()?));
+            }
+        }
+        Err(CliError::Unreachable(self.endpoints.join(",")))
+    }
+
+    /// Runs `call` on a gateway; when it answers "not the leader" with a
+    /// leader hint, runs it once more on the leader.
+    ///
+    /// # Errors
+    /// The call's error, mapped for the user.
+    pub async fn call<T, F, Fut>(&self, call: F) -> Result<T, CliError>
+    where
+        F: Fn(Authed) -> Fut,
+        Fut: std::future::Future<Output = Result<T, Status>>,
+    {
+        let channel = self.channel().await?;
+        match call(channel).await {
+            Ok(v) => Ok(v),
+            Err(status) if status.code() == Code::FailedPrecondition => {
+                let hint = status
+                    .metadata()
+                    .get(LEADER_ADDR)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_string);
+                match hint {
+                    Some(leader) => match Self::connect(&leader).await {
+                        Some(channel) => {
+                            Ok(call(InterceptedService::new(channel, self.bearer()?)).await?)
+                        }
+                        None => Err(CliError::Unreachable(leader)),
+                    },
+                    None => Err(status.into()),
+                }
+            }
+            Err(status) => Err(status.into()),
+        }
+    }
+}

@@ -1,0 +1,183 @@
+//! `openshell-pool`: the operator CLI.
+//!
+//! Every command talks to any gateway of `--endpoints` (the first that
+//! answers; the gateways forward to the leader, and the CLI follows a leader
+//! hint once). Output is a table or, with `-o json`, one JSON document.
+//! Failures print one line on stderr saying what failed and what to do, and
+//! exit non-zero (see [`CliError::exit_code`]).
+
+pub mod client;
+pub mod commands;
+pub mod dev;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+pub use client::{CliError, Gateway};
+
+/// Default endpoints: the `openshell-pool dev` cluster.
+pub const DEV_ENDPOINTS: &str = "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003";
+
+/// Output format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// Human-readable tables.
+    Table,
+    /// One JSON document.
+    Json,
+}
+
+/// Operate an OpenShell supervisor-pool store.
+#[derive(Parser, Debug)]
+#[command(name = "openshell-pool", version, about, propagate_version = true)]
+pub struct Cli {
+    /// Gateway endpoints, comma-separated host:port; any one will do.
+    #[arg(long, env = "OPENSHELL_ENDPOINTS", global = true, default_value = DEV_ENDPOINTS, value_delimiter = ',')]
+    pub endpoints: Vec<String>,
+    /// Bearer token (needs platform_admin for changes).
+    #[arg(long, env = "OPENSHELL_TOKEN", global = true, hide_env_values = true)]
+    pub token: Option<String>,
+    /// Output format.
+    #[arg(short = 'o', long = "output", global = true, value_enum, default_value_t = Output::Table)]
+    pub output: Output,
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Top-level commands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Start a complete local system (3 gateways, 2 supervisors, demo
+    /// sandboxes) on loopback, in the foreground; Ctrl-C stops it.
+    Dev(dev::DevArgs),
+    /// The gateways' raft group.
+    #[command(subcommand)]
+    Raft(RaftCommand),
+    /// The supervisor pool.
+    #[command(subcommand)]
+    Pool(PoolCommand),
+    /// Sandboxes.
+    #[command(subcommand)]
+    Sandbox(SandboxCommand),
+    /// Backups of the replicated state.
+    #[command(subcommand)]
+    Backup(BackupCommand),
+    /// Print shell completions.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+}
+
+/// `raft ...`
+#[derive(Subcommand, Debug)]
+pub enum RaftCommand {
+    /// Leader, term, commit and applied index, voters, learners, lag.
+    Status,
+    /// Add a gateway as a non-voting learner (waits until it caught up).
+    AddLearner {
+        /// Its node id.
+        id: u64,
+        /// Its address, host:port.
+        addr: String,
+        /// Return at once with its progress instead of waiting.
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// Promote a learner to voter.
+    Promote {
+        /// Its node id.
+        id: u64,
+    },
+    /// Remove a voter or learner.
+    Remove {
+        /// Its node id.
+        id: u64,
+    },
+    /// Move leadership (to ID, or to the most caught-up other voter).
+    TransferLeader {
+        /// The new leader.
+        id: Option<u64>,
+    },
+    /// Build a snapshot now on the gateway that answers.
+    Snapshot,
+}
+
+/// `pool ...`
+#[derive(Subcommand, Debug)]
+pub enum PoolCommand {
+    /// Members, sandboxes and operations.
+    Status,
+    /// Drain a member: move its sandboxes away; it takes no new work.
+    Drain {
+        /// The member id.
+        member: String,
+        /// Moves in flight at once, 1..=8.
+        #[arg(long, default_value_t = 1)]
+        max_parallel: u32,
+        /// Show progress until the operation ends.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Move sandboxes to their preferred members.
+    Rebalance {
+        /// Moves in flight at once, 1..=8.
+        #[arg(long, default_value_t = 1)]
+        max_parallel: u32,
+        /// Show progress until the operation ends.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Cancel an operation (a drained member returns to service).
+    Cancel {
+        /// The operation id.
+        operation: String,
+    },
+}
+
+/// `sandbox ...`
+#[derive(Subcommand, Debug)]
+pub enum SandboxCommand {
+    /// Create a sandbox running COMMAND (default: the demo workload).
+    Create {
+        /// Sandbox id (generated if absent).
+        #[arg(long)]
+        id: Option<String>,
+        /// The workload command.
+        #[arg(last = true)]
+        command: Vec<String>,
+    },
+    /// Delete a sandbox: its workload stops.
+    Delete {
+        /// Sandbox id.
+        id: String,
+    },
+    /// One sandbox, with its workload's pid and start time.
+    Get {
+        /// Sandbox id.
+        id: String,
+    },
+    /// Every sandbox.
+    List,
+    /// Run a command inside a sandbox (through its supervisor).
+    Exec {
+        /// Sandbox id.
+        id: String,
+        /// The command.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+        /// Timeout in ms (default 10000).
+        #[arg(long, default_value_t = 10_000)]
+        timeout_ms: u64,
+    },
+}
+
+/// `backup ...`
+#[derive(Subcommand, Debug)]
+pub enum BackupCommand {
+    /// Save a consistent snapshot from the leader to FILE.
+    Save {
+        /// The backup file.
+        file: std::path::PathBuf,
+    },
+}

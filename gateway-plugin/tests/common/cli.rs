@@ -1,0 +1,207 @@
+//! Helpers for tests that drive the `openshell-pool` CLI binary.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use proto::objects::object_store_client::ObjectStoreClient;
+use proto::objects::{precondition, ListRequest, Precondition, PutRequest};
+use serde_json::Value;
+
+use super::{free_port, object, TestResult};
+
+/// The `openshell-pool` binary (this package's; elsewhere next to the
+/// gateway binary, which `gateway_bin` builds with it).
+pub fn pool_bin() -> PathBuf {
+    match option_env!("CARGO_BIN_EXE_openshell-pool") {
+        Some(bin) => PathBuf::from(bin),
+        None => super::gateway_bin().with_file_name("openshell-pool"),
+    }
+}
+
+/// Builds the supervisor and runtime binaries next to openshell-pool (dev
+/// starts them from there).
+pub fn build_supervisor_bins() {
+    let status = Command::new(env!("CARGO"))
+        .args(["build", "-p", "supervisor", "--bins"])
+        .status()
+        .unwrap_or_else(|e| panic!("cargo build: {e}"));
+    assert!(status.success());
+}
+
+/// A base port whose dev ports are all free.
+pub fn free_base() -> u16 {
+    for _ in 0..200 {
+        let base = 20_000 + (std::process::id() as u16 % 100) * 100 + (free_port() % 50);
+        let offsets = [0u16, 1, 2, 100, 101, 102, 200, 201];
+        if offsets
+            .iter()
+            .all(|o| std::net::TcpListener::bind(("127.0.0.1", base + o)).is_ok())
+        {
+            return base;
+        }
+    }
+    panic!("no free port range");
+}
+
+/// Runs `openshell-pool ARGS`; returns (exit code, stdout, stderr).
+pub fn pool(endpoints: &str, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(pool_bin())
+        .arg("--endpoints")
+        .arg(endpoints)
+        .args(args)
+        .env_remove("OPENSHELL_TOKEN")
+        .output()
+        .unwrap_or_else(|e| panic!("run openshell-pool: {e}"));
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Runs a command that must succeed with `-o json`; returns the document.
+pub fn json(endpoints: &str, args: &[&str]) -> Value {
+    let mut all = vec!["-o", "json"];
+    all.extend_from_slice(args);
+    let (code, out, err) = pool(endpoints, &all);
+    assert_eq!(code, 0, "openshell-pool {args:?} failed: {err}");
+    serde_json::from_str(&out)
+        .unwrap_or_else(|e| panic!("openshell-pool {args:?}: not JSON ({e}): {out}"))
+}
+
+/// Retries a JSON command until `ok` holds on its output.
+pub fn json_until(endpoints: &str, args: &[&str], why: &str, ok: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let mut all = vec!["-o", "json"];
+        all.extend_from_slice(args);
+        let (code, out, _) = pool(endpoints, &all);
+        if code == 0 {
+            if let Ok(v) = serde_json::from_str::<Value>(&out) {
+                if ok(&v) {
+                    return v;
+                }
+            }
+        }
+        assert!(Instant::now() < deadline, "{why}: last output {out}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+pub struct Dev {
+    child: Option<Child>,
+    pub dir: PathBuf,
+}
+
+impl Dev {
+    pub fn start(dir: &Path, base: u16) -> Dev {
+        let log =
+            std::fs::File::create(dir.with_extension("log")).unwrap_or_else(|e| panic!("{e}"));
+        let child = Command::new(pool_bin())
+            .args(["dev", "--data-dir"])
+            .arg(dir)
+            .args(["--base-port", &base.to_string()])
+            .stdout(Stdio::from(
+                log.try_clone().unwrap_or_else(|e| panic!("{e}")),
+            ))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn dev: {e}"));
+        Dev {
+            child: Some(child),
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    pub fn output(&self) -> String {
+        std::fs::read_to_string(self.dir.with_extension("log")).unwrap_or_default()
+    }
+
+    /// Ctrl-C; returns once dev exited.
+    pub fn interrupt(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill")
+                .args(["-INT", &child.id().to_string()])
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while child.try_wait().ok().flatten().is_none() {
+                assert!(Instant::now() < deadline, "dev did not stop on Ctrl-C");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+}
+
+impl Drop for Dev {
+    fn drop(&mut self) {
+        self.interrupt();
+        let _ = Command::new("pkill")
+            .args(["-9", "-f", &self.dir.display().to_string()])
+            .status();
+    }
+}
+
+pub fn processes_under(dir: &Path) -> usize {
+    let out = Command::new("pgrep")
+        .args(["-f", &dir.display().to_string()])
+        .output();
+    out.map(|o| String::from_utf8_lossy(&o.stdout).lines().count())
+        .unwrap_or(0)
+}
+
+pub async fn put_object(addr: &str, id: &str, value: &str) -> TestResult<u64> {
+    let mut client = ObjectStoreClient::connect(format!("http://{addr}")).await?;
+    let reply = client
+        .put(PutRequest {
+            object: Some(object(id, value)),
+            precondition: Some(Precondition {
+                kind: Some(precondition::Kind::Unconditional(true)),
+            }),
+        })
+        .await?;
+    Ok(reply
+        .into_inner()
+        .object
+        .map(|o| o.resource_version)
+        .unwrap_or(0))
+}
+
+pub async fn objects_at(addr: &str) -> TestResult<Vec<(String, Vec<u8>, u64)>> {
+    let mut client = ObjectStoreClient::connect(format!("http://{addr}")).await?;
+    let list = client
+        .list(ListRequest {
+            r#type: "test".into(),
+            page_size: 1000,
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    Ok(list
+        .objects
+        .into_iter()
+        .map(|o| (o.id, o.payload, o.resource_version))
+        .collect())
+}
+
+pub fn sandbox_key(v: &Value) -> Vec<(String, String, u64, u64, String)> {
+    let mut out: Vec<_> = v["sandboxes"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|s| {
+                    (
+                        s["id"].as_str().unwrap_or_default().to_string(),
+                        s["owner"].as_str().unwrap_or_default().to_string(),
+                        s["term"].as_u64().unwrap_or(0),
+                        s["epoch"].as_u64().unwrap_or(0),
+                        s["phase"].as_str().unwrap_or_default().to_string(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out
+}

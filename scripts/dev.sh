@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Builds every binary and starts the local dev system in the foreground:
+# 3 gateways, 2 supervisors and demo sandboxes on loopback, no external
+# services. Data under ./openshell-dev (running it again resumes it); Ctrl-C
+# stops every process. Extra arguments go to `openshell-pool dev`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --quiet --bins
+exec target/debug/openshell-pool dev "$@"

@@ -13,7 +13,7 @@ measure() { # test-name regex
   local test=$1 pattern=$2 out samples=()
   for i in $(seq 1 "$runs"); do
     out=$(cargo test --quiet -p supervisor --test "$test" -- --nocapture 2>&1) || { echo "$out" >&2; exit 1; }
-    samples+=("$(echo "$out" | grep -oE "$pattern" | grep -oE '[0-9]+' | head -1)")
+    samples+=("$(echo "$out" | grep -oE "$pattern" | grep -oE '[0-9]+ ms' | grep -oE '[0-9]+' | head -1)")
   done
   echo "$test: samples ${samples[*]} ms; median $(printf '%s\n' "${samples[@]}" | median) ms"
 }

@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use proto::cluster::cluster_admin_client::ClusterAdminClient;
 use proto::cluster::StatusRequest;
 use proto::pool_admin::pool_admin_client::PoolAdminClient;
-use proto::pool_admin::{CreateSandboxRequest, GetSupervisorPoolStatusRequest};
+use proto::pool_admin::{
+    CreateSandboxRequest, DeleteSandboxRequest, GetSupervisorPoolStatusRequest,
+};
 
 use super::CliError;
 
@@ -147,19 +149,27 @@ pub async fn run(args: DevArgs) -> Result<(), CliError> {
         )?;
         children.0.push((format!("gateway {id}"), child));
     }
-    let result = bring_up(
-        &args,
-        &dir,
-        &endpoints,
-        first_run,
-        &supervisor_bin,
-        &runtime_bin,
-        &mut children,
-    )
-    .await;
-    if let Err(e) = result {
+    // Ctrl-C during start-up stops everything too.
+    let interrupted = tokio::select! {
+        result = bring_up(&args, &dir, &endpoints, &supervisor_bin, &runtime_bin, &mut children) => match result {
+            Ok(()) => false,
+            Err(e) => {
+                children.stop(&runtimes);
+                return Err(e);
+            }
+        },
+        _ = shutdown_signal() => true,
+    };
+    if interrupted {
+        eprintln!("interrupted during start-up; stopping");
         children.stop(&runtimes);
-        return Err(e);
+        return Ok(());
+    }
+    if !first_run {
+        println!(
+            "Resumed the data in {}; the demo sandboxes were started afresh",
+            dir.display()
+        );
     }
     let pool = if args.base_port == 7001 {
         pool_bin.display().to_string()
@@ -201,7 +211,6 @@ async fn bring_up(
     args: &DevArgs,
     dir: &Path,
     endpoints: &[String],
-    first_run: bool,
     supervisor_bin: &Path,
     runtime_bin: &Path,
     children: &mut Children,
@@ -247,22 +256,50 @@ async fn bring_up(
         )?;
         children.0.push((format!("supervisor {member}"), child));
     }
-    wait_until("two active supervisors", Duration::from_secs(30), || async {
-        let s = gw
-            .call(|c| async move {
-                PoolAdminClient::new(c).get_supervisor_pool_status(GetSupervisorPoolStatusRequest { stale: false }).await
-            })
-            .await;
-        matches!(s, Ok(r) if r.get_ref().members.iter().filter(|m| m.state == "active").count() >= 2)
+    let status = || async {
+        gw.call(|c| async move {
+            PoolAdminClient::new(c)
+                .get_supervisor_pool_status(GetSupervisorPoolStatusRequest { stale: false })
+                .await
+        })
+        .await
+        .map(|r| r.into_inner())
+    };
+    wait_until("both supervisors attached", Duration::from_secs(30), || async {
+        matches!(status().await, Ok(s) if s.members.iter().filter(|m| m.state == "active" || m.state == "draining")
+            .filter(|m| m.ticks_since_heartbeat <= 2).count() >= 2)
     })
     .await?;
-    if first_run {
+    // Workloads do not outlive `dev` (Ctrl-C stops the runtimes), so demo
+    // sandboxes of an earlier run are deleted and launched afresh: a new
+    // generation under a new launch id.
+    let existing = status().await?;
+    let run = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
+    {
         for n in 1..=args.sandboxes {
             let sandbox_id = format!("demo-{n}");
+            let live = existing
+                .sandboxes
+                .iter()
+                .any(|s| s.id == sandbox_id && s.phase != "deleted" && s.phase != "failed");
+            if live {
+                gw.call(|c| {
+                    let sandbox_id = sandbox_id.clone();
+                    async move {
+                        PoolAdminClient::new(c)
+                            .delete_sandbox(DeleteSandboxRequest { sandbox_id })
+                            .await
+                    }
+                })
+                .await?;
+            }
             gw.call(|c| {
                 let request = CreateSandboxRequest {
                     sandbox_id: sandbox_id.clone(),
-                    launch_id: String::new(),
+                    launch_id: format!("{sandbox_id}@{run}"),
                     material_ref: "demo".into(),
                 };
                 async move { PoolAdminClient::new(c).create_sandbox(request).await }
@@ -277,7 +314,9 @@ async fn bring_up(
                         .await
                 })
                 .await;
-            matches!(s, Ok(r) if r.get_ref().sandboxes.iter().all(|sb| sb.phase == "assigned" && sb.pid != 0))
+            matches!(s, Ok(r) if r.get_ref().sandboxes.iter()
+                .filter(|sb| sb.id.starts_with("demo-") && sb.phase != "deleted" && sb.phase != "failed")
+                .all(|sb| sb.phase == "assigned" && sb.pid != 0))
         })
         .await?;
     }

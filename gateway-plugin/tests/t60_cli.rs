@@ -228,6 +228,52 @@ async fn cli_drives_the_dev_cluster_membership_and_backup_restore() -> TestResul
         0,
         "dev left processes behind after Ctrl-C"
     );
+
+    eprintln!("--- step: running dev again resumes its data");
+    // Node 4 (the leader) is gone and the old leader was removed: the two
+    // other original gateways are a majority of the voters {them, 4}.
+    let mut again = Dev::start(&dir, base);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !again.output().contains("Resumed the data") {
+        assert!(
+            Instant::now() < deadline,
+            "dev did not resume: {}",
+            again.output()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Ask the gateways that are still members (the removed one knows no leader).
+    let members: String = (0..3u16)
+        .filter(|i| u64::from(*i) + 1 != old_leader)
+        .map(|i| format!("127.0.0.1:{}", base + i))
+        .collect::<Vec<_>>()
+        .join(",");
+    let resumed = json_until(
+        &members,
+        &["raft", "status"],
+        "a leader after resume",
+        |v| v["leader"].is_u64(),
+    );
+    assert!(
+        resumed["commit_index"].as_u64().unwrap_or(0)
+            >= saved["index"].as_u64().unwrap_or(u64::MAX),
+        "{resumed}"
+    );
+    let leader_addr = resumed["leader_addr"]
+        .as_str()
+        .ok_or("no leader")?
+        .to_string();
+    let resumed_objects = objects_at(&leader_addr).await?;
+    assert!(
+        before_objects.iter().all(|o| resumed_objects.contains(o)),
+        "objects lost across a dev restart"
+    );
+    again.interrupt();
+    assert_eq!(
+        processes_under(&dir),
+        0,
+        "dev left processes behind after the second Ctrl-C"
+    );
     std::fs::remove_dir_all(&dir)?;
     std::fs::remove_dir_all(&g4.data_dir)?;
     let restored_dir = root.path().join("restored");

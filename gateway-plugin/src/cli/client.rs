@@ -130,36 +130,45 @@ impl Gateway {
         Err(CliError::Unreachable(self.endpoints.join(",")))
     }
 
-    /// Runs `call` on a gateway; when it answers "not the leader" with a
-    /// leader hint, runs it once more on the leader.
+    /// Runs `call` on the first gateway that answers. A gateway that
+    /// answers "not the leader" with a hint is followed to the leader once; a
+    /// gateway that is up but has no leader (cut off, or removed from the
+    /// cluster) is skipped for the next endpoint.
     ///
     /// # Errors
-    /// The call's error, mapped for the user.
+    /// The last error, mapped for the user.
     pub async fn call<T, F, Fut>(&self, call: F) -> Result<T, CliError>
     where
         F: Fn(Authed) -> Fut,
         Fut: std::future::Future<Output = Result<T, Status>>,
     {
-        let channel = self.channel().await?;
-        match call(channel).await {
-            Ok(v) => Ok(v),
-            Err(status) if status.code() == Code::FailedPrecondition => {
-                let hint = status
-                    .metadata()
-                    .get(LEADER_ADDR)
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_string);
-                match hint {
-                    Some(leader) => match Self::connect(&leader).await {
+        let mut last: Option<CliError> = None;
+        for addr in &self.endpoints {
+            let Some(channel) = Self::connect(addr).await else {
+                continue;
+            };
+            match call(InterceptedService::new(channel, self.bearer()?)).await {
+                Ok(v) => return Ok(v),
+                Err(status) if status.code() == Code::FailedPrecondition => {
+                    let hint = status
+                        .metadata()
+                        .get(LEADER_ADDR)
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_string);
+                    let Some(leader) = hint else {
+                        return Err(status.into());
+                    };
+                    match Self::connect(&leader).await {
                         Some(channel) => {
-                            Ok(call(InterceptedService::new(channel, self.bearer()?)).await?)
+                            return Ok(call(InterceptedService::new(channel, self.bearer()?)).await?)
                         }
-                        None => Err(CliError::Unreachable(leader)),
-                    },
-                    None => Err(status.into()),
+                        None => last = Some(CliError::Unreachable(leader)),
+                    }
                 }
+                Err(status) if status.code() == Code::Unavailable => last = Some(status.into()),
+                Err(status) => return Err(status.into()),
             }
-            Err(status) => Err(status.into()),
         }
+        Err(last.unwrap_or_else(|| CliError::Unreachable(self.endpoints.join(","))))
     }
 }

@@ -421,23 +421,7 @@ pub fn assignments_of(
     member: &str,
     incarnation: u64,
 ) -> Vec<SandboxInstanceAssignment> {
-    state
-        .sandboxes()
-        .values()
-        .filter(|s| {
-            s.phase.is_charged() && s.owner.member == member && s.owner.incarnation == incarnation
-        })
-        .map(|s| SandboxInstanceAssignment {
-            sandbox_id: s.id.clone(),
-            generation: s.generation,
-            term: s.owner.term,
-            credential_epoch: s.owner.epoch,
-            acknowledged: s.owner.acknowledged,
-            phase: phase_name(s.phase).to_string(),
-            material_ref: s.material_ref.clone(),
-            grant: Vec::new(),
-        })
-        .collect()
+    owned_by(state, member, incarnation, |phase| phase.is_charged())
 }
 
 /// The deleted or failed sandboxes whose last owner is this member
@@ -447,14 +431,23 @@ pub fn released_of(
     member: &str,
     incarnation: u64,
 ) -> Vec<SandboxInstanceAssignment> {
+    owned_by(state, member, incarnation, |phase| {
+        matches!(phase, pool::Phase::Deleted | pool::Phase::Failed)
+    })
+}
+
+/// The sandboxes owned by one member incarnation whose phase passes `keep`,
+/// as assignments (grants are signed when sent).
+fn owned_by(
+    state: &pool::PoolState,
+    member: &str,
+    incarnation: u64,
+    keep: impl Fn(pool::Phase) -> bool,
+) -> Vec<SandboxInstanceAssignment> {
     state
         .sandboxes()
         .values()
-        .filter(|s| {
-            matches!(s.phase, pool::Phase::Deleted | pool::Phase::Failed)
-                && s.owner.member == member
-                && s.owner.incarnation == incarnation
-        })
+        .filter(|s| keep(s.phase) && s.owner.member == member && s.owner.incarnation == incarnation)
         .map(|s| SandboxInstanceAssignment {
             sandbox_id: s.id.clone(),
             generation: s.generation,
@@ -462,7 +455,11 @@ pub fn released_of(
             credential_epoch: s.owner.epoch,
             acknowledged: s.owner.acknowledged,
             phase: phase_name(s.phase).to_string(),
-            material_ref: String::new(),
+            material_ref: if s.phase.is_charged() {
+                s.material_ref.clone()
+            } else {
+                String::new()
+            },
             grant: Vec::new(),
         })
         .collect()

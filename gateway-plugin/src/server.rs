@@ -169,3 +169,22 @@ impl Drop for AbortOnDrop {
         }
     }
 }
+
+/// Completes on SIGINT or SIGTERM (Kubernetes stops Pods with SIGTERM).
+pub async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        _ = term => {},
+    }
+}

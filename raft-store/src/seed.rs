@@ -39,6 +39,17 @@ fn single_voter(node_id: NodeId, addr: &str, last: LogId) -> StoredMembership<No
     )
 }
 
+/// A small runtime for the offline tools (they run before any node starts).
+fn offline_runtime(path: &Path) -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
 fn io_error(e: impl std::fmt::Display, path: &Path) -> Error {
     Error::DataDir {
         path: path.to_path_buf(),
@@ -64,13 +75,7 @@ fn install(
     };
     snapshots.store(&meta, state)?;
     let mut log = LogStore::new(dir).map_err(|e| io_error(e, &dir.path))?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|source| Error::Io {
-            path: dir.path.clone(),
-            source,
-        })?;
+    let runtime = offline_runtime(&dir.path)?;
     runtime.block_on(async {
         log.purge(last).await.map_err(|e| io_error(e, &dir.path))?;
         log.save_committed(Some(last))
@@ -119,13 +124,7 @@ pub fn seed_single_voter<SM: StateMachine>(
     // Terms never go back: the first election after a restore runs at a term
     // above the backup's last entry.
     let mut log = LogStore::new(&dir).map_err(|e| io_error(e, &dir.path))?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|source| Error::Io {
-            path: dir.path.clone(),
-            source,
-        })?;
+    let runtime = offline_runtime(&dir.path)?;
     runtime
         .block_on(log.save_vote(&openraft::Vote::new(term, node_id)))
         .map_err(|e| io_error(e, &dir.path))?;
@@ -155,13 +154,7 @@ pub fn recover_single_voter<SM: StateMachine>(
     let dir = DataDir::open(data_dir, cluster_id, node_id, 8 * 1024 * 1024)?;
     let (mut machine, snapshot_last) = sm.read(|a| (a.machine.clone(), a.last_applied));
     let mut log = LogStore::new(&dir).map_err(|e| io_error(e, &dir.path))?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|source| Error::Io {
-            path: dir.path.clone(),
-            source,
-        })?;
+    let runtime = offline_runtime(&dir.path)?;
     let entries = runtime.block_on(async {
         let start = snapshot_last.map(|l| l.index + 1).unwrap_or(0);
         log.try_get_log_entries(start..)

@@ -249,34 +249,8 @@ fn run() -> anyhow::Result<()> {
     };
     let config = file.overlay(flags).validate()?;
     let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
-    runtime.block_on(gateway_plugin::server::run(config, shutdown_signal()))
-}
-
-/// Completes on SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        if let Err(e) = tokio::signal::ctrl_c().await {
-            tracing::error!(error = %e, "cannot listen for Ctrl-C");
-            std::future::pending::<()>().await;
-        }
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
-    }
-    tracing::info!("shutting down");
+    runtime.block_on(gateway_plugin::server::run(config, async {
+        gateway_plugin::server::shutdown_signal().await;
+        tracing::info!("shutting down");
+    }))
 }

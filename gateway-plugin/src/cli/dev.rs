@@ -158,7 +158,7 @@ pub async fn run(args: DevArgs) -> Result<(), CliError> {
                 return Err(e);
             }
         },
-        _ = shutdown_signal() => true,
+        _ = crate::server::shutdown_signal() => true,
     };
     if interrupted {
         eprintln!("interrupted during start-up; stopping");
@@ -197,7 +197,7 @@ pub async fn run(args: DevArgs) -> Result<(), CliError> {
     println!("  {pool} sandbox exec demo-1 -- demo-read");
     println!();
     println!("Ctrl-C stops every process this command started.");
-    shutdown_signal().await;
+    crate::server::shutdown_signal().await;
     eprintln!("stopping...");
     children.stop(&runtimes);
     eprintln!(
@@ -338,20 +338,4 @@ where
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     Ok(())
-}
-
-/// Completes on SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {},
-        _ = term => {},
-    }
 }

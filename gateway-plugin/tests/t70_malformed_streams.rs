@@ -54,6 +54,8 @@ async fn malformed_input_gets_error_statuses_and_is_counted() -> TestResult {
             "sup",
             "--admin-token",
             "adm",
+            "--viewer-token",
+            "view",
             "--http-listen",
             &http,
         ],
@@ -158,6 +160,78 @@ async fn malformed_input_gets_error_statuses_and_is_counted() -> TestResult {
         .await
         .unwrap_err();
     assert_eq!(refused.code(), Code::Unauthenticated);
+
+    eprintln!("--- step: a viewer token may read but not change anything");
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", node.addr))?
+        .connect()
+        .await?;
+    let viewer: tonic::metadata::AsciiMetadataValue = "Bearer view".parse()?;
+    let mut viewer_client =
+        PoolAdminClient::with_interceptor(channel, move |mut r: tonic::Request<()>| {
+            r.metadata_mut().insert("authorization", viewer.clone());
+            Ok(r)
+        });
+    let read = viewer_client
+        .get_sandbox(GetSandboxRequest {
+            sandbox_id: "nope".into(),
+            stale: false,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(read.code(), Code::NotFound, "a viewer may read: {read}");
+    let write = viewer_client
+        .create_sandbox(proto::pool_admin::CreateSandboxRequest {
+            sandbox_id: "v".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(write.code(), Code::PermissionDenied, "{write}");
+    assert!(write.message().contains("platform_admin"), "{write}");
+
+    eprintln!("--- step: a newer stream of a member supersedes the older one");
+    let mut first_client = SupervisorHostClient::connect(format!("http://{}", node.addr)).await?;
+    let (tx1, rx1) = tokio::sync::mpsc::channel(4);
+    tx1.send(hello("m-dup", 2, 7, "sup")).await?;
+    let mut first = first_client
+        .attach(tokio_stream::wrappers::ReceiverStream::new(rx1))
+        .await?
+        .into_inner();
+    assert!(
+        first.message().await?.is_some(),
+        "first stream not accepted"
+    );
+    let mut second_client = SupervisorHostClient::connect(format!("http://{}", node.addr)).await?;
+    let (tx2, rx2) = tokio::sync::mpsc::channel(4);
+    tx2.send(hello("m-dup", 2, 7, "sup")).await?;
+    let mut second = second_client
+        .attach(tokio_stream::wrappers::ReceiverStream::new(rx2))
+        .await?
+        .into_inner();
+    assert!(
+        second.message().await?.is_some(),
+        "second stream not accepted"
+    );
+    let closed = loop {
+        match tokio::time::timeout(Duration::from_secs(5), first.message()).await {
+            Ok(Ok(Some(_))) => continue, // assignment snapshots sent before the newer stream arrived
+            Ok(Ok(None)) => panic!("the older stream ended without a status"),
+            Ok(Err(status)) => break status,
+            Err(_) => panic!("the older stream was not closed"),
+        }
+    };
+    assert_eq!(closed.code(), Code::Aborted, "{closed}");
+    drop((tx1, tx2));
+
+    eprintln!("--- step: gateway health endpoints");
+    assert!(reqwest_like_get(&http, "/healthz")
+        .await
+        .starts_with("HTTP/1.0 200"));
+    let ready = reqwest_like_get(&http, "/readyz").await;
+    assert!(
+        ready.starts_with("HTTP/1.0 200") && ready.contains("leader 1"),
+        "{ready}"
+    );
 
     eprintln!("--- step: the gateway logged them, counted auth failures and never panicked");
     let body = reqwest_like_get(&http, "/metrics").await;

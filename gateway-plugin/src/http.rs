@@ -1,8 +1,12 @@
 //! The gateway's HTTP endpoints for Kubernetes and Prometheus.
 //!
 //! - `/healthz`: liveness; 200 while the process serves HTTP.
-//! - `/readyz`: 200 once this gateway knows a leader and has applied the log
-//!   up to the commit index it saw at start-up; 503 with the reason otherwise.
+//! - `/readyz`: 200 once this gateway knows a leader and has caught up: it
+//!   applied the log up to the commit index it saw at start-up, and up to the
+//!   leader's commit index at the first probe that found a leader (a
+//!   read-index round, so a node that restarts far behind is not ready until
+//!   it caught up). After that, ready while a leader is known; 503 with the
+//!   reason otherwise.
 //! - `/metrics`: Prometheus text format.
 
 use std::future::Future;
@@ -25,6 +29,8 @@ struct Http {
     metrics: Metrics,
     /// The commit index this gateway knew when it started.
     commit_at_start: u64,
+    /// Set once the node applied up to a leader-confirmed read index.
+    caught_up: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Serves the endpoints on `listener` until `shutdown`.
@@ -44,6 +50,7 @@ pub async fn serve(
         hub,
         metrics,
         commit_at_start,
+        caught_up: Default::default(),
     };
     let app = Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
@@ -64,24 +71,41 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> 
 }
 
 async fn readyz(State(http): State<Http>) -> (StatusCode, String) {
+    use std::sync::atomic::Ordering;
     let status = http.node.status();
-    match status.leader {
-        None => (
+    let Some((leader, _)) = status.leader else {
+        return (
             StatusCode::SERVICE_UNAVAILABLE,
             "not ready: no leader known\n".into(),
-        ),
-        Some(_) if status.applied_index < http.commit_at_start => (
+        );
+    };
+    if status.applied_index < http.commit_at_start {
+        return (
             StatusCode::SERVICE_UNAVAILABLE,
             format!(
                 "not ready: applied {} of the {} entries committed at start-up\n",
                 status.applied_index, http.commit_at_start
             ),
-        ),
-        Some((leader, _)) => (
-            StatusCode::OK,
-            format!("ready: leader {leader}, applied {}\n", status.applied_index),
-        ),
+        );
     }
+    if !http.caught_up.load(Ordering::SeqCst) {
+        let read =
+            tokio::time::timeout(std::time::Duration::from_secs(1), http.node.read_index()).await;
+        match read {
+            Ok(Ok(_)) => http.caught_up.store(true, Ordering::SeqCst),
+            Ok(Err(e)) => return (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {e}\n")),
+            Err(_) => {
+                return (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "not ready: still applying up to the leader's commit index\n".into(),
+                )
+            }
+        }
+    }
+    (
+        StatusCode::OK,
+        format!("ready: leader {leader}, applied {}\n", status.applied_index),
+    )
 }
 
 async fn metrics_text(State(http): State<Http>) -> String {

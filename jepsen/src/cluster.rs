@@ -22,6 +22,7 @@ use proto::cluster::cluster_admin_client::ClusterAdminClient;
 use proto::cluster::{ClusterStatus, StatusRequest};
 use proto::objects::object_store_client::ObjectStoreClient;
 use proto::objects::ListRequest;
+use proto::pool_admin::pool_admin_client::PoolAdminClient;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::checker::ReplicaDump;
@@ -47,6 +48,9 @@ pub struct GatewayOptions {
     pub faketime: bool,
     /// Per-request timeout of the harness's clients.
     pub client_timeout: Duration,
+    /// Extra command-line arguments of every gateway (the pool workload
+    /// sets its tick interval and heartbeat TTL here).
+    pub extra_args: Vec<String>,
 }
 
 /// One gateway node.
@@ -103,6 +107,25 @@ impl Node {
     /// A cluster-admin client.
     pub fn admin(&self) -> ClusterAdminClient<Channel> {
         ClusterAdminClient::new(self.channel.clone())
+    }
+
+    /// A pool-admin client (the pool workload's clients and operator).
+    pub fn pool(&self) -> PoolAdminClient<Channel> {
+        PoolAdminClient::new(self.channel.clone())
+    }
+
+    /// `StateDigest` of this node's local state machine: (applied index,
+    /// crc32 of the deterministic snapshot encoding).
+    ///
+    /// # Errors
+    /// The gRPC status.
+    pub async fn digest(&self) -> Result<(u64, u32), tonic::Status> {
+        let r = self
+            .admin()
+            .state_digest(proto::cluster::StateDigestRequest {})
+            .await?
+            .into_inner();
+        Ok((r.applied_index, r.crc32))
     }
 
     /// This node's own view (`local = true`).
@@ -304,6 +327,7 @@ impl Cluster {
         if initial {
             cmd.args(["--initial-members", &self.members]);
         }
+        cmd.args(&self.options.extra_args);
         cmd.env("RUST_LOG", "info,openraft=warn")
             .stdin(Stdio::null())
             .stdout(Stdio::from(log))

@@ -14,11 +14,11 @@
 //! - [`cluster`]: gateway processes (start, `kill -9`, pause, clock offset,
 //!   wipe) and gRPC clients to them.
 //! - [`nemesis`]: the fault schedule drawn from the seed.
-//! - [`workload`]: the register workload (and the pool workload's extension
-//!   point).
+//! - [`workload`]: the register workload and the pool workload (sandboxes,
+//!   scripted supervisors, pool faults).
 //! - [`history`]: the JSONL history (HISTORY.md).
 //! - [`checker`]: linearizability (WGL), acknowledged writes, replica
-//!   convergence (and the pool invariants' extension point).
+//!   convergence, the pool invariants I1–I8 and state digests.
 //! - [`report`]: `results.json` and `index.html`.
 //! - [`run`]: one run end to end; [`matrix`]: every nemesis in turn.
 //!

@@ -1,5 +1,6 @@
-//! `openshell-jepsen matrix`: the register workload under every nemesis in
-//! turn (one run each, same seed), then a markdown table of the results.
+//! `openshell-jepsen matrix`: the chosen workload (`--workload register` or
+//! `pool`) under every nemesis in turn (one run each, same seed), then a
+//! markdown table of the results.
 
 use std::path::{Path, PathBuf};
 
@@ -81,7 +82,8 @@ pub async fn run_matrix(base: &RunOptions, root: &Path, only: &[String]) -> Vec<
 /// The results as a markdown table.
 pub fn table(rows: &[Row], base: &RunOptions) -> String {
     let mut out = format!(
-        "Register workload, {} nodes, {} s per nemesis, seed {}, concurrency {}.\n\n| nemesis | result | ops | run dir |\n| --- | --- | --- | --- |\n",
+        "{} workload, {} nodes, {} s per nemesis, seed {}, concurrency {}.\n\n| nemesis | result | ops | run dir |\n| --- | --- | --- | --- |\n",
+        base.workload,
         base.nodes,
         base.duration.as_secs(),
         base.seed,

@@ -19,7 +19,7 @@ use crate::history::Recorder;
 use crate::nemesis::{Fault, Nemesis, Schedule};
 use crate::net;
 use crate::report::{self, Results};
-use crate::workload::{RegisterOptions, Workload};
+use crate::workload::{PoolOptions, RegisterOptions, Workload};
 
 /// Everything a run needs.
 #[derive(Clone, Debug)]
@@ -36,6 +36,10 @@ pub struct RunOptions {
     pub schedule: Schedule,
     /// Register workload settings.
     pub register: RegisterOptions,
+    /// Which workload: `register` or `pool`.
+    pub workload: String,
+    /// Pool workload settings (with `workload = "pool"`).
+    pub pool: PoolOptions,
     /// The `openshell-gateway` binary.
     pub gateway_bin: PathBuf,
     /// Run directory.
@@ -120,12 +124,18 @@ async fn run_inner(
     run_id: &str,
 ) -> anyhow::Result<Outcome> {
     let faketime = options.faults.iter().any(|f| f.needs_faketime());
+    let workload = match options.workload.as_str() {
+        "register" => Workload::Register(options.register.clone()),
+        "pool" => Workload::Pool(options.pool.clone()),
+        other => bail!("unknown workload {other:?} (register, pool)"),
+    };
     let gateway = GatewayOptions {
         bin: options.gateway_bin.clone(),
         heartbeat_ms: 50,
         election_ms: (300, 600),
         faketime,
         client_timeout: options.client_timeout,
+        extra_args: workload.gateway_args(),
     };
     let cluster = Arc::new(Cluster::create(run_id, options.nodes, dir, gateway)?);
     cluster.start_all()?;
@@ -136,7 +146,6 @@ async fn run_inner(
     tracing::info!(leader, dir = %dir.display(), "cluster up");
 
     let history = Recorder::new(Some(&dir.join("history.jsonl")))?;
-    let workload = Workload::Register(options.register.clone());
     let started = Instant::now();
     let until = started + options.duration;
     let mut running = workload.start(cluster.clone(), history.clone(), options.seed);
@@ -171,6 +180,7 @@ async fn run_inner(
     for n in &cluster.nodes {
         state.replicas.push(cluster.dump(n.id).await);
     }
+    state.digests = sample_digests(&cluster, Duration::from_secs(10)).await;
     let events = history.snapshot();
     let checked_at = Instant::now();
     let mut results: Vec<CheckResult> = checkers.iter().map(|c| c.check(&events, &state)).collect();
@@ -199,6 +209,8 @@ async fn run_inner(
             "duration_s": options.duration.as_secs_f64(),
             "nemeses": options.faults.iter().map(|f| f.name()).collect::<Vec<_>>(),
             "combine": options.schedule.combine,
+            "workload": workload.name(),
+            "pool": if options.workload == "pool" { json!(format!("{:?}", options.pool)) } else { json!(null) },
             "concurrency": options.register.concurrency,
             "keys": options.register.keys,
             "ops_per_key": options.register.ops_per_key,
@@ -222,4 +234,35 @@ async fn run_inner(
         results,
         valid,
     })
+}
+
+/// Samples every replica's `StateDigest` at once, repeatedly, until some
+/// applied index was sampled on all of them (the leader keeps appending
+/// ticks, so replicas rarely stand still) or `within` passes.
+async fn sample_digests(cluster: &Cluster, within: Duration) -> Vec<crate::checker::DigestSample> {
+    let deadline = Instant::now() + within;
+    let mut samples = Vec::new();
+    let running: Vec<&crate::cluster::Node> =
+        cluster.nodes.iter().filter(|n| n.is_running()).collect();
+    loop {
+        let answers = futures::future::join_all(running.iter().map(|n| n.digest())).await;
+        for (n, a) in running.iter().zip(answers) {
+            if let Ok((applied_index, crc32)) = a {
+                samples.push(crate::checker::DigestSample {
+                    node: n.name.clone(),
+                    applied_index,
+                    crc32,
+                });
+            }
+        }
+        let mut at: std::collections::BTreeMap<u64, std::collections::BTreeSet<&str>> =
+            Default::default();
+        for s in &samples {
+            at.entry(s.applied_index).or_default().insert(&s.node);
+        }
+        if at.values().any(|nodes| nodes.len() == running.len()) || Instant::now() > deadline {
+            return samples;
+        }
+        tokio::time::sleep(Duration::from_millis(37)).await;
+    }
 }

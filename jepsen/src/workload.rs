@@ -24,13 +24,10 @@
 //! Each key takes at most `ops_per_key` operations and is then retired for a
 //! fresh one, which keeps every key's history small enough for the WGL search.
 //!
-//! # Extension point: the pool workload
+//! # The pool workload
 //!
-//! The pool workload (a later issue) becomes a second variant of
-//! [`Workload`]: its `run_clients` drives supervisors and the pool admin API
-//! with its own `f` names (documented next to it, per HISTORY.md), its
-//! `final_reads` collects the pool state, and its `checkers` returns the
-//! I1–I8 checker (see [`crate::checker`]).
+//! [`Workload::Pool`]: see [`pool`] (its `f` names are documented there, per
+//! HISTORY.md) and the fake supervisors of [`supervisor`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -46,6 +43,11 @@ use crate::checker::lost_writes::AcknowledgedWrites;
 use crate::checker::{Checker, Linearizable};
 use crate::cluster::{Cluster, OBJECT_TYPE};
 use crate::history::{EventSpec, OpType, Process, Recorder};
+
+pub mod pool;
+pub mod supervisor;
+
+pub use pool::PoolOptions;
 
 /// Register workload settings.
 #[derive(Clone, Debug)]
@@ -64,7 +66,8 @@ pub struct RegisterOptions {
 pub enum Workload {
     /// Read/write/cas registers over the object store.
     Register(RegisterOptions),
-    // Pool(PoolOptions): the supervisor-pool workload, a later issue.
+    /// Sandboxes, supervisors and pool faults over the pool admin API.
+    Pool(PoolOptions),
 }
 
 /// Shared state of the register clients.
@@ -312,7 +315,15 @@ impl Shared {
 }
 
 /// A running workload's handle.
-pub struct Running {
+pub enum Running {
+    /// The register workload.
+    Register(RegisterRunning),
+    /// The pool workload.
+    Pool(pool::PoolRunning),
+}
+
+/// A running register workload.
+pub struct RegisterRunning {
     shared: Arc<Shared>,
     stop: Arc<AtomicBool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
@@ -338,17 +349,52 @@ impl Workload {
                 let tasks = (0..options.concurrency)
                     .map(|w| tokio::spawn(shared.clone().client(w, seed, stop.clone())))
                     .collect();
-                Running {
+                Running::Register(RegisterRunning {
                     shared,
                     stop,
                     tasks,
-                }
+                })
             }
+            Workload::Pool(options) => Running::Pool(pool::start(options, cluster, history, seed)),
+        }
+    }
+
+    /// Name in reports (`register`, `pool`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Workload::Register(_) => "register",
+            Workload::Pool(_) => "pool",
+        }
+    }
+
+    /// Extra gateway arguments this workload needs.
+    pub fn gateway_args(&self) -> Vec<String> {
+        match self {
+            Workload::Register(_) => Vec::new(),
+            Workload::Pool(o) => o.gateway_args(),
         }
     }
 }
 
 impl Running {
+    /// Stops the clients and waits for their last operations.
+    pub async fn stop(&mut self) {
+        match self {
+            Running::Register(r) => r.stop().await,
+            Running::Pool(p) => p.stop().await,
+        }
+    }
+
+    /// The workload's final reads; returns its checkers.
+    pub async fn final_reads(&mut self, within: Duration) -> Vec<Box<dyn Checker>> {
+        match self {
+            Running::Register(r) => r.final_reads(within).await,
+            Running::Pool(p) => p.final_reads(within).await,
+        }
+    }
+}
+
+impl RegisterRunning {
     /// Stops the clients and waits for their last operations.
     pub async fn stop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);

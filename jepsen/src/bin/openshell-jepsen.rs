@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! openshell-jepsen run    [--nodes 3] [--seed N] [--time-limit 60] [--nemesis partition,kill,pause] ...
-//! openshell-jepsen matrix [--time-limit 300] [--only kill,pause] ...
+//! openshell-jepsen run    --workload pool [--supervisors 4] [--capacity 3] [--pool-faults pause,kill,drain] ...
+//! openshell-jepsen matrix [--time-limit 300] [--only kill,pause] [--workload pool] ...
 //! openshell-jepsen check  history.jsonl
 //! openshell-jepsen clean
 //! ```
@@ -16,7 +17,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use jepsen::nemesis::{parse_faults, Schedule};
 use jepsen::run::RunOptions;
-use jepsen::workload::RegisterOptions;
+use jepsen::workload::{PoolOptions, RegisterOptions};
 
 #[derive(Parser)]
 #[command(
@@ -41,7 +42,8 @@ enum Cmd {
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
     },
-    /// Re-checks a history.jsonl for linearizability.
+    /// Re-checks a history.jsonl: linearizability (register workload) or
+    /// the pool invariants I1-I8 (pool workload).
     Check {
         /// The history file.
         history: PathBuf,
@@ -52,6 +54,23 @@ enum Cmd {
 
 #[derive(Args, Clone)]
 struct Common {
+    /// Workload: register (read/write/cas over the object store) or pool
+    /// (sandboxes, scripted supervisors, pool faults; checkers I1-I8).
+    #[arg(long, default_value = "register")]
+    workload: String,
+    /// Pool workload: scripted supervisors.
+    #[arg(long, default_value_t = 4)]
+    supervisors: usize,
+    /// Pool workload: slots per supervisor.
+    #[arg(long, default_value_t = 3)]
+    capacity: u32,
+    /// Pool workload: pool faults (pause, kill, drain; or none).
+    #[arg(long, default_value = "pause,kill,drain")]
+    pool_faults: String,
+    /// Pool workload: how long a supervisor pause lasts, ms (min,max); keep
+    /// it below the 4 s heartbeat TTL.
+    #[arg(long, value_delimiter = ',', default_values_t = [3000, 3600])]
+    supervisor_pause_ms: Vec<u64>,
     /// Nodes (3 or 5).
     #[arg(long, default_value_t = 3)]
     nodes: usize,
@@ -138,7 +157,40 @@ fn options(c: &Common) -> Result<RunOptions, String> {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
+    if c.workload != "register" && c.workload != "pool" {
+        return Err("--workload must be register or pool".into());
+    }
+    let mut pool = PoolOptions {
+        concurrency: c.concurrency.max(1),
+        supervisors: c.supervisors.max(1),
+        capacity: c.capacity.max(1),
+        ..PoolOptions::default()
+    };
+    pool.pause_ms = match c.supervisor_pause_ms.as_slice() {
+        [a] => (*a, *a),
+        [a, b] if b >= a => (*a, *b),
+        _ => return Err("--supervisor-pause-ms takes min,max".into()),
+    };
+    pool.faults = Vec::new();
+    for f in c
+        .pool_faults
+        .split(',')
+        .map(str::trim)
+        .filter(|f| !f.is_empty())
+    {
+        match f {
+            "none" => {}
+            "pause" | "kill" | "drain" => pool.faults.push(f.to_string()),
+            other => {
+                return Err(format!(
+                    "unknown pool fault {other:?} (pause, kill, drain, none)"
+                ))
+            }
+        }
+    }
     Ok(RunOptions {
+        workload: c.workload.clone(),
+        pool,
         nodes: c.nodes,
         seed,
         duration: Duration::from_secs(c.time_limit),
@@ -201,6 +253,40 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
+            if events.iter().any(|e| e.f == "launch" || e.f == "grant") {
+                // A pool history: I1-I8, with the last status read as the
+                // final state (the run's final read is its last status).
+                let final_status = events
+                    .iter()
+                    .rev()
+                    .find(|e| e.f == "status" && e.kind == jepsen::history::OpType::Ok)
+                    .map(|e| e.index);
+                let mut ok = true;
+                let state = jepsen::checker::FinalState::default();
+                for c in jepsen::checker::pool::pool_checkers(jepsen::checker::pool::PoolFinal {
+                    final_status,
+                }) {
+                    if c.name() == "replicas-identical-digest" {
+                        continue;
+                    }
+                    let r = c.check(&events, &state);
+                    println!("{:<28} {:?}: {}", r.checker, r.valid, r.summary);
+                    for v in r.details["violations"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .take(5)
+                    {
+                        println!("    {}", v["what"].as_str().unwrap_or_default());
+                    }
+                    ok &= r.valid == jepsen::checker::Validity::Valid;
+                }
+                return if ok {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::from(1)
+                };
+            }
             match jepsen::checker::linear::check(&events, Default::default()) {
                 Ok(keys) => {
                     let mut ok = true;

@@ -6,19 +6,16 @@
 //! | [`linear`] (`linearizable`) | the register workload is linearizable, per key (WGL search) |
 //! | [`lost_writes`] (`acknowledged-writes`) | the final linearizable read of each key returns a value no acknowledged write superseded for certain (I7) |
 //! | [`convergence`] (`replicas-identical`) | after healing, every replica applied the same commit index and holds byte-identical objects |
+//! | [`pool`] (`pool-i1-owner-term` … `pool-i8-delete-wins`) | the pool invariants I1–I8 of ARCHITECTURE.md over the pool workload's history and final state (see the module doc for exactly what each checks) |
+//! | [`pool::DigestsIdentical`] (`replicas-identical-digest`) | pool workload: every replica's `StateDigest` crc32 agrees at every applied index sampled on two or more replicas |
 //!
-//! # Extension point: the pool workload
-//!
-//! The pool workload (a later issue) adds a checker for the pool invariants
-//! I1–I8 of ARCHITECTURE.md: implement [`Checker`] in a new module
-//! (`checker/pool.rs`) over the pool workload's own `f` names, and return it
-//! from that workload's [`crate::workload::Workload::checkers`]. The run loop
-//! calls every checker of the workload plus [`convergence`]; nothing else
-//! changes.
+//! The run loop calls every checker the workload returns from its final
+//! reads plus [`convergence`].
 
 pub mod convergence;
 pub mod linear;
 pub mod lost_writes;
+pub mod pool;
 
 use serde::Serialize;
 
@@ -61,6 +58,19 @@ pub struct FinalState {
     pub replicas: Vec<ReplicaDump>,
     /// The commit index every replica was waited on.
     pub commit_index: u64,
+    /// `ClusterAdmin.StateDigest` samples of every replica after healing.
+    pub digests: Vec<DigestSample>,
+}
+
+/// One replica's `StateDigest` answer.
+#[derive(Clone, Debug, Serialize)]
+pub struct DigestSample {
+    /// Node name (`n1`).
+    pub node: String,
+    /// Applied index the digest is of.
+    pub applied_index: u64,
+    /// crc32 of the deterministic snapshot encoding at that index.
+    pub crc32: u32,
 }
 
 /// One replica's state machine after healing.

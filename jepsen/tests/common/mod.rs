@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use jepsen::nemesis::{parse_faults, Schedule};
 use jepsen::run::RunOptions;
-use jepsen::workload::RegisterOptions;
+use jepsen::workload::{PoolOptions, RegisterOptions};
 
 /// True when running as root (namespaces need it); the tests skip otherwise.
 pub fn is_root() -> bool {
@@ -95,6 +95,8 @@ pub fn options(name: &str, bin: PathBuf, nemesis: &str, seconds: u64, seed: u64)
             ops_per_key: 250,
             delay_ms: (10, 40),
         },
+        workload: "register".into(),
+        pool: PoolOptions::default(),
         gateway_bin: bin,
         out,
         client_timeout: Duration::from_secs(6),
@@ -104,4 +106,22 @@ pub fn options(name: &str, bin: PathBuf, nemesis: &str, seconds: u64, seed: u64)
 /// The results.json of a run, for failure messages.
 pub fn results_text(dir: &Path) -> String {
     std::fs::read_to_string(dir.join("results.json")).unwrap_or_default()
+}
+
+/// Test-sized pool workload options.
+pub fn pool_options(
+    name: &str,
+    bin: PathBuf,
+    nemesis: &str,
+    pool_faults: &[&str],
+    seconds: u64,
+    seed: u64,
+) -> RunOptions {
+    let mut o = options(name, bin, nemesis, seconds, seed);
+    o.workload = "pool".into();
+    o.pool = PoolOptions {
+        faults: pool_faults.iter().map(|f| f.to_string()).collect(),
+        ..PoolOptions::default()
+    };
+    o
 }

@@ -203,7 +203,8 @@ struct Inner<SM: StateMachine> {
     log: LogStore,
     state_machine: StateMachineStore<SM>,
     channels: Channels,
-    /// Writes wait on this while a leadership transfer runs here (write lock
+    /// Local proposals (`propose_local`: this node's writes and forwarded
+    /// ones) wait on this while a leadership transfer runs here (write lock
     /// held by the transfer), so that no entry refreshes the followers' lease.
     transfer: tokio::sync::RwLock<()>,
     /// Elections are held (disabled) until this many ms after `epoch`.
@@ -363,7 +364,6 @@ impl<SM: StateMachine> RaftNode<SM> {
         let waited_ms = || u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         loop {
             let hint = {
-                let _transfer = self.inner.transfer.read().await;
                 let remaining = deadline.saturating_duration_since(Instant::now());
                 let attempt = tokio::time::timeout(remaining, self.propose_local(command.clone()));
                 match attempt.await {
@@ -397,6 +397,10 @@ impl<SM: StateMachine> RaftNode<SM> {
     /// proposals queued at the same time. Fails with [`Proposed::NotLeader`]
     /// (certainly not applied) when this node is not the leader.
     pub async fn propose_local(&self, command: Vec<u8>) -> Result<Applied, Proposed> {
+        // Every local proposal, forwarded ones included, waits while a
+        // leadership transfer runs here: an appended entry would refresh the
+        // followers' leader lease and they would refuse the target's votes.
+        let _transfer = self.inner.transfer.read().await;
         let (reply, outcome) = oneshot::channel();
         self.inner
             .proposals

@@ -30,20 +30,8 @@ async fn workload_stops_and_failure_shows_after_the_deadline() -> TestResult {
     let _cleanup = KillUnder(cluster.root.path().to_path_buf());
     let mut s1 = Supervisor::new("s1", gateways, cluster.root.path());
     s1.start();
-    wait_pool(&cluster, "s1 active", Duration::from_secs(20), |s| {
-        s.members
-            .iter()
-            .any(|m| m.id == "s1" && m.state == "active")
-    })
-    .await;
-    create_sandbox(&cluster, "lonely").await;
-    let before = wait_pool(&cluster, "running", Duration::from_secs(30), |s| {
-        sandbox(s, "lonely")
-            .map(|sb| sb.phase == "assigned" && sb.pid != 0)
-            .unwrap_or(false)
-    })
-    .await;
-    let pid = sandbox(&before, "lonely").map(|sb| sb.pid).unwrap_or(0);
+    wait_member(&cluster, "s1", "active").await;
+    let pid = running_sandbox(&cluster, "lonely").await.pid;
 
     eprintln!("--- step: kill -9 the only supervisor");
     let killed = Instant::now();

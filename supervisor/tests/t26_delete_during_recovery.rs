@@ -32,29 +32,12 @@ async fn deleted_sandbox_is_never_revived() -> TestResult {
     let _cleanup = KillUnder(cluster.root.path().to_path_buf());
     let mut s1 = Supervisor::new("s1", gateways.clone(), cluster.root.path());
     s1.start();
-    wait_pool(&cluster, "s1 active", Duration::from_secs(20), |s| {
-        s.members
-            .iter()
-            .any(|m| m.id == "s1" && m.state == "active")
-    })
-    .await;
-    create_sandbox(&cluster, "d").await;
-    let before = wait_pool(&cluster, "d running", Duration::from_secs(30), |s| {
-        sandbox(s, "d")
-            .map(|sb| sb.phase == "assigned" && sb.pid != 0)
-            .unwrap_or(false)
-    })
-    .await;
-    let pid = sandbox(&before, "d").map(|sb| sb.pid).unwrap_or(0);
+    wait_member(&cluster, "s1", "active").await;
+    let pid = running_sandbox(&cluster, "d").await.pid;
 
     eprintln!("--- step: the owner dies; delete while the sandbox waits for a new owner");
     s1.kill9();
-    wait_pool(&cluster, "s1 expired", Duration::from_secs(10), |s| {
-        s.members
-            .iter()
-            .any(|m| m.id == "s1" && m.state == "expired")
-    })
-    .await;
+    wait_member(&cluster, "s1", "expired").await;
     let node = cluster
         .nodes
         .iter()
@@ -72,12 +55,7 @@ async fn deleted_sandbox_is_never_revived() -> TestResult {
     eprintln!("--- step: a new supervisor joins; nothing revives the sandbox");
     let mut s2 = Supervisor::new("s2", gateways, cluster.root.path());
     s2.start();
-    wait_pool(&cluster, "s2 active", Duration::from_secs(20), |s| {
-        s.members
-            .iter()
-            .any(|m| m.id == "s2" && m.state == "active")
-    })
-    .await;
+    wait_member(&cluster, "s2", "active").await;
     let deadline = Instant::now() + Duration::from_secs(10);
     while alive(pid) {
         assert!(

@@ -50,13 +50,7 @@ impl Checker for ReplicasIdentical {
                 }));
             }
         }
-        let valid = if !differences.is_empty() {
-            Validity::Invalid
-        } else if !failed.is_empty() {
-            Validity::Unknown
-        } else {
-            Validity::Valid
-        };
+        let valid = Validity::judge(!differences.is_empty(), !failed.is_empty());
         CheckResult {
             checker: self.name().into(),
             valid,

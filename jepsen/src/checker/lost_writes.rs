@@ -114,13 +114,7 @@ impl Checker for AcknowledgedWrites {
                 }
             }
         }
-        let valid = if !problems.is_empty() {
-            Validity::Invalid
-        } else if !missing_final.is_empty() {
-            Validity::Unknown
-        } else {
-            Validity::Valid
-        };
+        let valid = Validity::judge(!problems.is_empty(), !missing_final.is_empty());
         CheckResult {
             checker: self.name().into(),
             valid,

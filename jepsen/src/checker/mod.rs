@@ -33,6 +33,20 @@ pub enum Validity {
     Unknown,
 }
 
+impl Validity {
+    /// The rule every checker follows: any violation makes the result
+    /// invalid; otherwise missing data makes it unknown; otherwise valid.
+    pub fn judge(violated: bool, undecided: bool) -> Validity {
+        if violated {
+            Validity::Invalid
+        } else if undecided {
+            Validity::Unknown
+        } else {
+            Validity::Valid
+        }
+    }
+}
+
 /// One checker's result, as written to `results.json`.
 #[derive(Clone, Debug, Serialize)]
 pub struct CheckResult {
@@ -123,13 +137,7 @@ impl Checker for Linearizable {
                     .iter()
                     .filter(|k| k.verdict == linear::Verdict::Unknown)
                     .count();
-                let valid = if !invalid.is_empty() {
-                    Validity::Invalid
-                } else if unknown > 0 {
-                    Validity::Unknown
-                } else {
-                    Validity::Valid
-                };
+                let valid = Validity::judge(!invalid.is_empty(), unknown > 0);
                 let mut offending: Vec<u64> = invalid
                     .iter()
                     .flat_map(|k| k.offending.iter())

@@ -878,13 +878,7 @@ impl Checker for PoolInvariant {
             },
             Invariant::I8 => check_i8(&p, fin.as_ref()),
         };
-        let valid = if !violations.is_empty() {
-            Validity::Invalid
-        } else if unknown.is_some() {
-            Validity::Unknown
-        } else {
-            Validity::Valid
-        };
+        let valid = Validity::judge(!violations.is_empty(), unknown.is_some());
         let mut offending: Vec<u64> = violations.iter().flat_map(|x| x.events.clone()).collect();
         offending.sort_unstable();
         offending.dedup();
@@ -951,13 +945,10 @@ impl Checker for DigestsIdentical {
                 full.push(*index);
             }
         }
-        let valid = if !mismatches.is_empty() {
-            Validity::Invalid
-        } else if full.is_empty() || nodes.len() < state.replicas.len().max(1) {
-            Validity::Unknown
-        } else {
-            Validity::Valid
-        };
+        let valid = Validity::judge(
+            !mismatches.is_empty(),
+            full.is_empty() || nodes.len() < state.replicas.len().max(1),
+        );
         CheckResult {
             checker: self.name().into(),
             valid,

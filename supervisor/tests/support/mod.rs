@@ -287,3 +287,32 @@ pub fn alive(pid: u32) -> bool {
             .unwrap_or_default()
             .contains(") Z ")
 }
+
+/// Waits until member `id` is in `state` ("active", "expired", ...).
+pub async fn wait_member(cluster: &Cluster, id: &str, state: &str) {
+    let why = format!("member {id} {state}");
+    wait_pool(cluster, &why, Duration::from_secs(20), |s| {
+        s.members.iter().any(|m| m.id == id && m.state == state)
+    })
+    .await;
+}
+
+/// Creates a demo sandbox and waits until it is assigned and its workload
+/// reported; returns that view.
+pub async fn running_sandbox(cluster: &Cluster, id: &str) -> Sandbox {
+    create_sandbox(cluster, id).await;
+    let status = wait_pool(
+        cluster,
+        &format!("{id} running"),
+        Duration::from_secs(30),
+        |s| {
+            sandbox(s, id)
+                .map(|sb| sb.phase == "assigned" && sb.pid != 0)
+                .unwrap_or(false)
+        },
+    )
+    .await;
+    sandbox(&status, id)
+        .cloned()
+        .unwrap_or_else(|| panic!("{id} vanished"))
+}

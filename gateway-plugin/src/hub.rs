@@ -211,21 +211,39 @@ impl Hub {
             .iter()
             .map(|(m, a)| (m.clone(), a.incarnation))
             .collect();
+        // One pass over the sandboxes for every attached member: this runs
+        // after each applied batch, so it must not scan once per member.
         let (views, log_index) = self.node.read_local(|state, index| {
-            let views: Vec<(String, MemberView)> = members
-                .into_iter()
+            let mut by_owner: BTreeMap<(&str, u64), MemberView> = members
+                .iter()
                 .map(|(member, incarnation)| {
+                    let draining = state
+                        .pool
+                        .member(member)
+                        .map(|m| m.state == pool::MemberState::Draining)
+                        .unwrap_or(false);
                     let view = MemberView {
-                        assignments: assignments_of(&state.pool, &member, incarnation),
-                        released: released_of(&state.pool, &member, incarnation),
-                        draining: state
-                            .pool
-                            .member(&member)
-                            .map(|m| m.state == pool::MemberState::Draining)
-                            .unwrap_or(false),
+                        assignments: Vec::new(),
+                        released: Vec::new(),
+                        draining,
                     };
-                    (member, view)
+                    ((member.as_str(), *incarnation), view)
                 })
+                .collect();
+            for s in state.pool.sandboxes().values() {
+                let Some(view) = by_owner.get_mut(&(s.owner.member.as_str(), s.owner.incarnation))
+                else {
+                    continue;
+                };
+                if s.phase.is_charged() {
+                    view.assignments.push(assignment_view(s));
+                } else if matches!(s.phase, pool::Phase::Deleted | pool::Phase::Failed) {
+                    view.released.push(assignment_view(s));
+                }
+            }
+            let views: Vec<(String, MemberView)> = by_owner
+                .into_iter()
+                .map(|((member, _), view)| (member.to_string(), view))
                 .collect();
             (views, index)
         });
@@ -415,54 +433,23 @@ fn state_has_leader_term(node: &RaftNode<GatewayState>, term: u64) -> bool {
     node.read_local(|state, _| state.pool.leader_term() >= term)
 }
 
-/// The live assignments of one member incarnation, as streamed to it.
-pub fn assignments_of(
-    state: &pool::PoolState,
-    member: &str,
-    incarnation: u64,
-) -> Vec<SandboxInstanceAssignment> {
-    owned_by(state, member, incarnation, |phase| phase.is_charged())
-}
-
-/// The deleted or failed sandboxes whose last owner is this member
-/// incarnation: it must stop their workloads.
-pub fn released_of(
-    state: &pool::PoolState,
-    member: &str,
-    incarnation: u64,
-) -> Vec<SandboxInstanceAssignment> {
-    owned_by(state, member, incarnation, |phase| {
-        matches!(phase, pool::Phase::Deleted | pool::Phase::Failed)
-    })
-}
-
-/// The sandboxes owned by one member incarnation whose phase passes `keep`,
-/// as assignments (grants are signed when sent).
-fn owned_by(
-    state: &pool::PoolState,
-    member: &str,
-    incarnation: u64,
-    keep: impl Fn(pool::Phase) -> bool,
-) -> Vec<SandboxInstanceAssignment> {
-    state
-        .sandboxes()
-        .values()
-        .filter(|s| keep(s.phase) && s.owner.member == member && s.owner.incarnation == incarnation)
-        .map(|s| SandboxInstanceAssignment {
-            sandbox_id: s.id.clone(),
-            generation: s.generation,
-            term: s.owner.term,
-            credential_epoch: s.owner.epoch,
-            acknowledged: s.owner.acknowledged,
-            phase: phase_name(s.phase).to_string(),
-            material_ref: if s.phase.is_charged() {
-                s.material_ref.clone()
-            } else {
-                String::new()
-            },
-            grant: Vec::new(),
-        })
-        .collect()
+/// A sandbox as its owner sees it in a snapshot (grants are signed when
+/// sent; a released sandbox carries no launch material).
+fn assignment_view(s: &pool::Sandbox) -> SandboxInstanceAssignment {
+    SandboxInstanceAssignment {
+        sandbox_id: s.id.clone(),
+        generation: s.generation,
+        term: s.owner.term,
+        credential_epoch: s.owner.epoch,
+        acknowledged: s.owner.acknowledged,
+        phase: phase_name(s.phase).to_string(),
+        material_ref: if s.phase.is_charged() {
+            s.material_ref.clone()
+        } else {
+            String::new()
+        },
+        grant: Vec::new(),
+    }
 }
 
 /// The wire name of a sandbox phase.

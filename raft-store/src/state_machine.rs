@@ -281,8 +281,10 @@ const CURRENT: &str = "current.snap";
 /// The directory holding the current snapshot file.
 pub struct SnapshotDir {
     dir: PathBuf,
-    /// Serializes writers of `current.snap` (a builder and an install may race).
-    write_lock: std::sync::Mutex<()>,
+    /// Serializes writers of `current.snap` (a builder and an install may
+    /// race) and remembers the last log id of the current file, so a store
+    /// does not re-read the whole file (`None` until first needed).
+    written: std::sync::Mutex<Option<Option<LogId>>>,
 }
 
 impl SnapshotDir {
@@ -304,7 +306,7 @@ impl SnapshotDir {
         }
         Ok(SnapshotDir {
             dir,
-            write_lock: std::sync::Mutex::new(()),
+            written: std::sync::Mutex::new(None),
         })
     }
 
@@ -315,12 +317,18 @@ impl SnapshotDir {
 
     /// Writes a snapshot durably and atomically replaces the current one.
     pub fn store(&self, meta: &SnapshotMeta, data: &[u8]) -> Result<()> {
-        let _guard = self.write_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
+        if written.is_none() {
+            *written = Some(
+                self.load()
+                    .ok()
+                    .flatten()
+                    .and_then(|(current, _)| current.last_log_id),
+            );
+        }
         // Never replace a newer snapshot with an older one.
-        if let Ok(Some((current, _))) = self.load() {
-            if current.last_log_id > meta.last_log_id {
-                return Ok(());
-            }
+        if written.flatten() > meta.last_log_id {
+            return Ok(());
         }
         let bytes = encode_snapshot_file(meta, data);
         let tmp = self.dir.join(format!("{}.tmp", meta.snapshot_id));
@@ -333,7 +341,9 @@ impl SnapshotDir {
         file.sync_all().map_err(io(&tmp))?;
         let current = self.current_path();
         std::fs::rename(&tmp, &current).map_err(io(&current))?;
-        sync_dir(&self.dir)
+        sync_dir(&self.dir)?;
+        *written = Some(meta.last_log_id);
+        Ok(())
     }
 
     /// Reads and verifies the current snapshot, if any.

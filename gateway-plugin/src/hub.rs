@@ -213,7 +213,24 @@ impl Hub {
             .collect();
         // One pass over the sandboxes for every attached member: this runs
         // after each applied batch, so it must not scan once per member.
-        let (views, log_index) = self.node.read_local(|state, index| {
+        let (views, retired, log_index) = self.node.read_local(|state, index| {
+            // Streams whose incarnation the pool retired (expired, left, or
+            // replaced by a newer one): closed below so the supervisor
+            // re-joins instead of talking on a stream that no longer counts.
+            let retired: Vec<(String, u64)> = members
+                .iter()
+                .filter(|(member, incarnation)| {
+                    state.pool.member(member).is_some_and(|m| {
+                        m.incarnation > *incarnation
+                            || (m.incarnation == *incarnation
+                                && matches!(
+                                    m.state,
+                                    pool::MemberState::Expired | pool::MemberState::Leaving
+                                ))
+                    })
+                })
+                .cloned()
+                .collect();
             let mut by_owner: BTreeMap<(&str, u64), MemberView> = members
                 .iter()
                 .map(|(member, incarnation)| {
@@ -245,12 +262,28 @@ impl Hub {
                 .into_iter()
                 .map(|((member, _), view)| (member.to_string(), view))
                 .collect();
-            (views, index)
+            (views, retired, index)
         });
         self.metrics
             .pool_attached_supervisors
             .set(views.len() as i64);
         let mut streams = self.lock();
+        for (member, incarnation) in retired {
+            if streams.get(&member).map(|a| a.incarnation) != Some(incarnation) {
+                continue;
+            }
+            if let Some(a) = streams.remove(&member) {
+                tracing::info!(
+                    %member,
+                    incarnation,
+                    stream_id = a.stream_id,
+                    "closing the stream of a retired incarnation"
+                );
+                let _ = a.tx.try_send(Err(Status::failed_precondition(
+                    "incarnation retired (expired or left): re-join as a new incarnation",
+                )));
+            }
+        }
         for (member, view) in views {
             let Some(a) = streams.get_mut(&member) else {
                 continue;

@@ -4,7 +4,8 @@
 //! - when: its owner is paused past the TTL, taken over, then resumed
 //! - then: the runtime refuses the old owner's grant and session (the new
 //!   epoch fenced it), the gateway does not give it the sandbox back, its late
-//!   reports do not count, and exec still runs through the new owner
+//!   reports do not count, and exec still runs through the new owner; the
+//!   resumed supervisor re-joins as a new incarnation and is ready again
 
 mod support;
 
@@ -116,5 +117,23 @@ async fn resumed_owner_is_fenced_everywhere() -> TestResult {
     );
     let (_, by) = read_counter(&cluster, "p").await?;
     assert_eq!(by, other);
+
+    eprintln!("--- step: the resumed supervisor re-joins as a new incarnation");
+    let rejoined = wait_pool(&cluster, "re-joined", Duration::from_secs(20), |s| {
+        s.members.iter().any(|m| {
+            m.id == old.owner && m.state == "active" && m.incarnation > old.owner_incarnation
+        })
+    })
+    .await;
+    assert!(sandbox(&rejoined, "p").is_some_and(|sb| sb.owner == other));
+    let mut ready = (0, String::new());
+    for _ in 0..50 {
+        ready = owner.readyz().await;
+        if ready.0 == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(ready.0, 200, "resumed supervisor not ready: {}", ready.1);
     Ok(())
 }

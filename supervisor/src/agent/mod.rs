@@ -44,8 +44,9 @@ use session::Session;
 /// Shared state of one supervisor process.
 pub struct Agent {
     config: AgentConfig,
-    /// One per process start: milliseconds since the Unix epoch at start.
-    incarnation: u64,
+    /// Milliseconds since the Unix epoch at start; renewed (see
+    /// [`Agent::renew_incarnation`]) when the gateways retired it.
+    incarnation: AtomicU64,
     /// ip:port of the control server, announced in HostHello.
     advertise_address: String,
     /// A gateway accepted the stream.
@@ -104,6 +105,56 @@ impl Agent {
     pub fn session_ids(&self) -> Vec<String> {
         Self::lock(&self.sessions).keys().cloned().collect()
     }
+
+    /// After the gateways refused our hello because the pool retired this
+    /// incarnation (it expired while we were paused or cut off) or holds a
+    /// newer one for this member (our clock is behind its last start):
+    /// continue as a new incarnation, as a restarted process would. Above
+    /// both the clock and every incarnation the pool is known to hold, so
+    /// the next hello is accepted. Sessions of the old incarnation end when
+    /// their runtimes fence them (their sandboxes were taken over).
+    fn renew_incarnation(&self, known_current: u64) {
+        let old = self.incarnation.load(Ordering::SeqCst);
+        let next = now_ms().max(old + 1).max(known_current + 1);
+        self.incarnation.store(next, Ordering::SeqCst);
+        tracing::warn!(
+            old,
+            new = next,
+            "the pool retired this incarnation; re-joining as a new one"
+        );
+    }
+}
+
+/// Milliseconds since the Unix epoch (at least 1).
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .and_then(|d| u64::try_from(d.as_millis()).ok())
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// What a refused hello means for our incarnation: `Some(current)` when the
+/// pool retired it (`current` = the newest incarnation the refusal names, or
+/// 0), `None` for every other refusal.
+fn retired_incarnation(status: &tonic::Status) -> Option<u64> {
+    if status.code() != tonic::Code::FailedPrecondition {
+        return None;
+    }
+    let message = status.message();
+    if message.contains("incarnation retired") {
+        return Some(0);
+    }
+    // "stale incarnation: command has G, current is C"
+    let current = message.split("stale incarnation:").nth(1)?;
+    let current = current.split("current is").nth(1)?;
+    current
+        .trim()
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// Runs the supervisor until `shutdown` completes.
@@ -114,14 +165,7 @@ pub async fn run(
     config: AgentConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let incarnation = u64::try_from(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis())
-            .unwrap_or(1),
-    )
-    .unwrap_or(1)
-    .max(1);
+    let incarnation = now_ms();
     std::fs::create_dir_all(&config.runtime_dir).with_context(|| {
         format!(
             "creating the runtime directory {}",
@@ -136,7 +180,7 @@ pub async fn run(
         .context("reading the control address")?;
     let advertise_address = format!("{}:{}", config.advertise_ip, control_addr.port());
     let agent = Arc::new(Agent {
-        incarnation,
+        incarnation: AtomicU64::new(incarnation),
         advertise_address,
         attached: AtomicBool::new(false),
         draining: AtomicBool::new(false),
@@ -235,18 +279,22 @@ async fn attach_once(agent: &Arc<Agent>, gateway: &str) -> anyhow::Result<()> {
         member_uid: agent.config.member_uid.clone(),
         advertise_address: agent.advertise_address.clone(),
         capacity: agent.config.capacity,
-        incarnation: agent.incarnation,
+        incarnation: agent.incarnation.load(Ordering::SeqCst),
         credential: agent.config.credential.clone(),
     };
     tx.send(SupervisorMessage {
         message: Some(supervisor_message::Message::Hello(hello)),
     })
     .await?;
-    let mut inbound = client
-        .attach(ReceiverStream::new(rx))
-        .await
-        .map_err(describe)?
-        .into_inner();
+    let mut inbound = match client.attach(ReceiverStream::new(rx)).await {
+        Ok(response) => response.into_inner(),
+        Err(status) => {
+            if let Some(current) = retired_incarnation(&status) {
+                agent.renew_incarnation(current);
+            }
+            return Err(describe(status));
+        }
+    };
     let accepted = match inbound.message().await.map_err(describe)? {
         Some(m) => match m.message {
             Some(gateway_message::Message::Accepted(a)) => a,
@@ -287,7 +335,13 @@ async fn attach_once(agent: &Arc<Agent>, gateway: &str) -> anyhow::Result<()> {
         loop {
             tokio::select! {
                 message = inbound.message() => {
-                    match message.map_err(describe)? {
+                    let message = message.map_err(|status| {
+                        if let Some(current) = retired_incarnation(&status) {
+                            agent.renew_incarnation(current);
+                        }
+                        describe(status)
+                    })?;
+                    match message {
                         None => return Ok(()),
                         Some(m) => if let Some(gateway_message::Message::Snapshot(snapshot)) = m.message {
                             agent.draining.store(snapshot.draining, Ordering::SeqCst);
@@ -313,4 +367,28 @@ async fn attach_once(agent: &Arc<Agent>, gateway: &str) -> anyhow::Result<()> {
 /// A gRPC status as an error that reads well in /readyz.
 fn describe(status: tonic::Status) -> anyhow::Error {
     anyhow::anyhow!("{:?}: {}", status.code(), status.message())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::retired_incarnation;
+    use tonic::Status;
+
+    #[test]
+    fn refusals_that_retire_the_incarnation_are_recognised() {
+        let retired =
+            Status::failed_precondition("join rejected: incarnation retired (expired or left)");
+        assert_eq!(retired_incarnation(&retired), Some(0));
+        let stale = Status::failed_precondition(
+            "join rejected: stale incarnation: command has 5, current is 1700000000123",
+        );
+        assert_eq!(retired_incarnation(&stale), Some(1_700_000_000_123));
+        for other in [
+            Status::failed_precondition("join rejected: zero capacity"),
+            Status::unauthenticated("incarnation retired"),
+            Status::unavailable("no leader"),
+        ] {
+            assert_eq!(retired_incarnation(&other), None, "{other}");
+        }
+    }
 }

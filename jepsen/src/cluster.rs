@@ -13,7 +13,6 @@
 //! then removes the network ([`crate::net::Net`]'s own drop).
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -27,6 +26,7 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::checker::ReplicaDump;
 use crate::net::Net;
+use crate::process::{in_namespace, log_to, ChildProcess};
 
 /// Where Debian's `faketime` package puts the preload library.
 pub const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
@@ -69,9 +69,8 @@ pub struct Node {
     pub log_path: PathBuf,
     /// Wall-clock offset file read by libfaketime.
     pub clock_file: PathBuf,
-    /// The running process. A std mutex: held only while spawning or
-    /// signalling, never across an await.
-    child: Mutex<Option<Child>>,
+    /// The running process.
+    child: ChildProcess,
     /// Start with `--initial-members` (false once wiped and re-joined as a
     /// learner by the membership nemesis).
     initial: Mutex<bool>,
@@ -80,23 +79,14 @@ pub struct Node {
 }
 
 impl Node {
-    fn lock_child(&self) -> std::sync::MutexGuard<'_, Option<Child>> {
-        match self.child.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
-    }
-
     /// Process id, when running.
     pub fn pid(&self) -> Option<i32> {
-        self.lock_child()
-            .as_ref()
-            .and_then(|c| i32::try_from(c.id()).ok())
+        self.child.pid()
     }
 
     /// Whether the process is running (started and not killed).
     pub fn is_running(&self) -> bool {
-        self.lock_child().is_some()
+        self.child.is_running()
     }
 
     /// An object-store client.
@@ -142,15 +132,9 @@ impl Node {
 
     /// Sends `sig` to the process.
     fn signal(&self, sig: i32) -> anyhow::Result<()> {
-        let pid = self
-            .pid()
-            .with_context(|| format!("{} is not running", self.name))?;
-        // SAFETY: kill(2) on our own child's pid; no memory is touched.
-        let rc = unsafe { libc::kill(pid, sig) };
-        if rc != 0 {
-            bail!("kill({pid}, {sig}): {}", std::io::Error::last_os_error());
-        }
-        Ok(())
+        self.child
+            .signal(sig)
+            .with_context(|| format!("signalling {}", self.name))
     }
 
     /// `kill -STOP`.
@@ -171,17 +155,7 @@ impl Node {
 
     /// `kill -9` and reap.
     pub fn kill9(&self) {
-        let mut child = self.lock_child();
-        if let Some(mut c) = child.take() {
-            if let Ok(pid) = i32::try_from(c.id()) {
-                // SAFETY: signals to our own child; no memory is touched.
-                unsafe {
-                    libc::kill(pid, libc::SIGCONT);
-                }
-            }
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.child.kill9();
     }
 
     /// Sets the wall-clock offset libfaketime applies (e.g. `+30`, `-120`).
@@ -216,6 +190,8 @@ impl Node {
 
 /// The nodes of one run, on their network.
 pub struct Cluster {
+    /// The run directory (logs, data directories).
+    pub dir: PathBuf,
     /// Nodes, index i is node i+1.
     pub nodes: Vec<Node>,
     /// `id=ip:port,...`.
@@ -265,7 +241,7 @@ impl Cluster {
                 data_dir: dir.join(format!("n{i}-data")),
                 log_path: dir.join(format!("n{i}.log")),
                 clock_file,
-                child: Mutex::new(None),
+                child: ChildProcess::default(),
                 initial: Mutex::new(true),
                 channel,
             });
@@ -276,6 +252,7 @@ impl Cluster {
             .collect::<Vec<_>>()
             .join(",");
         Ok(Cluster {
+            dir: dir.to_path_buf(),
             nodes,
             members,
             options,
@@ -299,24 +276,15 @@ impl Cluster {
     /// When the process cannot be spawned.
     pub fn start(&self, id: usize) -> anyhow::Result<()> {
         let node = self.node(id)?;
-        let mut child = node.lock_child();
-        if child.is_some() {
+        if node.child.is_running() {
             return Ok(());
         }
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&node.log_path)
-            .with_context(|| format!("opening {}", node.log_path.display()))?;
-        let err = log.try_clone().context("log file")?;
         let initial = *match node.initial.lock() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
         };
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &node.ns])
-            .arg(&self.options.bin)
-            .args(["--node-id", &node.id.to_string()])
+        let mut cmd = in_namespace(&node.ns, &self.options.bin);
+        cmd.args(["--node-id", &node.id.to_string()])
             .args(["--listen", &node.addr])
             .arg("--data-dir")
             .arg(&node.data_dir)
@@ -328,20 +296,16 @@ impl Cluster {
             cmd.args(["--initial-members", &self.members]);
         }
         cmd.args(&self.options.extra_args);
-        cmd.env("RUST_LOG", "info,openraft=warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(log))
-            .stderr(Stdio::from(err));
+        cmd.env("RUST_LOG", "info,openraft=warn");
+        log_to(&mut cmd, &node.log_path)?;
         if self.options.faketime {
             cmd.env("LD_PRELOAD", LIBFAKETIME)
                 .env("FAKETIME_TIMESTAMP_FILE", &node.clock_file)
                 .env("FAKETIME_NO_CACHE", "1")
                 .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
         }
-        *child = Some(
-            cmd.spawn()
-                .with_context(|| format!("spawning {}", self.options.bin.display()))?,
-        );
+        node.child
+            .spawn(&mut cmd, &self.options.bin.display().to_string())?;
         Ok(())
     }
 

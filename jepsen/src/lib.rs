@@ -14,8 +14,10 @@
 //! - [`cluster`]: gateway processes (start, `kill -9`, pause, clock offset,
 //!   wipe) and gRPC clients to them.
 //! - [`nemesis`]: the fault schedule drawn from the seed.
+//! - [`process`]: child processes the harness starts in a namespace and
+//!   signals (gateways, supervisors).
 //! - [`workload`]: the register workload and the pool workload (sandboxes,
-//!   scripted supervisors, pool faults).
+//!   `openshell-supervisor` processes or scripted supervisors, pool faults).
 //! - [`history`]: the JSONL history (HISTORY.md).
 //! - [`checker`]: linearizability (WGL), acknowledged writes, replica
 //!   convergence, the pool invariants I1–I8 and state digests.
@@ -39,6 +41,7 @@ pub mod history;
 pub mod matrix;
 pub mod nemesis;
 pub mod net;
+pub mod process;
 pub mod report;
 pub mod run;
 pub mod workload;

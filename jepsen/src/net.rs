@@ -19,9 +19,15 @@
 //! Jepsen's control node, always reach every node.
 //!
 //! Everything is named `osj-<run>-*`; [`clean`] removes every such namespace
-//! (killing the processes inside) and link, and is what the Drop guard, the
-//! Ctrl-C handler and `openshell-jepsen clean` call.
+//! (killing the processes inside) and link, and is what the Drop guard and
+//! the Ctrl-C handler call. A run holds a [`RunLock`] (its harness pid in
+//! `/run/openshell-jepsen/<run>.pid`) while it lives, so runs can share a
+//! machine: only resources of runs whose harness is gone are leftovers
+//! ([`stale_leftovers`]), and `openshell-jepsen clean` removes only those
+//! ([`clean_stale`]).
 
+use std::collections::BTreeSet;
+use std::path::PathBuf;
 use std::process::Command;
 
 use anyhow::{bail, Context};
@@ -29,8 +35,12 @@ use anyhow::{bail, Context};
 /// Prefix of everything the harness creates.
 pub const PREFIX: &str = "osj-";
 
+/// Where a live run records its harness pid (`<run>.pid`). On tmpfs, so a
+/// reboot forgets every run (and with it every namespace).
+pub const RUNS_DIR: &str = "/run/openshell-jepsen";
+
 /// The exact command that removes leftovers by hand.
-pub const CLEAN_COMMAND: &str = "openshell-jepsen clean   # or: for ns in $(ip netns list | awk '/^osj-/{print $1}'); do ip netns pids $ns | xargs -r kill -9; ip netns del $ns; done; ip -o link show | awk -F': ' '$2 ~ /^osj-/{split($2,a,\"@\"); print a[1]}' | xargs -r -n1 ip link del";
+pub const CLEAN_COMMAND: &str = "openshell-jepsen clean   # or, by hand (this also ends runs in progress): for ns in $(ip netns list | awk '/^osj-/{print $1}'); do ip netns pids $ns | xargs -r kill -9; ip netns del $ns; done; ip -o link show | awk -F': ' '$2 ~ /^osj-/{split($2,a,\"@\"); print a[1]}' | xargs -r -n1 ip link del";
 
 /// Runs a command; its stdout, or an error with its stderr.
 ///
@@ -61,14 +71,23 @@ fn nsh(ns: &str, args: &[&str]) -> anyhow::Result<String> {
 }
 
 /// Names of leftover namespaces and root-namespace links starting with
-/// `prefix`.
+/// `prefix`, as `netns <name>` / `link <name>`.
 pub fn leftovers(prefix: &str) -> Vec<String> {
+    resources(prefix)
+        .into_iter()
+        .map(|(kind, name)| format!("{kind} {name}"))
+        .collect()
+}
+
+/// `(kind, name)` of every namespace (`netns`) and root-namespace link
+/// (`link`) whose name starts with `prefix`.
+fn resources(prefix: &str) -> Vec<(&'static str, String)> {
     let mut out = Vec::new();
     if let Ok(list) = sh(&["ip", "netns", "list"]) {
         for line in list.lines() {
             if let Some(name) = line.split_whitespace().next() {
                 if name.starts_with(prefix) {
-                    out.push(format!("netns {name}"));
+                    out.push(("netns", name.to_string()));
                 }
             }
         }
@@ -77,12 +96,116 @@ pub fn leftovers(prefix: &str) -> Vec<String> {
         for line in links.lines() {
             if let Some(name) = link_name(line) {
                 if name.starts_with(prefix) {
-                    out.push(format!("link {name}"));
+                    out.push(("link", name.to_string()));
                 }
             }
         }
     }
     out
+}
+
+/// The run id in a resource name: `osj-ab12cd-n1` -> `ab12cd`.
+fn run_of(name: &str) -> Option<&str> {
+    name.strip_prefix(PREFIX)?.split('-').next()
+}
+
+/// Whether process `pid` exists.
+fn pid_alive(pid: i32) -> bool {
+    // SAFETY: kill(2) with signal 0 only checks for existence; no memory is touched.
+    pid > 0
+        && (unsafe { libc::kill(pid, 0) } == 0
+            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
+}
+
+/// Run ids whose harness process is alive (from [`RUNS_DIR`]).
+pub fn live_runs() -> BTreeSet<String> {
+    let mut live = BTreeSet::new();
+    let Ok(dir) = std::fs::read_dir(RUNS_DIR) else {
+        return live;
+    };
+    for entry in dir.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(run) = name.strip_suffix(".pid") else {
+            continue;
+        };
+        let pid = std::fs::read_to_string(entry.path())
+            .ok()
+            .and_then(|t| t.trim().parse::<i32>().ok());
+        if pid.is_some_and(pid_alive) {
+            live.insert(run.to_string());
+        }
+    }
+    live
+}
+
+/// Leftovers of runs whose harness is gone (killed, crashed), as
+/// `netns <name>` / `link <name>`; resources of live runs are not listed.
+pub fn stale_leftovers() -> Vec<String> {
+    let live = live_runs();
+    resources(PREFIX)
+        .into_iter()
+        .filter(|(_, name)| run_of(name).is_none_or(|r| !live.contains(r)))
+        .map(|(kind, name)| format!("{kind} {name}"))
+        .collect()
+}
+
+/// Removes the leftovers of every run whose harness is gone, and their pid
+/// files; runs still alive are left alone. Returns what it could not remove.
+pub fn clean_stale() -> Vec<String> {
+    let live = live_runs();
+    let stale: BTreeSet<String> = resources(PREFIX)
+        .iter()
+        .filter_map(|(_, name)| run_of(name))
+        .filter(|r| !live.contains(*r))
+        .map(str::to_string)
+        .collect();
+    let mut failures = Vec::new();
+    for run in &stale {
+        failures.extend(clean(&format!("{PREFIX}{run}-")));
+    }
+    if let Ok(dir) = std::fs::read_dir(RUNS_DIR) {
+        for entry in dir.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.strip_suffix(".pid").is_some_and(|r| !live.contains(r)) {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+    failures
+}
+
+/// A live run's claim on its id: `RUNS_DIR/<run>.pid` holding this
+/// process's pid, removed on drop.
+pub struct RunLock {
+    path: PathBuf,
+}
+
+impl RunLock {
+    /// Claims `run` for this process.
+    ///
+    /// # Errors
+    /// When the pid file cannot be written, or a live run holds that id.
+    pub fn acquire(run: &str) -> anyhow::Result<RunLock> {
+        std::fs::create_dir_all(RUNS_DIR).with_context(|| format!("creating {RUNS_DIR}"))?;
+        if live_runs().contains(run) {
+            bail!("run id {run} is held by a live run; start again");
+        }
+        let path = PathBuf::from(RUNS_DIR).join(format!("{run}.pid"));
+        std::fs::write(&path, std::process::id().to_string())
+            .with_context(|| format!("writing {}", path.display()))?;
+        Ok(RunLock { path })
+    }
+
+    /// The pid file.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+}
+
+impl Drop for RunLock {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
 }
 
 /// `3: osj-ab-h@if2: <...>` -> `osj-ab-h`.
@@ -159,11 +282,18 @@ impl Net {
         if prefix.len() + 2 > 15 {
             bail!("run id {run:?} is too long for interface names");
         }
-        let octet = 1
-            + (run
-                .bytes()
-                .fold(7u32, |h, b| h.wrapping_mul(31).wrapping_add(b.into()))
-                % 250) as u8;
+        // A /24 no other live run uses (their harness veths carry them).
+        let in_use = sh(&["ip", "-o", "-4", "addr", "show"]).unwrap_or_default();
+        let start = run
+            .bytes()
+            .fold(7u32, |h, b| h.wrapping_mul(31).wrapping_add(b.into()))
+            % 250;
+        let Some(octet) = (0..250u32)
+            .map(|k| 1 + ((start + k) % 250) as u8)
+            .find(|o| !in_use.contains(&format!(" 10.211.{o}.")))
+        else {
+            bail!("every 10.211.X.0/24 is in use by other runs");
+        };
         let net = Net {
             switch_ns: format!("{prefix}-sw"),
             prefix,
@@ -176,18 +306,7 @@ impl Net {
         sh(&["ip", "-n", &sw, "link", "add", "br0", "type", "bridge"])?;
         sh(&["ip", "-n", &sw, "link", "set", "br0", "up"])?;
         for i in 1..=nodes {
-            let ns = net.node_ns(i);
-            let port = format!("n{i}");
-            sh(&["ip", "netns", "add", &ns])?;
-            sh(&["ip", "-n", &ns, "link", "set", "lo", "up"])?;
-            sh(&[
-                "ip", "-n", &ns, "link", "add", "eth0", "type", "veth", "peer", "name", &port,
-                "netns", &sw,
-            ])?;
-            sh(&["ip", "-n", &sw, "link", "set", &port, "master", "br0", "up"])?;
-            let addr = format!("{}/24", net.node_ip(i));
-            sh(&["ip", "-n", &ns, "addr", "add", &addr, "dev", "eth0"])?;
-            sh(&["ip", "-n", &ns, "link", "set", "eth0", "up"])?;
+            net.plug(&net.node_ns(i), &format!("n{i}"), &net.node_ip(i))?;
         }
         let host = net.host_link();
         sh(&[
@@ -208,6 +327,40 @@ impl Net {
             ],
         )?;
         Ok(net)
+    }
+
+    /// Creates namespace `ns` with `eth0` at `ip`, plugged into the bridge
+    /// as port `port`.
+    fn plug(&self, ns: &str, port: &str, ip: &str) -> anyhow::Result<()> {
+        let sw = &self.switch_ns;
+        sh(&["ip", "netns", "add", ns])?;
+        sh(&["ip", "-n", ns, "link", "set", "lo", "up"])?;
+        sh(&[
+            "ip", "-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", port, "netns",
+            sw,
+        ])?;
+        sh(&[
+            "ip", "-n", sw, "link", "set", "dev", port, "master", "br0", "up",
+        ])?;
+        let addr = format!("{ip}/24");
+        sh(&["ip", "-n", ns, "addr", "add", &addr, "dev", "eth0"])?;
+        sh(&["ip", "-n", ns, "link", "set", "eth0", "up"])?;
+        Ok(())
+    }
+
+    /// Adds the *members* namespace `osj-<run>-m` at `10.211.X.200` (port
+    /// `m` of the bridge), where the pool workload runs its supervisor and
+    /// sandbox-runtime processes. Partitions never cut it (like the
+    /// harness's port); packet loss on a node hits it like any peer.
+    /// Returns (namespace, address).
+    ///
+    /// # Errors
+    /// When a command fails; the namespace goes with the others on drop.
+    pub fn add_members_namespace(&self) -> anyhow::Result<(String, String)> {
+        let ns = format!("{}-m", self.prefix);
+        let ip = format!("10.211.{}.200", self.octet);
+        self.plug(&ns, "m", &ip)?;
+        Ok((ns, ip))
     }
 
     /// Namespace of node `i` (1-based).
@@ -361,6 +514,9 @@ mod tests {
             link_name("12: osj-t-h@if6: <BROADCAST,MULTICAST,UP> mtu 1500"),
             Some("osj-t-h")
         );
+        assert_eq!(run_of("osj-ab12cd-n1"), Some("ab12cd"));
+        assert_eq!(run_of("osj-ab12cd-h"), Some("ab12cd"));
+        assert_eq!(run_of("eth0"), None);
         assert_eq!(link_name("1: lo: <LOOPBACK>"), Some("lo"));
     }
 }

@@ -59,7 +59,8 @@ pub struct Outcome {
     pub valid: bool,
 }
 
-/// Refuses to run as non-root or with leftovers of an earlier run.
+/// Refuses to run as non-root or with leftovers of an earlier run (a run
+/// whose harness is gone; live runs may share the machine).
 ///
 /// # Errors
 /// Naming the leftovers and the exact cleanup command.
@@ -73,7 +74,7 @@ pub fn preflight() -> anyhow::Result<()> {
             bail!("{tool} is missing: run jepsen/ci-deps.sh");
         }
     }
-    let left = net::leftovers(net::PREFIX);
+    let left = net::stale_leftovers();
     if !left.is_empty() {
         bail!(
             "leftovers of an earlier run exist: {left:?}\nremove them first with:\n  {}",
@@ -91,6 +92,14 @@ pub fn preflight() -> anyhow::Result<()> {
 /// [`Outcome::valid`].
 pub async fn run(options: RunOptions) -> anyhow::Result<Outcome> {
     preflight()?;
+    // A run directory holds one run: gateways restarted on another run's
+    // data directories would find a cluster at other addresses.
+    if std::fs::read_dir(&options.out).is_ok_and(|mut d| d.next().is_some()) {
+        bail!(
+            "run directory {} is not empty; choose another --out or remove it",
+            options.out.display()
+        );
+    }
     std::fs::create_dir_all(&options.out)
         .with_context(|| format!("creating {}", options.out.display()))?;
     let dir = options.out.canonicalize().context("run directory")?;
@@ -99,9 +108,11 @@ pub async fn run(options: RunOptions) -> anyhow::Result<Outcome> {
         (std::process::id() as u64 ^ options.seed.rotate_left(17)) & 0xff_ffff
     );
     let prefix = format!("{}{run_id}-", net::PREFIX);
+    let lock = net::RunLock::acquire(&run_id)?;
     // Ctrl-C: remove what this run created, then exit.
     let ctrl_c = {
         let prefix = prefix.clone();
+        let pid_file = lock.path().to_path_buf();
         tokio::spawn(async move {
             if tokio::signal::ctrl_c().await.is_ok() {
                 eprintln!("openshell-jepsen: interrupted; cleaning up {prefix}*");
@@ -109,12 +120,14 @@ pub async fn run(options: RunOptions) -> anyhow::Result<Outcome> {
                 if !left.is_empty() {
                     eprintln!("could not remove {left:?}; run: {}", net::CLEAN_COMMAND);
                 }
+                let _ = std::fs::remove_file(&pid_file);
                 std::process::exit(130);
             }
         })
     };
     let result = run_inner(&options, &dir, &run_id).await;
     ctrl_c.abort();
+    drop(lock);
     result
 }
 
@@ -148,7 +161,7 @@ async fn run_inner(
     let history = Recorder::new(Some(&dir.join("history.jsonl")))?;
     let started = Instant::now();
     let until = started + options.duration;
-    let mut running = workload.start(cluster.clone(), history.clone(), options.seed);
+    let mut running = workload.start(cluster.clone(), history.clone(), options.seed)?;
     let mut nemesis = Nemesis::new(
         cluster.clone(),
         history.clone(),

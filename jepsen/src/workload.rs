@@ -44,10 +44,11 @@ use crate::checker::{Checker, Linearizable};
 use crate::cluster::{Cluster, OBJECT_TYPE};
 use crate::history::{EventSpec, OpType, Process, Recorder};
 
+pub mod members;
 pub mod pool;
 pub mod supervisor;
 
-pub use pool::PoolOptions;
+pub use pool::{MemberKind, PoolOptions};
 
 /// Register workload settings.
 #[derive(Clone, Debug)]
@@ -331,8 +332,16 @@ pub struct RegisterRunning {
 
 impl Workload {
     /// Starts the clients.
-    pub fn start(&self, cluster: Arc<Cluster>, history: Recorder, seed: u64) -> Running {
-        match self {
+    ///
+    /// # Errors
+    /// When the pool workload's member processes cannot be started.
+    pub fn start(
+        &self,
+        cluster: Arc<Cluster>,
+        history: Recorder,
+        seed: u64,
+    ) -> anyhow::Result<Running> {
+        Ok(match self {
             Workload::Register(options) => {
                 let keys = options.keys.max(1);
                 let shared = Arc::new(Shared {
@@ -355,8 +364,8 @@ impl Workload {
                     tasks,
                 })
             }
-            Workload::Pool(options) => Running::Pool(pool::start(options, cluster, history, seed)),
-        }
+            Workload::Pool(options) => Running::Pool(pool::start(options, cluster, history, seed)?),
+        })
     }
 
     /// Name in reports (`register`, `pool`).

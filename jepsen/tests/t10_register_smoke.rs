@@ -26,7 +26,7 @@ async fn register_is_linearizable_under_partition_kill_pause() {
         .unwrap_or_else(|e| panic!("the run could not be carried out: {e:#}"));
     eprintln!("--- step: check (run took {:?})", started.elapsed());
     assert!(
-        jepsen::net::leftovers(jepsen::net::PREFIX).is_empty(),
+        jepsen::net::stale_leftovers().is_empty(),
         "the run left osj-* namespaces or links behind"
     );
     for r in &outcome.results {

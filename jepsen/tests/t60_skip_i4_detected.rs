@@ -36,6 +36,8 @@ async fn skip_i4_build_is_reported_by_the_i4_checker() {
     let bin = common::build_gateway(&target, &["fault-skip-i4"]);
     eprintln!("--- step: run with supervisor pauses");
     let mut options = common::pool_options("t60-skip-i4", bin, "none", &["pause"], 35, 60);
+    // Scripted members: their pauses are exact, and they record every grant.
+    options.pool.members = jepsen::workload::MemberKind::Scripted;
     // Still below the 4 s TTL (a correct gateway expires a member about
     // 4.6 s after its last status), but well past half of it.
     options.pool.pause_ms = (3400, 3900);

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! openshell-jepsen run    [--nodes 3] [--seed N] [--time-limit 60] [--nemesis partition,kill,pause] ...
-//! openshell-jepsen run    --workload pool [--supervisors 4] [--capacity 3] [--pool-faults pause,kill,drain] ...
+//! openshell-jepsen run    --workload pool [--members process|scripted] [--supervisors 4] [--capacity 3] [--pool-faults pause,kill,drain] ...
 //! openshell-jepsen matrix [--time-limit 300] [--only kill,pause] [--workload pool] ...
 //! openshell-jepsen check  history.jsonl
 //! openshell-jepsen clean
@@ -17,7 +17,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use jepsen::nemesis::{parse_faults, Schedule};
 use jepsen::run::RunOptions;
-use jepsen::workload::{PoolOptions, RegisterOptions};
+use jepsen::workload::{MemberKind, PoolOptions, RegisterOptions};
 
 #[derive(Parser)]
 #[command(
@@ -48,17 +48,31 @@ enum Cmd {
         /// The history file.
         history: PathBuf,
     },
-    /// Removes every osj-* namespace, link and process left by earlier runs.
+    /// Removes every osj-* namespace, link and process left by earlier runs
+    /// whose harness is gone (runs in progress are left alone).
     Clean,
 }
 
 #[derive(Args, Clone)]
 struct Common {
     /// Workload: register (read/write/cas over the object store) or pool
-    /// (sandboxes, scripted supervisors, pool faults; checkers I1-I8).
+    /// (sandboxes, supervisors, pool faults; checkers I1-I8).
     #[arg(long, default_value = "register")]
     workload: String,
-    /// Pool workload: scripted supervisors.
+    /// Pool workload: what the members are: process (openshell-supervisor
+    /// processes starting openshell-sandbox-runtime processes) or scripted
+    /// (harness tasks recording grants, acks and reports).
+    #[arg(long, default_value = "process")]
+    members: MemberKind,
+    /// Pool workload, process members: the openshell-supervisor binary
+    /// (default: next to the gateway binary).
+    #[arg(long)]
+    supervisor_bin: Option<PathBuf>,
+    /// Pool workload, process members: the openshell-sandbox-runtime binary
+    /// (default: next to the gateway binary).
+    #[arg(long)]
+    runtime_bin: Option<PathBuf>,
+    /// Pool workload: supervisors (pool members).
     #[arg(long, default_value_t = 4)]
     supervisors: usize,
     /// Pool workload: slots per supervisor.
@@ -162,6 +176,9 @@ fn options(c: &Common) -> Result<RunOptions, String> {
     }
     let mut pool = PoolOptions {
         concurrency: c.concurrency.max(1),
+        members: c.members,
+        supervisor_bin: c.supervisor_bin.clone(),
+        runtime_bin: c.runtime_bin.clone(),
         supervisors: c.supervisors.max(1),
         capacity: c.capacity.max(1),
         ..PoolOptions::default()
@@ -236,7 +253,11 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Cmd::Clean => {
-            let left = jepsen::net::clean(jepsen::net::PREFIX);
+            let left = jepsen::net::clean_stale();
+            let live = jepsen::net::live_runs();
+            if !live.is_empty() {
+                println!("left alone: runs in progress {live:?}");
+            }
             if left.is_empty() {
                 println!("no osj-* leftovers");
                 ExitCode::SUCCESS

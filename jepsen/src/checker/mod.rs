@@ -8,6 +8,7 @@
 //! | [`convergence`] (`replicas-identical`) | after healing, every replica applied the same commit index and holds byte-identical objects |
 //! | [`pool`] (`pool-i1-owner-term` … `pool-i8-delete-wins`) | the pool invariants I1–I8 of ARCHITECTURE.md over the pool workload's history and final state (see the module doc for exactly what each checks) |
 //! | [`pool::DigestsIdentical`] (`replicas-identical-digest`) | pool workload: every replica's `StateDigest` crc32 agrees at every applied index sampled on two or more replicas |
+//! | [`workload`] (`workload-continuity`) | pool workload with process members: one workload per sandbox generation, never restarted (same pid and start time in every observed status, one runtime started), no supervisor exited by itself |
 //!
 //! The run loop calls every checker the workload returns from its final
 //! reads plus [`convergence`].
@@ -16,6 +17,7 @@ pub mod convergence;
 pub mod linear;
 pub mod lost_writes;
 pub mod pool;
+pub mod workload;
 
 use serde::Serialize;
 

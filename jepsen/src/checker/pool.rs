@@ -249,6 +249,12 @@ fn view_obs(v: &Value, op: &Op<'_>, log_index: Option<u64>) -> Option<Obs> {
     })
 }
 
+/// Every observation of a sandbox generation's owner in the history (see
+/// the module doc).
+pub fn observations(history: &[Event]) -> Vec<Obs> {
+    parse(history).obs
+}
+
 fn parse(history: &[Event]) -> Parsed<'_> {
     let mut pending: HashMap<u64, &Event> = HashMap::new();
     let mut ops = Vec::new();

@@ -1,7 +1,16 @@
 //! The pool workload: sandboxes launched, read and deleted through random
-//! gateways, scripted supervisors ([`super::supervisor`]) attached to random
-//! gateways, and pool faults (supervisor pause / kill, drains), checked
-//! against the invariants I1–I8 ([`crate::checker::pool`]).
+//! gateways, pool members attached to random gateways, and pool faults
+//! (supervisor pause / kill, drains), checked against the invariants I1–I8
+//! ([`crate::checker::pool`]).
+//!
+//! Members are real `openshell-supervisor` processes starting real
+//! `openshell-sandbox-runtime` processes (`--members process`, the default;
+//! [`super::members`]), additionally checked for workload continuity
+//! ([`crate::checker::workload`]: one workload per sandbox, never
+//! restarted by a takeover, drain or supervisor kill); or scripted
+//! supervisors (`--members scripted`, [`super::supervisor`]), tokio tasks
+//! that record every grant, ack and report in the history, which the
+//! checkers then also hold to I1–I3 at the protocol level.
 //!
 //! # `f` names (HISTORY.md)
 //!
@@ -34,7 +43,8 @@
 //! operation) and `cancel` (`CancelSupervisorPoolOperation` of that drain a
 //! few seconds later, same value).
 //!
-//! Supervisors (see [`super::supervisor`]): `join` (invoke `{"member",
+//! Scripted supervisors only (see [`super::supervisor`]; process members
+//! leave no events of their own): `join` (invoke `{"member",
 //! "incarnation", "capacity"}`, `ok` adds `gateway_node_id`), `grant` (an
 //! assignment streamed to it, recorded as an invoke/ok pair at receipt:
 //! `{"sandbox", "generation", "term", "epoch", "acknowledged", "phase",
@@ -45,16 +55,21 @@
 //! always `info`).
 //!
 //! Pool faults (`process` `"nemesis"`, `type` `info`, value text starting
-//! with the member id): `pause-supervisor` / `resume-supervisor` (no
-//! statuses, acks, reports or stream reads for a while: shorter than the
-//! heartbeat TTL, so a correct gateway never takes it over), `kill-
-//! supervisor` / `restart-supervisor` (the task and its stream dropped; it
-//! expires after the TTL and its sandboxes are taken over; it comes back
-//! as a new incarnation). A supervisor whose record reads `expired` is
-//! restarted too (`restart-supervisor ... (expired)`). The gateway nemeses
-//! of [`crate::nemesis`] run alongside.
+//! with the member id): `pause-supervisor` / `resume-supervisor` (SIGSTOP /
+//! SIGCONT of a process; for a scripted one no statuses, acks, reports or
+//! stream reads: shorter than the heartbeat TTL, so a correct gateway never
+//! takes it over), `kill-supervisor` / `restart-supervisor` (`kill -9` of
+//! the process, its runtimes left running; or the task and its stream
+//! dropped: it expires after the TTL and its sandboxes are taken over; it
+//! comes back as a new incarnation). A scripted supervisor whose record
+//! reads `expired` is restarted too (`restart-supervisor ... (expired)`);
+//! a process re-joins by itself. A process that exits by itself is
+//! recorded (`supervisor-exited`), restarted, and reported by the
+//! `workload-continuity` checker. The gateway nemeses of [`crate::nemesis`]
+//! run alongside.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -68,18 +83,50 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
+use super::members::{runtime_starts, MemberHost, ProcessSupervisor};
 use super::supervisor::{Processes, Supervisor};
 use crate::checker::pool::{pool_checkers, PoolFinal};
+use crate::checker::workload::WorkloadContinuity;
 use crate::checker::Checker;
 use crate::cluster::Cluster;
 use crate::history::{EventSpec, OpType, Process, Recorder};
+
+/// What the pool members are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemberKind {
+    /// `openshell-supervisor` processes starting `openshell-sandbox-runtime`
+    /// processes.
+    Process,
+    /// Scripted supervisors in the harness (tokio tasks on the real stream
+    /// protocol) that record grants, acks and reports.
+    Scripted,
+}
+
+impl std::str::FromStr for MemberKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "process" => Ok(MemberKind::Process),
+            "scripted" => Ok(MemberKind::Scripted),
+            other => Err(format!("unknown member kind {other:?} (process, scripted)")),
+        }
+    }
+}
 
 /// Pool workload settings.
 #[derive(Clone, Debug)]
 pub struct PoolOptions {
     /// Concurrent clients (launch / delete / get / status).
     pub concurrency: usize,
-    /// Scripted supervisors.
+    /// What the members are.
+    pub members: MemberKind,
+    /// `openshell-supervisor` and `openshell-sandbox-runtime` binaries
+    /// (default: next to the gateway binary).
+    pub supervisor_bin: Option<PathBuf>,
+    /// See `supervisor_bin`.
+    pub runtime_bin: Option<PathBuf>,
+    /// Pool members (supervisors).
     pub supervisors: usize,
     /// Slots per supervisor.
     pub capacity: u32,
@@ -106,6 +153,9 @@ impl Default for PoolOptions {
     fn default() -> Self {
         PoolOptions {
             concurrency: 4,
+            members: MemberKind::Process,
+            supervisor_bin: None,
+            runtime_bin: None,
             supervisors: 4,
             capacity: 3,
             delay_ms: (30, 120),
@@ -170,6 +220,73 @@ pub fn status_value(s: &SupervisorPoolStatus) -> Value {
     })
 }
 
+/// One pool member of the workload.
+pub enum PoolMember {
+    /// An `openshell-supervisor` process.
+    Process(ProcessSupervisor),
+    /// A scripted supervisor.
+    Scripted(Supervisor),
+}
+
+impl PoolMember {
+    fn member(&self) -> &str {
+        match self {
+            PoolMember::Process(p) => p.member(),
+            PoolMember::Scripted(s) => s.member(),
+        }
+    }
+
+    fn is_alive(&self) -> bool {
+        match self {
+            PoolMember::Process(p) => p.is_alive(),
+            PoolMember::Scripted(s) => s.is_alive(),
+        }
+    }
+
+    /// For nemesis messages: `incarnation N` or `pid N`.
+    fn describe(&self) -> String {
+        match self {
+            PoolMember::Process(p) => format!(
+                "pid {}",
+                p.pid().map(|p| p.to_string()).unwrap_or("-".into())
+            ),
+            PoolMember::Scripted(s) => format!("incarnation {}", s.incarnation()),
+        }
+    }
+
+    fn pause(&self) {
+        match self {
+            PoolMember::Process(p) => p.pause(),
+            PoolMember::Scripted(s) => s.pause(),
+        }
+    }
+
+    fn resume(&self) {
+        match self {
+            PoolMember::Process(p) => p.resume(),
+            PoolMember::Scripted(s) => s.resume(),
+        }
+    }
+
+    fn kill(&self) {
+        match self {
+            PoolMember::Process(p) => p.kill(),
+            PoolMember::Scripted(s) => s.kill(),
+        }
+    }
+
+    /// Starts a new incarnation.
+    fn restart(&self, seed: u64) -> anyhow::Result<()> {
+        match self {
+            PoolMember::Process(p) => p.restart(),
+            PoolMember::Scripted(s) => {
+                s.restart(seed);
+                Ok(())
+            }
+        }
+    }
+}
+
 /// How one op completed.
 struct Done {
     /// The process number to use next (a fresh one after `info`).
@@ -193,7 +310,11 @@ struct Shared {
     history: Recorder,
     processes: Processes,
     options: PoolOptions,
-    supervisors: Vec<Supervisor>,
+    supervisors: Vec<PoolMember>,
+    /// Process members only: where they run.
+    host: Option<Arc<MemberHost>>,
+    /// Process members that exited by themselves: (member, what).
+    exits: Mutex<Vec<String>>,
     next_sandbox: AtomicU64,
     /// Sandboxes launched `ok` and not deleted `ok` (targets of delete/get).
     live: Mutex<BTreeSet<String>>,
@@ -514,7 +635,10 @@ impl Shared {
     /// current incarnation (what a process supervisor would do).
     fn restart_expired(&self, rng: &mut StdRng) {
         let expired = lock(&self.expired).clone();
-        for s in &self.supervisors {
+        for s in self.supervisors.iter().filter_map(|m| match m {
+            PoolMember::Scripted(s) => Some(s),
+            PoolMember::Process(_) => None,
+        }) {
             if s.is_alive() && !s.is_paused() && expired.get(s.member()) == Some(&s.incarnation()) {
                 self.history.nemesis(
                     "restart-supervisor",
@@ -526,6 +650,30 @@ impl Shared {
                 );
                 s.restart(rng.gen());
                 lock(&self.expired).remove(s.member());
+            }
+        }
+    }
+
+    /// Process members that exited on their own (a defect: they are
+    /// meant to run until killed) are recorded and restarted.
+    fn restart_exited(&self, rng: &mut StdRng) {
+        for m in &self.supervisors {
+            let PoolMember::Process(p) = m else {
+                continue;
+            };
+            if p.is_alive() || p.pid().is_none() {
+                continue;
+            }
+            let what = format!(
+                "{} ({}) exited by itself; see {}.log",
+                p.member(),
+                m.describe(),
+                p.member()
+            );
+            self.history.nemesis("supervisor-exited", what.clone());
+            lock(&self.exits).push(what);
+            if let Err(e) = m.restart(rng.gen()) {
+                tracing::warn!(member = p.member(), error = %e, "restart failed");
             }
         }
     }
@@ -544,6 +692,7 @@ impl Shared {
                 break;
             }
             self.restart_expired(&mut rng);
+            self.restart_exited(&mut rng);
             if kinds.is_empty() || self.supervisors.is_empty() {
                 continue;
             }
@@ -557,19 +706,14 @@ impl Shared {
                     let d = Self::between(&mut rng, self.options.pause_ms);
                     self.history.nemesis(
                         "pause-supervisor",
-                        format!(
-                            "{} incarnation {} for {} ms",
-                            s.member(),
-                            s.incarnation(),
-                            d.as_millis()
-                        ),
+                        format!("{} {} for {} ms", s.member(), s.describe(), d.as_millis()),
                     );
                     s.pause();
                     self.hold(d).await;
                     s.resume();
                     self.history.nemesis(
                         "resume-supervisor",
-                        format!("{} incarnation {}", s.member(), s.incarnation()),
+                        format!("{} {}", s.member(), s.describe()),
                     );
                 }
                 "kill" => {
@@ -577,18 +721,20 @@ impl Shared {
                     self.history.nemesis(
                         "kill-supervisor",
                         format!(
-                            "{} incarnation {} down for {} ms",
+                            "{} {} down for {} ms",
                             s.member(),
-                            s.incarnation(),
+                            s.describe(),
                             d.as_millis()
                         ),
                     );
                     s.kill();
                     self.hold(d).await;
-                    s.restart(rng.gen());
+                    if let Err(e) = s.restart(rng.gen()) {
+                        tracing::warn!(member = s.member(), error = %e, "restart failed");
+                    }
                     self.history.nemesis(
                         "restart-supervisor",
-                        format!("{} incarnation {}", s.member(), s.incarnation()),
+                        format!("{} {}", s.member(), s.describe()),
                     );
                 }
                 "drain" => {
@@ -644,27 +790,64 @@ pub struct PoolRunning {
 }
 
 /// Starts supervisors, clients and the pool-fault loop.
+///
+/// # Errors
+/// Process members: a missing binary, the members namespace, a spawn.
 pub fn start(
     options: &PoolOptions,
     cluster: Arc<Cluster>,
     history: Recorder,
     seed: u64,
-) -> PoolRunning {
+) -> anyhow::Result<PoolRunning> {
     let processes = Processes(Arc::new(AtomicU64::new(0)));
     let gateways: Vec<String> = cluster.nodes.iter().map(|n| n.addr.clone()).collect();
-    let supervisors: Vec<Supervisor> = (1..=options.supervisors.max(1))
-        .map(|i| {
-            Supervisor::new(
-                &format!("s{i}"),
-                options.capacity.max(1),
-                gateways.clone(),
-                history.clone(),
-                processes.clone(),
-            )
-        })
+    let names: Vec<String> = (1..=options.supervisors.max(1))
+        .map(|i| format!("s{i}"))
         .collect();
+    let capacity = options.capacity.max(1);
+    let (supervisors, host) = match options.members {
+        MemberKind::Scripted => {
+            let members: Vec<PoolMember> = names
+                .iter()
+                .map(|m| {
+                    PoolMember::Scripted(Supervisor::new(
+                        m,
+                        capacity,
+                        gateways.clone(),
+                        history.clone(),
+                        processes.clone(),
+                    ))
+                })
+                .collect();
+            (members, None)
+        }
+        MemberKind::Process => {
+            let beside = |name: &str| cluster.options.bin.with_file_name(name);
+            let (ns, ip) = cluster.net.add_members_namespace()?;
+            let host = Arc::new(MemberHost {
+                ns,
+                ip,
+                gateways: gateways.clone(),
+                supervisor_bin: options
+                    .supervisor_bin
+                    .clone()
+                    .unwrap_or_else(|| beside("openshell-supervisor")),
+                runtime_bin: options
+                    .runtime_bin
+                    .clone()
+                    .unwrap_or_else(|| beside("openshell-sandbox-runtime")),
+                dir: cluster.dir.clone(),
+            });
+            host.check()?;
+            let members: Vec<PoolMember> = names
+                .iter()
+                .map(|m| PoolMember::Process(ProcessSupervisor::new(m, capacity, host.clone())))
+                .collect();
+            (members, Some(host))
+        }
+    };
     for (i, s) in supervisors.iter().enumerate() {
-        s.restart(seed.wrapping_add(i as u64));
+        s.restart(seed.wrapping_add(i as u64))?;
     }
     let shared = Arc::new(Shared {
         cluster,
@@ -672,6 +855,8 @@ pub fn start(
         processes,
         options: options.clone(),
         supervisors,
+        host,
+        exits: Mutex::new(Vec::new()),
         next_sandbox: AtomicU64::new(1),
         live: Mutex::new(BTreeSet::new()),
         used: Mutex::new(BTreeSet::new()),
@@ -682,7 +867,7 @@ pub fn start(
         .map(|w| tokio::spawn(shared.clone().client(w, seed)))
         .collect();
     tasks.push(tokio::spawn(shared.clone().faults(seed)));
-    PoolRunning { shared, tasks }
+    Ok(PoolRunning { shared, tasks })
 }
 
 impl PoolRunning {
@@ -722,8 +907,15 @@ impl PoolRunning {
         for sup in &s.supervisors {
             sup.kill();
         }
-        pool_checkers(PoolFinal {
+        let mut checkers = pool_checkers(PoolFinal {
             final_status: final_index,
-        })
+        });
+        if let Some(host) = &s.host {
+            checkers.push(Box::new(WorkloadContinuity {
+                runtime_starts: runtime_starts(&host.runtime_dir()),
+                exits: lock(&s.exits).clone(),
+            }));
+        }
+        checkers
     }
 }

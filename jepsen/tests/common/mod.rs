@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use jepsen::nemesis::{parse_faults, Schedule};
 use jepsen::run::RunOptions;
-use jepsen::workload::{PoolOptions, RegisterOptions};
+use jepsen::workload::{MemberKind, PoolOptions, RegisterOptions};
 
 /// True when running as root (namespaces need it); the tests skip otherwise.
 pub fn is_root() -> bool {
@@ -33,32 +33,66 @@ pub fn workspace() -> PathBuf {
         .unwrap_or_else(|| panic!("no workspace above the jepsen crate"))
 }
 
-/// Runs `cargo build -p gateway-plugin --bin openshell-gateway [features]`
-/// into `target_dir` and returns the binary. A target dir of its own, so the
+/// Runs `cargo build -p <package> --bin <bin>... [features]` into
+/// `target_dir` and returns the binaries. A target dir of its own, so the
 /// build never waits for the lock of the `cargo test` that runs us.
-pub fn build_gateway(target_dir: &Path, features: &[&str]) -> PathBuf {
+pub fn build_bins(
+    target_dir: &Path,
+    package: &str,
+    bins: &[&str],
+    features: &[&str],
+) -> Vec<PathBuf> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
-    cmd.current_dir(workspace())
-        .args([
-            "build",
-            "-p",
-            "gateway-plugin",
-            "--bin",
-            "openshell-gateway",
-        ])
-        .arg("--target-dir")
-        .arg(target_dir);
+    cmd.current_dir(workspace()).args(["build", "-p", package]);
+    for bin in bins {
+        cmd.args(["--bin", bin]);
+    }
+    cmd.arg("--target-dir").arg(target_dir);
     if !features.is_empty() {
         cmd.args(["--features", &features.join(",")]);
     }
     let status = cmd
         .status()
         .unwrap_or_else(|e| panic!("running cargo: {e}"));
-    assert!(status.success(), "building the gateway failed: {status}");
-    let bin = target_dir.join("debug/openshell-gateway");
-    assert!(bin.is_file(), "{} missing after the build", bin.display());
-    bin
+    assert!(status.success(), "building {package} failed: {status}");
+    bins.iter()
+        .map(|bin| {
+            let path = target_dir.join("debug").join(bin);
+            assert!(path.is_file(), "{} missing after the build", path.display());
+            path
+        })
+        .collect()
+}
+
+/// `cargo build -p gateway-plugin --bin openshell-gateway [features]` into
+/// `target_dir`; returns the binary.
+pub fn build_gateway(target_dir: &Path, features: &[&str]) -> PathBuf {
+    build_bins(
+        target_dir,
+        "gateway-plugin",
+        &["openshell-gateway"],
+        features,
+    )
+    .remove(0)
+}
+
+/// `openshell-supervisor` and `openshell-sandbox-runtime` next to this test
+/// executable, built (into a target dir of their own) if absent.
+pub fn supervisor_bins() -> (PathBuf, PathBuf) {
+    let names = ["openshell-supervisor", "openshell-sandbox-runtime"];
+    let here: Vec<PathBuf> = names.iter().map(|n| profile_dir().join(n)).collect();
+    let mut bins = if here.iter().all(|b| b.is_file()) {
+        here
+    } else {
+        let target = profile_dir()
+            .parent()
+            .map(|t| t.join("jepsen-gateway"))
+            .unwrap_or_else(|| panic!("no target dir"));
+        build_bins(&target, "supervisor", &names, &[])
+    };
+    let runtime = bins.remove(1);
+    (bins.remove(0), runtime)
 }
 
 /// `openshell-gateway` next to this test executable, built (into a target
@@ -108,7 +142,8 @@ pub fn results_text(dir: &Path) -> String {
     std::fs::read_to_string(dir.join("results.json")).unwrap_or_default()
 }
 
-/// Test-sized pool workload options.
+/// Test-sized pool workload options (process members: the supervisor
+/// binaries are found or built).
 pub fn pool_options(
     name: &str,
     bin: PathBuf,
@@ -123,5 +158,10 @@ pub fn pool_options(
         faults: pool_faults.iter().map(|f| f.to_string()).collect(),
         ..PoolOptions::default()
     };
+    if o.pool.members == MemberKind::Process {
+        let (supervisor, runtime) = supervisor_bins();
+        o.pool.supervisor_bin = Some(supervisor);
+        o.pool.runtime_bin = Some(runtime);
+    }
     o
 }

@@ -122,3 +122,79 @@ impl Checker for WorkloadContinuity {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::{EventSpec, OpType, Process, Recorder};
+
+    /// A `get` of sb1 whose view names `owner` at `term` with observed
+    /// status `observed`; returns the completion's index.
+    fn get(r: &Recorder, owner: &str, term: u64, observed: &str) -> u64 {
+        let spec = |kind, value| EventSpec {
+            kind,
+            process: Process::Client(1),
+            f: "get".into(),
+            key: Some("sb1".into()),
+            value,
+            node: Some("n1".into()),
+            error: None,
+        };
+        r.record(spec(OpType::Invoke, json!({"sandbox": "sb1"})));
+        r.record(spec(
+            OpType::Ok,
+            json!({"sandbox": "sb1", "generation": 1, "phase": "assigned", "owner": owner,
+                   "incarnation": 1, "term": term, "epoch": term, "acknowledged": true,
+                   "observed": observed}),
+        ))
+        .index
+    }
+
+    fn workload(pid: u64, started: u64) -> String {
+        json!({"state": "running", "pid": pid, "started_at_unix_ms": started}).to_string()
+    }
+
+    fn check(r: &Recorder, starts: usize, exits: Vec<String>) -> CheckResult {
+        WorkloadContinuity {
+            runtime_starts: [("sb1".to_string(), starts)].into(),
+            exits,
+        }
+        .check(&r.snapshot(), &FinalState::default())
+    }
+
+    #[test]
+    fn the_same_workload_under_every_owner_is_valid() {
+        let r = Recorder::new(None).unwrap_or_else(|e| panic!("{e}"));
+        get(&r, "s1", 1, "pending");
+        get(&r, "s1", 1, &workload(42, 1000));
+        get(&r, "s2", 2, &workload(42, 1000));
+        let result = check(&r, 1, Vec::new());
+        assert_eq!(result.valid, Validity::Valid, "{}", result.summary);
+    }
+
+    #[test]
+    fn a_restarted_workload_is_a_violation_naming_both_views() {
+        let r = Recorder::new(None).unwrap_or_else(|e| panic!("{e}"));
+        let first = get(&r, "s1", 1, &workload(42, 1000));
+        let second = get(&r, "s2", 2, &workload(77, 2000));
+        let result = check(&r, 1, Vec::new());
+        assert_eq!(result.valid, Validity::Invalid);
+        assert_eq!(result.offending, vec![first, second]);
+    }
+
+    #[test]
+    fn a_second_runtime_or_a_supervisor_exit_is_a_violation() {
+        let r = Recorder::new(None).unwrap_or_else(|e| panic!("{e}"));
+        get(&r, "s1", 1, &workload(42, 1000));
+        assert_eq!(check(&r, 2, Vec::new()).valid, Validity::Invalid);
+        let exit = vec!["s3 (pid 9) exited by itself; see s3.log".to_string()];
+        assert_eq!(check(&r, 1, exit).valid, Validity::Invalid);
+    }
+
+    #[test]
+    fn no_workload_status_at_all_is_unknown() {
+        let r = Recorder::new(None).unwrap_or_else(|e| panic!("{e}"));
+        get(&r, "s1", 1, "pending");
+        assert_eq!(check(&r, 0, Vec::new()).valid, Validity::Unknown);
+    }
+}

@@ -1,0 +1,108 @@
+//! t25: the pool workload with real members: `openshell-supervisor`
+//! processes starting `openshell-sandbox-runtime` processes keep I1–I8, and
+//! every workload survives the faults of the supervisors watching it (CI
+//! smoke, about 75 s).
+//!
+//! - given: 3 gateways in their own network namespaces (tick 250 ms,
+//!   heartbeat TTL 4 s) and 4 supervisor processes (capacity 3) in the
+//!   members namespace
+//! - when: 4 clients launch / delete / get / read status for 50 s while the
+//!   nemesis cuts and kills gateways and the pool faults SIGSTOP, `kill -9`
+//!   and drain supervisors
+//! - then: every checker (pool-i1 … pool-i8, replicas-identical-digest,
+//!   workload-continuity, replicas-identical) says valid; some sandbox was
+//!   taken over (a term above 1) and still reports its first workload's
+//!   pid; nothing named osj-* is left
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workloads_survive_supervisor_faults_with_real_processes() {
+    if !common::is_root() {
+        eprintln!("skipped: needs root for network namespaces");
+        return;
+    }
+    eprintln!("--- step: find the gateway and supervisor binaries");
+    let bin = common::gateway_bin();
+    eprintln!("--- step: run 50 s of pool ops with partition,kill and pause,kill,drain");
+    let mut options = common::pool_options(
+        "t25-pool-processes",
+        bin,
+        "partition,kill",
+        &["pause", "kill", "drain"],
+        50,
+        25,
+    );
+    options.schedule.quiet = (
+        std::time::Duration::from_secs(6),
+        std::time::Duration::from_secs(10),
+    );
+    let outcome = jepsen::run::run(options)
+        .await
+        .unwrap_or_else(|e| panic!("the run could not be carried out: {e:#}"));
+    assert!(
+        jepsen::net::stale_leftovers().is_empty(),
+        "the run left osj-* namespaces or links behind"
+    );
+    for r in &outcome.results {
+        eprintln!("{}: {:?} {}", r.checker, r.valid, r.summary);
+    }
+    assert!(
+        outcome.valid,
+        "violations or undecided checks; report at {}/index.html\n{}",
+        outcome.dir.display(),
+        common::results_text(&outcome.dir)
+    );
+    let names: Vec<&str> = outcome.results.iter().map(|r| r.checker.as_str()).collect();
+    assert!(
+        names.contains(&"workload-continuity"),
+        "no workload-continuity result: {names:?}"
+    );
+
+    eprintln!("--- step: a sandbox changed owner and kept its workload");
+    let history = std::fs::read_to_string(outcome.dir.join("history.jsonl")).unwrap_or_default();
+    for f in ["\"f\":\"kill-supervisor\"", "\"f\":\"pause-supervisor\""] {
+        assert!(history.contains(f), "history has no {f} event");
+    }
+    // sandbox -> (term, pid) pairs seen in linearizable views.
+    let mut seen: BTreeMap<String, BTreeSet<(u64, u64)>> = BTreeMap::new();
+    for line in history.lines() {
+        let Ok(e) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if e["type"] != "ok" {
+            continue;
+        }
+        let views: Vec<&serde_json::Value> = match e["f"].as_str() {
+            Some("status") => e["value"]["sandboxes"]
+                .as_array()
+                .map(|a| a.iter().collect())
+                .unwrap_or_default(),
+            Some("get") => vec![&e["value"]],
+            _ => Vec::new(),
+        };
+        for v in views {
+            let pid = v["observed"]
+                .as_str()
+                .and_then(|o| serde_json::from_str::<serde_json::Value>(o).ok())
+                .and_then(|o| o["pid"].as_u64());
+            if let (Some(sandbox), Some(term), Some(pid)) =
+                (v["sandbox"].as_str(), v["term"].as_u64(), pid)
+            {
+                seen.entry(sandbox.to_string())
+                    .or_default()
+                    .insert((term, pid));
+            }
+        }
+    }
+    let survived = seen.values().any(|s| {
+        let pids: BTreeSet<u64> = s.iter().map(|(_, p)| *p).collect();
+        s.iter().any(|(t, _)| *t >= 2) && pids.len() == 1
+    });
+    assert!(
+        survived,
+        "no sandbox was seen reporting its workload after a takeover: {seen:?}"
+    );
+}

@@ -214,22 +214,31 @@ impl Hub {
         // One pass over the sandboxes for every attached member: this runs
         // after each applied batch, so it must not scan once per member.
         let (views, retired, log_index) = self.node.read_local(|state, index| {
-            // Streams whose incarnation the pool retired (expired, left, or
-            // replaced by a newer one): closed below so the supervisor
-            // re-joins instead of talking on a stream that no longer counts.
-            let retired: Vec<(String, u64)> = members
+            // Streams whose incarnation no longer counts: retired (expired
+            // or left) or superseded by a newer one. Closed below so the
+            // supervisor finds out instead of talking on a dead stream.
+            let retired: Vec<(String, u64, Status)> = members
                 .iter()
-                .filter(|(member, incarnation)| {
-                    state.pool.member(member).is_some_and(|m| {
-                        m.incarnation > *incarnation
-                            || (m.incarnation == *incarnation
-                                && matches!(
-                                    m.state,
-                                    pool::MemberState::Expired | pool::MemberState::Leaving
-                                ))
-                    })
+                .filter_map(|(member, incarnation)| {
+                    let m = state.pool.member(member)?;
+                    if m.incarnation > *incarnation {
+                        Some(Status::failed_precondition(
+                            "superseded by a newer incarnation of this member",
+                        ))
+                    } else if m.incarnation == *incarnation
+                        && matches!(
+                            m.state,
+                            pool::MemberState::Expired | pool::MemberState::Leaving
+                        )
+                    {
+                        Some(Status::failed_precondition(
+                            "incarnation retired (expired or left): re-join as a new incarnation",
+                        ))
+                    } else {
+                        None
+                    }
+                    .map(|status| (member.clone(), *incarnation, status))
                 })
-                .cloned()
                 .collect();
             let mut by_owner: BTreeMap<(&str, u64), MemberView> = members
                 .iter()
@@ -268,7 +277,7 @@ impl Hub {
             .pool_attached_supervisors
             .set(views.len() as i64);
         let mut streams = self.lock();
-        for (member, incarnation) in retired {
+        for (member, incarnation, status) in retired {
             if streams.get(&member).map(|a| a.incarnation) != Some(incarnation) {
                 continue;
             }
@@ -277,11 +286,10 @@ impl Hub {
                     %member,
                     incarnation,
                     stream_id = a.stream_id,
-                    "closing the stream of a retired incarnation"
+                    reason = status.message(),
+                    "closing the stream of an incarnation that no longer counts"
                 );
-                let _ = a.tx.try_send(Err(Status::failed_precondition(
-                    "incarnation retired (expired or left): re-join as a new incarnation",
-                )));
+                let _ = a.tx.try_send(Err(status));
             }
         }
         for (member, view) in views {

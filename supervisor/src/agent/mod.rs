@@ -106,16 +106,16 @@ impl Agent {
         Self::lock(&self.sessions).keys().cloned().collect()
     }
 
-    /// After the gateways refused our hello because the pool retired this
-    /// incarnation (it expired while we were paused or cut off) or holds a
-    /// newer one for this member (our clock is behind its last start):
-    /// continue as a new incarnation, as a restarted process would. Above
-    /// both the clock and every incarnation the pool is known to hold, so
-    /// the next hello is accepted. Sessions of the old incarnation end when
-    /// their runtimes fence them (their sandboxes were taken over).
-    fn renew_incarnation(&self, known_current: u64) {
+    /// After the gateways said the pool retired this incarnation (it
+    /// expired while we were paused or cut off, or it left): continue as a
+    /// new incarnation, as a restarted process would. Sessions of the old
+    /// incarnation end when their runtimes fence them (their sandboxes were
+    /// taken over). A *stale* incarnation (another process of this member
+    /// id joined with a newer one) is not renewed: two processes sharing a
+    /// member id would otherwise take the member from each other in turn.
+    fn renew_incarnation(&self) {
         let old = self.incarnation.load(Ordering::SeqCst);
-        let next = now_ms().max(old + 1).max(known_current + 1);
+        let next = now_ms().max(old + 1);
         self.incarnation.store(next, Ordering::SeqCst);
         tracing::warn!(
             old,
@@ -135,26 +135,11 @@ fn now_ms() -> u64 {
         .max(1)
 }
 
-/// What a refused hello means for our incarnation: `Some(current)` when the
-/// pool retired it (`current` = the newest incarnation the refusal names, or
-/// 0), `None` for every other refusal.
-fn retired_incarnation(status: &tonic::Status) -> Option<u64> {
-    if status.code() != tonic::Code::FailedPrecondition {
-        return None;
-    }
-    let message = status.message();
-    if message.contains("incarnation retired") {
-        return Some(0);
-    }
-    // "stale incarnation: command has G, current is C"
-    let current = message.split("stale incarnation:").nth(1)?;
-    let current = current.split("current is").nth(1)?;
-    current
-        .trim()
-        .split(|c: char| !c.is_ascii_digit())
-        .next()?
-        .parse()
-        .ok()
+/// Whether a gateway's refusal says the pool retired this incarnation
+/// (expired or left), as opposed to every other refusal.
+fn is_retired(status: &tonic::Status) -> bool {
+    status.code() == tonic::Code::FailedPrecondition
+        && status.message().contains("incarnation retired")
 }
 
 /// Runs the supervisor until `shutdown` completes.
@@ -289,8 +274,8 @@ async fn attach_once(agent: &Arc<Agent>, gateway: &str) -> anyhow::Result<()> {
     let mut inbound = match client.attach(ReceiverStream::new(rx)).await {
         Ok(response) => response.into_inner(),
         Err(status) => {
-            if let Some(current) = retired_incarnation(&status) {
-                agent.renew_incarnation(current);
+            if is_retired(&status) {
+                agent.renew_incarnation();
             }
             return Err(describe(status));
         }
@@ -336,8 +321,8 @@ async fn attach_once(agent: &Arc<Agent>, gateway: &str) -> anyhow::Result<()> {
             tokio::select! {
                 message = inbound.message() => {
                     let message = message.map_err(|status| {
-                        if let Some(current) = retired_incarnation(&status) {
-                            agent.renew_incarnation(current);
+                        if is_retired(&status) {
+                            agent.renew_incarnation();
                         }
                         describe(status)
                     })?;
@@ -371,24 +356,25 @@ fn describe(status: tonic::Status) -> anyhow::Error {
 
 #[cfg(test)]
 mod tests {
-    use super::retired_incarnation;
+    use super::is_retired;
     use tonic::Status;
 
     #[test]
-    fn refusals_that_retire_the_incarnation_are_recognised() {
-        let retired =
-            Status::failed_precondition("join rejected: incarnation retired (expired or left)");
-        assert_eq!(retired_incarnation(&retired), Some(0));
-        let stale = Status::failed_precondition(
-            "join rejected: stale incarnation: command has 5, current is 1700000000123",
-        );
-        assert_eq!(retired_incarnation(&stale), Some(1_700_000_000_123));
+    fn only_a_retired_incarnation_is_renewed() {
+        assert!(is_retired(&Status::failed_precondition(
+            "join rejected: incarnation retired (expired or left)"
+        )));
         for other in [
+            // Another process of this member id is newer: do not fight it.
+            Status::failed_precondition(
+                "join rejected: stale incarnation: command has 5, current is 9",
+            ),
+            Status::failed_precondition("superseded by a newer incarnation of this member"),
             Status::failed_precondition("join rejected: zero capacity"),
             Status::unauthenticated("incarnation retired"),
             Status::unavailable("no leader"),
         ] {
-            assert_eq!(retired_incarnation(&other), None, "{other}");
+            assert!(!is_retired(&other), "{other}");
         }
     }
 }

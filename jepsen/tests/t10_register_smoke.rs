@@ -8,37 +8,17 @@
 
 mod common;
 
-use std::time::Instant;
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn register_is_linearizable_under_partition_kill_pause() {
     if !common::is_root() {
         eprintln!("skipped: needs root for network namespaces");
         return;
     }
-    let started = Instant::now();
     eprintln!("--- step: find the gateway binary");
     let bin = common::gateway_bin();
     eprintln!("--- step: run 55 s of register ops with partition,kill,pause");
     let options = common::options("t10-smoke", bin, "partition,kill,pause", 55, 10);
-    let outcome = jepsen::run::run(options)
-        .await
-        .unwrap_or_else(|e| panic!("the run could not be carried out: {e:#}"));
-    eprintln!("--- step: check (run took {:?})", started.elapsed());
-    assert!(
-        jepsen::net::stale_leftovers().is_empty(),
-        "the run left osj-* namespaces or links behind"
-    );
-    for r in &outcome.results {
-        eprintln!("{}: {:?} {}", r.checker, r.valid, r.summary);
-    }
-    assert!(
-        outcome.valid,
-        "violations or undecided checks; report at {}/index.html\n{}",
-        outcome.dir.display(),
-        common::results_text(&outcome.dir)
-    );
-    let history = std::fs::read_to_string(outcome.dir.join("history.jsonl")).unwrap_or_default();
+    let (_, history) = common::run_expecting_valid(options).await;
     for f in ["\"f\":\"kill\"", "\"f\":\"pause\"", "\"type\":\"ok\""] {
         assert!(history.contains(f), "history has no {f} event");
     }

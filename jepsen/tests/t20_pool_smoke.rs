@@ -14,15 +14,12 @@
 
 mod common;
 
-use std::time::Instant;
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pool_invariants_hold_under_gateway_and_supervisor_faults() {
     if !common::is_root() {
         eprintln!("skipped: needs root for network namespaces");
         return;
     }
-    let started = Instant::now();
     eprintln!("--- step: find the gateway binary");
     let bin = common::gateway_bin();
     eprintln!("--- step: run 50 s of pool ops with partition,kill and pause,kill,drain");
@@ -42,23 +39,7 @@ async fn pool_invariants_hold_under_gateway_and_supervisor_faults() {
         std::time::Duration::from_secs(6),
         std::time::Duration::from_secs(10),
     );
-    let outcome = jepsen::run::run(options)
-        .await
-        .unwrap_or_else(|e| panic!("the run could not be carried out: {e:#}"));
-    eprintln!("--- step: check (run took {:?})", started.elapsed());
-    assert!(
-        jepsen::net::stale_leftovers().is_empty(),
-        "the run left osj-* namespaces or links behind"
-    );
-    for r in &outcome.results {
-        eprintln!("{}: {:?} {}", r.checker, r.valid, r.summary);
-    }
-    assert!(
-        outcome.valid,
-        "violations or undecided checks; report at {}/index.html\n{}",
-        outcome.dir.display(),
-        common::results_text(&outcome.dir)
-    );
+    let (outcome, history) = common::run_expecting_valid(options).await;
     let names: Vec<&str> = outcome.results.iter().map(|r| r.checker.as_str()).collect();
     for n in [
         "pool-i1-owner-term",
@@ -68,7 +49,6 @@ async fn pool_invariants_hold_under_gateway_and_supervisor_faults() {
     ] {
         assert!(names.contains(&n), "no {n} result: {names:?}");
     }
-    let history = std::fs::read_to_string(outcome.dir.join("history.jsonl")).unwrap_or_default();
     for f in [
         "\"f\":\"launch\"",
         "\"f\":\"grant\"",

@@ -39,22 +39,7 @@ async fn workloads_survive_supervisor_faults_with_real_processes() {
         std::time::Duration::from_secs(6),
         std::time::Duration::from_secs(10),
     );
-    let outcome = jepsen::run::run(options)
-        .await
-        .unwrap_or_else(|e| panic!("the run could not be carried out: {e:#}"));
-    assert!(
-        jepsen::net::stale_leftovers().is_empty(),
-        "the run left osj-* namespaces or links behind"
-    );
-    for r in &outcome.results {
-        eprintln!("{}: {:?} {}", r.checker, r.valid, r.summary);
-    }
-    assert!(
-        outcome.valid,
-        "violations or undecided checks; report at {}/index.html\n{}",
-        outcome.dir.display(),
-        common::results_text(&outcome.dir)
-    );
+    let (outcome, history) = common::run_expecting_valid(options).await;
     let names: Vec<&str> = outcome.results.iter().map(|r| r.checker.as_str()).collect();
     assert!(
         names.contains(&"workload-continuity"),
@@ -62,7 +47,6 @@ async fn workloads_survive_supervisor_faults_with_real_processes() {
     );
 
     eprintln!("--- step: a sandbox changed owner and kept its workload");
-    let history = std::fs::read_to_string(outcome.dir.join("history.jsonl")).unwrap_or_default();
     for f in ["\"f\":\"kill-supervisor\"", "\"f\":\"pause-supervisor\""] {
         assert!(history.contains(f), "history has no {f} event");
     }

@@ -43,7 +43,8 @@ enum Cmd {
         only: Vec<String>,
     },
     /// Re-checks a history.jsonl: linearizability (register workload) or
-    /// the pool invariants I1-I8 (pool workload).
+    /// the pool invariants I1-I8 (pool workload; with workload-continuity
+    /// when a runtimes/ directory is beside it).
     Check {
         /// The history file.
         history: PathBuf,
@@ -284,9 +285,20 @@ fn main() -> ExitCode {
                     .map(|e| e.index);
                 let mut ok = true;
                 let state = jepsen::checker::FinalState::default();
-                for c in jepsen::checker::pool::pool_checkers(jepsen::checker::pool::PoolFinal {
-                    final_status,
-                }) {
+                let mut checkers =
+                    jepsen::checker::pool::pool_checkers(jepsen::checker::pool::PoolFinal {
+                        final_status,
+                    });
+                // A run with process members left its runtimes' logs beside
+                // the history (supervisor exits are known only to the run).
+                let runtimes = history.with_file_name("runtimes");
+                if runtimes.is_dir() {
+                    checkers.push(Box::new(jepsen::checker::workload::WorkloadContinuity {
+                        runtimes: jepsen::workload::members::runtime_logs(&runtimes),
+                        exits: Vec::new(),
+                    }));
+                }
+                for c in checkers {
                     if c.name() == "replicas-identical-digest" {
                         continue;
                     }

@@ -13,6 +13,11 @@
 //!   replaced, whoever owned it;
 //! * each sandbox had at most one runtime started per generation observed
 //!   (counted from the runtimes' logs after the run);
+//! * the grants the runtimes accepted (their `activated` log lines, in
+//!   order) never go back to an older epoch, name one owner per epoch, and
+//!   agree with the log: a grant accepted for term t names the member,
+//!   incarnation and epoch every linearizable view shows for term t (the
+//!   runtime side of I1 and I2);
 //! * no supervisor process exited by itself.
 //!
 //! A run in which no workload status was ever observed is `unknown`: the
@@ -25,14 +30,18 @@ use serde_json::{json, Value};
 use super::pool::observations;
 use super::{CheckResult, Checker, FinalState, Validity};
 use crate::history::Event;
+use crate::workload::members::RuntimeLog;
 
 /// The checker; built by the pool workload after its final reads.
 pub struct WorkloadContinuity {
-    /// Sandbox id -> runtimes started for it.
-    pub runtime_starts: BTreeMap<String, usize>,
+    /// Sandbox id -> what its runtimes logged.
+    pub runtimes: BTreeMap<String, RuntimeLog>,
     /// Supervisor processes that exited by themselves.
     pub exits: Vec<String>,
 }
+
+/// `(member, incarnation, epoch)` of one term's owner.
+type Owner = (String, u64, u64);
 
 /// `(pid, started_at_unix_ms)` of an observed status, when it is a
 /// workload report with a process.
@@ -52,12 +61,19 @@ impl Checker for WorkloadContinuity {
         // (sandbox, generation) -> workload -> first event showing it.
         let mut seen: BTreeMap<(String, u64), BTreeMap<(u64, u64), u64>> = BTreeMap::new();
         let mut generations: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
+        // (sandbox, term) -> (member, incarnation, epoch) -> first event.
+        let mut owners: BTreeMap<(String, u64), BTreeMap<Owner, u64>> = BTreeMap::new();
         let mut statuses = 0usize;
         for o in observations(history).iter().filter(|o| o.linear) {
             generations
                 .entry(o.sandbox.clone())
                 .or_default()
                 .insert(o.generation);
+            owners
+                .entry((o.sandbox.clone(), o.term))
+                .or_default()
+                .entry((o.member.clone(), o.incarnation, o.epoch))
+                .or_insert(o.i_done);
             let Some(w) = o.observed.as_deref().and_then(workload_of) else {
                 continue;
             };
@@ -83,15 +99,57 @@ impl Checker for WorkloadContinuity {
                 ));
             }
         }
-        for (sandbox, starts) in &self.runtime_starts {
-            let allowed = generations.get(sandbox).map_or(1, BTreeSet::len).max(1);
-            if *starts > allowed {
+        let mut accepted = 0usize;
+        for (sandbox, log) in &self.runtimes {
+            let gens = generations.get(sandbox).map_or(1, BTreeSet::len).max(1);
+            if log.starts > gens {
                 violations.push((
                     format!(
-                        "{sandbox}: {starts} runtimes started for {allowed} generation(s) (runtimes/{sandbox}.log)"
+                        "{sandbox}: {} runtimes started for {gens} generation(s) (runtimes/{sandbox}.log)",
+                        log.starts
                     ),
                     Vec::new(),
                 ));
+            }
+            let mut last: Option<&crate::workload::members::Activation> = None;
+            for a in &log.activations {
+                accepted += 1;
+                if let Some(prev) = last {
+                    let same_epoch_other_owner = a.epoch == prev.epoch
+                        && (a.member != prev.member
+                            || a.incarnation != prev.incarnation
+                            || a.term != prev.term);
+                    if a.epoch < prev.epoch || same_epoch_other_owner {
+                        violations.push((
+                            format!(
+                                "{sandbox}: runtime accepted {}#{} term {} epoch {} after {}#{} term {} epoch {} (runtimes/{sandbox}.log)",
+                                a.member, a.incarnation, a.term, a.epoch,
+                                prev.member, prev.incarnation, prev.term, prev.epoch
+                            ),
+                            Vec::new(),
+                        ));
+                    }
+                }
+                last = Some(a);
+                // Cross-check with the log only where the id had one
+                // generation (terms restart with a new generation).
+                if gens > 1 {
+                    continue;
+                }
+                let Some(seen) = owners.get(&(sandbox.clone(), a.term)) else {
+                    continue;
+                };
+                let mine = (a.member.clone(), a.incarnation, a.epoch);
+                if seen.keys().any(|k| *k != mine) {
+                    violations.push((
+                        format!(
+                            "{sandbox} term {}: runtime accepted a grant for {}#{} epoch {}, the log's views show {:?}",
+                            a.term, a.member, a.incarnation, a.epoch,
+                            seen.keys().collect::<Vec<_>>()
+                        ),
+                        seen.values().copied().collect(),
+                    ));
+                }
             }
         }
         for exit in &self.exits {
@@ -106,11 +164,11 @@ impl Checker for WorkloadContinuity {
             checker: self.name().into(),
             valid,
             summary: format!(
-                "{} violations; {statuses} workload statuses observed over {} sandbox generations; {} runtimes started for {} sandboxes; {} supervisor exits{}",
+                "{} violations; {statuses} workload statuses observed over {} sandbox generations; {} runtimes started for {} sandboxes, {accepted} grants accepted; {} supervisor exits{}",
                 violations.len(),
                 seen.len(),
-                self.runtime_starts.values().sum::<usize>(),
-                self.runtime_starts.len(),
+                self.runtimes.values().map(|l| l.starts).sum::<usize>(),
+                self.runtimes.len(),
                 self.exits.len(),
                 if undecided { " (no workload status observed: nothing to check)" } else { "" }
             ),
@@ -127,6 +185,7 @@ impl Checker for WorkloadContinuity {
 mod tests {
     use super::*;
     use crate::history::{EventSpec, OpType, Process, Recorder};
+    use crate::workload::members::Activation;
 
     /// A `get` of sb1 whose view names `owner` at `term` with observed
     /// status `observed`; returns the completion's index.
@@ -155,11 +214,59 @@ mod tests {
     }
 
     fn check(r: &Recorder, starts: usize, exits: Vec<String>) -> CheckResult {
+        let log = RuntimeLog {
+            starts,
+            activations: Vec::new(),
+        };
+        check_with(r, log, exits)
+    }
+
+    fn check_with(r: &Recorder, log: RuntimeLog, exits: Vec<String>) -> CheckResult {
         WorkloadContinuity {
-            runtime_starts: [("sb1".to_string(), starts)].into(),
+            runtimes: [("sb1".to_string(), log)].into(),
             exits,
         }
         .check(&r.snapshot(), &FinalState::default())
+    }
+
+    fn accepted(member: &str, term: u64, epoch: u64) -> Activation {
+        Activation {
+            member: member.into(),
+            incarnation: 1,
+            term,
+            epoch,
+        }
+    }
+
+    #[test]
+    fn grants_accepted_in_epoch_order_from_the_logs_owners_are_valid() {
+        let r = Recorder::new(None).unwrap_or_else(|e| panic!("{e}"));
+        get(&r, "s1", 1, &workload(42, 1000));
+        get(&r, "s2", 2, &workload(42, 1000));
+        let log = RuntimeLog {
+            starts: 1,
+            activations: vec![accepted("s1", 1, 1), accepted("s2", 2, 2)],
+        };
+        let result = check_with(&r, log, Vec::new());
+        assert_eq!(result.valid, Validity::Valid, "{}", result.summary);
+    }
+
+    #[test]
+    fn an_older_epoch_or_a_grant_the_log_never_gave_is_a_violation() {
+        let r = Recorder::new(None).unwrap_or_else(|e| panic!("{e}"));
+        let view = get(&r, "s2", 2, &workload(42, 1000));
+        let back = RuntimeLog {
+            starts: 1,
+            activations: vec![accepted("s2", 2, 2), accepted("s1", 1, 1)],
+        };
+        assert_eq!(check_with(&r, back, Vec::new()).valid, Validity::Invalid);
+        let forged = RuntimeLog {
+            starts: 1,
+            activations: vec![accepted("s3", 2, 2)],
+        };
+        let result = check_with(&r, forged, Vec::new());
+        assert_eq!(result.valid, Validity::Invalid);
+        assert_eq!(result.offending, vec![view]);
     }
 
     #[test]

@@ -83,7 +83,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
-use super::members::{runtime_starts, MemberHost, ProcessSupervisor};
+use super::members::{runtime_logs, MemberHost, ProcessSupervisor};
 use super::supervisor::{Processes, Supervisor};
 use crate::checker::pool::{pool_checkers, PoolFinal};
 use crate::checker::workload::WorkloadContinuity;
@@ -912,7 +912,7 @@ impl PoolRunning {
         });
         if let Some(host) = &s.host {
             checkers.push(Box::new(WorkloadContinuity {
-                runtime_starts: runtime_starts(&host.runtime_dir()),
+                runtimes: runtime_logs(&host.runtime_dir()),
                 exits: lock(&s.exits).clone(),
             }));
         }

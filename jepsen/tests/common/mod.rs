@@ -165,3 +165,29 @@ pub fn pool_options(
     }
     o
 }
+
+/// Runs `options` and asserts the run left nothing behind and every checker
+/// said valid (printing each verdict); returns the outcome and its history
+/// text.
+pub async fn run_expecting_valid(options: RunOptions) -> (jepsen::run::Outcome, String) {
+    let started = std::time::Instant::now();
+    let outcome = jepsen::run::run(options)
+        .await
+        .unwrap_or_else(|e| panic!("the run could not be carried out: {e:#}"));
+    eprintln!("--- step: check (run took {:?})", started.elapsed());
+    assert!(
+        jepsen::net::stale_leftovers().is_empty(),
+        "the run left osj-* namespaces or links behind"
+    );
+    for r in &outcome.results {
+        eprintln!("{}: {:?} {}", r.checker, r.valid, r.summary);
+    }
+    assert!(
+        outcome.valid,
+        "violations or undecided checks; report at {}/index.html\n{}",
+        outcome.dir.display(),
+        results_text(&outcome.dir)
+    );
+    let history = std::fs::read_to_string(outcome.dir.join("history.jsonl")).unwrap_or_default();
+    (outcome, history)
+}

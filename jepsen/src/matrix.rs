@@ -1,23 +1,38 @@
 //! `openshell-jepsen matrix`: the chosen workload (`--workload register` or
 //! `pool`) under every nemesis in turn (one run each, same seed), then a
-//! markdown table of the results.
+//! markdown table of the results; `openshell-jepsen table DIR` renders the
+//! same table again from a matrix directory.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use crate::history::Event;
 use crate::nemesis::Fault;
 use crate::run::{run, RunOptions};
 
-/// One matrix row.
+/// One matrix row, as read back from its run directory.
 #[derive(Clone, Debug)]
 pub struct Row {
     /// Nemesis set name.
     pub name: String,
     /// Run directory.
     pub dir: PathBuf,
-    /// Verdict per checker (`name=valid|invalid|unknown`), or the error.
-    pub verdict: String,
-    /// Ops by outcome.
+    /// Nemesis events, and how many of each kind (heals left out).
+    pub faults: String,
+    /// Operations by `f`: ok/fail/info.
     pub ops: String,
+    /// Checkers valid / checkers run.
+    pub checkers: (usize, usize),
+    /// `valid`, or every checker that was not valid with its verdict, or
+    /// why the row has no results.
+    pub verdict: String,
+}
+
+impl Row {
+    /// Every checker said valid.
+    pub fn is_valid(&self) -> bool {
+        self.verdict == "valid"
+    }
 }
 
 /// The nemesis sets of the matrix: each fault alone, then all combined.
@@ -47,30 +62,14 @@ pub async fn run_matrix(base: &RunOptions, root: &Path, only: &[String]) -> Vec<
             options.out.display()
         );
         let row = match run(options.clone()).await {
-            Ok(outcome) => {
-                let verdict = outcome
-                    .results
-                    .iter()
-                    .map(|r| format!("{}={:?}", r.checker, r.valid).to_lowercase())
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                let ops = std::fs::read_to_string(outcome.dir.join("results.json"))
-                    .ok()
-                    .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-                    .map(|v| v["stats"].to_string())
-                    .unwrap_or_default();
-                Row {
-                    name,
-                    dir: outcome.dir,
-                    verdict,
-                    ops,
-                }
-            }
+            Ok(outcome) => read_row(&name, &outcome.dir),
             Err(e) => Row {
-                name,
+                name: name.clone(),
                 dir: options.out,
-                verdict: format!("error: {e:#}"),
+                faults: String::new(),
                 ops: String::new(),
+                checkers: (0, 0),
+                verdict: format!("error: {e:#}"),
             },
         };
         eprintln!("matrix: {} -> {}", row.name, row.verdict);
@@ -79,24 +78,159 @@ pub async fn run_matrix(base: &RunOptions, root: &Path, only: &[String]) -> Vec<
     rows
 }
 
-/// The results as a markdown table.
-pub fn table(rows: &[Row], base: &RunOptions) -> String {
-    let mut out = format!(
-        "{} workload, {} nodes, {} s per nemesis, seed {}, concurrency {}.\n\n| nemesis | result | ops | run dir |\n| --- | --- | --- | --- |\n",
-        base.workload,
-        base.nodes,
-        base.duration.as_secs(),
-        base.seed,
-        base.register.concurrency
-    );
+/// The rows of a matrix directory (`root/<set>/results.json` and
+/// `history.jsonl`), in matrix order; sets without results are left out.
+pub fn read_rows(root: &Path) -> Vec<Row> {
+    sets()
+        .into_iter()
+        .map(|(name, _)| (root.join(&name), name))
+        .filter(|(dir, _)| dir.join("results.json").is_file())
+        .map(|(dir, name)| read_row(&name, &dir))
+        .collect()
+}
+
+/// One row from its run directory.
+pub fn read_row(name: &str, dir: &Path) -> Row {
+    let mut row = Row {
+        name: name.to_string(),
+        dir: dir.to_path_buf(),
+        faults: String::new(),
+        ops: String::new(),
+        checkers: (0, 0),
+        verdict: String::new(),
+    };
+    let results = std::fs::read_to_string(dir.join("results.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok());
+    let Some(results) = results else {
+        row.verdict = format!("no readable {}/results.json", dir.display());
+        return row;
+    };
+    let checkers = results["checkers"].as_array().cloned().unwrap_or_default();
+    let mut not_valid = Vec::new();
+    for c in &checkers {
+        let verdict = c["valid"].as_str().unwrap_or("?");
+        if verdict == "valid" {
+            row.checkers.0 += 1;
+        } else {
+            not_valid.push(format!(
+                "{}={verdict}",
+                c["checker"].as_str().unwrap_or("?")
+            ));
+        }
+    }
+    row.checkers.1 = checkers.len();
+    row.verdict = if not_valid.is_empty() && !checkers.is_empty() {
+        "valid".into()
+    } else if checkers.is_empty() {
+        "no checkers ran".into()
+    } else {
+        not_valid.join(", ")
+    };
+    let mut ops = Vec::new();
+    if let Some(stats) = results["stats"].as_object() {
+        for (f, by) in stats.iter().filter(|(f, _)| f.as_str() != "nemesis") {
+            let n = |t: &str| by[t].as_u64().unwrap_or(0);
+            ops.push(format!("{f} {}/{}/{}", n("ok"), n("fail"), n("info")));
+        }
+    }
+    row.ops = ops.join("; ");
+    let events = crate::history::read_jsonl(&dir.join("history.jsonl")).unwrap_or_default();
+    row.faults = fault_summary(&events);
+    row
+}
+
+/// `N (kind n, ...)`: nemesis events, by kind, heals left out of the list.
+fn fault_summary(events: &[Event]) -> String {
+    let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut total = 0;
+    for e in events
+        .iter()
+        .filter(|e| matches!(e.process, crate::history::Process::Nemesis))
+    {
+        total += 1;
+        if e.f != "recover" {
+            *kinds.entry(e.f.as_str()).or_default() += 1;
+        }
+    }
+    let list: Vec<String> = kinds.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    format!("{total} ({})", list.join(", "))
+}
+
+/// The rows as a markdown table, under a line naming the settings (`base`,
+/// when the rows were just run).
+pub fn table(rows: &[Row], base: Option<&RunOptions>) -> String {
+    let mut out = String::new();
+    if let Some(base) = base {
+        out.push_str(&format!(
+            "{} workload, {} nodes, {} s per nemesis, seed {}.\n\n",
+            base.workload,
+            base.nodes,
+            base.duration.as_secs(),
+            base.seed,
+        ));
+    }
+    out.push_str("| nemesis | nemesis events | operations ok/fail/info | checkers | verdict |\n| --- | --- | --- | --- | --- |\n");
     for r in rows {
         out.push_str(&format!(
-            "| {} | {} | `{}` | {} |\n",
-            r.name,
-            r.verdict,
-            r.ops,
-            r.dir.display()
+            "| {} | {} | {} | {}/{} valid | **{}** |\n",
+            r.name, r.faults, r.ops, r.checkers.0, r.checkers.1, r.verdict
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write_row(root: &Path, name: &str, verdicts: &[(&str, &str)]) {
+        let dir = root.join(name);
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+        let checkers: Vec<serde_json::Value> = verdicts
+            .iter()
+            .map(|(c, v)| serde_json::json!({"checker": c, "valid": v}))
+            .collect();
+        let results = serde_json::json!({
+            "checkers": checkers,
+            "stats": {"read": {"ok": 5, "fail": 1}, "nemesis": {"events": 2}},
+        });
+        std::fs::write(dir.join("results.json"), results.to_string())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let history = [
+            r#"{"index":0,"type":"info","process":"nemesis","f":"kill","value":"n1","time":1}"#,
+            r#"{"index":1,"type":"info","process":"nemesis","f":"recover","value":"healed","time":2}"#,
+        ]
+        .join("\n");
+        std::fs::write(dir.join("history.jsonl"), history).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    #[test]
+    fn rows_are_read_back_in_matrix_order_with_every_non_valid_checker_named() {
+        let root = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        write_row(root.path(), "kill", &[("linearizable", "valid")]);
+        write_row(
+            root.path(),
+            "isolate",
+            &[
+                ("linearizable", "invalid"),
+                ("replicas-identical", "unknown"),
+            ],
+        );
+        let rows = read_rows(root.path());
+        let names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["isolate", "kill"]);
+        assert_eq!(
+            rows[0].verdict,
+            "linearizable=invalid, replicas-identical=unknown"
+        );
+        assert!(!rows[0].is_valid() && rows[1].is_valid());
+        assert_eq!(rows[1].faults, "2 (kill 1)");
+        assert_eq!(rows[1].ops, "read 5/1/0");
+        let table = table(&rows, None);
+        assert!(
+            table.contains("| kill | 2 (kill 1) | read 5/1/0 | 1/1 valid | **valid** |"),
+            "{table}"
+        );
+    }
 }

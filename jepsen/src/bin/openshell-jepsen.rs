@@ -5,6 +5,7 @@
 //! openshell-jepsen run    --workload pool [--members process|scripted] [--supervisors 4] [--capacity 3] [--pool-faults pause,kill,drain] ...
 //! openshell-jepsen matrix [--time-limit 300] [--only kill,pause] [--workload pool] ...
 //! openshell-jepsen check  history.jsonl
+//! openshell-jepsen table  <matrix dir>
 //! openshell-jepsen clean
 //! ```
 //! Exit code: 0 valid, 1 a checker found a violation or could not decide,
@@ -48,6 +49,11 @@ enum Cmd {
     Check {
         /// The history file.
         history: PathBuf,
+    },
+    /// Renders the results table of a matrix directory again.
+    Table {
+        /// The matrix directory (`--out` of `matrix`).
+        dir: PathBuf,
     },
     /// Removes every osj-* namespace, link and process left by earlier runs
     /// whose harness is gone (runs in progress are left alone).
@@ -379,15 +385,27 @@ fn main() -> ExitCode {
             let root = opts.out.clone();
             opts.out = root.clone();
             let rows = runtime.block_on(jepsen::matrix::run_matrix(&opts, &root, &only));
-            let table = jepsen::matrix::table(&rows, &opts);
+            let table = jepsen::matrix::table(&rows, Some(&opts));
             println!("{table}");
             let _ = std::fs::create_dir_all(&root);
             let _ = std::fs::write(root.join("matrix.md"), &table);
-            if rows.iter().all(|r| {
-                !r.verdict.contains("invalid")
-                    && !r.verdict.contains("unknown")
-                    && !r.verdict.starts_with("error")
-            }) {
+            if rows.iter().all(jepsen::matrix::Row::is_valid) {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Cmd::Table { dir } => {
+            let rows = jepsen::matrix::read_rows(&dir);
+            if rows.is_empty() {
+                eprintln!(
+                    "no matrix rows (<set>/results.json) under {}",
+                    dir.display()
+                );
+                return ExitCode::from(2);
+            }
+            println!("{}", jepsen::matrix::table(&rows, None));
+            if rows.iter().all(jepsen::matrix::Row::is_valid) {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::from(1)

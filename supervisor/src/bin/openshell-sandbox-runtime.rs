@@ -147,7 +147,7 @@ fn serve(args: RunArgs) -> anyhow::Result<()> {
         .init();
     match runtime::become_session_leader() {
         Ok(true) => tracing::debug!("started a new session (setsid)"),
-        Ok(false) => {}
+        Ok(false) => tracing::debug!("already detached (session or process-group leader)"),
         Err(e) => tracing::warn!("setsid failed, the runtime may die with its parent: {e}"),
     }
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -189,15 +189,19 @@ pub enum RuntimeError {
     Serve(String),
 }
 
-/// Makes this process a session leader (`setsid`) unless it already is, so
-/// that it outlives whoever spawned it. Returns true when it called setsid.
+/// Makes this process a session leader (`setsid`) so that it outlives
+/// whoever spawned it, unless it already leads its session or its process
+/// group (a parent that spawned it in a group of its own, as the supervisor
+/// does, already detached it from the parent's group signals; setsid would
+/// fail with EPERM). Returns true when it called setsid.
 ///
 /// # Errors
-/// The OS error of `setsid` (e.g. the process is a process-group leader).
+/// The OS error of `setsid`.
 pub fn become_session_leader() -> std::io::Result<bool> {
     // SAFETY: plain syscalls without pointers.
     unsafe {
-        if libc::getsid(0) == libc::getpid() {
+        let me = libc::getpid();
+        if libc::getsid(0) == me || libc::getpgrp() == me {
             return Ok(false);
         }
         if libc::setsid() < 0 {

@@ -61,6 +61,10 @@ pub struct Agent {
     activating: Mutex<BTreeSet<(String, u64)>>,
     /// (sandbox, generation) already released.
     released: Mutex<BTreeSet<(String, u64)>>,
+    /// (sandbox, generation) whose runtime this process spawned: never a
+    /// second one (see `session::start_runtime`). One small entry per
+    /// launch for the life of the process.
+    launched: Mutex<BTreeSet<(String, u64)>>,
     /// The cluster public key from HelloAccepted (passed to new runtimes).
     cluster_key: Mutex<String>,
     /// The recovery deadline from HelloAccepted (passed to new runtimes).
@@ -173,6 +177,7 @@ pub async fn run(
         sessions: Mutex::new(BTreeMap::new()),
         activating: Mutex::new(BTreeSet::new()),
         released: Mutex::new(BTreeSet::new()),
+        launched: Mutex::new(BTreeSet::new()),
         cluster_key: Mutex::new(String::new()),
         recovery_deadline_ms: AtomicU64::new(60_000),
         outbound: Mutex::new(None),

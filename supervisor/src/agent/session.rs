@@ -77,7 +77,25 @@ async fn locate_runtime(agent: &Agent, sandbox: &str) -> Option<String> {
 }
 
 /// Starts the runtime of a fresh launch and waits for its address.
+///
+/// At most once per sandbox generation in this process: once a runtime was
+/// spawned, a later activation that finds no runtime answering means that
+/// workload is gone (released, or stopped by its recovery deadline), and
+/// starting another would run a second workload for the sandbox. That
+/// happens when this supervisor keeps acting on a stale term-1 assignment
+/// (e.g. streamed by a gateway cut off from the majority) after the
+/// sandbox was taken over and deleted: a fresh runtime has no memory of
+/// the newer epoch that fenced the old one, so it would accept the stale
+/// grant. A restarted supervisor is a new incarnation, which stale term-1
+/// grants do not name.
 async fn start_runtime(agent: &Agent, a: &SandboxInstanceAssignment) -> Result<String, String> {
+    let launch = (a.sandbox_id.clone(), a.generation);
+    if Agent::lock(&agent.launched).contains(&launch) {
+        return Err(format!(
+            "not starting a second runtime for {} generation {}: the one this supervisor started no longer answers",
+            a.sandbox_id, a.generation
+        ));
+    }
     let key = Agent::lock(&agent.cluster_key).clone();
     let deadline = agent.recovery_deadline_ms.load(Ordering::SeqCst);
     let addr_path = addr_file(agent, &a.sandbox_id);
@@ -116,6 +134,7 @@ async fn start_runtime(agent: &Agent, a: &SandboxInstanceAssignment) -> Result<S
     let mut child = command
         .spawn()
         .map_err(|e| format!("starting {}: {e}", agent.config.runtime_bin.display()))?;
+    Agent::lock(&agent.launched).insert(launch);
     // Reap the runtime when it exits (it outlives us if we die first).
     tokio::spawn(async move {
         let _ = child.wait().await;

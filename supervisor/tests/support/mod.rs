@@ -39,6 +39,8 @@ pub struct Supervisor {
     pub credential: String,
     /// Attach in the listed gateway order.
     pub listed_order: bool,
+    /// Extra environment (inherited by the runtimes it starts).
+    pub env: Vec<(String, String)>,
     child: Option<Child>,
 }
 
@@ -52,6 +54,7 @@ impl Supervisor {
             log_path: root.join(format!("{member}.log")),
             credential: String::new(),
             listed_order: false,
+            env: Vec::new(),
             child: None,
         }
     }
@@ -92,6 +95,7 @@ impl Supervisor {
             ])
             .args(["--credential", &self.credential])
             .env("RUST_LOG", "info")
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(err))
             .spawn()
@@ -231,6 +235,12 @@ pub fn sandbox<'a>(status: &'a SupervisorPoolStatus, id: &str) -> Option<&'a San
 
 /// Creates a demo sandbox through any gateway.
 pub async fn create_sandbox(cluster: &Cluster, id: &str) -> Sandbox {
+    create_sandbox_running(cluster, id, "demo").await
+}
+
+/// Creates a sandbox whose launch material is `material` (a JSON argv, or
+/// "demo") through any gateway.
+pub async fn create_sandbox_running(cluster: &Cluster, id: &str, material: &str) -> Sandbox {
     eventually("create sandbox", || async {
         let node = cluster
             .nodes
@@ -242,7 +252,7 @@ pub async fn create_sandbox(cluster: &Cluster, id: &str) -> Sandbox {
             .create_sandbox(CreateSandboxRequest {
                 sandbox_id: id.into(),
                 launch_id: String::new(),
-                material_ref: "demo".into(),
+                material_ref: material.into(),
             })
             .await?
             .into_inner())

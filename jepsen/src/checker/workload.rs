@@ -63,12 +63,20 @@ impl Checker for WorkloadContinuity {
         let mut generations: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
         // (sandbox, term) -> (member, incarnation, epoch) -> first event.
         let mut owners: BTreeMap<(String, u64), BTreeMap<Owner, u64>> = BTreeMap::new();
+        // sandbox -> (first, last) linearizable view events, to point the
+        // report at a sandbox whose runtimes misbehaved.
+        let mut span: BTreeMap<String, (u64, u64)> = BTreeMap::new();
         let mut statuses = 0usize;
         for o in observations(history).iter().filter(|o| o.linear) {
             generations
                 .entry(o.sandbox.clone())
                 .or_default()
                 .insert(o.generation);
+            let e = span
+                .entry(o.sandbox.clone())
+                .or_insert((o.i_done, o.i_done));
+            e.0 = e.0.min(o.i_done);
+            e.1 = e.1.max(o.i_done);
             owners
                 .entry((o.sandbox.clone(), o.term))
                 .or_default()
@@ -102,13 +110,17 @@ impl Checker for WorkloadContinuity {
         let mut accepted = 0usize;
         for (sandbox, log) in &self.runtimes {
             let gens = generations.get(sandbox).map_or(1, BTreeSet::len).max(1);
+            let views: Vec<u64> = span
+                .get(sandbox)
+                .map(|(a, b)| if a == b { vec![*a] } else { vec![*a, *b] })
+                .unwrap_or_default();
             if log.starts > gens {
                 violations.push((
                     format!(
-                        "{sandbox}: {} runtimes started for {gens} generation(s) (runtimes/{sandbox}.log)",
+                        "{sandbox}: {} runtimes started for {gens} generation(s) (runtimes/{sandbox}.log; events: its first and last view)",
                         log.starts
                     ),
-                    Vec::new(),
+                    views.clone(),
                 ));
             }
             let mut last: Option<&crate::workload::members::Activation> = None;
@@ -126,7 +138,7 @@ impl Checker for WorkloadContinuity {
                                 a.member, a.incarnation, a.term, a.epoch,
                                 prev.member, prev.incarnation, prev.term, prev.epoch
                             ),
-                            Vec::new(),
+                            views.clone(),
                         ));
                     }
                 }
@@ -292,8 +304,14 @@ mod tests {
     #[test]
     fn a_second_runtime_or_a_supervisor_exit_is_a_violation() {
         let r = Recorder::new(None).unwrap_or_else(|e| panic!("{e}"));
-        get(&r, "s1", 1, &workload(42, 1000));
-        assert_eq!(check(&r, 2, Vec::new()).valid, Validity::Invalid);
+        let view = get(&r, "s1", 1, &workload(42, 1000));
+        let twice = check(&r, 2, Vec::new());
+        assert_eq!(twice.valid, Validity::Invalid);
+        assert_eq!(
+            twice.offending,
+            vec![view],
+            "the report points at the sandbox"
+        );
         let exit = vec!["s3 (pid 9) exited by itself; see s3.log".to_string()];
         assert_eq!(check(&r, 1, exit).valid, Validity::Invalid);
     }

@@ -140,7 +140,11 @@ fn now_ms() -> u64 {
 }
 
 /// Whether a gateway's refusal says the pool retired this incarnation
-/// (expired or left), as opposed to every other refusal.
+/// (expired or left), as opposed to every other refusal. The gateway says
+/// so in two places, both FAILED_PRECONDITION: a refused join
+/// (`pool::Reason::IncarnationRetired`, "incarnation retired (expired or
+/// left)") and the closing of an attached stream (`Hub::push_snapshots`);
+/// `t25_paused_owner` exercises both.
 fn is_retired(status: &tonic::Status) -> bool {
     status.code() == tonic::Code::FailedPrecondition
         && status.message().contains("incarnation retired")

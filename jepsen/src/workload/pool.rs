@@ -305,6 +305,26 @@ enum Outcome {
     Info(String),
 }
 
+/// How a call that changes state ended: `ok` with its view; a certain
+/// failure (`fail`, nothing applied) for the `certain` codes; otherwise
+/// unknown (`info`: it may have been applied).
+fn write_outcome(
+    result: Result<Value, tonic::Status>,
+    value: &Value,
+    certain: &[tonic::Code],
+) -> Outcome {
+    match result {
+        Ok(v) => Outcome::Ok(v),
+        Err(s) if certain.contains(&s.code()) => Outcome::Fail(value.clone(), short(&s)),
+        Err(s) => Outcome::Info(short(&s)),
+    }
+}
+
+/// The JSON view of a pool operation (`drain` / `cancel` results).
+fn operation_value(o: &proto::pool_admin::SupervisorPoolOperation) -> Value {
+    json!({"op": o.id, "member": o.member, "phase": o.phase})
+}
+
 struct Shared {
     cluster: Arc<Cluster>,
     history: Recorder,
@@ -439,40 +459,27 @@ impl Shared {
                     })
                     .await
                 {
-                    Ok(r) => Outcome::Ok(sandbox_value(&r.into_inner())),
                     Err(s) if s.code() == tonic::Code::ResourceExhausted => {
                         let mut v = value.clone();
                         v["refused"] = json!(true);
                         Outcome::Fail(v, short(&s))
                     }
-                    Err(s)
-                        if matches!(
-                            s.code(),
-                            tonic::Code::AlreadyExists | tonic::Code::InvalidArgument
-                        ) =>
-                    {
-                        Outcome::Fail(value.clone(), short(&s))
-                    }
-                    Err(s) => Outcome::Info(short(&s)),
+                    r => write_outcome(
+                        r.map(|r| sandbox_value(&r.into_inner())),
+                        value,
+                        &[tonic::Code::AlreadyExists, tonic::Code::InvalidArgument],
+                    ),
                 }
             }
-            "delete" => match pool
-                .delete_sandbox(DeleteSandboxRequest {
+            "delete" => write_outcome(
+                pool.delete_sandbox(DeleteSandboxRequest {
                     sandbox_id: key.clone(),
                 })
                 .await
-            {
-                Ok(r) => Outcome::Ok(sandbox_value(&r.into_inner())),
-                Err(s)
-                    if matches!(
-                        s.code(),
-                        tonic::Code::NotFound | tonic::Code::FailedPrecondition
-                    ) =>
-                {
-                    Outcome::Fail(value.clone(), short(&s))
-                }
-                Err(s) => Outcome::Info(short(&s)),
-            },
+                .map(|r| sandbox_value(&r.into_inner())),
+                value,
+                &[tonic::Code::NotFound, tonic::Code::FailedPrecondition],
+            ),
             "get" => match pool
                 .get_sandbox(GetSandboxRequest {
                     sandbox_id: key.clone(),
@@ -505,8 +512,8 @@ impl Shared {
             "drain" => {
                 let op = value["op"].as_str().unwrap_or_default().to_string();
                 let member = value["member"].as_str().unwrap_or_default().to_string();
-                match pool
-                    .start_supervisor_pool_operation(StartSupervisorPoolOperationRequest {
+                write_outcome(
+                    pool.start_supervisor_pool_operation(StartSupervisorPoolOperationRequest {
                         operation_id: op,
                         kind: Some(start_supervisor_pool_operation_request::Kind::DrainMember(
                             member,
@@ -514,47 +521,27 @@ impl Shared {
                         max_parallel: 2,
                     })
                     .await
-                {
-                    Ok(r) => {
-                        let o = r.into_inner();
-                        Outcome::Ok(json!({"op": o.id, "member": o.member, "phase": o.phase}))
-                    }
-                    Err(s)
-                        if matches!(
-                            s.code(),
-                            tonic::Code::FailedPrecondition
-                                | tonic::Code::InvalidArgument
-                                | tonic::Code::NotFound
-                                | tonic::Code::AlreadyExists
-                        ) =>
-                    {
-                        Outcome::Fail(value.clone(), short(&s))
-                    }
-                    Err(s) => Outcome::Info(short(&s)),
-                }
+                    .map(|r| operation_value(&r.into_inner())),
+                    value,
+                    &[
+                        tonic::Code::FailedPrecondition,
+                        tonic::Code::InvalidArgument,
+                        tonic::Code::NotFound,
+                        tonic::Code::AlreadyExists,
+                    ],
+                )
             }
             "cancel" => {
                 let op = value["op"].as_str().unwrap_or_default().to_string();
-                match pool
-                    .cancel_supervisor_pool_operation(CancelSupervisorPoolOperationRequest {
+                write_outcome(
+                    pool.cancel_supervisor_pool_operation(CancelSupervisorPoolOperationRequest {
                         operation_id: op,
                     })
                     .await
-                {
-                    Ok(r) => {
-                        let o = r.into_inner();
-                        Outcome::Ok(json!({"op": o.id, "member": o.member, "phase": o.phase}))
-                    }
-                    Err(s)
-                        if matches!(
-                            s.code(),
-                            tonic::Code::FailedPrecondition | tonic::Code::NotFound
-                        ) =>
-                    {
-                        Outcome::Fail(value.clone(), short(&s))
-                    }
-                    Err(s) => Outcome::Info(short(&s)),
-                }
+                    .map(|r| operation_value(&r.into_inner())),
+                    value,
+                    &[tonic::Code::FailedPrecondition, tonic::Code::NotFound],
+                )
             }
             other => Outcome::Fail(value.clone(), format!("unknown op {other}")),
         }

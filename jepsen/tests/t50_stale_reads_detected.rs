@@ -16,7 +16,7 @@ use jepsen::checker::Validity;
 // Not in the default `cargo test` run: the cold build of a second gateway
 // takes 1.5 to 3 minutes on a 2-core machine (measured 2 min 41 s, 3 min 23 s
 // for the whole test). Run it with:
-//   cargo test -p jepsen --test t50_stale_reads_detected -- --ignored --nocapture
+//   cargo test --workspace --test t50_stale_reads_detected -- --ignored --nocapture
 #[ignore = "builds a second gateway (cold: ~3 min); run with -- --ignored"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stale_reads_build_is_reported_not_linearizable() {
@@ -25,8 +25,7 @@ async fn stale_reads_build_is_reported_not_linearizable() {
         return;
     }
     eprintln!("--- step: build the faulty gateway into target/jepsen-fault");
-    let target = common::workspace().join("target/jepsen-fault");
-    let bin = common::build_gateway(&target, &["fault-stale-reads"]);
+    let bin = common::build_fault_gateway("fault-stale-reads");
     eprintln!("--- step: run with partitions");
     let options = common::options("t50-stale-reads", bin, "isolate,leader-minority", 40, 50);
     let outcome = jepsen::run::run(options)

@@ -6,7 +6,7 @@
 //! name the offending operations.
 //!
 //! - given: the gateway built with `--features fault-skip-i4` into
-//!   `target/jepsen-fault-i4` (cold build about 1 min 50 s)
+//!   `target/jepsen-fault`, shared with t50 (its dependencies compile once)
 //! - when: 35 s of pool ops, pool faults `pause` only (3.4–3.9 s, below the
 //!   4 s TTL), no gateway nemesis
 //! - then: `pool-i4-takeover-dead-owner` is invalid with offending events
@@ -17,13 +17,10 @@ mod common;
 
 use jepsen::checker::Validity;
 
-// In the default `cargo test` run (measured on the 2-core dev machine: cold
-// build of the faulty gateway 1 min 49 s, the run 53 s, about 2 min 45 s in
-// all; warm 54 s). Run it alone with:
-//   cargo test -p jepsen --test t60_skip_i4_detected -- --nocapture
-// Builds a second gateway with the fault feature (about 2 minutes cold), so it
-// runs from .ci/run rather than in every `cargo test --workspace`:
-// `cargo test -p jepsen --test t60_skip_i4_detected -- --ignored`.
+// Not in the default `cargo test` run: it builds a second gateway with the
+// fault feature (about 2 minutes cold on a 2-core machine; the run itself
+// about 55 s). .ci/run runs it after the README's test command with:
+//   cargo test --workspace --test t60_skip_i4_detected -- --ignored --nocapture
 #[ignore = "builds a fault-injection gateway; .ci/run runs it with --ignored"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn skip_i4_build_is_reported_by_the_i4_checker() {
@@ -31,9 +28,8 @@ async fn skip_i4_build_is_reported_by_the_i4_checker() {
         eprintln!("skipped: needs root for network namespaces");
         return;
     }
-    eprintln!("--- step: build the faulty gateway into target/jepsen-fault-i4");
-    let target = common::workspace().join("target/jepsen-fault-i4");
-    let bin = common::build_gateway(&target, &["fault-skip-i4"]);
+    eprintln!("--- step: build the faulty gateway into target/jepsen-fault");
+    let bin = common::build_fault_gateway("fault-skip-i4");
     eprintln!("--- step: run with supervisor pauses");
     let mut options = common::pool_options("t60-skip-i4", bin, "none", &["pause"], 35, 60);
     // Scripted members: their pauses are exact, and they record every grant.

@@ -11,23 +11,20 @@ use serde_json::Value;
 
 use super::{free_port, object, TestResult};
 
-/// The `openshell-pool` binary (this package's; elsewhere next to the
-/// gateway binary, which `gateway_bin` builds with it).
+/// The `openshell-pool` binary (this package's; elsewhere the workspace
+/// build's).
 pub fn pool_bin() -> PathBuf {
     match option_env!("CARGO_BIN_EXE_openshell-pool") {
         Some(bin) => PathBuf::from(bin),
-        None => super::gateway_bin().with_file_name("openshell-pool"),
+        None => super::bins::workspace_bin("openshell-pool"),
     }
 }
 
-/// Builds the supervisor and runtime binaries next to openshell-pool (dev
-/// starts them from there).
+/// Brings the supervisor and runtime binaries up to date next to
+/// openshell-pool (dev starts them from there).
 pub fn build_supervisor_bins() {
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "-p", "supervisor", "--bins"])
-        .status()
-        .unwrap_or_else(|e| panic!("cargo build: {e}"));
-    assert!(status.success());
+    super::bins::workspace_bin("openshell-supervisor");
+    super::bins::workspace_bin("openshell-sandbox-runtime");
 }
 
 /// A base port whose dev ports are all free.

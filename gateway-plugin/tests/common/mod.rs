@@ -2,6 +2,7 @@
 //! real sled directories, `kill -9` and restarts.
 #![allow(dead_code)]
 
+pub mod bins;
 pub mod cli;
 pub mod fake;
 
@@ -19,41 +20,13 @@ use tonic::transport::Channel;
 pub type TestResult<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 /// The `openshell-gateway` binary: this package's own when testing
-/// gateway-plugin; else the one in the same target directory as the test
-/// executable, rebuilt once per test process so it is never stale (other
-/// crates' end-to-end tests include this harness).
+/// gateway-plugin; else the workspace build's (other crates' end-to-end
+/// tests include this harness).
 pub fn gateway_bin() -> PathBuf {
-    if let Some(bin) = option_env!("CARGO_BIN_EXE_openshell-gateway") {
-        return PathBuf::from(bin);
+    match option_env!("CARGO_BIN_EXE_openshell-gateway") {
+        Some(bin) => PathBuf::from(bin),
+        None => bins::workspace_bin("openshell-gateway"),
     }
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let exe = std::env::current_exe().unwrap_or_else(|e| panic!("current exe: {e}"));
-            // target/<profile>/deps/<test> -> target/<profile>/openshell-gateway
-            let dir = exe
-                .parent()
-                .and_then(|d| d.parent())
-                .unwrap_or_else(|| panic!("no target dir above {exe:?}"));
-            let target = dir
-                .parent()
-                .unwrap_or_else(|| panic!("no target root above {dir:?}"));
-            let status = Command::new(env!("CARGO"))
-                .args([
-                    "build",
-                    "-p",
-                    "gateway-plugin",
-                    "--bin",
-                    "openshell-gateway",
-                    "--target-dir",
-                ])
-                .arg(target)
-                .status()
-                .unwrap_or_else(|e| panic!("building openshell-gateway: {e}"));
-            assert!(status.success(), "building openshell-gateway failed");
-            dir.join("openshell-gateway")
-        })
-        .clone()
 }
 
 /// A free loopback port (bound and released; the gateway binds it next).

@@ -16,97 +16,70 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-/// `target/<profile>` of this test executable (`.../target/debug/deps/t10_x`).
-pub fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap_or_else(|e| panic!("current_exe: {e}"));
-    exe.parent()
-        .and_then(Path::parent)
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| panic!("no target dir above {}", exe.display()))
-}
+#[path = "../../../gateway-plugin/tests/common/bins.rs"]
+mod bins;
+pub use bins::{profile_dir, workspace_root as workspace};
 
-/// The workspace root (this crate's parent).
-pub fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| panic!("no workspace above the jepsen crate"))
-}
+/// `openshell-gateway` built with the fault-injection `feature` (one of
+/// gateway-plugin's `fault-*` features) into `target/jepsen-fault`, a target
+/// dir of its own: the build never waits for the lock of the `cargo test`
+/// that runs us and never replaces the correct gateway. Every fault build
+/// shares that dir (the dependencies compile once); each result is copied
+/// out as `target/jepsen-fault/openshell-gateway-<feature>` under a file lock,
+/// so two tests building different features never hand each other's binary.
+pub fn build_fault_gateway(feature: &str) -> PathBuf {
+    use std::os::fd::AsRawFd;
 
-/// Runs `cargo build -p <package> --bin <bin>... [features]` into
-/// `target_dir` and returns the binaries. A target dir of its own, so the
-/// build never waits for the lock of the `cargo test` that runs us.
-pub fn build_bins(
-    target_dir: &Path,
-    package: &str,
-    bins: &[&str],
-    features: &[&str],
-) -> Vec<PathBuf> {
+    let target = workspace().join("target").join("jepsen-fault");
+    std::fs::create_dir_all(&target)
+        .unwrap_or_else(|e| panic!("creating {}: {e}", target.display()));
+    let lock_path = target.join("build.lock");
+    let lock = std::fs::File::create(&lock_path)
+        .unwrap_or_else(|e| panic!("creating {}: {e}", lock_path.display()));
+    // SAFETY: flock on a descriptor we own; released when `lock` drops.
+    let rc = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) };
+    assert_eq!(rc, 0, "flock {}", lock_path.display());
+
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.current_dir(workspace()).args(["build", "-p", package]);
-    for bin in bins {
-        cmd.args(["--bin", bin]);
-    }
-    cmd.arg("--target-dir").arg(target_dir);
-    if !features.is_empty() {
-        cmd.args(["--features", &features.join(",")]);
-    }
-    let status = cmd
+    let status = Command::new(cargo)
+        .current_dir(workspace())
+        .args([
+            "build",
+            "-p",
+            "gateway-plugin",
+            "--bin",
+            "openshell-gateway",
+        ])
+        .args(["--features", feature, "--target-dir"])
+        .arg(&target)
         .status()
         .unwrap_or_else(|e| panic!("running cargo: {e}"));
-    assert!(status.success(), "building {package} failed: {status}");
-    bins.iter()
-        .map(|bin| {
-            let path = target_dir.join("debug").join(bin);
-            assert!(path.is_file(), "{} missing after the build", path.display());
-            path
-        })
-        .collect()
+    assert!(
+        status.success(),
+        "building the {feature} gateway failed: {status}"
+    );
+    let built = target.join("debug").join("openshell-gateway");
+    let out = target.join(format!("openshell-gateway-{feature}"));
+    let partial = target.join(format!(".openshell-gateway-{feature}.partial"));
+    std::fs::copy(&built, &partial).unwrap_or_else(|e| panic!("copying {}: {e}", built.display()));
+    std::fs::rename(&partial, &out)
+        .unwrap_or_else(|e| panic!("renaming to {}: {e}", out.display()));
+    drop(lock);
+    out
 }
 
-/// `cargo build -p gateway-plugin --bin openshell-gateway [features]` into
-/// `target_dir`; returns the binary.
-pub fn build_gateway(target_dir: &Path, features: &[&str]) -> PathBuf {
-    build_bins(
-        target_dir,
-        "gateway-plugin",
-        &["openshell-gateway"],
-        features,
-    )
-    .remove(0)
-}
-
-/// `openshell-supervisor` and `openshell-sandbox-runtime` next to this test
-/// executable, built (into a target dir of their own) if absent.
+/// `openshell-supervisor` and `openshell-sandbox-runtime`, built up to date
+/// by the workspace build.
 pub fn supervisor_bins() -> (PathBuf, PathBuf) {
-    let names = ["openshell-supervisor", "openshell-sandbox-runtime"];
-    let here: Vec<PathBuf> = names.iter().map(|n| profile_dir().join(n)).collect();
-    let mut bins = if here.iter().all(|b| b.is_file()) {
-        here
-    } else {
-        let target = profile_dir()
-            .parent()
-            .map(|t| t.join("jepsen-gateway"))
-            .unwrap_or_else(|| panic!("no target dir"));
-        build_bins(&target, "supervisor", &names, &[])
-    };
-    let runtime = bins.remove(1);
-    (bins.remove(0), runtime)
+    (
+        bins::workspace_bin("openshell-supervisor"),
+        bins::workspace_bin("openshell-sandbox-runtime"),
+    )
 }
 
-/// `openshell-gateway` next to this test executable, built (into a target
-/// dir of its own) if absent.
+/// `openshell-gateway`, built up to date by the workspace build.
 pub fn gateway_bin() -> PathBuf {
-    let bin = profile_dir().join("openshell-gateway");
-    if bin.is_file() {
-        return bin;
-    }
-    let target = profile_dir()
-        .parent()
-        .map(|t| t.join("jepsen-gateway"))
-        .unwrap_or_else(|| panic!("no target dir"));
-    build_gateway(&target, &[])
+    bins::workspace_bin("openshell-gateway")
 }
 
 /// Test-sized run options.

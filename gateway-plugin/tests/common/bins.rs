@@ -1,0 +1,65 @@
+//! The workspace's binaries for end-to-end tests in any of its crates.
+//!
+//! One build per test process: `cargo build --workspace --bins` into the
+//! target directory of the running test executable. It selects the same
+//! packages as `cargo test --workspace`, so dependencies are resolved with
+//! the same features and nothing is compiled twice (a `-p <package>` build
+//! would resolve features for that package alone and rebuild dozens of
+//! crates beside the test build's); when the test build already made the
+//! binaries it takes a fraction of a second, and under `cargo test -p X` it
+//! brings other packages' binaries up to date instead of running stale ones.
+//! Only std: the gateway-plugin, supervisor and jepsen tests include it.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// `target/<profile>` of the running test executable
+/// (`target/<profile>/deps/<test>`).
+pub fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap_or_else(|e| panic!("current_exe: {e}"));
+    exe.parent()
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| panic!("no target/<profile> above {}", exe.display()))
+}
+
+/// The workspace root (parent of every crate directory).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| panic!("no workspace above {}", env!("CARGO_MANIFEST_DIR")))
+}
+
+/// The workspace binary `name` (e.g. `openshell-gateway`), built up to date
+/// once per test process.
+pub fn workspace_bin(name: &str) -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    let dir = BUILT.get_or_init(|| {
+        let dir = profile_dir();
+        let target = dir
+            .parent()
+            .unwrap_or_else(|| panic!("no target dir above {}", dir.display()));
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.current_dir(workspace_root())
+            .args(["build", "--workspace", "--bins", "--target-dir"])
+            .arg(target);
+        if dir.file_name().is_some_and(|p| p == "release") {
+            cmd.arg("--release");
+        }
+        let status = cmd
+            .status()
+            .unwrap_or_else(|e| panic!("running cargo build --workspace --bins: {e}"));
+        assert!(
+            status.success(),
+            "cargo build --workspace --bins failed: {status}"
+        );
+        dir
+    });
+    let bin = dir.join(name);
+    assert!(bin.is_file(), "{} missing after the build", bin.display());
+    bin
+}

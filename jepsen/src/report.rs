@@ -108,6 +108,71 @@ fn page_data(results: &Results, history: &[Event]) -> serde_json::Value {
     json!({"ops": ops, "nemesis": nemesis, "end": end})
 }
 
+/// Most rows listed per checker in the page's offending-events tables (all
+/// of them are in `results.json` and outlined in the timeline).
+const OFFENDING_ROWS: usize = 200;
+
+/// One table per checker that named offending events: each event's history
+/// index (anchor `ev-<index>`), time, process, type, f, key, value, node and
+/// error, so the violation can be read without hovering the timeline.
+fn offending_sections(results: &Results, history: &[Event]) -> String {
+    let by_index: std::collections::BTreeMap<u64, &Event> =
+        history.iter().map(|e| (e.index, e)).collect();
+    let mut out = String::new();
+    for c in results.checkers.iter().filter(|c| !c.offending.is_empty()) {
+        let name = escape(&c.checker);
+        out.push_str(&format!(
+            "<h2 id=\"offending-{name}\">Offending events: {name} ({})</h2>\n<table class=\"offending\"><tr><th>#</th><th>time</th><th>process</th><th>type</th><th>f</th><th>key</th><th>value</th><th>node</th><th>error</th></tr>\n",
+            c.offending.len()
+        ));
+        for index in c.offending.iter().take(OFFENDING_ROWS) {
+            let Some(e) = by_index.get(index) else {
+                out.push_str(&format!(
+                    "<tr id=\"ev-{index}\"><td>{index}</td><td colspan=8>not in the history</td></tr>\n"
+                ));
+                continue;
+            };
+            let process = match e.process {
+                Process::Nemesis => "nemesis".to_string(),
+                Process::Client(p) => p.to_string(),
+            };
+            let kind = match e.kind {
+                OpType::Invoke => "invoke",
+                OpType::Ok => "ok",
+                OpType::Fail => "fail",
+                OpType::Info => "info",
+            };
+            let mut value = e.value.to_string();
+            if value.len() > 200 {
+                let cut = (0..=200)
+                    .rev()
+                    .find(|i| value.is_char_boundary(*i))
+                    .unwrap_or(0);
+                value.truncate(cut);
+                value.push('…');
+            }
+            out.push_str(&format!(
+                "<tr id=\"ev-{index}\"><td>{index}</td><td>{:.3}s</td><td>{}</td><td>{kind}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td></tr>\n",
+                e.time as f64 / 1e9,
+                escape(&process),
+                escape(&e.f),
+                escape(e.key.as_deref().unwrap_or("")),
+                escape(&value),
+                escape(e.node.as_deref().unwrap_or("")),
+                escape(e.error.as_deref().unwrap_or("")),
+            ));
+        }
+        if c.offending.len() > OFFENDING_ROWS {
+            out.push_str(&format!(
+                "<tr><td colspan=9>… and {} more in results.json</td></tr>\n",
+                c.offending.len() - OFFENDING_ROWS
+            ));
+        }
+        out.push_str("</table>\n");
+    }
+    out
+}
+
 fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
@@ -125,13 +190,17 @@ fn html(results: &Results, history: &[Event]) -> String {
             Validity::Invalid => ("bad", "INVALID"),
             Validity::Unknown => ("unk", "unknown"),
         };
+        let name = escape(&c.checker);
+        let count = match c.offending.len() {
+            0 => "0".to_string(),
+            n => format!("<a href=\"#offending-{name}\">{n}</a>"),
+        };
         rows.push_str(&format!(
-            "<tr><td>{}</td><td class=\"{class}\">{word}</td><td>{}</td><td>{}</td></tr>",
-            escape(&c.checker),
+            "<tr><td>{name}</td><td class=\"{class}\">{word}</td><td>{}</td><td>{count}</td></tr>",
             escape(&c.summary),
-            c.offending.len()
         ));
     }
+    let offending = offending_sections(results, history);
     let run = escape(&serde_json::to_string_pretty(&results.run).unwrap_or_default());
     let verdict = if results.valid {
         "<span class=ok>VALID</span>"
@@ -146,6 +215,7 @@ body{{font-family:sans-serif;margin:1em;}} table{{border-collapse:collapse}} td,
 .ok{{color:#080;font-weight:bold}} .bad{{color:#c00;font-weight:bold}} .unk{{color:#a60;font-weight:bold}}
 #tip{{position:fixed;background:#ffe;border:1px solid #999;padding:4px;font:12px monospace;display:none;pointer-events:none;white-space:pre}}
 svg{{border:1px solid #ddd;background:#fff}}
+table.offending tr{{background:#fee}} table.offending td{{font-size:12px}}
 </style></head><body>
 <h1>openshell-jepsen run: {verdict}</h1>
 <table><tr><th>checker</th><th>result</th><th>summary</th><th>offending events</th></tr>{rows}</table>
@@ -154,6 +224,7 @@ svg{{border:1px solid #ddd;background:#fff}}
 <div id="timeline"></div>
 <h2>Latency over time</h2>
 <div id="latency"></div>
+{offending}
 <div id="tip"></div>
 <script>
 const D={data};
@@ -196,4 +267,88 @@ for(const o of D.ops){{const c=el("circle",{{cx:x(o[4]),cy:ly(o[5]-o[4]),r:o[6]?
 </script></body></html>
 "##
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(index: u64, kind: OpType, f: &str, value: serde_json::Value, time: u64) -> Event {
+        Event {
+            index,
+            kind,
+            process: Process::Client(7),
+            f: f.into(),
+            key: Some("k1".into()),
+            value,
+            time,
+            node: Some("n2".into()),
+            error: None,
+        }
+    }
+
+    fn results(offending: Vec<u64>) -> Results {
+        let invalid = !offending.is_empty();
+        Results {
+            valid: !invalid,
+            run: json!({}),
+            checkers: vec![CheckResult {
+                checker: "linearizable".into(),
+                valid: if invalid {
+                    Validity::Invalid
+                } else {
+                    Validity::Valid
+                },
+                summary: "test".into(),
+                offending,
+                details: json!(null),
+            }],
+            stats: json!({}),
+        }
+    }
+
+    /// A two-operation history: write 1 (ok), then a read that saw 0.
+    fn history() -> Vec<Event> {
+        vec![
+            event(0, OpType::Invoke, "write", json!(1), 1_000),
+            event(1, OpType::Ok, "write", json!(1), 2_000),
+            event(2, OpType::Invoke, "read", json!(null), 3_000),
+            event(3, OpType::Ok, "read", json!(0), 4_000),
+        ]
+    }
+
+    #[test]
+    fn offending_operations_are_listed_and_outlined() {
+        let history = history();
+        let page = html(&results(vec![2, 3, 99]), &history);
+        assert!(page.contains("<h1>openshell-jepsen run: <span class=bad>INVALID</span>"));
+        // The checkers table links its count to the listing.
+        assert!(page.contains("<a href=\"#offending-linearizable\">3</a>"));
+        assert!(page.contains("<h2 id=\"offending-linearizable\">"));
+        // The stale read's invoke and completion rows, with their values.
+        assert!(page.contains("<tr id=\"ev-2\"><td>2</td>"));
+        assert!(page.contains("<tr id=\"ev-3\"><td>3</td><td>0.000s</td><td>7</td><td>ok</td><td>read</td><td>k1</td><td><code>0</code></td><td>n2</td>"));
+        assert!(page.contains("<tr id=\"ev-99\"><td>99</td><td colspan=8>not in the history</td>"));
+        assert!(!page.contains("id=\"ev-1\""), "a valid op is not listed");
+        // The timeline's data outlines the read, not the write.
+        let data = page_data(&results(vec![2, 3]), &history);
+        let ops = data["ops"].as_array().cloned().unwrap_or_default();
+        let bad: Vec<(String, bool)> = ops
+            .iter()
+            .map(|o| (o[1].as_str().unwrap_or("").to_string(), o[6] == json!(true)))
+            .collect();
+        assert_eq!(bad, [("write".into(), false), ("read".into(), true)]);
+    }
+
+    #[test]
+    fn a_valid_run_lists_nothing_and_values_are_escaped() {
+        let mut history = history();
+        history[3].value = json!("<script>x</script>");
+        let page = html(&results(vec![]), &history);
+        assert!(page.contains("<span class=ok>VALID</span>"));
+        assert!(!page.contains("Offending events"));
+        let page = html(&results(vec![3]), &history);
+        assert!(page.contains("&lt;script&gt;x&lt;/script&gt;"));
+        assert!(!page.contains("<script>x</script>"));
+    }
 }

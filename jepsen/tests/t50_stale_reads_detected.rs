@@ -6,7 +6,8 @@
 //!   `target/jepsen-fault` (a cold build takes about 1 min 15 s)
 //! - when: 40 s of register ops, read-heavy, with isolate and leader-minority
 //!   partitions
-//! - then: `linearizable` is invalid, with offending operations, and the
+//! - then: `linearizable` is invalid, with offending operations listed in
+//!   `index.html` (a row anchored `ev-<index>` each), and the
 //!   run's exit verdict is not valid
 
 mod common;
@@ -49,5 +50,6 @@ async fn stale_reads_build_is_reported_not_linearizable() {
         !linear.offending.is_empty(),
         "no offending operations named"
     );
+    common::assert_report_lists_offending(&outcome.dir, linear);
     assert!(!outcome.valid);
 }

@@ -11,7 +11,7 @@
 //!   4 s TTL), no gateway nemesis
 //! - then: `pool-i4-takeover-dead-owner` is invalid with offending events
 //!   that include the takeover's grant and the status read that still shows
-//!   the old owner alive; the run is not valid
+//!   the old owner alive, each listed in `index.html`; the run is not valid
 
 mod common;
 
@@ -72,5 +72,6 @@ async fn skip_i4_build_is_reported_by_the_i4_checker() {
         .map(|e| e.f.as_str())
         .collect();
     assert!(fs.contains(&"status"), "no status read among {fs:?}");
+    common::assert_report_lists_offending(&outcome.dir, i4);
     assert!(!outcome.valid);
 }

@@ -164,3 +164,22 @@ pub async fn run_expecting_valid(options: RunOptions) -> (jepsen::run::Outcome, 
     let history = std::fs::read_to_string(outcome.dir.join("history.jsonl")).unwrap_or_default();
     (outcome, history)
 }
+
+/// Asserts the run's `index.html` lists `result`'s offending events (the
+/// first 200, as the page does), each as a row anchored `ev-<index>`.
+pub fn assert_report_lists_offending(dir: &Path, result: &jepsen::checker::CheckResult) {
+    let page = std::fs::read_to_string(dir.join("index.html"))
+        .unwrap_or_else(|e| panic!("reading {}/index.html: {e}", dir.display()));
+    let section = format!("id=\"offending-{}\"", result.checker);
+    assert!(
+        page.contains(&section),
+        "index.html has no offending-events section for {}",
+        result.checker
+    );
+    for index in result.offending.iter().take(200) {
+        assert!(
+            page.contains(&format!("<tr id=\"ev-{index}\">")),
+            "index.html does not list offending event {index}"
+        );
+    }
+}

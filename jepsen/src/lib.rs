@@ -45,3 +45,22 @@ pub mod process;
 pub mod report;
 pub mod run;
 pub mod workload;
+
+/// The files of `dir` whose names end in `suffix`, as (name without the
+/// suffix, path); none when `dir` cannot be read (it may not exist yet).
+pub(crate) fn files_with_suffix(
+    dir: &std::path::Path,
+    suffix: &str,
+) -> Vec<(String, std::path::PathBuf)> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let stem = name.strip_suffix(suffix)?.to_string();
+            Some((stem, entry.path()))
+        })
+        .collect()
+}

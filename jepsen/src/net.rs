@@ -27,7 +27,7 @@
 //! ([`clean_stale`]).
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Context};
@@ -119,23 +119,16 @@ fn pid_alive(pid: i32) -> bool {
 
 /// Run ids whose harness process is alive (from [`RUNS_DIR`]).
 pub fn live_runs() -> BTreeSet<String> {
-    let mut live = BTreeSet::new();
-    let Ok(dir) = std::fs::read_dir(RUNS_DIR) else {
-        return live;
-    };
-    for entry in dir.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(run) = name.strip_suffix(".pid") else {
-            continue;
-        };
-        let pid = std::fs::read_to_string(entry.path())
-            .ok()
-            .and_then(|t| t.trim().parse::<i32>().ok());
-        if pid.is_some_and(pid_alive) {
-            live.insert(run.to_string());
-        }
-    }
-    live
+    crate::files_with_suffix(Path::new(RUNS_DIR), ".pid")
+        .into_iter()
+        .filter(|(_, path)| {
+            std::fs::read_to_string(path)
+                .ok()
+                .and_then(|t| t.trim().parse::<i32>().ok())
+                .is_some_and(pid_alive)
+        })
+        .map(|(run, _)| run)
+        .collect()
 }
 
 /// Leftovers of runs whose harness is gone (killed, crashed), as
@@ -163,12 +156,9 @@ pub fn clean_stale() -> Vec<String> {
     for run in &stale {
         failures.extend(clean(&format!("{PREFIX}{run}-")));
     }
-    if let Ok(dir) = std::fs::read_dir(RUNS_DIR) {
-        for entry in dir.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if name.strip_suffix(".pid").is_some_and(|r| !live.contains(r)) {
-                let _ = std::fs::remove_file(entry.path());
-            }
+    for (run, path) in crate::files_with_suffix(Path::new(RUNS_DIR), ".pid") {
+        if !live.contains(&run) {
+            let _ = std::fs::remove_file(path);
         }
     }
     failures

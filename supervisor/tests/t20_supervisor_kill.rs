@@ -17,13 +17,7 @@ use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_supervisor_sessions_move_with_workloads_intact() -> TestResult {
-    let cluster = Cluster::start(
-        3,
-        &timing(&["--tick-interval-ms", "100", "--heartbeat-ttl-ms", "1000"]),
-    );
-    cluster.wait_leader("bootstrap").await;
-    let gateways: Vec<String> = cluster.nodes.iter().map(|n| n.addr.clone()).collect();
-    let _cleanup = KillUnder(cluster.root.path().to_path_buf());
+    let (cluster, gateways, _cleanup) = three_gateways(&timing(FAST_TIMING)).await;
     let mut supervisors: Vec<Supervisor> = ["s1", "s2"]
         .iter()
         .map(|m| Supervisor::new(m, gateways.clone(), cluster.root.path()))

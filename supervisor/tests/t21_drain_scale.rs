@@ -17,13 +17,7 @@ use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_move_by_drain_with_pids_intact() -> TestResult {
-    let cluster = Cluster::start(
-        3,
-        &timing(&["--tick-interval-ms", "100", "--heartbeat-ttl-ms", "1000"]),
-    );
-    cluster.wait_leader("bootstrap").await;
-    let gateways: Vec<String> = cluster.nodes.iter().map(|n| n.addr.clone()).collect();
-    let _cleanup = KillUnder(cluster.root.path().to_path_buf());
+    let (cluster, gateways, _cleanup) = three_gateways(&timing(FAST_TIMING)).await;
     let mut s1 = Supervisor::new("s1", gateways.clone(), cluster.root.path());
     s1.start();
     wait_pool(&cluster, "s1 active", Duration::from_secs(20), |s| {

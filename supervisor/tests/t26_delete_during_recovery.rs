@@ -16,20 +16,8 @@ use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleted_sandbox_is_never_revived() -> TestResult {
-    let cluster = Cluster::start(
-        3,
-        &[
-            "--tick-interval-ms",
-            "100",
-            "--heartbeat-ttl-ms",
-            "1000",
-            "--recovery-deadline-ms",
-            "3000",
-        ],
-    );
-    cluster.wait_leader("bootstrap").await;
-    let gateways: Vec<String> = cluster.nodes.iter().map(|n| n.addr.clone()).collect();
-    let _cleanup = KillUnder(cluster.root.path().to_path_buf());
+    let (cluster, gateways, _cleanup) =
+        three_gateways(&[FAST_TIMING, &["--recovery-deadline-ms", "3000"]].concat()).await;
     let mut s1 = Supervisor::new("s1", gateways.clone(), cluster.root.path());
     s1.start();
     wait_member(&cluster, "s1", "active").await;

@@ -16,23 +16,12 @@ use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_newer_process_keeps_the_member_without_flapping() -> TestResult {
-    let cluster = Cluster::start(
-        3,
-        &timing(&["--tick-interval-ms", "100", "--heartbeat-ttl-ms", "1000"]),
-    );
-    cluster.wait_leader("bootstrap").await;
-    let gateways: Vec<String> = cluster.nodes.iter().map(|n| n.addr.clone()).collect();
-    let _cleanup = KillUnder(cluster.root.path().to_path_buf());
+    let (cluster, gateways, _cleanup) = three_gateways(&timing(FAST_TIMING)).await;
     let mut a = Supervisor::new("s1", gateways.clone(), cluster.root.path());
     a.start();
     wait_member(&cluster, "s1", "active").await;
     let first = pool_status(&cluster).await?;
-    let a_incarnation = first
-        .members
-        .iter()
-        .find(|m| m.id == "s1")
-        .map(|m| m.incarnation)
-        .ok_or("s1 missing")?;
+    let a_incarnation = member(&first, "s1").ok_or("s1 missing")?.incarnation;
 
     eprintln!("--- step: B starts with the same member id");
     tokio::time::sleep(Duration::from_millis(20)).await;
@@ -45,22 +34,13 @@ async fn the_newer_process_keeps_the_member_without_flapping() -> TestResult {
             .any(|m| m.id == "s1" && m.incarnation > a_incarnation)
     })
     .await;
-    let b_incarnation = joined
-        .members
-        .iter()
-        .find(|m| m.id == "s1")
-        .map(|m| m.incarnation)
-        .ok_or("s1 missing")?;
+    let b_incarnation = member(&joined, "s1").ok_or("s1 missing")?.incarnation;
 
     eprintln!("--- step: B keeps the member for 5 s");
     for _ in 0..20 {
         tokio::time::sleep(Duration::from_millis(250)).await;
         let s = pool_status(&cluster).await?;
-        let m = s
-            .members
-            .iter()
-            .find(|m| m.id == "s1")
-            .ok_or("s1 missing")?;
+        let m = member(&s, "s1").ok_or("s1 missing")?;
         assert_eq!(
             (m.incarnation, m.state.as_str()),
             (b_incarnation, "active"),

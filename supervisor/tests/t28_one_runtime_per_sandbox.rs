@@ -18,13 +18,7 @@ use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gone_runtime_is_not_started_again() -> TestResult {
-    let cluster = Cluster::start(
-        3,
-        &timing(&["--tick-interval-ms", "100", "--heartbeat-ttl-ms", "1000"]),
-    );
-    cluster.wait_leader("bootstrap").await;
-    let gateways: Vec<String> = cluster.nodes.iter().map(|n| n.addr.clone()).collect();
-    let _cleanup = KillUnder(cluster.root.path().to_path_buf());
+    let (cluster, gateways, _cleanup) = three_gateways(&timing(FAST_TIMING)).await;
     let mut s1 = Supervisor::new("s1", gateways, cluster.root.path());
     s1.env
         .push(("OPENSHELL_RUNTIME_LINGER_MS".into(), "300".into()));

@@ -237,19 +237,13 @@ pub fn parse_runtime_log(text: &str) -> RuntimeLog {
 
 /// Every sandbox's [`RuntimeLog`], from `runtime_dir/<sandbox>.log`.
 pub fn runtime_logs(runtime_dir: &Path) -> BTreeMap<String, RuntimeLog> {
-    let mut logs = BTreeMap::new();
-    let Ok(dir) = std::fs::read_dir(runtime_dir) else {
-        return logs;
-    };
-    for entry in dir.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(sandbox) = name.strip_suffix(".log") else {
-            continue;
-        };
-        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
-        logs.insert(sandbox.to_string(), parse_runtime_log(&text));
-    }
-    logs
+    crate::files_with_suffix(runtime_dir, ".log")
+        .into_iter()
+        .map(|(sandbox, path)| {
+            let text = std::fs::read_to_string(path).unwrap_or_default();
+            (sandbox, parse_runtime_log(&text))
+        })
+        .collect()
 }
 
 #[cfg(test)]

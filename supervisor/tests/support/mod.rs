@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 pub use gw::{eventually, free_port, Cluster, Gateway, TestResult};
 use proto::pool_admin::pool_admin_client::PoolAdminClient;
 use proto::pool_admin::{
-    CreateSandboxRequest, ExecSandboxRequest, GetSupervisorPoolStatusRequest, Sandbox,
+    CreateSandboxRequest, ExecSandboxRequest, GetSupervisorPoolStatusRequest, PoolMember, Sandbox,
     SupervisorPoolStatus,
 };
 use tonic::transport::Channel;
@@ -166,6 +166,22 @@ pub async fn http_get(addr: &str, path: &str) -> (u16, String) {
     (code, body)
 }
 
+/// A 100 ms tick and a 1 s heartbeat TTL: scenarios finish in seconds.
+pub const FAST_TIMING: &[&str] = &["--tick-interval-ms", "100", "--heartbeat-ttl-ms", "1000"];
+
+/// The set-up of every supervision scenario: three gateways started with
+/// `flags`, a leader elected, their addresses (what supervisors dial), and
+/// the guard that kills the runtimes and workloads started under the
+/// cluster's root. Bind all three (`let (cluster, gateways, _cleanup)`): the
+/// guard, declared last, drops first.
+pub async fn three_gateways(flags: &[&str]) -> (Cluster, Vec<String>, KillUnder) {
+    let cluster = Cluster::start(3, flags);
+    cluster.wait_leader("bootstrap").await;
+    let gateways = cluster.nodes.iter().map(|n| n.addr.clone()).collect();
+    let cleanup = KillUnder(cluster.root.path().to_path_buf());
+    (cluster, gateways, cleanup)
+}
+
 /// Kills every process whose command line mentions `dir` (the runtimes and
 /// workloads a test started), when dropped.
 pub struct KillUnder(pub PathBuf);
@@ -231,6 +247,10 @@ pub async fn wait_pool(
 
 pub fn sandbox<'a>(status: &'a SupervisorPoolStatus, id: &str) -> Option<&'a Sandbox> {
     status.sandboxes.iter().find(|s| s.id == id)
+}
+
+pub fn member<'a>(status: &'a SupervisorPoolStatus, id: &str) -> Option<&'a PoolMember> {
+    status.members.iter().find(|m| m.id == id)
 }
 
 /// Creates a demo sandbox through any gateway.

@@ -14,12 +14,13 @@ use std::time::{Duration, Instant};
 
 use pool::{Command, Coordinator, CoordinatorConfig};
 use prost::Message;
+use proto::attach::refusal_status;
 use proto::supervisor_host::{
-    gateway_message, AssignmentSnapshot, GatewayMessage, SandboxInstanceAssignment,
+    gateway_message, AssignmentSnapshot, AttachRefusal, GatewayMessage, SandboxInstanceAssignment,
 };
 use raft_store::RaftNode;
 use tokio::sync::mpsc;
-use tonic::Status;
+use tonic::{Code, Status};
 
 use proto::grant::GrantSigner;
 use proto::sandbox_runtime::Grant;
@@ -221,23 +222,26 @@ impl Hub {
                 .iter()
                 .filter_map(|(member, incarnation)| {
                     let m = state.pool.member(member)?;
-                    if m.incarnation > *incarnation {
-                        Some(Status::failed_precondition(
+                    let (refusal, message) = if m.incarnation > *incarnation {
+                        (
+                            AttachRefusal::IncarnationSuperseded,
                             "superseded by a newer incarnation of this member",
-                        ))
+                        )
                     } else if m.incarnation == *incarnation
                         && matches!(
                             m.state,
                             pool::MemberState::Expired | pool::MemberState::Leaving
                         )
                     {
-                        Some(Status::failed_precondition(
+                        (
+                            AttachRefusal::IncarnationRetired,
                             "incarnation retired (expired or left): re-join as a new incarnation",
-                        ))
+                        )
                     } else {
-                        None
-                    }
-                    .map(|status| (member.clone(), *incarnation, status))
+                        return None;
+                    };
+                    let status = refusal_status(Code::FailedPrecondition, message, refusal);
+                    Some((member.clone(), *incarnation, status))
                 })
                 .collect();
             let mut by_owner: BTreeMap<(&str, u64), MemberView> = members

@@ -15,9 +15,10 @@ use std::sync::Arc;
 
 use futures::Stream;
 use pool::Command;
+use proto::attach::refusal_status;
 use proto::supervisor_host::supervisor_host_server::SupervisorHost;
 use proto::supervisor_host::{
-    gateway_message, supervisor_message, GatewayMessage, HelloAccepted, HostHello,
+    gateway_message, supervisor_message, AttachRefusal, GatewayMessage, HelloAccepted, HostHello,
     SupervisorMessage,
 };
 use tokio::sync::mpsc;
@@ -119,9 +120,11 @@ impl SupervisorHost for SupervisorHostService {
         });
         if let pool::Outcome::Rejected(reason) = self.hub.propose(&join).await? {
             tracing::warn!(member = %hello.member_id, %reason, "supervisor join rejected");
-            return Err(Status::failed_precondition(format!(
-                "join rejected: {reason}"
-            )));
+            let message = format!("join rejected: {reason}");
+            return Err(match incarnation_refusal(&reason) {
+                Some(refusal) => refusal_status(tonic::Code::FailedPrecondition, message, refusal),
+                None => Status::failed_precondition(message),
+            });
         }
         let (tx, rx) = mpsc::channel(64);
         let accepted = GatewayMessage {
@@ -202,5 +205,15 @@ impl SupervisorHost for SupervisorHostService {
             tracing::info!(%member, stream_id, "supervisor detached");
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}
+
+/// The [`AttachRefusal`] a rejected join carries, when the cause is the
+/// incarnation (the supervisor renews a retired one, never a superseded one).
+fn incarnation_refusal(reason: &pool::Reason) -> Option<AttachRefusal> {
+    match reason {
+        pool::Reason::IncarnationRetired => Some(AttachRefusal::IncarnationRetired),
+        pool::Reason::StaleIncarnation { .. } => Some(AttachRefusal::IncarnationSuperseded),
+        _ => None,
     }
 }

@@ -79,4 +79,5 @@ pub use openshell::raft::v1 as raft;
 pub use openshell::sandbox_runtime::v1 as sandbox_runtime;
 pub use openshell::supervisor_host::v1 as supervisor_host;
 
+pub mod attach;
 pub mod grant;

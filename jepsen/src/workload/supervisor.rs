@@ -373,8 +373,9 @@ impl Inner {
                             | tonic::Code::InvalidArgument
                             | tonic::Code::Unauthenticated
                     ) || text.contains("connection refused");
-                    let retired = status.code() == tonic::Code::FailedPrecondition
-                        && (text.contains("retired") || text.contains("incarnation"));
+                    // Retired or superseded: either way this scripted member
+                    // continues as a new incarnation.
+                    let retired = proto::attach::refusal_of(&status).is_some();
                     if certain {
                         self.record(
                             OpType::Fail,

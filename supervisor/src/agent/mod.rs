@@ -31,7 +31,7 @@ use anyhow::Context;
 use proto::supervisor_host::supervisor_control_server::SupervisorControlServer;
 use proto::supervisor_host::supervisor_host_client::SupervisorHostClient;
 use proto::supervisor_host::{
-    gateway_message, supervisor_message, AssignmentSnapshot, HostHello, HostStatus,
+    gateway_message, supervisor_message, AssignmentSnapshot, AttachRefusal, HostHello, HostStatus,
     SupervisorMessage,
 };
 use rand::Rng;
@@ -140,14 +140,13 @@ fn now_ms() -> u64 {
 }
 
 /// Whether a gateway's refusal says the pool retired this incarnation
-/// (expired or left), as opposed to every other refusal. The gateway says
-/// so in two places, both FAILED_PRECONDITION: a refused join
-/// (`pool::Reason::IncarnationRetired`, "incarnation retired (expired or
-/// left)") and the closing of an attached stream (`Hub::push_snapshots`);
+/// (expired or left), as opposed to every other refusal, a superseded
+/// incarnation included. The gateway says so with a typed
+/// [`AttachRefusal`] in the status metadata ([`proto::attach`]) when it
+/// refuses a join and when it closes an attached stream;
 /// `t25_paused_owner` exercises both.
 fn is_retired(status: &tonic::Status) -> bool {
-    status.code() == tonic::Code::FailedPrecondition
-        && status.message().contains("incarnation retired")
+    proto::attach::refusal_of(status) == Some(AttachRefusal::IncarnationRetired)
 }
 
 /// Runs the supervisor until `shutdown` completes.
@@ -366,21 +365,27 @@ fn describe(status: tonic::Status) -> anyhow::Error {
 #[cfg(test)]
 mod tests {
     use super::is_retired;
-    use tonic::Status;
+    use proto::attach::refusal_status;
+    use proto::supervisor_host::AttachRefusal;
+    use tonic::{Code, Status};
 
     #[test]
     fn only_a_retired_incarnation_is_renewed() {
-        assert!(is_retired(&Status::failed_precondition(
-            "join rejected: incarnation retired (expired or left)"
+        assert!(is_retired(&refusal_status(
+            Code::FailedPrecondition,
+            "join rejected: incarnation retired (expired or left)",
+            AttachRefusal::IncarnationRetired,
         )));
         for other in [
             // Another process of this member id is newer: do not fight it.
-            Status::failed_precondition(
+            refusal_status(
+                Code::FailedPrecondition,
                 "join rejected: stale incarnation: command has 5, current is 9",
+                AttachRefusal::IncarnationSuperseded,
             ),
-            Status::failed_precondition("superseded by a newer incarnation of this member"),
+            // The words alone are not the typed refusal.
+            Status::failed_precondition("join rejected: incarnation retired (expired or left)"),
             Status::failed_precondition("join rejected: zero capacity"),
-            Status::unauthenticated("incarnation retired"),
             Status::unavailable("no leader"),
         ] {
             assert!(!is_retired(&other), "{other}");

@@ -77,6 +77,24 @@ struct Attached {
     tx: mpsc::Sender<Result<GatewayMessage, Status>>,
     /// Last snapshot sent (without grants and log index), to send only changes.
     last_sent: Option<MemberView>,
+    /// Log index of the last snapshot sent: an older one is never sent after
+    /// it (two passes can run at once: one per applied batch, one per attach).
+    sent_log_index: u64,
+}
+
+/// `member`'s stream if it is still the one of `incarnation`. A snapshot or
+/// a refusal computed for one incarnation must never reach the stream of
+/// another: the stream map is read again after the state, and a newer
+/// incarnation of the member may have attached in between (its grants would
+/// name it for sandboxes the state gives to the old incarnation).
+fn stream_of<'a>(
+    streams: &'a mut BTreeMap<String, Attached>,
+    member: &str,
+    incarnation: u64,
+) -> Option<&'a mut Attached> {
+    streams
+        .get_mut(member)
+        .filter(|a| a.incarnation == incarnation)
 }
 
 /// What a member's snapshot says, before grants are signed.
@@ -158,6 +176,7 @@ impl Hub {
                 last_status: Instant::now(),
                 tx,
                 last_sent: None,
+                sent_log_index: 0,
             },
         );
         if let Some(old) = old {
@@ -271,9 +290,9 @@ impl Hub {
                     view.released.push(assignment_view(s));
                 }
             }
-            let views: Vec<(String, MemberView)> = by_owner
+            let views: Vec<(String, u64, MemberView)> = by_owner
                 .into_iter()
-                .map(|((member, _), view)| (member.to_string(), view))
+                .map(|((member, incarnation), view)| (member.to_string(), incarnation, view))
                 .collect();
             (views, retired, index)
         });
@@ -282,7 +301,7 @@ impl Hub {
             .set(views.len() as i64);
         let mut streams = self.lock();
         for (member, incarnation, status) in retired {
-            if streams.get(&member).map(|a| a.incarnation) != Some(incarnation) {
+            if stream_of(&mut streams, &member, incarnation).is_none() {
                 continue;
             }
             if let Some(a) = streams.remove(&member) {
@@ -296,11 +315,11 @@ impl Hub {
                 let _ = a.tx.try_send(Err(status));
             }
         }
-        for (member, view) in views {
-            let Some(a) = streams.get_mut(&member) else {
+        for (member, incarnation, view) in views {
+            let Some(a) = stream_of(&mut streams, &member, incarnation) else {
                 continue;
             };
-            if a.last_sent.as_ref() == Some(&view) {
+            if a.last_sent.as_ref() == Some(&view) || log_index < a.sent_log_index {
                 continue;
             }
             let sign = |list: &[SandboxInstanceAssignment],
@@ -315,7 +334,7 @@ impl Hub {
                                 sandbox_id: x.sandbox_id.clone(),
                                 generation: x.generation,
                                 member_id: member.clone(),
-                                incarnation: a.incarnation,
+                                incarnation,
                                 term: x.term,
                                 credential_epoch: x.credential_epoch,
                                 log_index,
@@ -336,6 +355,7 @@ impl Hub {
             };
             if a.tx.try_send(Ok(message)).is_ok() {
                 a.last_sent = Some(view);
+                a.sent_log_index = log_index;
             }
         }
     }
@@ -506,5 +526,36 @@ pub fn phase_name(phase: pool::Phase) -> &'static str {
         pool::Phase::Stopping => "stopping",
         pool::Phase::Deleted => "deleted",
         pool::Phase::Failed => "failed",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attached(incarnation: u64) -> Attached {
+        let (tx, _rx) = mpsc::channel(1);
+        Attached {
+            stream_id: 1,
+            incarnation,
+            last_status: Instant::now(),
+            tx,
+            last_sent: None,
+            sent_log_index: 0,
+        }
+    }
+
+    /// A snapshot computed for s1 incarnation 4 while incarnation 5
+    /// attached (the jepsen pool smoke saw incarnation 5 receive term-1
+    /// grants of sandboxes the state gave to incarnation 4): not delivered.
+    #[test]
+    fn a_view_reaches_only_the_stream_of_its_incarnation() {
+        let mut streams = BTreeMap::from([("s1".to_string(), attached(5))]);
+        assert!(stream_of(&mut streams, "s1", 4).is_none());
+        assert!(stream_of(&mut streams, "s2", 5).is_none());
+        assert_eq!(
+            stream_of(&mut streams, "s1", 5).map(|a| a.incarnation),
+            Some(5)
+        );
     }
 }

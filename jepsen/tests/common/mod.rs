@@ -16,9 +16,7 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-#[path = "../../../gateway-plugin/tests/common/bins.rs"]
-mod bins;
-pub use bins::{profile_dir, workspace_root as workspace};
+pub use testkit::bins::{gateway_bin, profile_dir, workspace_root as workspace};
 
 /// `openshell-gateway` built with the fault-injection `feature` (one of
 /// gateway-plugin's `fault-*` features) into `target/jepsen-fault`, a target
@@ -72,14 +70,9 @@ pub fn build_fault_gateway(feature: &str) -> PathBuf {
 /// by the workspace build.
 pub fn supervisor_bins() -> (PathBuf, PathBuf) {
     (
-        bins::workspace_bin("openshell-supervisor"),
-        bins::workspace_bin("openshell-sandbox-runtime"),
+        testkit::bins::supervisor_bin(),
+        testkit::bins::runtime_bin(),
     )
-}
-
-/// `openshell-gateway`, built up to date by the workspace build.
-pub fn gateway_bin() -> PathBuf {
-    bins::workspace_bin("openshell-gateway")
 }
 
 /// Test-sized run options.

@@ -1,0 +1,344 @@
+//! Gateway processes for end-to-end tests: real `openshell-gateway`
+//! processes on loopback ([`Gateway`], a bootstrapped [`Cluster`]), real
+//! gRPC, real sled directories, `kill -9` and restarts; plus the object
+//! helpers ([`put`], [`get`], [`dump`]) and [`eventually`].
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use proto::cluster::cluster_admin_client::ClusterAdminClient;
+use proto::cluster::{ClusterStatus, StatusRequest};
+use proto::objects::object_store_client::ObjectStoreClient;
+use proto::objects::{precondition, GetRequest, ListRequest, Object, Precondition, PutRequest};
+use tonic::transport::Channel;
+
+use crate::bins::gateway_bin;
+use crate::ports::free_port;
+use crate::TestResult;
+
+/// One gateway process.
+pub struct Gateway {
+    pub id: u64,
+    pub addr: String,
+    pub data_dir: PathBuf,
+    pub log_path: PathBuf,
+    pub extra_args: Vec<String>,
+    child: Option<Child>,
+}
+
+impl Gateway {
+    pub fn new(id: u64, root: &Path, extra_args: Vec<String>) -> Self {
+        let addr = format!("127.0.0.1:{}", free_port());
+        Gateway {
+            id,
+            addr,
+            data_dir: root.join(format!("node-{id}")),
+            log_path: root.join(format!("node-{id}.log")),
+            extra_args,
+            child: None,
+        }
+    }
+
+    /// The arguments the gateway runs with.
+    pub fn args(&self) -> Vec<String> {
+        let mut args = vec![
+            "--node-id".to_string(),
+            self.id.to_string(),
+            "--listen".into(),
+            self.addr.clone(),
+            "--data-dir".into(),
+            self.data_dir.display().to_string(),
+            "--cluster-id".into(),
+            "test".into(),
+        ];
+        args.extend(self.extra_args.iter().cloned());
+        args
+    }
+
+    /// Starts the process (appending to its log file).
+    pub fn start(&mut self) {
+        assert!(self.child.is_none(), "node {} already running", self.id);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)
+            .unwrap_or_else(|e| panic!("log file: {e}"));
+        let err = log.try_clone().unwrap_or_else(|e| panic!("{e}"));
+        let child = Command::new(gateway_bin())
+            .args(self.args())
+            .env("RUST_LOG", "info,openraft=warn")
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(err))
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn gateway: {e}"));
+        self.child = Some(child);
+    }
+
+    /// `kill -9` and reap.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill(); // SIGKILL
+            let _ = child.wait();
+        }
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    pub async fn admin(&self) -> TestResult<ClusterAdminClient<Channel>> {
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", self.addr))?
+            .connect_timeout(Duration::from_millis(500))
+            .timeout(Duration::from_secs(15))
+            .connect()
+            .await?;
+        Ok(ClusterAdminClient::new(channel))
+    }
+
+    pub async fn objects(&self) -> TestResult<ObjectStoreClient<Channel>> {
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", self.addr))?
+            .connect_timeout(Duration::from_millis(500))
+            .timeout(Duration::from_secs(15))
+            .connect()
+            .await?;
+        Ok(ObjectStoreClient::new(channel))
+    }
+
+    /// This node's own view of the cluster.
+    pub async fn status(&self) -> TestResult<ClusterStatus> {
+        Ok(self
+            .admin()
+            .await?
+            .status(StatusRequest { local: true })
+            .await?
+            .into_inner())
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// A set of gateways under one temp directory.
+pub struct Cluster {
+    pub root: tempfile::TempDir,
+    pub nodes: Vec<Gateway>,
+}
+
+impl Cluster {
+    /// Starts `n` voters that bootstrap together, with extra flags.
+    pub fn start(n: u64, extra: &[&str]) -> Cluster {
+        Self::start_each(n, extra, |_| Vec::new())
+    }
+
+    /// Like [`Cluster::start`], with flags that differ per node id.
+    pub fn start_each(n: u64, extra: &[&str], per_node: impl Fn(u64) -> Vec<String>) -> Cluster {
+        let root = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let mut nodes: Vec<Gateway> = (1..=n)
+            .map(|id| {
+                let mut args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+                args.extend(per_node(id));
+                Gateway::new(id, root.path(), args)
+            })
+            .collect();
+        let members = nodes
+            .iter()
+            .map(|g| format!("{}={}", g.id, g.addr))
+            .collect::<Vec<_>>()
+            .join(",");
+        for node in &mut nodes {
+            node.extra_args.push("--initial-members".into());
+            node.extra_args.push(members.clone());
+            node.start();
+        }
+        Cluster { root, nodes }
+    }
+
+    pub fn node(&mut self, id: u64) -> &mut Gateway {
+        self.nodes
+            .iter_mut()
+            .find(|g| g.id == id)
+            .unwrap_or_else(|| panic!("no node {id}"))
+    }
+
+    pub fn get(&self, id: u64) -> &Gateway {
+        self.nodes
+            .iter()
+            .find(|g| g.id == id)
+            .unwrap_or_else(|| panic!("no node {id}"))
+    }
+
+    /// Adds a gateway that is not an initial member (it joins as a learner).
+    pub fn add_node(&mut self, id: u64, extra: &[&str]) -> &mut Gateway {
+        let mut g = Gateway::new(
+            id,
+            self.root.path(),
+            extra.iter().map(|s| s.to_string()).collect(),
+        );
+        g.start();
+        self.nodes.push(g);
+        self.node(id)
+    }
+
+    /// Waits until every running node agrees on one leader among them.
+    pub async fn wait_leader(&self, why: &str) -> u64 {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let mut leaders = Vec::new();
+            for node in self.nodes.iter().filter(|n| n.is_running()) {
+                match node.status().await {
+                    Ok(s) => leaders.push(s.leader_id),
+                    Err(_) => leaders.push(0),
+                }
+            }
+            let first = leaders.first().copied().unwrap_or(0);
+            let running: Vec<u64> = self
+                .nodes
+                .iter()
+                .filter(|n| n.is_running())
+                .map(|n| n.id)
+                .collect();
+            if first != 0 && running.contains(&first) && leaders.iter().all(|l| *l == first) {
+                return first;
+            }
+            if Instant::now() > deadline {
+                self.dump_logs();
+                panic!("no agreed leader within 30 s ({why}); views: {leaders:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits until node `id` applied at least `index`.
+    pub async fn wait_applied(&self, id: u64, index: u64, why: &str) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(s) = self.get(id).status().await {
+                if s.applied_index >= index {
+                    return;
+                }
+            }
+            if Instant::now() > deadline {
+                self.dump_logs();
+                panic!("node {id} did not apply index {index} within 30 s ({why})");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub fn dump_logs(&self) {
+        for node in &self.nodes {
+            let log = node.log();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            eprintln!("----- node {} log (last 40 lines) -----", node.id);
+            for line in tail.into_iter().rev() {
+                eprintln!("{line}");
+            }
+        }
+    }
+}
+
+/// An object of the test type with `value` as payload.
+pub fn object(id: &str, value: &str) -> Object {
+    Object {
+        id: id.into(),
+        r#type: "test".into(),
+        scope: "s".into(),
+        payload: value.as_bytes().to_vec(),
+        ..Default::default()
+    }
+}
+
+/// Puts unconditionally; returns the resource version.
+pub async fn put(node: &Gateway, id: &str, value: &str) -> TestResult<u64> {
+    let reply = node
+        .objects()
+        .await?
+        .put(PutRequest {
+            object: Some(object(id, value)),
+            precondition: Some(Precondition {
+                kind: Some(precondition::Kind::Unconditional(true)),
+            }),
+        })
+        .await?;
+    Ok(reply
+        .into_inner()
+        .object
+        .map(|o| o.resource_version)
+        .unwrap_or(0))
+}
+
+/// Linearizable (or stale) get of the payload; None if absent.
+pub async fn get(node: &Gateway, id: &str, stale: bool) -> TestResult<Option<String>> {
+    match node
+        .objects()
+        .await?
+        .get(GetRequest {
+            r#type: "test".into(),
+            id: id.into(),
+            stale,
+        })
+        .await
+    {
+        Ok(reply) => Ok(reply
+            .into_inner()
+            .object
+            .map(|o| String::from_utf8_lossy(&o.payload).into_owned())),
+        Err(status) if status.code() == tonic::Code::NotFound => Ok(None),
+        Err(status) => Err(status.into()),
+    }
+}
+
+/// Every object of the test type on `node` (stale: this node's applied state),
+/// as (id, payload, resource_version).
+pub async fn dump(node: &Gateway, stale: bool) -> TestResult<Vec<(String, String, u64)>> {
+    let mut client = node.objects().await?;
+    let mut out = Vec::new();
+    let mut token = String::new();
+    loop {
+        let page = client
+            .list(ListRequest {
+                r#type: "test".into(),
+                scope: String::new(),
+                page_size: 1000,
+                page_token: token.clone(),
+                stale,
+            })
+            .await?
+            .into_inner();
+        out.extend(page.objects.into_iter().map(|o| {
+            (
+                o.id,
+                String::from_utf8_lossy(&o.payload).into_owned(),
+                o.resource_version,
+            )
+        }));
+        if page.next_page_token.is_empty() {
+            return Ok(out);
+        }
+        token = page.next_page_token;
+    }
+}
+
+/// Retries `f` until it succeeds or 20 s pass.
+pub async fn eventually<T, F, Fut>(why: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = TestResult<T>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match f().await {
+            Ok(v) => return v,
+            Err(e) if Instant::now() > deadline => panic!("{why}: still failing after 20 s: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}

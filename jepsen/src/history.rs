@@ -9,6 +9,7 @@
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -87,6 +88,17 @@ pub struct Event {
     /// Why an op failed or is unknown (extra key, as Jepsen's `:error`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+/// Process numbers shared by every client of a workload.
+#[derive(Clone)]
+pub struct Processes(pub Arc<AtomicU64>);
+
+impl Processes {
+    /// A fresh process number.
+    pub fn fresh(&self) -> u64 {
+        self.0.fetch_add(1, Ordering::Relaxed)
+    }
 }
 
 /// The fields a caller supplies; index and time are the recorder's.

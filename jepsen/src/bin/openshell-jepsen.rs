@@ -300,7 +300,7 @@ fn main() -> ExitCode {
                 let runtimes = history.with_file_name("runtimes");
                 if runtimes.is_dir() {
                     checkers.push(Box::new(jepsen::checker::workload::WorkloadContinuity {
-                        runtimes: jepsen::workload::members::runtime_logs(&runtimes),
+                        runtimes: jepsen::members::runtime_log::runtime_logs(&runtimes),
                         exits: Vec::new(),
                     }));
                 }

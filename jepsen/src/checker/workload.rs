@@ -3,7 +3,7 @@
 //! crash, pause, drain and takeover of the supervisors watching it, and a
 //! takeover never starts a second one.
 //!
-//! With process members ([`crate::workload::members`]) the observed status
+//! With process members ([`crate::members::process`]) the observed status
 //! a supervisor reports is the runtime's workload,
 //! `{"state", "pid", "started_at_unix_ms"}`. Over every linearizable view
 //! in the history:
@@ -30,7 +30,7 @@ use serde_json::{json, Value};
 use super::pool::observations;
 use super::{CheckResult, Checker, FinalState, Validity};
 use crate::history::Event;
-use crate::workload::members::RuntimeLog;
+use crate::members::runtime_log::RuntimeLog;
 
 /// The checker; built by the pool workload after its final reads.
 pub struct WorkloadContinuity {
@@ -123,7 +123,7 @@ impl Checker for WorkloadContinuity {
                     views.clone(),
                 ));
             }
-            let mut last: Option<&crate::workload::members::Activation> = None;
+            let mut last: Option<&crate::members::runtime_log::Activation> = None;
             for a in &log.activations {
                 accepted += 1;
                 if let Some(prev) = last {
@@ -197,7 +197,7 @@ impl Checker for WorkloadContinuity {
 mod tests {
     use super::*;
     use crate::history::{EventSpec, OpType, Process, Recorder};
-    use crate::workload::members::Activation;
+    use crate::members::runtime_log::Activation;
 
     /// A `get` of sb1 whose view names `owner` at `term` with observed
     /// status `observed`; returns the completion's index.

@@ -5,10 +5,10 @@
 //!
 //! Members are real `openshell-supervisor` processes starting real
 //! `openshell-sandbox-runtime` processes (`--members process`, the default;
-//! [`super::members`]), additionally checked for workload continuity
+//! [`crate::members::process`]), additionally checked for workload continuity
 //! ([`crate::checker::workload`]: one workload per sandbox, never
 //! restarted by a takeover, drain or supervisor kill); or scripted
-//! supervisors (`--members scripted`, [`super::supervisor`]), tokio tasks
+//! supervisors (`--members scripted`, [`crate::members::scripted`]), tokio tasks
 //! that record every grant, ack and report in the history, which the
 //! checkers then also hold to I1–I3 at the protocol level.
 //!
@@ -43,7 +43,7 @@
 //! operation) and `cancel` (`CancelSupervisorPoolOperation` of that drain a
 //! few seconds later, same value).
 //!
-//! Scripted supervisors only (see [`super::supervisor`]; process members
+//! Scripted supervisors only (see [`crate::members::scripted`]; process members
 //! leave no events of their own): `join` (invoke `{"member",
 //! "incarnation", "capacity"}`, `ok` adds `gateway_node_id`), `grant` (an
 //! assignment streamed to it, recorded as an invoke/ok pair at receipt:
@@ -83,13 +83,14 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
-use super::members::{runtime_logs, MemberHost, ProcessSupervisor};
-use super::supervisor::{Processes, Supervisor};
 use crate::checker::pool::{pool_checkers, PoolFinal};
 use crate::checker::workload::WorkloadContinuity;
 use crate::checker::Checker;
 use crate::cluster::Cluster;
-use crate::history::{EventSpec, OpType, Process, Recorder};
+use crate::history::{EventSpec, OpType, Process, Processes, Recorder};
+use crate::members::process::{MemberHost, ProcessSupervisor};
+use crate::members::runtime_log::runtime_logs;
+use crate::members::scripted::ScriptedSupervisor;
 
 /// What the pool members are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -225,7 +226,7 @@ pub enum PoolMember {
     /// An `openshell-supervisor` process.
     Process(ProcessSupervisor),
     /// A scripted supervisor.
-    Scripted(Supervisor),
+    Scripted(ScriptedSupervisor),
 }
 
 impl PoolMember {
@@ -797,7 +798,7 @@ pub fn start(
             let members: Vec<PoolMember> = names
                 .iter()
                 .map(|m| {
-                    PoolMember::Scripted(Supervisor::new(
+                    PoolMember::Scripted(ScriptedSupervisor::new(
                         m,
                         capacity,
                         gateways.clone(),

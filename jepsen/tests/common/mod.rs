@@ -1,6 +1,6 @@
 //! Shared by the jepsen integration tests: find or build the gateway binary,
 //! run the harness with test-sized settings.
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

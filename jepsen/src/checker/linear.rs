@@ -113,6 +113,9 @@ pub enum HistoryError {
     /// A completion without an invoke.
     #[error("event {0}: completion without a pending invoke of that process")]
     Unpaired(u64),
+    /// A register op without the `key` naming its register.
+    #[error("event {0}: register op without a key")]
+    MissingKey(u64),
     /// A value of the wrong shape.
     #[error("event {index}: bad value for {f}: {value}")]
     BadValue {
@@ -161,13 +164,15 @@ fn parse(f: &str, value: &serde_json::Value, index: u64) -> Result<RegOp, Histor
 pub fn ops_by_key(history: &[Event]) -> Result<BTreeMap<String, Vec<Op>>, HistoryError> {
     let mut pending: HashMap<u64, &Event> = HashMap::new();
     let mut out: BTreeMap<String, Vec<Op>> = BTreeMap::new();
-    let relevant = |e: &Event| matches!(e.f.as_str(), "read" | "write" | "cas") && e.key.is_some();
     for e in history {
         let Process::Client(p) = e.process else {
             continue;
         };
-        if !relevant(e) {
+        if !matches!(e.f.as_str(), "read" | "write" | "cas") {
             continue;
+        }
+        if e.key.is_none() {
+            return Err(HistoryError::MissingKey(e.index));
         }
         match e.kind {
             OpType::Invoke => {
@@ -175,7 +180,7 @@ pub fn ops_by_key(history: &[Event]) -> Result<BTreeMap<String, Vec<Op>>, Histor
             }
             kind => {
                 let inv = pending.remove(&p).ok_or(HistoryError::Unpaired(e.index))?;
-                let key = inv.key.clone().unwrap_or_default();
+                let key = inv.key.clone().ok_or(HistoryError::MissingKey(inv.index))?;
                 let op = match kind {
                     OpType::Fail => continue,
                     OpType::Info if inv.f == "read" => continue,
@@ -199,7 +204,7 @@ pub fn ops_by_key(history: &[Event]) -> Result<BTreeMap<String, Vec<Op>>, Histor
             continue;
         }
         let op = parse(&inv.f, &inv.value, inv.index)?;
-        out.entry(inv.key.clone().unwrap_or_default())
+        out.entry(inv.key.clone().ok_or(HistoryError::MissingKey(inv.index))?)
             .or_default()
             .push(Op {
                 invoke_index: inv.index,

@@ -25,7 +25,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::pool::observations;
 use super::{CheckResult, Checker, FinalState, Validity};
@@ -46,10 +46,17 @@ type Owner = (String, u64, u64);
 /// `(pid, started_at_unix_ms)` of an observed status, when it is a
 /// workload report with a process.
 fn workload_of(observed: &str) -> Option<(u64, u64)> {
-    let v: Value = serde_json::from_str(observed).ok()?;
-    let pid = v.get("pid")?.as_u64()?;
-    let started = v.get("started_at_unix_ms")?.as_u64()?;
-    (pid != 0).then_some((pid, started))
+    // Not every observed status is a workload report (`pending`, a
+    // scripted member's `r:...`): those are no workload, not an error.
+    let w: WorkloadStatus = serde_json::from_str(observed).ok()?;
+    (w.pid != 0).then_some((w.pid, w.started_at_unix_ms))
+}
+
+/// The part of a runtime's workload report this check reads.
+#[derive(serde::Deserialize)]
+struct WorkloadStatus {
+    pid: u64,
+    started_at_unix_ms: u64,
 }
 
 impl Checker for WorkloadContinuity {
@@ -67,7 +74,11 @@ impl Checker for WorkloadContinuity {
         // report at a sandbox whose runtimes misbehaved.
         let mut span: BTreeMap<String, (u64, u64)> = BTreeMap::new();
         let mut statuses = 0usize;
-        for o in observations(history).iter().filter(|o| o.linear) {
+        let observations = match observations(history) {
+            Ok(o) => o,
+            Err(e) => return super::pool::malformed(self.name(), &e),
+        };
+        for o in observations.iter().filter(|o| o.linear) {
             generations
                 .entry(o.sandbox.clone())
                 .or_default()

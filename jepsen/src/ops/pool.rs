@@ -93,8 +93,9 @@ pub struct MemberRow {
     pub capacity: u64,
     /// Slots used.
     pub used: u64,
-    /// Ticks since its last heartbeat.
-    pub ticks_since_heartbeat: u64,
+    /// Ticks since its last heartbeat (always written; no check reads it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ticks_since_heartbeat: Option<u64>,
 }
 
 /// An operation row of a status read.
@@ -141,7 +142,7 @@ impl From<&proto::pool_admin::SupervisorPoolStatus> for StatusRead {
                     state: m.state.clone(),
                     capacity: u64::from(m.capacity),
                     used: u64::from(m.used),
-                    ticks_since_heartbeat: m.ticks_since_heartbeat,
+                    ticks_since_heartbeat: Some(m.ticks_since_heartbeat),
                 })
                 .collect(),
             sandboxes: s.sandboxes.iter().map(SandboxView::from).collect(),
@@ -170,6 +171,15 @@ pub struct Launch {
     /// `fail` only: refused for capacity (`RESOURCE_EXHAUSTED`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub refused: Option<bool>,
+}
+
+/// The sandbox an invoke names (`launch`, `delete`, `get`): the one field
+/// the checkers read from those invokes, required; the others are the
+/// workload's business.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+pub struct SandboxOf {
+    /// Sandbox id.
+    pub sandbox: String,
 }
 
 /// `delete` and `get` invoke value.

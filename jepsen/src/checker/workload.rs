@@ -59,6 +59,61 @@ struct WorkloadStatus {
     started_at_unix_ms: u64,
 }
 
+/// The grants one sandbox's runtimes accepted, in log order: never an older
+/// epoch, one owner per epoch, and (where the id had one generation) the
+/// owner the log's views show for that term. Returns how many there were.
+fn check_activations(
+    sandbox: &str,
+    log: &RuntimeLog,
+    gens: usize,
+    views: &[u64],
+    owners: &BTreeMap<(String, u64), BTreeMap<Owner, u64>>,
+    violations: &mut Vec<(String, Vec<u64>)>,
+) -> usize {
+    let mut accepted = 0usize;
+    let mut last: Option<&crate::members::runtime_log::Activation> = None;
+    for a in &log.activations {
+        accepted += 1;
+        if let Some(prev) = last {
+            let same_epoch_other_owner = a.epoch == prev.epoch
+                && (a.member != prev.member
+                    || a.incarnation != prev.incarnation
+                    || a.term != prev.term);
+            if a.epoch < prev.epoch || same_epoch_other_owner {
+                violations.push((
+                    format!(
+                        "{sandbox}: runtime accepted {}#{} term {} epoch {} after {}#{} term {} epoch {} (runtimes/{sandbox}.log)",
+                        a.member, a.incarnation, a.term, a.epoch,
+                        prev.member, prev.incarnation, prev.term, prev.epoch
+                    ),
+                    views.to_vec(),
+                ));
+            }
+        }
+        last = Some(a);
+        // Cross-check with the log only where the id had one
+        // generation (terms restart with a new generation).
+        if gens > 1 {
+            continue;
+        }
+        let Some(seen) = owners.get(&(sandbox.to_string(), a.term)) else {
+            continue;
+        };
+        let mine = (a.member.clone(), a.incarnation, a.epoch);
+        if seen.keys().any(|k| *k != mine) {
+            violations.push((
+                format!(
+                    "{sandbox} term {}: runtime accepted a grant for {}#{} epoch {}, the log's views show {:?}",
+                    a.term, a.member, a.incarnation, a.epoch,
+                    seen.keys().collect::<Vec<_>>()
+                ),
+                seen.values().copied().collect(),
+            ));
+        }
+    }
+    accepted
+}
+
 impl Checker for WorkloadContinuity {
     fn name(&self) -> &'static str {
         "workload-continuity"
@@ -134,46 +189,7 @@ impl Checker for WorkloadContinuity {
                     views.clone(),
                 ));
             }
-            let mut last: Option<&crate::members::runtime_log::Activation> = None;
-            for a in &log.activations {
-                accepted += 1;
-                if let Some(prev) = last {
-                    let same_epoch_other_owner = a.epoch == prev.epoch
-                        && (a.member != prev.member
-                            || a.incarnation != prev.incarnation
-                            || a.term != prev.term);
-                    if a.epoch < prev.epoch || same_epoch_other_owner {
-                        violations.push((
-                            format!(
-                                "{sandbox}: runtime accepted {}#{} term {} epoch {} after {}#{} term {} epoch {} (runtimes/{sandbox}.log)",
-                                a.member, a.incarnation, a.term, a.epoch,
-                                prev.member, prev.incarnation, prev.term, prev.epoch
-                            ),
-                            views.clone(),
-                        ));
-                    }
-                }
-                last = Some(a);
-                // Cross-check with the log only where the id had one
-                // generation (terms restart with a new generation).
-                if gens > 1 {
-                    continue;
-                }
-                let Some(seen) = owners.get(&(sandbox.clone(), a.term)) else {
-                    continue;
-                };
-                let mine = (a.member.clone(), a.incarnation, a.epoch);
-                if seen.keys().any(|k| *k != mine) {
-                    violations.push((
-                        format!(
-                            "{sandbox} term {}: runtime accepted a grant for {}#{} epoch {}, the log's views show {:?}",
-                            a.term, a.member, a.incarnation, a.epoch,
-                            seen.keys().collect::<Vec<_>>()
-                        ),
-                        seen.values().copied().collect(),
-                    ));
-                }
-            }
+            accepted += check_activations(sandbox, log, gens, &views, &owners, &mut violations);
         }
         for exit in &self.exits {
             violations.push((format!("supervisor {exit}"), Vec::new()));

@@ -14,6 +14,9 @@
 //!   the signed `Grant`; [`grant`] signs and verifies grants.
 //! - [`gateway`]: `openshell.gateway.v1`, the gateway's raft log and snapshot
 //!   records.
+//! - [`client`]: [`client::connect`], the one builder of every outbound gRPC
+//!   channel, by [`client::Role`] and [`client::ClientConfig`].
+//! - [`attach`]: the typed refusal carried in a refused supervisor stream.
 //!
 //! The modules mirror the protobuf packages (`openshell::objects::v1`) so that
 //! generated cross-package references resolve; the short names re-export them.
@@ -82,4 +85,5 @@ pub use openshell::sandbox_runtime::v1 as sandbox_runtime;
 pub use openshell::supervisor_host::v1 as supervisor_host;
 
 pub mod attach;
+pub mod client;
 pub mod grant;

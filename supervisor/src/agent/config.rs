@@ -5,6 +5,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use proto::client::{ClientConfig, Role};
+
 /// A setting that is missing or invalid.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
@@ -87,6 +89,10 @@ pub struct AgentConfig {
     /// Start with the first listed gateway (else a random one, to spread
     /// supervisors over gateways).
     pub listed_order: bool,
+    /// How the attach stream to a gateway connects (deadlines, keepalive).
+    pub gateway_client: ClientConfig,
+    /// How calls to sandbox runtimes connect and how long they may take.
+    pub runtime_client: ClientConfig,
 }
 
 impl RawAgentConfig {
@@ -157,6 +163,8 @@ impl RawAgentConfig {
             max_backoff: Duration::from_secs(2),
             runtime_heartbeat: Duration::from_millis(250),
             listed_order: self.listed_order,
+            gateway_client: ClientConfig::for_role(Role::SupervisorToGateway),
+            runtime_client: ClientConfig::for_role(Role::SupervisorToRuntime),
         })
     }
 }

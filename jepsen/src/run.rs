@@ -176,7 +176,7 @@ async fn run_inner(
         client_timeout: options.client_timeout,
         extra_args: workload.gateway_args(),
     };
-    let cluster = Arc::new(Cluster::create(run_id, options.nodes, dir, gateway)?);
+    let cluster = Arc::new(Cluster::create(run_id, options.nodes, dir, gateway).await?);
     cluster.start_all()?;
     let leader = cluster
         .wait_leader(Duration::from_secs(60), "initial election")

@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use proto::client::{connect, ClientConfig, ClientError, Role};
 use proto::supervisor_host::supervisor_host_client::SupervisorHostClient;
 use proto::supervisor_host::{
     gateway_message, supervisor_message, GatewayMessage, HostHello, HostStatus,
@@ -91,12 +92,20 @@ pub async fn attach(
 ) -> Result<Attached, tonic::Status> {
     let (tx, rx) = mpsc::channel::<SupervisorMessage>(buffer);
     let _ = tx.try_send(hello);
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{gateway}"))
-        .map_err(|e| tonic::Status::internal(e.to_string()))?
-        .connect_timeout(connect_timeout)
-        .connect()
+    // A supervisor's stream, without keepalive pings: the scripted member
+    // notices a vanished gateway by its stream ending.
+    let config = ClientConfig {
+        keepalive_interval: None,
+        ..ClientConfig::for_role(Role::SupervisorToGateway).with_connect_timeout(connect_timeout)
+    };
+    let channel = connect(Role::SupervisorToGateway, gateway, &config)
         .await
-        .map_err(|e| tonic::Status::unavailable(format!("connection refused: {e}")))?;
+        .map_err(|e| match e {
+            ClientError::InvalidAddress { .. } => tonic::Status::internal(e.to_string()),
+            ClientError::Unreachable { source, .. } => {
+                tonic::Status::unavailable(format!("connection refused: {source}"))
+            }
+        })?;
     let mut client = SupervisorHostClient::new(channel);
     let mut inbound = client.attach(ReceiverStream::new(rx)).await?.into_inner();
     match inbound.message().await? {

@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::codec;
 use crate::error::{Error, Result};
-use crate::NodeId;
+use crate::types::NodeId;
 
 /// Storage format of the data directory written by this build.
 pub const STORAGE_FORMAT_V1: u32 = 1;

@@ -26,7 +26,7 @@ use openraft::{LogState, RaftLogId, RaftLogReader, StorageError, StorageIOError}
 use crate::codec;
 use crate::db::{DataDir, Durability, Watermark};
 use crate::types::typ::{Entry, LogId, Vote};
-use crate::TypeConfig;
+use crate::types::TypeConfig;
 
 const VOTE_KEY: &[u8] = b"vote";
 const COMMITTED_KEY: &[u8] = b"committed";

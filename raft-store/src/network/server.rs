@@ -96,10 +96,16 @@ impl PeerAuthenticator {
 /// The raft transport service of one node, for a state machine `SM` (whose
 /// `validate` checks forwarded commands).
 pub struct TransportService<SM: StateMachine> {
+    /// Serves AppendEntries, Vote, InstallSnapshot, ReadIndex and Campaign,
+    /// and names the leader in a not-leader reply.
     raft: Raft,
+    /// Checks every caller.
     auth: PeerAuthenticator,
+    /// Takes forwarded writes (the same batcher as this node's own writes).
     proposer: Proposer,
+    /// Serves HoldElection.
     hold: ElectionHold,
+    /// Only `SM::validate` is used; no `SM` value is held.
     machine: PhantomData<fn() -> SM>,
 }
 
@@ -281,4 +287,41 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
         return false;
     }
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_token(token: &str) -> tonic::metadata::MetadataMap {
+        let mut metadata = tonic::metadata::MetadataMap::new();
+        let value = token
+            .parse()
+            .unwrap_or_else(|e| panic!("token {token:?} is not ASCII: {e}"));
+        metadata.insert(PEER_TOKEN, value);
+        metadata
+    }
+
+    #[test]
+    fn peers_of_another_cluster_are_refused() {
+        let auth = PeerAuthenticator::new("blue", None);
+        assert!(auth.check(&Default::default(), "blue").is_ok());
+        let refused = auth.check(&Default::default(), "green");
+        assert_eq!(
+            refused.map_err(|s| s.code()),
+            Err(tonic::Code::PermissionDenied)
+        );
+    }
+
+    #[test]
+    fn a_configured_peer_token_is_required() {
+        let auth = PeerAuthenticator::new("blue", Some("secret"));
+        assert!(auth.check(&with_token("secret"), "blue").is_ok());
+        for metadata in [with_token("secreT"), with_token(""), Default::default()] {
+            assert_eq!(
+                auth.check(&metadata, "blue").map_err(|s| s.code()),
+                Err(tonic::Code::Unauthenticated)
+            );
+        }
+    }
 }

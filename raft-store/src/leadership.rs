@@ -158,7 +158,7 @@ impl LeaderTransfer {
         // Let every follower's leader lease (election_timeout_max) run out.
         tokio::time::sleep(election_max + election_max / 2).await;
         self.channels.campaign(addr).await.map_err(|e| match e {
-            PeerCallError::BadAddress(e) => AdminError::InvalidArgument(e),
+            PeerCallError::BadAddress(e) => AdminError::InvalidArgument(e.to_string()),
             PeerCallError::Failed(s) => {
                 AdminError::Failed(format!("node {target} could not campaign: {}", s.message()))
             }

@@ -3,8 +3,9 @@
 //! remote read-index ([`Channels::read_index`]) and the two calls of a
 //! leadership transfer ([`Channels::hold_election`], [`Channels::campaign`]).
 //!
-//! One HTTP/2 channel per peer address, created lazily and shared by every
-//! call to that peer (connection reuse). Each raft call carries openraft's
+//! One HTTP/2 channel per peer address, built by the workspace's one channel
+//! builder (`proto::client::connect`, role `Peer`), connected lazily and
+//! shared by every call to that peer (connection reuse). Each raft call carries openraft's
 //! TTL as its gRPC deadline, a forward or read-index the caller's deadline;
 //! connecting has its own timeout.
 //!
@@ -26,6 +27,7 @@ use openraft::raft::{
     VoteRequest, VoteResponse,
 };
 use openraft::BasicNode;
+use proto::client::{connect, ClientConfig, ClientError, Role};
 use proto::raft::raft_transport_client::RaftTransportClient;
 use proto::raft::{
     forward_response, read_index_response, CampaignRequest, ForwardRequest, HoldElectionRequest,
@@ -33,15 +35,12 @@ use proto::raft::{
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tracing::Instrument;
 
 use crate::codec::{self, MAX_MESSAGE_BYTES};
 use crate::error::WriteError;
 use crate::types::{Applied, NodeId, TypeConfig};
-
-/// How long a connection attempt to a peer may take.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Metadata key of the peer token on raft transport calls.
 pub const PEER_TOKEN: &str = "x-openshell-peer-token";
@@ -71,6 +70,8 @@ pub type TransportClient =
 pub struct Channels {
     cluster_id: Arc<str>,
     auth: PeerAuth,
+    /// How peer channels connect ([`Role::Peer`]'s defaults).
+    config: ClientConfig,
     /// Address -> channel. A std lock: held only to look up or insert.
     by_addr: Arc<Mutex<BTreeMap<String, Channel>>>,
 }
@@ -82,6 +83,7 @@ impl Channels {
         Channels {
             cluster_id: cluster_id.into(),
             auth: PeerAuth(peer_token.and_then(|t| t.parse().ok())),
+            config: ClientConfig::for_role(Role::Peer),
             by_addr: Arc::default(),
         }
     }
@@ -92,23 +94,23 @@ impl Channels {
     }
 
     /// A client to the peer at `addr` (host:port), reusing its channel.
+    /// A new channel comes from the workspace's one channel builder,
+    /// [`proto::client::connect`], as [`Role::Peer`] (lazy: a peer that is
+    /// down now may be up at the next call).
     ///
     /// # Errors
-    /// A description when `addr` is not a valid address.
-    pub fn client(&self, addr: &str) -> Result<TransportClient, String> {
-        let mut map = self.by_addr.lock().unwrap_or_else(|p| p.into_inner());
-        let channel = match map.get(addr) {
-            Some(c) => c.clone(),
+    /// [`ClientError::InvalidAddress`] when `addr` is not a valid address.
+    pub async fn client(&self, addr: &str) -> Result<TransportClient, ClientError> {
+        let cached = self.channels().get(addr).cloned();
+        let channel = match cached {
+            Some(channel) => channel,
             None => {
-                let endpoint = Endpoint::from_shared(format!("http://{addr}"))
-                    .map_err(|e| format!("invalid peer address {addr:?}: {e}"))?
-                    .connect_timeout(CONNECT_TIMEOUT)
-                    .tcp_nodelay(true)
-                    .http2_keep_alive_interval(Duration::from_secs(10))
-                    .keep_alive_timeout(Duration::from_secs(5));
-                let channel = endpoint.connect_lazy();
-                map.insert(addr.to_string(), channel.clone());
-                channel
+                let channel = connect(Role::Peer, addr, &self.config).await?;
+                // Another caller may have built one meanwhile: keep the first.
+                self.channels()
+                    .entry(addr.to_string())
+                    .or_insert(channel)
+                    .clone()
             }
         };
         Ok(
@@ -116,6 +118,13 @@ impl Channels {
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
         )
+    }
+
+    /// The channel cache. A std lock, held only to look up or insert (never
+    /// across an await). A poisoned lock is recovered: the map holds only
+    /// channels, each usable whatever a panicking holder was doing.
+    fn channels(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Channel>> {
+        self.by_addr.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Wraps an openraft message for the wire.
@@ -155,7 +164,7 @@ impl Channels {
         command: &[u8],
         deadline: Instant,
     ) -> Result<Forwarded, WriteError> {
-        let Ok(mut client) = self.client(addr) else {
+        let Ok(mut client) = self.client(addr).await else {
             return Ok(Forwarded::Retry);
         };
         let mut request = tonic::Request::new(ForwardRequest {
@@ -188,7 +197,7 @@ impl Channels {
     /// `deadline`: `None` when it cannot give one (not the leader any more,
     /// unreachable, no answer in time), so the caller retries.
     pub async fn read_index(&self, leader: NodeId, addr: &str, deadline: Instant) -> Option<u64> {
-        let mut client = self.client(addr).ok()?;
+        let mut client = self.client(addr).await.ok()?;
         let mut request = tonic::Request::new(ReadIndexRequest {
             cluster_id: self.cluster_id().to_string(),
         });
@@ -211,7 +220,7 @@ impl Channels {
     /// # Errors
     /// [`PeerCallError`] when `addr` is invalid or the call failed.
     pub async fn hold_election(&self, addr: &str, hold: Duration) -> Result<(), PeerCallError> {
-        let mut client = self.client(addr).map_err(PeerCallError::BadAddress)?;
+        let mut client = self.client(addr).await?;
         let request = HoldElectionRequest {
             cluster_id: self.cluster_id().to_string(),
             hold_ms: u64::try_from(hold.as_millis()).unwrap_or(60_000),
@@ -226,7 +235,7 @@ impl Channels {
     /// # Errors
     /// [`PeerCallError`] when `addr` is invalid or the call failed.
     pub async fn campaign(&self, addr: &str) -> Result<(), PeerCallError> {
-        let mut client = self.client(addr).map_err(PeerCallError::BadAddress)?;
+        let mut client = self.client(addr).await?;
         let request = CampaignRequest {
             cluster_id: self.cluster_id().to_string(),
         };
@@ -256,8 +265,8 @@ pub enum Forwarded {
 #[derive(Debug, thiserror::Error)]
 pub enum PeerCallError {
     /// The peer's address is not a valid address.
-    #[error("{0}")]
-    BadAddress(String),
+    #[error(transparent)]
+    BadAddress(#[from] ClientError),
     /// The call failed.
     #[error("{}", .0.message())]
     Failed(#[from] tonic::Status),
@@ -360,7 +369,8 @@ impl PeerClient {
         let mut client = self
             .channels
             .client(&self.addr)
-            .map_err(|e| RPCError::Unreachable(Unreachable::new(&Msg(e))))?;
+            .await
+            .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
         let mut grpc = tonic::Request::new(self.channels.payload(request));
         grpc.set_timeout(option.hard_ttl());
         let reply = match rpc {
@@ -416,18 +426,6 @@ impl RaftNetwork<TypeConfig> for PeerClient {
     }
 }
 
-/// A plain message as an error.
-#[derive(Debug)]
-struct Msg(String);
-
-impl std::fmt::Display for Msg {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Msg {}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -449,6 +447,7 @@ mod tests {
         let addr = refused_addr();
         let mut client = channels
             .client(&addr)
+            .await
             .unwrap_or_else(|e| panic!("client: {e}"));
         let status = match client
             .read_index(ReadIndexRequest {

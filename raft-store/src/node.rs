@@ -24,9 +24,8 @@ use openraft::error::RaftError;
 use openraft::ServerState;
 use proto::raft::raft_transport_server::RaftTransportServer;
 
-use crate::batcher::{Proposed, Proposer};
+use crate::batcher::Proposer;
 use crate::codec::MAX_MESSAGE_BYTES;
-use crate::config::NodeConfig;
 use crate::db::DataDir;
 use crate::error::{AdminError, Error, ReadError, Result, WriteError};
 use crate::leadership::{ElectionHold, LeaderTransfer};
@@ -36,9 +35,13 @@ use crate::network::client::{Channels, Forwarded, NetworkFactory};
 use crate::network::server::{PeerAuthenticator, TransportService};
 use crate::state_machine::{Applied as AppliedState, StateMachine, StateMachineStore};
 use crate::types::typ::Raft;
-use crate::types::{Applied, NodeId};
+use crate::types::NodeId;
 
+// The types of this API that now live below it keep their `node::` paths.
+pub use crate::batcher::Proposed;
+pub use crate::config::NodeConfig;
 pub use crate::membership::MembershipChange;
+pub use crate::types::Applied;
 
 /// One node in [`ClusterStatus`].
 #[derive(Clone, Debug, PartialEq, Eq)]

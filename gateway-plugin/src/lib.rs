@@ -21,8 +21,6 @@
 //! - [`server`]: wiring and the serve loop.
 
 pub mod auth;
-pub mod backup;
-pub mod cli;
 pub mod cluster_admin_service;
 pub mod config;
 pub mod http;

@@ -6,12 +6,7 @@ use raft_store::{AdminError, ReadError, WriteError};
 use tonic::metadata::MetadataValue;
 use tonic::Status;
 
-/// Metadata key of the leader's node id in a `FAILED_PRECONDITION` reply.
-pub const LEADER_ID: &str = "x-openshell-leader-id";
-/// Metadata key of the leader's address.
-pub const LEADER_ADDR: &str = "x-openshell-leader-addr";
-/// Set on a call a gateway forwarded, so the receiver does not forward again.
-pub const FORWARDED: &str = "x-openshell-forwarded";
+pub use proto::metadata::{FORWARDED, LEADER_ADDR, LEADER_ID};
 
 /// Maps an administration error.
 pub fn admin(e: AdminError) -> Status {

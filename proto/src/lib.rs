@@ -14,6 +14,9 @@
 //!   the signed `Grant`; [`grant`] signs and verifies grants.
 //! - [`gateway`]: `openshell.gateway.v1`, the gateway's raft log and snapshot
 //!   records.
+//! - [`metadata`]: gRPC metadata keys (the leader hint, the forwarded mark).
+//! - [`backup`]: the backup file format (`openshell-pool backup save` writes
+//!   it, `openshell-gateway restore` reads it).
 //!
 //! The modules mirror the protobuf packages (`openshell::objects::v1`) so that
 //! generated cross-package references resolve; the short names re-export them.
@@ -80,4 +83,6 @@ pub use openshell::sandbox_runtime::v1 as sandbox_runtime;
 pub use openshell::supervisor_host::v1 as supervisor_host;
 
 pub mod attach;
+pub mod backup;
 pub mod grant;
+pub mod metadata;

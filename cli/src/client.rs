@@ -8,7 +8,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
-use crate::status::LEADER_ADDR;
+use proto::metadata::LEADER_ADDR;
 
 /// What went wrong, as the user should read it.
 #[derive(Debug, thiserror::Error)]

@@ -47,7 +47,12 @@ impl ObjectStoreService {
             .require(request.metadata(), role, "object_store", &self.metrics)
     }
 
-    async fn propose(&self, op: object_command::Op) -> Result<object_result::Result, Status> {
+    /// Proposes one write; returns its result and the log index of the
+    /// entry that carried it.
+    async fn propose(
+        &self,
+        op: object_command::Op,
+    ) -> Result<(object_result::Result, u64), Status> {
         let command = ObjectCommand { op: Some(op) };
         raft_store::objects::Objects::validate_command(&command)
             .map_err(Status::invalid_argument)?;
@@ -56,10 +61,11 @@ impl ObjectStoreService {
             .write(GatewayState::object_command(command))
             .await
             .map_err(status::write)?;
-        GatewayState::object_result(&applied.response)
+        let result = GatewayState::object_result(&applied.response)
             .map_err(Status::internal)?
             .result
-            .ok_or_else(|| Status::internal("empty object-store result"))
+            .ok_or_else(|| Status::internal("empty object-store result"))?;
+        Ok((result, applied.log_index))
     }
 }
 
@@ -91,11 +97,14 @@ impl ObjectStore for ObjectStoreService {
             .propose(object_command::Op::Put(request.into_inner()))
             .await?
         {
-            object_result::Result::Put(object) => Ok(Response::new(PutResponse {
+            (object_result::Result::Put(object), log_index) => Ok(Response::new(PutResponse {
                 object: Some(object),
+                log_index,
             })),
-            object_result::Result::Rejected(r) => Err(rejection(r)),
-            object_result::Result::Deleted(_) => Err(Status::internal("put answered as a delete")),
+            (object_result::Result::Rejected(r), _) => Err(rejection(r)),
+            (object_result::Result::Deleted(_), _) => {
+                Err(Status::internal("put answered as a delete"))
+            }
         }
     }
 
@@ -109,9 +118,9 @@ impl ObjectStore for ObjectStoreService {
             .propose(object_command::Op::Delete(request.into_inner()))
             .await?
         {
-            object_result::Result::Deleted(d) => Ok(Response::new(d)),
-            object_result::Result::Rejected(r) => Err(rejection(r)),
-            object_result::Result::Put(_) => Err(Status::internal("delete answered as a put")),
+            (object_result::Result::Deleted(d), _) => Ok(Response::new(d)),
+            (object_result::Result::Rejected(r), _) => Err(rejection(r)),
+            (object_result::Result::Put(_), _) => Err(Status::internal("delete answered as a put")),
         }
     }
 

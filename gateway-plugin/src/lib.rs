@@ -25,6 +25,7 @@ pub mod backup;
 pub mod cli;
 pub mod cluster_admin_service;
 pub mod config;
+pub mod convert;
 pub mod http;
 pub mod hub;
 pub mod metrics;

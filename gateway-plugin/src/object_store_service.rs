@@ -12,7 +12,7 @@
 use proto::objects::object_store_server::ObjectStore;
 use proto::objects::{
     object_command, object_result, DeleteRequest, DeleteResponse, GetRequest, GetResponse,
-    ListRequest, ListResponse, ObjectCommand, PutRequest, PutResponse, RejectReason, Rejection,
+    ListRequest, ListResponse, ObjectCommand, PutRequest, PutResponse,
 };
 use raft_store::RaftNode;
 use tonic::{Request, Response, Status};
@@ -22,8 +22,7 @@ use crate::metrics::Metrics;
 use crate::state::GatewayState;
 use crate::status;
 
-/// Metadata key of the current resource version in a rejection.
-pub const RESOURCE_VERSION: &str = "x-openshell-resource-version";
+pub use crate::status::RESOURCE_VERSION;
 
 /// The object store service of one gateway.
 pub struct ObjectStoreService {
@@ -63,25 +62,6 @@ impl ObjectStoreService {
     }
 }
 
-fn rejection(r: Rejection) -> Status {
-    let reason = RejectReason::try_from(r.reason).unwrap_or(RejectReason::Unspecified);
-    let mut status = match reason {
-        RejectReason::AlreadyExists => {
-            Status::already_exists("object already exists (must_create)")
-        }
-        RejectReason::NotFound => Status::not_found("object does not exist"),
-        _ => Status::failed_precondition(format!(
-            "resource version mismatch: the object is at {}",
-            r.current_resource_version
-        )),
-    };
-    if let Ok(v) = tonic::metadata::MetadataValue::try_from(r.current_resource_version.to_string())
-    {
-        status.metadata_mut().insert(RESOURCE_VERSION, v);
-    }
-    status
-}
-
 #[tonic::async_trait]
 impl ObjectStore for ObjectStoreService {
     #[tracing::instrument(level = "debug", skip_all)]
@@ -94,7 +74,7 @@ impl ObjectStore for ObjectStoreService {
             object_result::Result::Put(object) => Ok(Response::new(PutResponse {
                 object: Some(object),
             })),
-            object_result::Result::Rejected(r) => Err(rejection(r)),
+            object_result::Result::Rejected(r) => Err(status::object_rejection(r)),
             object_result::Result::Deleted(_) => Err(Status::internal("put answered as a delete")),
         }
     }
@@ -110,7 +90,7 @@ impl ObjectStore for ObjectStoreService {
             .await?
         {
             object_result::Result::Deleted(d) => Ok(Response::new(d)),
-            object_result::Result::Rejected(r) => Err(rejection(r)),
+            object_result::Result::Rejected(r) => Err(status::object_rejection(r)),
             object_result::Result::Put(_) => Err(Status::internal("delete answered as a put")),
         }
     }

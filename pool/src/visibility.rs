@@ -19,10 +19,10 @@
 //! 3. **Deliver.** Re-read the stream registry and send a [`Push`] only where
 //!    [`Push::deliverable_to`] says so: the stream of the incarnation the
 //!    view was computed for, never a view older than one already sent, never
-//!    a view equal to the one last sent. Sign grants from
-//!    [`Push::grants`]: they name the planned incarnation. Record the sent
-//!    view as [`Shown`] at the plan's index.
-//! 4. **Confirm.** For each [`Plan::unchanged`] viewer whose [`Shown`] is
+//!    a view equal to the one last sent. Sign grants from [`Push::claims`]:
+//!    they name the planned incarnation. Record the sent view as shown at
+//!    the plan's index.
+//! 4. **Confirm.** For each [`Plan::unchanged`] viewer whose shown view is
 //!    still the one planned from, record that the same view holds at the
 //!    plan's index (so the next plan can start from there).
 //! 5. **Close.** Close the stream of every [`Plan::retired`] incarnation
@@ -97,16 +97,6 @@ impl IncarnationView {
     }
 }
 
-/// A view as sent to (or confirmed for) one stream.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Shown {
-    /// The view.
-    pub view: IncarnationView,
-    /// The applied log index at which `view` is known to be the
-    /// incarnation's view.
-    pub index: u64,
-}
-
 /// One attached stream, as the planner needs to know it.
 #[derive(Clone, Copy, Debug)]
 pub struct Viewer<'a> {
@@ -115,7 +105,10 @@ pub struct Viewer<'a> {
     /// The incarnation the stream was attached for.
     pub incarnation: u64,
     /// What it was last shown, if anything.
-    pub shown: Option<&'a Shown>,
+    pub shown: Option<&'a IncarnationView>,
+    /// The applied index at which `shown` is known to be the incarnation's
+    /// view (it was sent then, or confirmed unchanged then).
+    pub shown_at: u64,
     /// Log index of the last snapshot sent on it (0: none): no older
     /// snapshot may follow.
     pub sent_index: u64,
@@ -201,17 +194,13 @@ impl Push {
         stream.member == self.member
             && stream.incarnation == self.incarnation
             && self.index >= stream.sent_index
-            && stream.shown.map(|s| &s.view) != Some(&self.view)
+            && stream.shown != Some(&self.view)
     }
 
-    /// The grants of `sandboxes` (released or not), naming this push's
-    /// member incarnation.
-    fn claims<'a>(
-        &'a self,
-        sandboxes: &'a BTreeMap<String, SandboxView>,
-        release: bool,
-    ) -> impl Iterator<Item = GrantClaims> + 'a {
-        sandboxes.values().map(move |s| GrantClaims {
+    /// The grant claims of one sandbox of this push's view (`release` for
+    /// a released one): they name this push's member incarnation.
+    pub fn claims(&self, s: &SandboxView, release: bool) -> GrantClaims {
+        GrantClaims {
             sandbox: s.sandbox.clone(),
             generation: s.generation,
             member: self.member.clone(),
@@ -220,15 +209,18 @@ impl Push {
             credential_epoch: s.credential_epoch,
             log_index: self.index,
             release,
-        })
+        }
     }
 
     /// The grants of the live assignments, then of the released sandboxes,
     /// in sandbox id order.
     pub fn grants(&self) -> (Vec<GrantClaims>, Vec<GrantClaims>) {
+        let claims = |views: &BTreeMap<String, SandboxView>, release| {
+            views.values().map(|s| self.claims(s, release)).collect()
+        };
         (
-            self.claims(&self.view.assignments, false).collect(),
-            self.claims(&self.view.released, true).collect(),
+            claims(&self.view.assignments, false),
+            claims(&self.view.released, true),
         )
     }
 }
@@ -344,7 +336,7 @@ pub fn plan_pushes(
         }
     }
     let incremental = |v: &Viewer<'_>| match (changes, v.shown) {
-        (Changes::Since { index: since, .. }, Some(shown)) => shown.index >= *since,
+        (Changes::Since { index: since, .. }, Some(_)) => v.shown_at >= *since,
         _ => false,
     };
     let full: BTreeSet<(&str, u64)> = live
@@ -356,7 +348,7 @@ pub fn plan_pushes(
     for v in live {
         let view = match (changes, v.shown) {
             (Changes::Since { sandboxes, .. }, Some(shown)) if incremental(v) => {
-                updated_view(state, v.member, v.incarnation, &shown.view, sandboxes)
+                updated_view(state, v.member, v.incarnation, shown, sandboxes)
             }
             _ => match full.remove(&(v.member.to_string(), v.incarnation)) {
                 Some(view) => view,
@@ -366,7 +358,7 @@ pub fn plan_pushes(
         if index < v.sent_index {
             continue;
         }
-        if v.shown.map(|s| &s.view) == Some(&view) {
+        if v.shown == Some(&view) {
             plan.unchanged.push((v.member.to_string(), v.incarnation));
         } else {
             plan.pushes.push(Push {
@@ -478,7 +470,11 @@ impl ChangeLog {
             _ => return Changes::Unknown,
         }
         let mut sandboxes = BTreeSet::new();
-        for touch in self.entries.range(index.saturating_add(1)..).map(|(_, t)| t) {
+        for touch in self
+            .entries
+            .range(index.saturating_add(1)..)
+            .map(|(_, t)| t)
+        {
             match touch {
                 Touch::Nothing => {}
                 Touch::Sandbox(id) => {
@@ -553,11 +549,18 @@ mod tests {
         }
     }
 
+    /// A view sent at an applied index.
+    struct Shown {
+        view: IncarnationView,
+        index: u64,
+    }
+
     fn viewer<'a>(member: &'a str, incarnation: u64, shown: Option<&'a Shown>) -> Viewer<'a> {
         Viewer {
             member,
             incarnation,
-            shown,
+            shown: shown.map(|s| &s.view),
+            shown_at: shown.map(|s| s.index).unwrap_or(0),
             sent_index: shown.map(|s| s.index).unwrap_or(0),
         }
     }
@@ -684,10 +687,8 @@ mod tests {
         let mut pool = Pool::new();
         pool.launch("s1");
         let stale = Viewer {
-            member: "a",
-            incarnation: 1,
-            shown: None,
             sent_index: pool.index + 1,
+            ..viewer("a", 1, None)
         };
         assert!(pool.plan_full(&[stale]).pushes.is_empty());
     }
@@ -742,7 +743,10 @@ mod tests {
             sandboxes.iter().map(String::as_str).collect::<Vec<_>>(),
             ["s1", "s2", "s4"]
         );
-        let viewers = [viewer("a", 1, Some(&shown_a)), viewer("b", 1, Some(&shown_b))];
+        let viewers = [
+            viewer("a", 1, Some(&shown_a)),
+            viewer("b", 1, Some(&shown_b)),
+        ];
         let followed = plan_pushes(&pool.state, pool.index, &viewers, &changes);
         let full = plan_pushes(&pool.state, pool.index, &viewers, &Changes::Unknown);
         assert_eq!(followed, full);

@@ -90,10 +90,13 @@ impl Hub {
             let Some(a) = stream_of(&mut streams, &push.member, push.incarnation) else {
                 continue;
             };
-            self.send(&push.member.clone(), a, push);
+            let member = push.member.clone();
+            self.send(&member, a, push);
         }
-        // An unchanged view holds at the plan's index too, unless the
-        // stream was shown another view meanwhile.
+        // An unchanged view holds at the plan's index too. If another pass
+        // showed the stream a different view meanwhile, the unchanged view
+        // (the current one at the plan's index) is sent under the same
+        // delivery rule as any push.
         let base: BTreeMap<(&str, u64), &Option<Arc<IncarnationView>>> = planned
             .iter()
             .map(|p| ((p.member.as_str(), p.incarnation), &p.shown))
@@ -102,13 +105,20 @@ impl Hub {
             let Some(a) = stream_of(&mut streams, &member, incarnation) else {
                 continue;
             };
-            let same = match (base.get(&(member.as_str(), incarnation)), &a.shown) {
-                (Some(Some(before)), Some(now)) => Arc::ptr_eq(before, now),
-                _ => false,
+            let Some(Some(before)) = base.get(&(member.as_str(), incarnation)) else {
+                continue;
             };
-            if same && plan.index > a.shown_at {
-                a.shown_at = plan.index;
+            if a.shown.as_ref().is_some_and(|now| Arc::ptr_eq(before, now)) {
+                a.shown_at = a.shown_at.max(plan.index);
+                continue;
             }
+            let push = Push {
+                member: member.clone(),
+                incarnation,
+                index: plan.index,
+                view: IncarnationView::clone(before),
+            };
+            self.send(&member, a, push);
         }
     }
 

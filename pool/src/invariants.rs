@@ -17,7 +17,7 @@ pub struct InvariantViolation {
     pub detail: String,
 }
 
-fn fail(invariant: &'static str, detail: String) -> Result<(), InvariantViolation> {
+fn fail<T>(invariant: &'static str, detail: String) -> Result<T, InvariantViolation> {
     Err(InvariantViolation { invariant, detail })
 }
 
@@ -27,6 +27,15 @@ impl PoolState {
     /// # Errors
     /// The first violation found.
     pub fn check_invariants(&self) -> Result<(), InvariantViolation> {
+        let charged = self.check_sandboxes()?;
+        self.check_charges(&charged)?;
+        self.check_launches()?;
+        self.check_operations()
+    }
+
+    /// I1, I3, I4, I5 per sandbox record; returns how many charged sandboxes
+    /// each member owns.
+    fn check_sandboxes(&self) -> Result<BTreeMap<&str, u32>, InvariantViolation> {
         let mut charged: BTreeMap<&str, u32> = BTreeMap::new();
         let refused: BTreeSet<&str> = self
             .launches
@@ -88,6 +97,11 @@ impl PoolState {
                 );
             }
         }
+        Ok(charged)
+    }
+
+    /// I5: each member's charge equals the sandboxes it owns, within capacity.
+    fn check_charges(&self, charged: &BTreeMap<&str, u32>) -> Result<(), InvariantViolation> {
         for m in self.members.values() {
             let n = charged.get(m.id.as_str()).copied().unwrap_or(0);
             if m.charged != n {
@@ -103,6 +117,11 @@ impl PoolState {
                 );
             }
         }
+        Ok(())
+    }
+
+    /// I5: every admitted launch still has its sandbox record.
+    fn check_launches(&self) -> Result<(), InvariantViolation> {
         for (id, l) in &self.launches {
             if let LaunchOutcome::Admitted {
                 sandbox,
@@ -121,6 +140,12 @@ impl PoolState {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// I6: one running operation, with a deadline, within max_parallel; a
+    /// drained member is not active, a draining one is held by a drain.
+    fn check_operations(&self) -> Result<(), InvariantViolation> {
         let running: Vec<&Operation> = self
             .operations
             .values()

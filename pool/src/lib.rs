@@ -9,8 +9,8 @@
 //!
 //! ## Layout
 //!
-//! * [`command`] — the commands (prost wire format, explicit tags), [`Outcome`],
-//!   [`Effect`] and the typed rejection [`Reason`].
+//! * [`command`] — the commands (prost wire format, explicit tags).
+//! * [`outcome`] — [`Outcome`], [`Effect`] and the typed rejection [`Reason`].
 //! * [`state`] — the [`PoolState`] (members, sandboxes, operations, launches)
 //!   and its read helpers (`observed_status`, `assignment`, `status`).
 //! * `apply`: `PoolState::apply`, one exhaustive match, one `apply_<variant>`
@@ -61,6 +61,7 @@ pub mod command;
 pub mod coordinator;
 pub mod hash;
 pub mod invariants;
+pub mod outcome;
 pub mod snapshot;
 pub mod state;
 pub mod visibility;
@@ -68,4 +69,5 @@ pub mod visibility;
 pub use command::*;
 pub use coordinator::{plan, Coordinator, CoordinatorConfig};
 pub use invariants::{InvariantTracker, InvariantViolation};
+pub use outcome::*;
 pub use state::*;

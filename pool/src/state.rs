@@ -2,8 +2,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::command::Assignment;
 use crate::hash::{sandbox_point, Ring};
+use crate::outcome::Assignment;
 
 /// Default TTL in ticks.
 pub const DEFAULT_HEARTBEAT_TTL_TICKS: u64 = 10;

@@ -5,6 +5,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use proto::client::{ClientConfig, Role};
+
 /// A setting that is missing or invalid.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
@@ -87,6 +89,10 @@ pub struct AgentConfig {
     /// Start with the first listed gateway (else a random one, to spread
     /// supervisors over gateways).
     pub listed_order: bool,
+    /// How the attach stream to a gateway connects (deadlines, keepalive).
+    pub gateway_client: ClientConfig,
+    /// How calls to sandbox runtimes connect and how long they may take.
+    pub runtime_client: ClientConfig,
 }
 
 impl RawAgentConfig {
@@ -115,55 +121,15 @@ impl RawAgentConfig {
             value: ip_text.clone(),
             problem: "must be an IP address, e.g. 10.0.0.7".into(),
         })?;
-        for (flag, value) in [
-            ("--pool-member-id", &member_id),
-            ("--pool-member-uid", &member_uid),
-        ] {
-            if value.len() > 256 || value.chars().any(|c| c.is_whitespace() || c.is_control()) {
-                return Err(ConfigError::Invalid {
-                    flag,
-                    value: value.clone(),
-                    problem: "must be 1..=256 characters without spaces".into(),
-                });
-            }
-        }
-        let gateways: Vec<String> = self
-            .gateways
-            .into_iter()
-            .filter(|g| !g.trim().is_empty())
-            .collect();
-        if gateways.is_empty() {
-            return Err(ConfigError::Missing {
-                flag: "--gateways",
-                env: "OPENSHELL_GATEWAYS",
-            });
-        }
-        for g in &gateways {
-            if g.rsplit_once(':')
-                .and_then(|(_, p)| p.parse::<u16>().ok())
-                .is_none()
-            {
-                return Err(ConfigError::Invalid {
-                    flag: "--gateways",
-                    value: g.clone(),
-                    problem: "each endpoint must be host:port".into(),
-                });
-            }
-        }
+        check_identity("--pool-member-id", &member_id)?;
+        check_identity("--pool-member-uid", &member_uid)?;
+        let gateways = check_gateways(self.gateways)?;
         let listen_text = self.listen.unwrap_or_else(|| format!("{advertise_ip}:0"));
-        let listen: SocketAddr = listen_text.parse().map_err(|_| ConfigError::Invalid {
-            flag: "--listen",
-            value: listen_text.clone(),
-            problem: "must be ip:port".into(),
-        })?;
-        let http_listen = match self.http_listen {
-            None => None,
-            Some(text) => Some(text.parse().map_err(|_| ConfigError::Invalid {
-                flag: "--http-listen",
-                value: text.clone(),
-                problem: "must be ip:port".into(),
-            })?),
-        };
+        let listen = parse_socket_addr("--listen", listen_text)?;
+        let http_listen = self
+            .http_listen
+            .map(|text| parse_socket_addr("--http-listen", text))
+            .transpose()?;
         let capacity = self.capacity.unwrap_or(16);
         if capacity == 0 || capacity > 10_000 {
             return Err(ConfigError::Invalid {
@@ -197,8 +163,58 @@ impl RawAgentConfig {
             max_backoff: Duration::from_secs(2),
             runtime_heartbeat: Duration::from_millis(250),
             listed_order: self.listed_order,
+            gateway_client: ClientConfig::for_role(Role::SupervisorToGateway),
+            runtime_client: ClientConfig::for_role(Role::SupervisorToRuntime),
         })
     }
+}
+
+/// A member id or uid: 1..=256 characters, no whitespace or control ones.
+fn check_identity(flag: &'static str, value: &str) -> Result<(), ConfigError> {
+    if value.len() > 256 || value.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(ConfigError::Invalid {
+            flag,
+            value: value.to_string(),
+            problem: "must be 1..=256 characters without spaces".into(),
+        });
+    }
+    Ok(())
+}
+
+/// The gateway endpoints: at least one, each `host:port`.
+fn check_gateways(gateways: Vec<String>) -> Result<Vec<String>, ConfigError> {
+    let gateways: Vec<String> = gateways
+        .into_iter()
+        .filter(|g| !g.trim().is_empty())
+        .collect();
+    if gateways.is_empty() {
+        return Err(ConfigError::Missing {
+            flag: "--gateways",
+            env: "OPENSHELL_GATEWAYS",
+        });
+    }
+    for g in &gateways {
+        if g.rsplit_once(':')
+            .and_then(|(_, p)| p.parse::<u16>().ok())
+            .is_none()
+        {
+            return Err(ConfigError::Invalid {
+                flag: "--gateways",
+                value: g.clone(),
+                problem: "each endpoint must be host:port".into(),
+            });
+        }
+    }
+    Ok(gateways)
+}
+
+/// An `ip:port` flag value.
+fn parse_socket_addr(flag: &'static str, text: String) -> Result<SocketAddr, ConfigError> {
+    text.parse().map_err(|_| ConfigError::Invalid {
+        flag,
+        value: text,
+        problem: "must be ip:port".into(),
+    })
 }
 
 fn required(

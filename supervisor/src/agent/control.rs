@@ -70,7 +70,8 @@ impl SupervisorControl for ControlService {
                 request.sandbox_id, request.term
             )));
         }
-        let mut runtime = super::session::runtime_client(&addr).await?;
+        let mut runtime =
+            super::session::runtime_client(&addr, &self.agent.config.runtime_client).await?;
         let reply = runtime
             .exec(ExecRequest {
                 session_token: token,

@@ -28,6 +28,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
+use proto::client::{self, Role};
 use proto::supervisor_host::supervisor_control_server::SupervisorControlServer;
 use proto::supervisor_host::supervisor_host_client::SupervisorHostClient;
 use proto::supervisor_host::{
@@ -257,14 +258,13 @@ async fn attach_loop(agent: Arc<Agent>) {
 }
 
 async fn attach_once(agent: &Arc<Agent>, gateway: &str) -> anyhow::Result<()> {
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{gateway}"))?
-        .connect_timeout(Duration::from_secs(1))
-        .tcp_nodelay(true)
-        .http2_keep_alive_interval(Duration::from_secs(1))
-        .keep_alive_timeout(Duration::from_secs(2))
-        .connect()
-        .await
-        .context("connecting")?;
+    let channel = client::connect(
+        Role::SupervisorToGateway,
+        gateway,
+        &agent.config.gateway_client,
+    )
+    .await
+    .context("connecting")?;
     let mut client = SupervisorHostClient::new(channel);
     let (tx, rx) = mpsc::channel::<SupervisorMessage>(256);
     let hello = HostHello {

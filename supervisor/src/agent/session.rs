@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prost::Message;
+use proto::client::{self, ClientConfig, ClientError, Role};
 use proto::sandbox_runtime::sandbox_runtime_client::SandboxRuntimeClient;
 use proto::sandbox_runtime::{
     ActivateRequest, ReleaseRequest, RuntimeStatusRequest, SessionRequest, SignedGrant,
@@ -46,14 +47,20 @@ impl Drop for Session {
 ///
 /// # Errors
 /// `UNAVAILABLE` when it cannot be reached.
-pub async fn runtime_client(addr: &str) -> Result<SandboxRuntimeClient<Channel>, Status> {
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-        .map_err(|e| Status::internal(format!("bad runtime address {addr:?}: {e}")))?
-        .connect_timeout(Duration::from_millis(500))
-        .timeout(Duration::from_secs(70))
-        .connect()
+pub async fn runtime_client(
+    addr: &str,
+    config: &ClientConfig,
+) -> Result<SandboxRuntimeClient<Channel>, Status> {
+    let channel = client::connect(Role::SupervisorToRuntime, addr, config)
         .await
-        .map_err(|e| Status::unavailable(format!("runtime at {addr} is unreachable: {e}")))?;
+        .map_err(|e| match e {
+            ClientError::InvalidAddress { source, .. } => {
+                Status::internal(format!("bad runtime address {addr:?}: {source}"))
+            }
+            ClientError::Unreachable { source, .. } => {
+                Status::unavailable(format!("runtime at {addr} is unreachable: {source}"))
+            }
+        })?;
     Ok(SandboxRuntimeClient::new(channel))
 }
 
@@ -67,7 +74,9 @@ async fn locate_runtime(agent: &Agent, sandbox: &str) -> Option<String> {
         .ok()?
         .trim()
         .to_string();
-    let mut client = runtime_client(&addr).await.ok()?;
+    let mut client = runtime_client(&addr, &agent.config.runtime_client)
+        .await
+        .ok()?;
     let status = client
         .status(RuntimeStatusRequest {})
         .await
@@ -185,10 +194,12 @@ pub fn reconcile(agent: &Arc<Agent>, snapshot: &AssignmentSnapshot) {
             .released
             .iter()
             .any(|r| r.sandbox_id == sandbox && r.generation == session.generation);
+        let runtime_config = agent.config.runtime_client.clone();
         tokio::spawn(async move {
             if !released {
                 tracing::info!(%sandbox, term = session.term, "relinquishing (planned move): the workload keeps running");
-                if let Ok(mut client) = runtime_client(&session.runtime_addr).await {
+                if let Ok(mut client) = runtime_client(&session.runtime_addr, &runtime_config).await
+                {
                     let _ = client
                         .relinquish(SessionRequest {
                             session_token: session.token.clone(),
@@ -254,7 +265,7 @@ async fn activate(agent: &Arc<Agent>, a: &SandboxInstanceAssignment) -> Result<(
         None if a.term == 1 && a.phase == "admitting" => start_runtime(agent, a).await?,
         None => return Err("no runtime answers for this sandbox".into()),
     };
-    let mut client = runtime_client(&addr)
+    let mut client = runtime_client(&addr, &agent.config.runtime_client)
         .await
         .map_err(|s| s.message().to_string())?;
     let reply = client
@@ -319,7 +330,7 @@ async fn heartbeat_loop(
     loop {
         ticker.tick().await;
         beats += 1;
-        let Ok(mut client) = runtime_client(&addr).await else {
+        let Ok(mut client) = runtime_client(&addr, &agent.config.runtime_client).await else {
             continue;
         };
         match client
@@ -361,7 +372,7 @@ async fn release(agent: &Arc<Agent>, r: &SandboxInstanceAssignment) -> Result<()
     let Some(addr) = locate_runtime(agent, &r.sandbox_id).await else {
         return Ok(()); // no runtime answers: nothing to stop
     };
-    let mut client = runtime_client(&addr)
+    let mut client = runtime_client(&addr, &agent.config.runtime_client)
         .await
         .map_err(|s| s.message().to_string())?;
     match client.release(ReleaseRequest { grant: Some(grant) }).await {

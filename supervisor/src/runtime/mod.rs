@@ -282,36 +282,14 @@ pub async fn run(
 
     let mut server_done = false;
     if outcome.is_ok() {
-        tokio::pin!(shutdown);
-        let mut tick = tokio::time::interval(DEADLINE_TICK);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        outcome = loop {
-            tokio::select! {
-                () = &mut shutdown => {
-                    info!("shutdown requested");
-                    break Ok(());
-                }
-                _ = tick.tick() => shared.decide(|_, _| ()),
-                changed = exited_rx.changed() => {
-                    if changed.is_err() || *exited_rx.borrow_and_update() {
-                        info!(linger_ms = config.linger.as_millis(), "workload stopped; serving until the linger ends");
-                        tokio::select! {
-                            () = tokio::time::sleep(config.linger) => {}
-                            () = &mut shutdown => info!("shutdown requested"),
-                        }
-                        break Ok(());
-                    }
-                }
-                served = &mut server => {
-                    server_done = true;
-                    break Err(RuntimeError::Serve(match served {
-                        Ok(Ok(())) => "stopped unexpectedly".to_string(),
-                        Ok(Err(e)) => e.to_string(),
-                        Err(e) => e.to_string(),
-                    }));
-                }
-            }
-        };
+        (outcome, server_done) = serve_until_done(
+            &shared,
+            &mut exited_rx,
+            &mut server,
+            config.linger,
+            shutdown,
+        )
+        .await;
     }
 
     // Stop the workload (a no-op when it already stopped) and wait for it.
@@ -343,4 +321,48 @@ pub async fn run(
         error!("{e}");
     }
     outcome
+}
+
+/// Serves until shutdown is requested, the workload stopped (then through
+/// the linger, so supervisors can still read its end), or the server failed;
+/// meanwhile applies the session deadlines every [`DEADLINE_TICK`].
+///
+/// # Returns
+/// The run's outcome and whether the server task has already ended.
+async fn serve_until_done(
+    shared: &service::Shared,
+    exited_rx: &mut tokio::sync::watch::Receiver<bool>,
+    server: &mut tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+    linger: Duration,
+    shutdown: impl Future<Output = ()>,
+) -> (Result<(), RuntimeError>, bool) {
+    tokio::pin!(shutdown);
+    let mut tick = tokio::time::interval(DEADLINE_TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => {
+                info!("shutdown requested");
+                return (Ok(()), false);
+            }
+            _ = tick.tick() => shared.decide(|_, _| ()),
+            changed = exited_rx.changed() => {
+                if changed.is_err() || *exited_rx.borrow_and_update() {
+                    info!(linger_ms = linger.as_millis(), "workload stopped; serving until the linger ends");
+                    tokio::select! {
+                        () = tokio::time::sleep(linger) => {}
+                        () = &mut shutdown => info!("shutdown requested"),
+                    }
+                    return (Ok(()), false);
+                }
+            }
+            served = &mut *server => {
+                return (Err(RuntimeError::Serve(match served {
+                    Ok(Ok(())) => "stopped unexpectedly".to_string(),
+                    Ok(Err(e)) => e.to_string(),
+                    Err(e) => e.to_string(),
+                })), true);
+            }
+        }
+    }
 }

@@ -1,0 +1,333 @@
+//! Every outbound gRPC channel of the workspace is built here, by [`connect`].
+//!
+//! One function so that transport security, deadlines and keepalive are set
+//! in exactly one place for every caller: gateway to gateway (raft, write and
+//! admin forwarding), supervisor to gateway, gateway to supervisor,
+//! supervisor to sandbox runtime, the operator CLI and the Jepsen clients.
+//! Each caller names its [`Role`] and passes a [`ClientConfig`]; the role's
+//! defaults are [`ClientConfig::for_role`], and whoever embeds a component may
+//! override any field.
+//!
+//! # Example
+//! ```no_run
+//! # async fn example() -> Result<(), proto::client::ClientError> {
+//! use proto::client::{connect, ClientConfig, Role};
+//! use proto::objects::object_store_client::ObjectStoreClient;
+//!
+//! let config = ClientConfig::for_role(Role::Cli);
+//! let channel = connect(Role::Cli, "127.0.0.1:7001", &config).await?;
+//! let _client = ObjectStoreClient::new(channel);
+//! # Ok(()) }
+//! ```
+
+use std::time::Duration;
+
+use tonic::transport::{Channel, Endpoint};
+
+/// Who opens a channel, and so which defaults apply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// Gateway to gateway: raft RPCs, forwarded writes and read-index.
+    Peer,
+    /// Gateway to the leader gateway: a forwarded admin call.
+    Forwarding,
+    /// Supervisor to a gateway: the long-lived attach stream.
+    SupervisorToGateway,
+    /// Gateway to a supervisor: an exec relayed to the owner.
+    GatewayToSupervisor,
+    /// Supervisor to a sandbox runtime: activate, heartbeat, exec.
+    SupervisorToRuntime,
+    /// The operator CLI to a gateway.
+    Cli,
+    /// The Jepsen harness's clients to a gateway under test.
+    Jepsen,
+}
+
+impl Role {
+    /// Every role, for tests and documentation tables.
+    pub const ALL: [Role; 7] = [
+        Role::Peer,
+        Role::Forwarding,
+        Role::SupervisorToGateway,
+        Role::GatewayToSupervisor,
+        Role::SupervisorToRuntime,
+        Role::Cli,
+        Role::Jepsen,
+    ];
+
+    /// The role's name in logs and errors.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Peer => "peer",
+            Role::Forwarding => "forwarding",
+            Role::SupervisorToGateway => "supervisor-to-gateway",
+            Role::GatewayToSupervisor => "gateway-to-supervisor",
+            Role::SupervisorToRuntime => "supervisor-to-runtime",
+            Role::Cli => "cli",
+            Role::Jepsen => "jepsen",
+        }
+    }
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How a channel connects and how long its calls may take.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientConfig {
+    /// How long establishing the connection may take.
+    pub connect_timeout: Duration,
+    /// The deadline of every call on the channel; `None` leaves it to each
+    /// call (long-lived streams, raft RPCs bounded by openraft itself).
+    pub request_timeout: Option<Duration>,
+    /// HTTP/2 keepalive ping interval; `None` sends no pings.
+    pub keepalive_interval: Option<Duration>,
+    /// How long a keepalive ping may go unanswered before the connection is
+    /// closed (only with `keepalive_interval`).
+    pub keepalive_timeout: Duration,
+    /// Connect at the first call instead of before [`connect`] returns.
+    /// Lazy channels suit cached peer channels (a peer that is down now may
+    /// be up at the next call); eager ones let a caller try the next
+    /// endpoint at once.
+    pub lazy: bool,
+}
+
+impl ClientConfig {
+    /// The defaults of `role`.
+    pub fn for_role(role: Role) -> Self {
+        let base = ClientConfig {
+            connect_timeout: Duration::from_secs(1),
+            request_timeout: None,
+            keepalive_interval: None,
+            keepalive_timeout: Duration::from_secs(5),
+            lazy: false,
+        };
+        match role {
+            // Raft RPCs carry their own deadline (openraft's heartbeat and
+            // install-snapshot timeouts); pings find a dead peer between
+            // them.
+            Role::Peer | Role::Forwarding => ClientConfig {
+                connect_timeout: Duration::from_millis(500),
+                keepalive_interval: Some(Duration::from_secs(10)),
+                lazy: true,
+                ..base
+            },
+            // The attach stream lives for the process; pings notice a
+            // gateway that vanished within a few seconds, so the supervisor
+            // re-attaches elsewhere before its heartbeat TTL runs out.
+            Role::SupervisorToGateway => ClientConfig {
+                keepalive_interval: Some(Duration::from_secs(1)),
+                keepalive_timeout: Duration::from_secs(2),
+                ..base
+            },
+            Role::GatewayToSupervisor => ClientConfig {
+                connect_timeout: Duration::from_secs(2),
+                ..base
+            },
+            // A runtime answers quickly, except an activation that waits for
+            // the recovery deadline (60 s by default).
+            Role::SupervisorToRuntime => ClientConfig {
+                connect_timeout: Duration::from_millis(500),
+                request_timeout: Some(Duration::from_secs(70)),
+                ..base
+            },
+            Role::Cli => ClientConfig {
+                connect_timeout: Duration::from_millis(800),
+                request_timeout: Some(Duration::from_secs(60)),
+                ..base
+            },
+            Role::Jepsen => ClientConfig {
+                request_timeout: Some(Duration::from_secs(1)),
+                lazy: true,
+                ..base
+            },
+        }
+    }
+
+    /// The same configuration with another per-call deadline.
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = Some(timeout);
+        self
+    }
+
+    /// The same configuration with another connect timeout.
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+}
+
+/// Why a channel could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The address is not a valid `host:port` authority.
+    #[error("{role}: invalid address {addr:?}: {source}")]
+    InvalidAddress {
+        /// The role that asked.
+        role: Role,
+        /// The address given.
+        addr: String,
+        /// What tonic said.
+        source: tonic::transport::Error,
+    },
+    /// The connection could not be established (eager channels only).
+    #[error("{role}: {addr} is unreachable: {source}")]
+    Unreachable {
+        /// The role that asked.
+        role: Role,
+        /// The address dialled.
+        addr: String,
+        /// What tonic said.
+        source: tonic::transport::Error,
+    },
+}
+
+/// A channel to `addr` (`host:port`) for `role`, configured by `config`.
+///
+/// The one place the workspace builds a tonic channel (tests aside).
+///
+/// # Errors
+/// [`ClientError::InvalidAddress`] for an address that is not `host:port`;
+/// [`ClientError::Unreachable`] when an eager channel cannot connect within
+/// `config.connect_timeout`.
+pub async fn connect(
+    role: Role,
+    addr: &str,
+    config: &ClientConfig,
+) -> Result<Channel, ClientError> {
+    let mut endpoint = Endpoint::from_shared(format!("http://{addr}"))
+        .map_err(|source| ClientError::InvalidAddress {
+            role,
+            addr: addr.to_string(),
+            source,
+        })?
+        .connect_timeout(config.connect_timeout)
+        .tcp_nodelay(true);
+    if let Some(timeout) = config.request_timeout {
+        endpoint = endpoint.timeout(timeout);
+    }
+    if let Some(interval) = config.keepalive_interval {
+        endpoint = endpoint
+            .http2_keep_alive_interval(interval)
+            .keep_alive_timeout(config.keepalive_timeout);
+    }
+    if config.lazy {
+        return Ok(endpoint.connect_lazy());
+    }
+    endpoint
+        .connect()
+        .await
+        .map_err(|source| ClientError::Unreachable {
+            role,
+            addr: addr.to_string(),
+            source,
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use tokio::io::AsyncReadExt;
+    use tokio::net::TcpListener;
+
+    use super::*;
+    use crate::objects::object_store_client::ObjectStoreClient;
+    use crate::objects::GetRequest;
+
+    /// A peer that accepts connections and never answers: every call on a
+    /// channel to it ends only by the channel's own deadline.
+    async fn silent_server() -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("local addr").to_string();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    while matches!(socket.read(&mut buf).await, Ok(n) if n > 0) {}
+                });
+            }
+        });
+        addr
+    }
+
+    /// How long one call to the silent server takes to fail.
+    async fn time_one_call(role: Role, addr: &str, config: &ClientConfig) -> Duration {
+        let channel = connect(role, addr, config).await.expect("channel");
+        let mut client = ObjectStoreClient::new(channel);
+        let started = Instant::now();
+        let result =
+            tokio::time::timeout(Duration::from_secs(5), client.get(GetRequest::default()))
+                .await
+                .unwrap_or_else(|_| panic!("{role}: the call outlived its configured deadline"));
+        let took = started.elapsed();
+        assert!(result.is_err(), "{role}: a silent server cannot answer");
+        took
+    }
+
+    #[tokio::test]
+    async fn every_role_takes_its_call_deadline_from_client_config() {
+        let addr = silent_server().await;
+        for role in Role::ALL {
+            let short =
+                ClientConfig::for_role(role).with_request_timeout(Duration::from_millis(150));
+            let long =
+                ClientConfig::for_role(role).with_request_timeout(Duration::from_millis(900));
+            let (a, b) = (
+                time_one_call(role, &addr, &short).await,
+                time_one_call(role, &addr, &long).await,
+            );
+            assert!(
+                a >= Duration::from_millis(150) && a < Duration::from_millis(850),
+                "{role}: a 150 ms deadline ended the call after {a:?}"
+            );
+            assert!(
+                b >= Duration::from_millis(900),
+                "{role}: a 900 ms deadline ended the call after {b:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn an_eager_channel_to_a_closed_port_is_unreachable_and_names_its_role() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("local addr").to_string();
+        drop(listener);
+        let config = ClientConfig::for_role(Role::Cli);
+        assert!(!config.lazy);
+        let err = connect(Role::Cli, &addr, &config)
+            .await
+            .expect_err("closed port");
+        assert!(
+            matches!(
+                err,
+                ClientError::Unreachable {
+                    role: Role::Cli,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().starts_with("cli: "), "{err}");
+    }
+
+    #[tokio::test]
+    async fn an_invalid_address_is_refused_before_dialling() {
+        let config = ClientConfig::for_role(Role::Peer);
+        let err = connect(Role::Peer, "not a host", &config)
+            .await
+            .expect_err("bad address");
+        assert!(matches!(err, ClientError::InvalidAddress { .. }), "{err}");
+    }
+
+    #[test]
+    fn roles_that_cache_channels_are_lazy_and_interactive_ones_eager() {
+        assert!(ClientConfig::for_role(Role::Peer).lazy);
+        assert!(ClientConfig::for_role(Role::Forwarding).lazy);
+        assert!(!ClientConfig::for_role(Role::Cli).lazy);
+        assert!(!ClientConfig::for_role(Role::SupervisorToGateway).lazy);
+    }
+}

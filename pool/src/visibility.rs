@@ -30,7 +30,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::command::{Command, Outcome};
+use crate::command::Command;
+use crate::outcome::Outcome;
 use crate::state::{MemberState, Phase, PoolState, Sandbox};
 
 /// One sandbox as its owner incarnation is shown it (the gateway signs a

@@ -262,51 +262,65 @@ fn draining(state: &PoolState, member: &str) -> bool {
 
 /// The view of every `(member, incarnation)` in `who`, in one pass over the
 /// sandboxes.
-pub fn full_views(
-    state: &PoolState,
-    who: &BTreeSet<(&str, u64)>,
-) -> BTreeMap<(String, u64), IncarnationView> {
-    let mut views: BTreeMap<(String, u64), IncarnationView> = who
+pub fn full_views<'a>(
+    state: &'a PoolState,
+    who: &BTreeSet<(&'a str, u64)>,
+) -> BTreeMap<(&'a str, u64), IncarnationView> {
+    let mut views: BTreeMap<(&'a str, u64), IncarnationView> = who
         .iter()
-        .map(|(member, incarnation)| {
+        .map(|&(member, incarnation)| {
             let view = IncarnationView {
                 draining: draining(state, member),
                 ..IncarnationView::default()
             };
-            ((member.to_string(), *incarnation), view)
+            ((member, incarnation), view)
         })
         .collect();
     if views.is_empty() {
         return views;
     }
     for s in state.sandboxes().values() {
-        if let Some(view) = views.get_mut(&(s.owner.member.clone(), s.owner.incarnation)) {
+        if let Some(view) = views.get_mut(&(s.owner.member.as_str(), s.owner.incarnation)) {
             view.insert(s);
         }
     }
     views
 }
 
-/// `shown` brought to the current state by re-reading only `touched`.
+/// `shown` brought to the current state by re-reading only `touched`, or
+/// None when nothing in it can have changed (no copy is made then).
 fn updated_view(
     state: &PoolState,
     member: &str,
     incarnation: u64,
     shown: &IncarnationView,
     touched: &BTreeSet<String>,
-) -> IncarnationView {
+) -> Option<IncarnationView> {
+    let draining = draining(state, member);
+    let owned = |id: &String| {
+        state
+            .sandbox(id)
+            .is_some_and(|s| s.owner.member == member && s.owner.incarnation == incarnation)
+    };
+    let relevant: Vec<&String> = touched
+        .iter()
+        .filter(|id| {
+            shown.assignments.contains_key(*id) || shown.released.contains_key(*id) || owned(id)
+        })
+        .collect();
+    if relevant.is_empty() && draining == shown.draining {
+        return None;
+    }
     let mut view = shown.clone();
-    view.draining = draining(state, member);
-    for id in touched {
+    view.draining = draining;
+    for id in relevant {
         view.assignments.remove(id);
         view.released.remove(id);
-        if let Some(s) = state.sandbox(id) {
-            if s.owner.member == member && s.owner.incarnation == incarnation {
-                view.insert(s);
-            }
+        if let Some(s) = state.sandbox(id).filter(|_| owned(id)) {
+            view.insert(s);
         }
     }
-    view
+    Some(view)
 }
 
 /// Decides, for every attached viewer, what it may see at applied `index`:
@@ -347,27 +361,27 @@ pub fn plan_pushes(
         .collect();
     let mut full = full_views(state, &full);
     for v in live {
+        // None: the incarnation still sees exactly what it was shown.
         let view = match (changes, v.shown) {
             (Changes::Since { sandboxes, .. }, Some(shown)) if incremental(v) => {
                 updated_view(state, v.member, v.incarnation, shown, sandboxes)
             }
-            _ => match full.remove(&(v.member.to_string(), v.incarnation)) {
-                Some(view) => view,
+            _ => match full.remove(&(v.member, v.incarnation)) {
+                Some(view) => Some(view),
                 None => continue,
             },
         };
         if index < v.sent_index {
             continue;
         }
-        if v.shown == Some(&view) {
-            plan.unchanged.push((v.member.to_string(), v.incarnation));
-        } else {
-            plan.pushes.push(Push {
+        match view {
+            Some(view) if v.shown != Some(&view) => plan.pushes.push(Push {
                 member: v.member.to_string(),
                 incarnation: v.incarnation,
                 index,
                 view,
-            });
+            }),
+            _ => plan.unchanged.push((v.member.to_string(), v.incarnation)),
         }
     }
     plan

@@ -827,4 +827,150 @@ mod tests {
         assert_eq!(log.since(12), Changes::Unknown);
         assert!(matches!(log.since(14), Changes::Since { .. }));
     }
+
+    /// A tiny deterministic generator (no rand in pool).
+    struct Lcg(u64);
+
+    impl Lcg {
+        fn next(&mut self, n: u64) -> u64 {
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (self.0 >> 33) % n
+        }
+    }
+
+    /// A random command over three members and six sandboxes (many are
+    /// rejected; those must change nothing either).
+    fn random_command(rng: &mut Lcg, state: &PoolState) -> Command {
+        let member = ["a", "b", "c"][rng.next(3) as usize].to_string();
+        let sandbox = format!("s{}", rng.next(6));
+        let incarnation = state.member(&member).map(|m| m.incarnation).unwrap_or(1);
+        let s = state.sandbox(&sandbox);
+        let generation = s.map(|s| s.generation).unwrap_or(1);
+        match rng.next(10) {
+            0 => Command::Join(Join {
+                member: member.clone(),
+                uid: "u".into(),
+                incarnation: incarnation + rng.next(2),
+                address: "x:1".into(),
+                capacity: 8,
+            }),
+            1 => Command::Launch(Launch {
+                launch_id: format!("{sandbox}-{}", rng.next(1000)),
+                sandbox,
+                material_ref: "obj".into(),
+            }),
+            2 => Command::Acknowledge(Acknowledge {
+                sandbox,
+                generation,
+                member: s.map(|s| s.owner.member.clone()).unwrap_or(member),
+                incarnation: s.map(|s| s.owner.incarnation).unwrap_or(1),
+                term: s.map(|s| s.owner.term).unwrap_or(1),
+            }),
+            3 => Command::Expire(Expire {
+                member: member.clone(),
+                incarnation,
+                last_heartbeat_tick: state
+                    .member(&member)
+                    .map(|m| m.last_heartbeat_tick)
+                    .unwrap_or(0),
+            }),
+            4 => Command::Takeover(crate::Takeover {
+                sandbox,
+                generation,
+                expected_owner: s.map(|s| s.owner.member.clone()).unwrap_or(member),
+                expected_incarnation: s.map(|s| s.owner.incarnation).unwrap_or(1),
+                expected_term: s.map(|s| s.owner.term).unwrap_or(1),
+            }),
+            5 => Command::Delete(Delete {
+                sandbox,
+                generation,
+            }),
+            6 => Command::Stop(crate::Stop {
+                sandbox,
+                generation,
+            }),
+            7 => Command::StartDrain(crate::StartDrain {
+                operation_id: format!("op{}", rng.next(1000)),
+                member,
+                max_parallel: 1,
+            }),
+            8 => Command::CancelOperation(crate::CancelOperation {
+                operation_id: state
+                    .operations()
+                    .keys()
+                    .next()
+                    .cloned()
+                    .unwrap_or_default(),
+            }),
+            _ => Command::Tick(Tick {
+                expected_now_tick: state.now_tick(),
+            }),
+        }
+    }
+
+    /// Following the journal from what each stream was shown gives exactly
+    /// the plans of a full scan, after every step of random histories, for
+    /// streams of current and superseded incarnations (the dumb model:
+    /// `Changes::Unknown`).
+    #[test]
+    fn following_the_journal_matches_a_full_scan_on_random_histories() {
+        for seed in 0..40 {
+            let mut rng = Lcg(seed);
+            let mut pool = Pool::new();
+            pool.join("c", 1);
+            let mut shown: BTreeMap<(String, u64), Shown> = BTreeMap::new();
+            for step in 0..150 {
+                let command = random_command(&mut rng, &pool.state);
+                pool.apply(command);
+                if rng.next(3) != 0 {
+                    continue;
+                }
+                let mut who: Vec<(String, u64)> = pool
+                    .state
+                    .members()
+                    .values()
+                    .flat_map(|m| {
+                        [
+                            (m.id.clone(), m.incarnation),
+                            (m.id.clone(), m.incarnation.saturating_sub(1).max(1)),
+                        ]
+                    })
+                    .collect();
+                who.dedup();
+                let viewers: Vec<Viewer<'_>> = who
+                    .iter()
+                    .map(|(m, i)| viewer(m, *i, shown.get(&(m.clone(), *i))))
+                    .collect();
+                let since = viewers
+                    .iter()
+                    .filter(|v| v.shown.is_some())
+                    .map(|v| v.shown_at)
+                    .min();
+                let changes = since.map(|i| pool.log.since(i)).unwrap_or(Changes::Unknown);
+                let followed = plan_pushes(&pool.state, pool.index, &viewers, &changes);
+                let full = plan_pushes(&pool.state, pool.index, &viewers, &Changes::Unknown);
+                assert_eq!(
+                    followed, full,
+                    "seed {seed} step {step} changes {changes:?}"
+                );
+                for push in followed.pushes {
+                    shown.insert(
+                        (push.member, push.incarnation),
+                        Shown {
+                            view: push.view,
+                            index: followed.index,
+                        },
+                    );
+                }
+                for key in followed.unchanged {
+                    if let Some(s) = shown.get_mut(&key) {
+                        s.index = followed.index;
+                    }
+                }
+            }
+        }
+    }
 }

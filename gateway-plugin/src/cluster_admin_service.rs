@@ -20,7 +20,7 @@ use tonic::{Request, Response, Status};
 
 use crate::auth::{Auth, Role};
 use crate::convert::from_proto;
-use crate::convert::to_proto::{cluster_status, membership_reply};
+use crate::convert::to_proto::{self, cluster_status, membership_reply};
 use crate::metrics::Metrics;
 use crate::state::GatewayState;
 use crate::status::{self, FORWARDED};
@@ -155,7 +155,7 @@ impl ClusterAdmin for ClusterAdminService {
         on_leader!(
             self,
             request,
-            local.map(|(leader_id, term)| TransferLeaderReply { leader_id, term }),
+            local.map(to_proto::transfer_leader_reply),
             transfer_leader
         )
     }
@@ -194,14 +194,12 @@ impl ClusterAdmin for ClusterAdminService {
                     .await;
             }
         }
-        let (term, index, state) = self.node.backup().await.map_err(status::read)?;
-        Ok(Response::new(BackupReply {
-            cluster_id: self.node.cluster_id().to_string(),
-            term,
-            index,
-            state,
-            taken_by_node: self.node.id(),
-        }))
+        let backup = self.node.backup().await.map_err(status::read)?;
+        Ok(Response::new(to_proto::backup_reply(
+            self.node.cluster_id(),
+            self.node.id(),
+            backup,
+        )))
     }
 
     #[tracing::instrument(level = "debug", skip_all)]
@@ -210,13 +208,10 @@ impl ClusterAdmin for ClusterAdminService {
         _request: Request<StateDigestRequest>,
     ) -> Result<Response<StateDigestReply>, Status> {
         self.allow(&_request, Role::Viewer)?;
-        let (applied_index, crc32, bytes) = self.node.state_digest();
-        Ok(Response::new(StateDigestReply {
-            node_id: self.node.id(),
-            applied_index,
-            crc32,
-            bytes,
-        }))
+        Ok(Response::new(to_proto::state_digest_reply(
+            self.node.id(),
+            self.node.state_digest(),
+        )))
     }
 
     #[tracing::instrument(level = "debug", skip_all)]

@@ -159,10 +159,8 @@ impl ObjectStore for ObjectStoreService {
             self.node.read(list).await.map_err(status::read)?
         };
         let page = page.map_err(|e| Status::invalid_argument(e.to_string()))?;
-        Ok(Response::new(ListResponse {
-            objects: page.objects,
-            next_page_token: page.next_page_token.unwrap_or_default(),
-            read_index,
-        }))
+        Ok(Response::new(crate::convert::to_proto::list_response(
+            page, read_index,
+        )))
     }
 }

@@ -2,14 +2,18 @@
 //! `HelloAccepted` and `AssignmentSnapshot` (with the grant of each
 //! assignment), the typed `AttachRefusal`, the operator views of
 //! `openshell.pool_admin.v1`, and the cluster replies of
-//! `openshell.cluster.v1`. Every wire name of a pool enum (phase, member
+//! `openshell.cluster.v1` and the object store's list page. Every wire name of a pool enum (phase, member
 //! state, operation kind and phase) is spelled here and nowhere else.
 
 use std::collections::BTreeMap;
 
 use pool::visibility::{GrantClaims, Push, Retirement, SandboxView};
 use pool::{MemberState, ObservedStatus, OperationKind, OperationPhase, Phase, PoolState, Reason};
-use proto::cluster::{ClusterStatus as PbStatus, Member, MembershipReply, NodeStatus as PbNode};
+use proto::cluster::{
+    BackupReply, ClusterStatus as PbStatus, Member, MembershipReply, NodeStatus as PbNode,
+    StateDigestReply, TransferLeaderReply,
+};
+use proto::objects::ListResponse;
 use proto::pool_admin::{PoolMember, Sandbox, SupervisorPoolOperation, SupervisorPoolStatus};
 use proto::sandbox_runtime::Grant;
 use proto::supervisor_host::{
@@ -279,5 +283,48 @@ pub fn cluster_status(s: raft_store::ClusterStatus) -> PbStatus {
             .collect(),
         state: s.state,
         cluster_id: s.cluster_id,
+    }
+}
+
+/// The reply of a leadership transfer: (new leader, raft term).
+pub fn transfer_leader_reply((leader_id, term): (u64, u64)) -> TransferLeaderReply {
+    TransferLeaderReply { leader_id, term }
+}
+
+/// The reply of a backup taken by `node_id` of `cluster_id`: (raft term,
+/// log index, state bytes).
+pub fn backup_reply(
+    cluster_id: &str,
+    node_id: u64,
+    (term, index, state): (u64, u64, Vec<u8>),
+) -> BackupReply {
+    BackupReply {
+        cluster_id: cluster_id.to_string(),
+        term,
+        index,
+        state,
+        taken_by_node: node_id,
+    }
+}
+
+/// The reply of a state digest of `node_id`: (applied index, crc32, bytes).
+pub fn state_digest_reply(
+    node_id: u64,
+    (applied_index, crc32, bytes): (u64, u32, u64),
+) -> StateDigestReply {
+    StateDigestReply {
+        node_id,
+        applied_index,
+        crc32,
+        bytes,
+    }
+}
+
+/// One page of an object-store list, read at `read_index`.
+pub fn list_response(page: raft_store::objects::Page, read_index: u64) -> ListResponse {
+    ListResponse {
+        objects: page.objects,
+        next_page_token: page.next_page_token.unwrap_or_default(),
+        read_index,
     }
 }

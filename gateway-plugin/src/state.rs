@@ -11,7 +11,7 @@ use prost::Message;
 use proto::gateway::{log_command, log_result, LogCommand, LogResult, LogSnapshot};
 use proto::objects::{ObjectCommand, ObjectResult};
 use raft_store::objects::Objects;
-use raft_store::StateMachine;
+use raft_store::{InvalidCommand, SnapshotError, StateMachine};
 
 /// Everything the gateway replicates.
 #[derive(Clone, Debug, Default)]
@@ -70,14 +70,17 @@ impl GatewayState {
 }
 
 impl StateMachine for GatewayState {
-    fn validate(command: &[u8]) -> Result<(), String> {
-        let command = LogCommand::decode(command).map_err(|e| format!("not a LogCommand: {e}"))?;
+    fn validate(command: &[u8]) -> Result<(), InvalidCommand> {
+        let command = LogCommand::decode(command)
+            .map_err(|e| InvalidCommand::new(format!("not a LogCommand: {e}")))?;
         match command.command {
-            Some(log_command::Command::Objects(c)) => Objects::validate_command(&c),
+            Some(log_command::Command::Objects(c)) => {
+                Objects::validate_command(&c).map_err(InvalidCommand::new)
+            }
             Some(log_command::Command::Pool(bytes)) => pool::Command::decode(&bytes)
                 .map(|_| ())
-                .map_err(|e| format!("not a pool command: {e}")),
-            None => Err("log command is empty".into()),
+                .map_err(|e| InvalidCommand::new(format!("not a pool command: {e}"))),
+            None => Err(InvalidCommand::new("log command is empty")),
         }
     }
 
@@ -119,14 +122,15 @@ impl StateMachine for GatewayState {
         .encode_to_vec()
     }
 
-    fn restore(bytes: &[u8]) -> Result<Self, String> {
-        let snapshot = LogSnapshot::decode(bytes).map_err(|e| format!("not a LogSnapshot: {e}"))?;
+    fn restore(bytes: &[u8]) -> Result<Self, SnapshotError> {
+        let snapshot = LogSnapshot::decode(bytes)
+            .map_err(|e| SnapshotError::new(format!("not a LogSnapshot: {e}")))?;
         let objects = Objects::from_snapshot(snapshot.objects.unwrap_or_default())?;
         let pool = if snapshot.pool.is_empty() {
             pool::PoolState::new()
         } else {
             pool::PoolState::decode_snapshot(&snapshot.pool)
-                .map_err(|e| format!("pool table: {e}"))?
+                .map_err(|e| SnapshotError::new(format!("pool table: {e}")))?
         };
         Ok(GatewayState {
             objects,

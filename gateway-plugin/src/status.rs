@@ -51,6 +51,8 @@ pub fn write(e: WriteError) -> Status {
         WriteError::Unknown(_) => Status::unknown(e.to_string()),
         WriteError::Rejected(_) => Status::invalid_argument(e.to_string()),
         WriteError::Fatal(_) => Status::unavailable(e.to_string()),
+        // Applied, but the response is lost: not retryable, not UNKNOWN.
+        WriteError::ReplyMismatch { .. } => Status::internal(e.to_string()),
     }
 }
 

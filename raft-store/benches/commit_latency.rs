@@ -566,14 +566,29 @@ fn main() {
         (file, sled, raft)
     });
     runtime.shutdown_timeout(Duration::from_secs(2));
+    print_table(&levels, &file, &sled, &raft);
+    verdicts("file", "the issue's definition", &file, &raft);
+    verdicts("sled", "the engine the raft log uses", &sled, &raft);
+    let failed: usize = file
+        .iter()
+        .chain(sled.iter())
+        .chain(raft.iter())
+        .map(|l| l.errors)
+        .sum();
+    if failed > 0 {
+        println!("warning: {failed} operations failed inside the measured windows");
+    }
+}
 
+/// Prints the results as the README's markdown table.
+fn print_table(levels: &[usize], file: &[Level], sled: &[Level], raft: &[Level]) {
     println!();
     println!(
         "| writers | file limit w/s | file p50 | sled limit w/s | sled p50 | raft w/s | raft p50 | raft p99 | raft p999 | raft/file throughput | raft/sled throughput | raft p50 / file p50 | raft p50 / sled p50 |"
     );
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let cell = |v: Option<String>| v.unwrap_or_else(|| "-".into());
-    for &n in &levels {
+    for &n in levels {
         let f = file.iter().find(|l| l.writers == n);
         let s = sled.iter().find(|l| l.writers == n);
         let r = raft.iter().find(|r| r.writers == n);
@@ -607,15 +622,4 @@ fn main() {
         );
     }
     println!();
-    verdicts("file", "the issue's definition", &file, &raft);
-    verdicts("sled", "the engine the raft log uses", &sled, &raft);
-    let failed: usize = file
-        .iter()
-        .chain(sled.iter())
-        .chain(raft.iter())
-        .map(|l| l.errors)
-        .sum();
-    if failed > 0 {
-        println!("warning: {failed} operations failed inside the measured windows");
-    }
 }

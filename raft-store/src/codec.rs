@@ -15,6 +15,12 @@ use serde::Serialize;
 /// The only encoding this build writes and reads.
 pub const ENCODING_V1: u32 = 1;
 
+/// Largest gRPC message a replica sends or accepts (a snapshot chunk or an
+/// append-entries batch stays far below it). Re-exported as
+/// `network::MAX_MESSAGE_BYTES`; it lives here, below both directions of the
+/// network and the configuration, so none of them imports another for it.
+pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+
 /// A value that could not be decoded.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot decode {what}: {source}")]

@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::codec;
 use crate::error::{Error, Result};
-use crate::NodeId;
+use crate::types::NodeId;
 
 /// Storage format of the data directory written by this build.
 pub const STORAGE_FORMAT_V1: u32 = 1;
@@ -602,6 +602,7 @@ impl Durability {
                     let mut batch = vec![first];
                     batch.extend(rx.try_iter());
                     let span = tracing::trace_span!("durable_flush", requests = batch.len());
+                    // A plain thread that never awaits: the guard is safe.
                     let _enter = span.enter();
                     let captured = watermark.current();
                     let result = db

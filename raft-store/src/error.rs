@@ -1,13 +1,16 @@
 //! Typed errors, one enum per boundary.
 //!
 //! - [`Error`]: opening and running a node (data directory, I/O, raft fatal).
-//! - [`WriteError`]: a write through [`crate::RaftNode::write`].
-//! - [`ReadError`]: a linearizable read through [`crate::RaftNode::read_index`].
+//! - [`WriteError`]: a write through [`crate::node::RaftNode::write`].
+//! - [`ReadError`]: a linearizable read through [`crate::node::RaftNode::read_index`].
 //! - [`AdminError`]: membership administration.
+//! - [`InvalidCommand`], [`SnapshotError`]: what a
+//!   [`crate::state_machine::StateMachine`] reports from `validate` and
+//!   `restore`.
 
 use std::path::PathBuf;
 
-use crate::NodeId;
+use crate::types::NodeId;
 
 /// Opening or running a node.
 #[derive(Debug, thiserror::Error)]
@@ -71,6 +74,21 @@ pub enum WriteError {
     /// The node is shutting down or raft stopped.
     #[error("raft stopped: {0}")]
     Fatal(String),
+    /// The write was applied at `log_index`, but the state machine answered
+    /// its batch of `commands` commands with `replies` responses, so no
+    /// response can be matched to its command. A broken invariant of the
+    /// state-machine storage; do not retry (the write took effect).
+    #[error(
+        "applied at log index {log_index}, but {replies} responses came back for {commands} commands; the response is lost"
+    )]
+    ReplyMismatch {
+        /// The log index of the batch entry.
+        log_index: u64,
+        /// Commands in the batch.
+        commands: usize,
+        /// Responses the state machine returned.
+        replies: usize,
+    },
 }
 
 /// A linearizable read that could not be served.
@@ -122,4 +140,40 @@ pub enum AdminError {
     /// Another failure, described.
     #[error("{0}")]
     Failed(String),
+}
+
+/// A command a [`crate::state_machine::StateMachine`] refuses to propose
+/// (`validate`): the reason says what is malformed.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+#[error("{reason}")]
+pub struct InvalidCommand {
+    /// What is malformed.
+    pub reason: String,
+}
+
+impl InvalidCommand {
+    /// A refusal for `reason`.
+    pub fn new(reason: impl Into<String>) -> Self {
+        InvalidCommand {
+            reason: reason.into(),
+        }
+    }
+}
+
+/// A snapshot state a [`crate::state_machine::StateMachine`] cannot decode
+/// (`restore`): the reason says what is damaged.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+#[error("{reason}")]
+pub struct SnapshotError {
+    /// What is damaged.
+    pub reason: String,
+}
+
+impl SnapshotError {
+    /// A decoding failure for `reason`.
+    pub fn new(reason: impl Into<String>) -> Self {
+        SnapshotError {
+            reason: reason.into(),
+        }
+    }
 }

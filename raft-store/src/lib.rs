@@ -7,22 +7,39 @@
 //! one log orders both.
 //!
 //! # Layout
-//! - [`types`]: the openraft type configuration ([`TypeConfig`]).
+//! Listed from the bottom up: each module imports only modules above it in
+//! this list (never one that imports it back).
+//! - [`types`]: the openraft type configuration ([`TypeConfig`]), the batch
+//!   command and reply, and [`Applied`], the outcome of a write.
+//! - [`error`]: typed errors of each boundary, and the [`InvalidCommand`] /
+//!   [`SnapshotError`] a state machine reports.
 //! - [`codec`]: the versioned binary encoding of log entries, votes and raft
-//!   RPC bodies (a wire format: see `docs/storage.md`).
+//!   RPC bodies (a wire format: see `docs/storage.md`), and the largest
+//!   message a replica sends.
+//! - [`config`]: [`NodeConfig`] and its translation into openraft's config.
 //! - [`db`]: the on-disk data directory: sled database, identity record,
 //!   durable flush (sled flush + fdatasync).
 //! - [`log_store`]: openraft's `RaftLogStorage` over sled (group commit).
 //! - [`state_machine`]: the [`StateMachine`] trait and openraft's
 //!   `RaftStateMachine` over it, with checksummed snapshot files.
-//! - [`network`]: outbound raft client (`network::client`) and inbound
-//!   `RaftTransport` service (`network::server`).
-//! - [`node`]: [`RaftNode`], the embedding API: start, write (forwarded to the
-//!   leader), linearizable read (read-index), membership admin and status.
 //! - [`objects`]: the generic object store state machine.
 //! - [`seed`]: offline restore from a backup and forced recovery of a
 //!   one-voter cluster.
-//! - [`error`]: typed errors of each boundary.
+//! - [`batcher`]: the write batcher; [`batcher::Proposer`] groups local
+//!   proposals into one log entry each and pauses them for a transfer.
+//! - [`membership`]: the membership view (leader, voters, learners,
+//!   replication progress) and membership administration.
+//! - [`network::client`]: every outbound call to a peer: openraft's
+//!   network, forwarding a write to the leader, the remote read-index, the
+//!   calls of a leadership transfer, and `never_sent` (was a failed call
+//!   never sent?, from its typed error source).
+//! - [`leadership`]: leadership transfer and the election hold.
+//! - [`network::server`]: the inbound `RaftTransport` service; it holds
+//!   only the raft handle, the peer authenticator, the proposer and the
+//!   election hold.
+//! - [`node`]: [`RaftNode`], the embedding API that wires the above: start,
+//!   write (forwarded to the leader), linearizable read (read-index),
+//!   membership admin, leadership transfer and status.
 //!
 //! # Example
 //! ```no_run
@@ -39,10 +56,14 @@
 // return the same type so `?` composes, rather than boxing at every call.
 #![allow(clippy::result_large_err)]
 
+pub mod batcher;
 pub mod codec;
+pub mod config;
 pub mod db;
 pub mod error;
+pub mod leadership;
 pub mod log_store;
+pub mod membership;
 pub mod network;
 pub mod node;
 pub mod objects;
@@ -50,7 +71,9 @@ pub mod seed;
 pub mod state_machine;
 pub mod types;
 
-pub use error::{AdminError, Error, ReadError, WriteError};
-pub use node::{Applied, ClusterStatus, NodeConfig, NodeStatus, RaftNode};
+pub use config::NodeConfig;
+pub use error::{AdminError, Error, InvalidCommand, ReadError, SnapshotError, WriteError};
+pub use membership::MembershipChange;
+pub use node::{ClusterStatus, NodeStatus, RaftNode};
 pub use state_machine::StateMachine;
-pub use types::{NodeId, TypeConfig};
+pub use types::{Applied, NodeId, TypeConfig};

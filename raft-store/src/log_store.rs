@@ -27,7 +27,7 @@ use openraft::{LogState, RaftLogId, RaftLogReader, StorageError, StorageIOError}
 use crate::codec;
 use crate::db::{DataDir, Durability, Watermark};
 use crate::types::typ::{Entry, LogId, Vote};
-use crate::TypeConfig;
+use crate::types::TypeConfig;
 
 /// A record of the `meta` tree: its key and the one type stored under it.
 /// Every read and write of a record goes through it, so no path (start-up,

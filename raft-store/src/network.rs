@@ -1,9 +1,10 @@
-//! The raft network over gRPC: outbound calls in [`client`], the inbound
-//! `RaftTransport` service in [`server`].
+//! The raft network over gRPC: outbound calls in [`client`] (openraft's
+//! network, write forwarding, remote read-index, leadership-transfer calls),
+//! the inbound `RaftTransport` service in [`server`]. Neither imports the
+//! other's types beyond the shared metadata key, and neither imports
+//! [`crate::node`].
 
 pub mod client;
 pub mod server;
 
-/// Largest gRPC message a replica sends or accepts (a snapshot chunk or an
-/// append-entries batch stays far below it).
-pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+pub use crate::codec::MAX_MESSAGE_BYTES;

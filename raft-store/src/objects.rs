@@ -19,7 +19,8 @@ pub use proto::objects::{
     ObjectCommand, ObjectResult, ObjectSnapshot, Precondition, PutRequest, RejectReason, Rejection,
 };
 
-use crate::StateMachine;
+use crate::error::{InvalidCommand, SnapshotError};
+use crate::state_machine::StateMachine;
 
 /// Longest id, type, name, scope, version or status, in bytes.
 pub const MAX_FIELD_BYTES: usize = 512;
@@ -280,10 +281,10 @@ impl Objects {
     ///
     /// # Errors
     /// When the record holds an invalid or duplicate key.
-    pub fn from_snapshot(snapshot: ObjectSnapshot) -> Result<Self, String> {
+    pub fn from_snapshot(snapshot: ObjectSnapshot) -> Result<Self, SnapshotError> {
         let mut objects = Objects::default();
         for object in snapshot.objects {
-            check_key(&object.r#type, &object.id)?;
+            check_key(&object.r#type, &object.id).map_err(SnapshotError::new)?;
             objects.by_scope.insert((
                 object.r#type.clone(),
                 object.scope.clone(),
@@ -291,7 +292,9 @@ impl Objects {
             ));
             let key = (object.r#type.clone(), object.id.clone());
             if objects.by_key.insert(key.clone(), object).is_some() {
-                return Err(format!("snapshot holds object {key:?} twice"));
+                return Err(SnapshotError::new(format!(
+                    "snapshot holds object {key:?} twice"
+                )));
             }
         }
         Ok(objects)
@@ -330,10 +333,10 @@ fn decode_token(token: &str) -> Result<Option<String>, ListError> {
 /// The object store on its own is a raft-store state machine (the gateway
 /// composes it with the pool instead).
 impl StateMachine for Objects {
-    fn validate(command: &[u8]) -> Result<(), String> {
-        let command =
-            ObjectCommand::decode(command).map_err(|e| format!("not an ObjectCommand: {e}"))?;
-        Objects::validate_command(&command)
+    fn validate(command: &[u8]) -> Result<(), InvalidCommand> {
+        let command = ObjectCommand::decode(command)
+            .map_err(|e| InvalidCommand::new(format!("not an ObjectCommand: {e}")))?;
+        Objects::validate_command(&command).map_err(InvalidCommand::new)
     }
 
     fn apply(&mut self, index: u64, command: &[u8]) -> Vec<u8> {
@@ -348,9 +351,9 @@ impl StateMachine for Objects {
         self.to_snapshot().encode_to_vec()
     }
 
-    fn restore(bytes: &[u8]) -> Result<Self, String> {
-        let snapshot =
-            ObjectSnapshot::decode(bytes).map_err(|e| format!("not an ObjectSnapshot: {e}"))?;
+    fn restore(bytes: &[u8]) -> Result<Self, SnapshotError> {
+        let snapshot = ObjectSnapshot::decode(bytes)
+            .map_err(|e| SnapshotError::new(format!("not an ObjectSnapshot: {e}")))?;
         Objects::from_snapshot(snapshot)
     }
 }

@@ -16,9 +16,10 @@ use openraft::{BasicNode, CommittedLeaderId, EntryPayload, Membership, StoredMem
 use crate::db::DataDir;
 use crate::error::{Error, Result};
 use crate::log_store::LogStore;
+use crate::state_machine::StateMachine;
 use crate::state_machine::{SnapshotDir, StateMachineStore};
 use crate::types::typ::{LogId, SnapshotMeta};
-use crate::{NodeId, StateMachine};
+use crate::types::NodeId;
 
 /// What a seed or recovery produced.
 #[derive(Clone, Debug, PartialEq, Eq)]

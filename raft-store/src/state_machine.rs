@@ -24,13 +24,13 @@ use std::sync::{Arc, RwLock};
 
 use openraft::storage::RaftStateMachine;
 use openraft::{EntryPayload, RaftSnapshotBuilder, StorageError, StorageIOError};
+use tracing::Instrument;
 
 use crate::codec;
 use crate::db::sync_dir;
-use crate::error::{Error, Result};
+use crate::error::{Error, InvalidCommand, Result, SnapshotError};
 use crate::types::typ::{Entry, LogId, Snapshot, SnapshotMeta, StoredMembership};
-use crate::types::Reply;
-use crate::TypeConfig;
+use crate::types::{Reply, TypeConfig};
 
 /// A deterministic state machine replicated by raft-store.
 ///
@@ -42,8 +42,9 @@ pub trait StateMachine: Clone + Default + Send + Sync + 'static {
     /// A command that passes must never make `apply` panic.
     ///
     /// # Errors
-    /// A description of what is malformed; the command is not proposed.
-    fn validate(command: &[u8]) -> std::result::Result<(), String>;
+    /// [`InvalidCommand`] saying what is malformed; the command is not
+    /// proposed.
+    fn validate(command: &[u8]) -> std::result::Result<(), InvalidCommand>;
 
     /// Applies one committed command at log position `index` and returns the
     /// response in the machine's wire format. A command whose preconditions
@@ -57,8 +58,8 @@ pub trait StateMachine: Clone + Default + Send + Sync + 'static {
     /// Decodes a state written by [`StateMachine::snapshot`].
     ///
     /// # Errors
-    /// A description of what is damaged.
-    fn restore(bytes: &[u8]) -> std::result::Result<Self, String>;
+    /// [`SnapshotError`] saying what is damaged.
+    fn restore(bytes: &[u8]) -> std::result::Result<Self, SnapshotError>;
 }
 
 /// The applied state: the machine plus what raft needs to know about it.
@@ -76,6 +77,8 @@ pub struct Applied<SM> {
 pub struct StateMachineStore<SM> {
     /// The applied state. A std lock: critical sections are short and never
     /// await, and readers on the gRPC path must not wait for the raft task.
+    /// A poisoned lock is fatal: only a panic inside `apply` (a broken
+    /// invariant) can poison it, and the state it left is not trustworthy.
     state: Arc<RwLock<Applied<SM>>>,
     snapshots: Arc<SnapshotDir>,
     /// Distinguishes snapshots built at the same index.
@@ -116,21 +119,30 @@ impl<SM: StateMachine> StateMachineStore<SM> {
     }
 
     /// Runs `f` on the applied state.
+    ///
+    /// # Panics
+    /// When the applied state's lock is poisoned (see [`poisoned`]).
     pub fn read<T>(&self, f: impl FnOnce(&Applied<SM>) -> T) -> T {
-        let guard = self
-            .state
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let guard = self.state.read().unwrap_or_else(|_| poisoned());
         f(&guard)
     }
 
     fn write<T>(&self, f: impl FnOnce(&mut Applied<SM>) -> T) -> T {
-        let mut guard = self
-            .state
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut guard = self.state.write().unwrap_or_else(|_| poisoned());
         f(&mut guard)
     }
+}
+
+/// A poisoned lock on the applied state is fatal, never recovered: it means
+/// a thread panicked while holding it, i.e. inside `apply` or a restore, and
+/// the state may be half-applied. Serving or snapshotting it could spread a
+/// broken state to other replicas; restart so the state is rebuilt from the
+/// snapshot and the log.
+fn poisoned() -> ! {
+    panic!(
+        "the applied state's lock is poisoned: a panic inside apply broke an invariant; \
+         refusing to serve a possibly half-applied state (restart to rebuild it from the snapshot and the log)"
+    )
 }
 
 impl<SM: StateMachine> RaftSnapshotBuilder<TypeConfig> for StateMachineStore<SM> {
@@ -140,7 +152,6 @@ impl<SM: StateMachine> RaftSnapshotBuilder<TypeConfig> for StateMachineStore<SM>
         let build = self.builds.fetch_add(1, Ordering::Relaxed);
         let snapshots = self.snapshots.clone();
         let span = tracing::info_span!("build_snapshot", last_applied = ?applied.last_applied.map(|l| l.index));
-        let _enter = span.enter();
         let (meta, data) = tokio::task::spawn_blocking(move || {
             let data = applied.machine.snapshot();
             let snapshot_id = match applied.last_applied {
@@ -154,10 +165,11 @@ impl<SM: StateMachine> RaftSnapshotBuilder<TypeConfig> for StateMachineStore<SM>
             };
             snapshots.store(&meta, &data).map(|()| (meta, data))
         })
+        .instrument(span.clone())
         .await
         .map_err(|e| StorageIOError::write_snapshot(None, &std::io::Error::other(e.to_string())))?
         .map_err(|e| StorageIOError::write_snapshot(None, &std::io::Error::other(e.to_string())))?;
-        tracing::info!(bytes = data.len(), "snapshot built");
+        span.in_scope(|| tracing::info!(bytes = data.len(), "snapshot built"));
         Ok(Snapshot {
             meta,
             snapshot: Box::new(Cursor::new(data)),
@@ -186,27 +198,7 @@ impl<SM: StateMachine> RaftStateMachine<TypeConfig> for StateMachineStore<SM> {
             last = entries.last().map(|e| e.log_id.index),
             n = entries.len()
         );
-        let _enter = span.enter();
-        Ok(self.write(|applied| {
-            let mut replies = Vec::with_capacity(entries.len());
-            for entry in entries {
-                applied.last_applied = Some(entry.log_id);
-                let reply = match entry.payload {
-                    EntryPayload::Blank => Vec::new(),
-                    EntryPayload::Normal(batch) => batch
-                        .0
-                        .iter()
-                        .map(|command| applied.machine.apply(entry.log_id.index, command))
-                        .collect(),
-                    EntryPayload::Membership(membership) => {
-                        applied.membership = StoredMembership::new(Some(entry.log_id), membership);
-                        Vec::new()
-                    }
-                };
-                replies.push(Reply(reply));
-            }
-            replies
-        }))
+        Ok(span.in_scope(|| self.apply_entries(entries)))
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
@@ -225,12 +217,66 @@ impl<SM: StateMachine> RaftStateMachine<TypeConfig> for StateMachineStore<SM> {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> std::result::Result<(), StorageError<u64>> {
         let span = tracing::info_span!("install_snapshot", id = %meta.snapshot_id);
-        let _enter = span.enter();
-        let data = snapshot.into_inner();
+        self.install(meta, snapshot.into_inner())
+            .instrument(span)
+            .await
+    }
+
+    async fn get_current_snapshot(
+        &mut self,
+    ) -> std::result::Result<Option<Snapshot>, StorageError<u64>> {
+        let snapshots = self.snapshots.clone();
+        let loaded = tokio::task::spawn_blocking(move || snapshots.load())
+            .await
+            .map_err(|e| {
+                StorageIOError::read_snapshot(None, &std::io::Error::other(e.to_string()))
+            })?
+            .map_err(|e| {
+                StorageIOError::read_snapshot(None, &std::io::Error::other(e.to_string()))
+            })?;
+        Ok(loaded.map(|(meta, data)| Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(data)),
+        }))
+    }
+}
+
+impl<SM: StateMachine> StateMachineStore<SM> {
+    /// Applies committed entries in order under the lock; one reply per
+    /// entry, one response per command of a normal entry.
+    fn apply_entries(&self, entries: Vec<Entry>) -> Vec<Reply> {
+        self.write(|applied| {
+            let mut replies = Vec::with_capacity(entries.len());
+            for entry in entries {
+                applied.last_applied = Some(entry.log_id);
+                let reply = match entry.payload {
+                    EntryPayload::Blank => Vec::new(),
+                    EntryPayload::Normal(batch) => batch
+                        .0
+                        .iter()
+                        .map(|command| applied.machine.apply(entry.log_id.index, command))
+                        .collect(),
+                    EntryPayload::Membership(membership) => {
+                        applied.membership = StoredMembership::new(Some(entry.log_id), membership);
+                        Vec::new()
+                    }
+                };
+                replies.push(Reply(reply));
+            }
+            replies
+        })
+    }
+
+    /// Installs a received snapshot: the file first (the commit point),
+    /// then the in-memory swap.
+    async fn install(
+        &self,
+        meta: &SnapshotMeta,
+        data: Vec<u8>,
+    ) -> std::result::Result<(), StorageError<u64>> {
         let machine = SM::restore(&data).map_err(|problem| {
             StorageIOError::read_snapshot(Some(meta.signature()), &std::io::Error::other(problem))
         })?;
-        // The file is the commit point; the in-memory swap follows it.
         let snapshots = self.snapshots.clone();
         let stored_meta = meta.clone();
         tokio::task::spawn_blocking(move || snapshots.store(&stored_meta, &data))
@@ -254,24 +300,6 @@ impl<SM: StateMachine> RaftStateMachine<TypeConfig> for StateMachineStore<SM> {
         });
         tracing::info!(last = ?meta.last_log_id.map(|l| l.index), "snapshot installed");
         Ok(())
-    }
-
-    async fn get_current_snapshot(
-        &mut self,
-    ) -> std::result::Result<Option<Snapshot>, StorageError<u64>> {
-        let snapshots = self.snapshots.clone();
-        let loaded = tokio::task::spawn_blocking(move || snapshots.load())
-            .await
-            .map_err(|e| {
-                StorageIOError::read_snapshot(None, &std::io::Error::other(e.to_string()))
-            })?
-            .map_err(|e| {
-                StorageIOError::read_snapshot(None, &std::io::Error::other(e.to_string()))
-            })?;
-        Ok(loaded.map(|(meta, data)| Snapshot {
-            meta,
-            snapshot: Box::new(Cursor::new(data)),
-        }))
     }
 }
 

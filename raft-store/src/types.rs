@@ -1,8 +1,9 @@
-//! The openraft type configuration.
+//! The openraft type configuration, the batch [`Command`] and [`Reply`] it
+//! carries, and the outcome of an applied write ([`Applied`]).
 //!
 //! Commands and responses are opaque bytes in the state machine's own wire
 //! format, so the raft layer stays generic and the log encoding is owned by
-//! the state machine (see [`crate::StateMachine`]).
+//! the state machine (see [`crate::state_machine::StateMachine`]).
 
 use std::io::Cursor;
 
@@ -15,7 +16,7 @@ pub type NodeId = u64;
 /// state machine's wire format, applied in order at the entry's index.
 ///
 /// The leader groups writes that queue up while the previous entry is being
-/// made durable (see `node::Batcher`), so one fsync commits many writes. All
+/// made durable (see [`crate::batcher`]), so one fsync commits many writes. All
 /// commands of a batch share the log index; the batch applies atomically (no
 /// reader sees a state between two of its commands).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -25,6 +26,15 @@ pub struct Command(pub Vec<Vec<u8>>);
 /// Blank and membership entries reply with no responses.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Reply(pub Vec<Vec<u8>>);
+
+/// The outcome of a write that was applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Applied {
+    /// The log index that applied it (the resource version of what it wrote).
+    pub log_index: u64,
+    /// The state machine's response, in its wire format.
+    pub response: Vec<u8>,
+}
 
 openraft::declare_raft_types!(
     /// Type configuration of the gateway raft group.

@@ -1,12 +1,22 @@
-//! Outbound raft RPCs: openraft's `RaftNetworkFactory` over tonic.
+//! Every outbound call to a peer replica: openraft's `RaftNetworkFactory`
+//! over tonic, forwarding a write to the leader ([`Channels::forward`]), the
+//! remote read-index ([`Channels::read_index`]) and the two calls of a
+//! leadership transfer ([`Channels::hold_election`], [`Channels::campaign`]).
 //!
-//! One HTTP/2 channel per peer address, created lazily and shared by every
-//! call to that peer (connection reuse). Each call carries openraft's TTL as
-//! its gRPC deadline; connecting has its own timeout.
+//! One HTTP/2 channel per peer address, built by the workspace's one channel
+//! builder (`proto::client::connect`, role `Peer`), connected lazily and
+//! shared by every call to that peer (connection reuse). Each raft call carries openraft's
+//! TTL as its gRPC deadline, a forward or read-index the caller's deadline;
+//! connecting has its own timeout.
+//!
+//! [`never_sent`] decides from a failed call's typed error source whether
+//! the request certainly never reached the peer, which is when a write may
+//! be retried without risk of applying it twice.
 
 use std::collections::BTreeMap;
+use std::io;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
@@ -17,18 +27,20 @@ use openraft::raft::{
     VoteRequest, VoteResponse,
 };
 use openraft::BasicNode;
+use proto::client::{connect, ClientConfig, ClientError, Role};
 use proto::raft::raft_transport_client::RaftTransportClient;
-use proto::raft::RaftPayload;
+use proto::raft::{
+    forward_response, read_index_response, CampaignRequest, ForwardRequest, HoldElectionRequest,
+    RaftPayload, ReadIndexRequest,
+};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
+use tracing::Instrument;
 
-use crate::codec;
-use crate::network::MAX_MESSAGE_BYTES;
-use crate::{NodeId, TypeConfig};
-
-/// How long a connection attempt to a peer may take.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+use crate::codec::{self, MAX_MESSAGE_BYTES};
+use crate::error::WriteError;
+use crate::types::{Applied, NodeId, TypeConfig};
 
 /// Metadata key of the peer token on raft transport calls.
 pub const PEER_TOKEN: &str = "x-openshell-peer-token";
@@ -58,6 +70,8 @@ pub type TransportClient =
 pub struct Channels {
     cluster_id: Arc<str>,
     auth: PeerAuth,
+    /// How peer channels connect ([`Role::Peer`]'s defaults).
+    config: ClientConfig,
     /// Address -> channel. A std lock: held only to look up or insert.
     by_addr: Arc<Mutex<BTreeMap<String, Channel>>>,
 }
@@ -69,6 +83,7 @@ impl Channels {
         Channels {
             cluster_id: cluster_id.into(),
             auth: PeerAuth(peer_token.and_then(|t| t.parse().ok())),
+            config: ClientConfig::for_role(Role::Peer),
             by_addr: Arc::default(),
         }
     }
@@ -79,23 +94,23 @@ impl Channels {
     }
 
     /// A client to the peer at `addr` (host:port), reusing its channel.
+    /// A new channel comes from the workspace's one channel builder,
+    /// [`proto::client::connect`], as [`Role::Peer`] (lazy: a peer that is
+    /// down now may be up at the next call).
     ///
     /// # Errors
-    /// A description when `addr` is not a valid address.
-    pub fn client(&self, addr: &str) -> Result<TransportClient, String> {
-        let mut map = self.by_addr.lock().unwrap_or_else(|p| p.into_inner());
-        let channel = match map.get(addr) {
-            Some(c) => c.clone(),
+    /// [`ClientError::InvalidAddress`] when `addr` is not a valid address.
+    pub async fn client(&self, addr: &str) -> Result<TransportClient, ClientError> {
+        let cached = self.channels().get(addr).cloned();
+        let channel = match cached {
+            Some(channel) => channel,
             None => {
-                let endpoint = Endpoint::from_shared(format!("http://{addr}"))
-                    .map_err(|e| format!("invalid peer address {addr:?}: {e}"))?
-                    .connect_timeout(CONNECT_TIMEOUT)
-                    .tcp_nodelay(true)
-                    .http2_keep_alive_interval(Duration::from_secs(10))
-                    .keep_alive_timeout(Duration::from_secs(5));
-                let channel = endpoint.connect_lazy();
-                map.insert(addr.to_string(), channel.clone());
-                channel
+                let channel = connect(Role::Peer, addr, &self.config).await?;
+                // Another caller may have built one meanwhile: keep the first.
+                self.channels()
+                    .entry(addr.to_string())
+                    .or_insert(channel)
+                    .clone()
             }
         };
         Ok(
@@ -103,6 +118,13 @@ impl Channels {
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
         )
+    }
+
+    /// The channel cache. A std lock, held only to look up or insert (never
+    /// across an await). A poisoned lock is recovered: the map holds only
+    /// channels, each usable whatever a panicking holder was doing.
+    fn channels(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Channel>> {
+        self.by_addr.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Wraps an openraft message for the wire.
@@ -113,6 +135,184 @@ impl Channels {
             cluster_id: self.cluster_id.to_string(),
         }
     }
+
+    /// Forwards a write to the leader `leader` at `addr` (one hop), within
+    /// `deadline`.
+    ///
+    /// # Errors
+    /// [`WriteError::Rejected`] when the leader refused the command as
+    /// malformed; [`WriteError::Unknown`] when it was sent but its outcome is
+    /// unknown. A call that certainly never reached the leader, or that the
+    /// leader answered with "not the leader", is [`Forwarded::Retry`].
+    pub async fn forward(
+        &self,
+        leader: NodeId,
+        addr: &str,
+        command: &[u8],
+        deadline: Instant,
+    ) -> Result<Forwarded, WriteError> {
+        let span = tracing::debug_span!("forward_write", leader);
+        self.forward_once(leader, addr, command, deadline)
+            .instrument(span)
+            .await
+    }
+
+    async fn forward_once(
+        &self,
+        leader: NodeId,
+        addr: &str,
+        command: &[u8],
+        deadline: Instant,
+    ) -> Result<Forwarded, WriteError> {
+        let Ok(mut client) = self.client(addr).await else {
+            return Ok(Forwarded::Retry);
+        };
+        let mut request = tonic::Request::new(ForwardRequest {
+            command: command.to_vec(),
+            cluster_id: self.cluster_id().to_string(),
+        });
+        request.set_timeout(until(deadline));
+        match client.forward(request).await {
+            Ok(reply) => match reply.into_inner().result {
+                Some(forward_response::Result::Applied(a)) => Ok(Forwarded::Applied(Applied {
+                    log_index: a.log_index,
+                    response: a.response,
+                })),
+                Some(forward_response::Result::NotLeader(_)) => Ok(Forwarded::Retry),
+                None => Err(WriteError::Unknown(format!(
+                    "leader {leader} sent an empty forward reply"
+                ))),
+            },
+            Err(status) if status.code() == tonic::Code::InvalidArgument => {
+                Err(WriteError::Rejected(status.message().to_string()))
+            }
+            Err(status) if never_sent(&status) => Ok(Forwarded::Retry),
+            Err(status) => Err(WriteError::Unknown(format!(
+                "forwarding to leader {leader} at {addr}: {status}"
+            ))),
+        }
+    }
+
+    /// Asks the leader `leader` at `addr` for a read index, within
+    /// `deadline`: `None` when it cannot give one (not the leader any more,
+    /// unreachable, no answer in time), so the caller retries.
+    pub async fn read_index(&self, leader: NodeId, addr: &str, deadline: Instant) -> Option<u64> {
+        let mut client = self.client(addr).await.ok()?;
+        let mut request = tonic::Request::new(ReadIndexRequest {
+            cluster_id: self.cluster_id().to_string(),
+        });
+        request.set_timeout(until(deadline));
+        match client.read_index(request).await {
+            Ok(reply) => match reply.into_inner().result {
+                Some(read_index_response::Result::ReadIndex(i)) => Some(i),
+                _ => None,
+            },
+            Err(status) => {
+                tracing::debug!(leader, %status, "read-index from leader failed");
+                None
+            }
+        }
+    }
+
+    /// Asks the voter at `addr` to hold its election timer for `hold`
+    /// (part of a leadership transfer).
+    ///
+    /// # Errors
+    /// [`PeerCallError`] when `addr` is invalid or the call failed.
+    pub async fn hold_election(&self, addr: &str, hold: Duration) -> Result<(), PeerCallError> {
+        let mut client = self.client(addr).await?;
+        let request = HoldElectionRequest {
+            cluster_id: self.cluster_id().to_string(),
+            hold_ms: u64::try_from(hold.as_millis()).unwrap_or(60_000),
+        };
+        client.hold_election(request).await?;
+        Ok(())
+    }
+
+    /// Asks the voter at `addr` to campaign now (the last step of a
+    /// leadership transfer).
+    ///
+    /// # Errors
+    /// [`PeerCallError`] when `addr` is invalid or the call failed.
+    pub async fn campaign(&self, addr: &str) -> Result<(), PeerCallError> {
+        let mut client = self.client(addr).await?;
+        let request = CampaignRequest {
+            cluster_id: self.cluster_id().to_string(),
+        };
+        client.campaign(request).await?;
+        Ok(())
+    }
+}
+
+/// The time left until `deadline`, at least 1 ms (a zero gRPC timeout would
+/// mean none).
+fn until(deadline: Instant) -> Duration {
+    deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(1))
+}
+
+/// What one attempt to forward a write to the leader came to.
+#[derive(Debug)]
+pub enum Forwarded {
+    /// The leader applied it.
+    Applied(Applied),
+    /// Certainly not appended: retry.
+    Retry,
+}
+
+/// A call of a leadership transfer that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PeerCallError {
+    /// The peer's address is not a valid address.
+    #[error(transparent)]
+    BadAddress(#[from] ClientError),
+    /// The call failed.
+    #[error("{}", .0.message())]
+    Failed(#[from] tonic::Status),
+}
+
+/// Whether a failed gRPC call certainly never reached the peer, so retrying
+/// it cannot apply a write twice.
+///
+/// Decided from the typed error source, never from text. tonic 0.14 reports
+/// a connection that could not be established as `UNAVAILABLE` with the
+/// source chain `tonic::transport::Error` (kind Transport) ->
+/// [`tonic::ConnectError`] -> hyper-util's `ConnectError` ("tcp connect
+/// error" or "dns error") -> the [`io::Error`] of the failed `connect`
+/// (`ConnectionRefused` and kin). A `ConnectError` means TCP connect, DNS or
+/// the TLS handshake failed: no request byte left this node. A status the
+/// peer itself sent has no source, and a connection that broke after the
+/// request went out has neither a `ConnectError` nor a connect error kind.
+pub fn never_sent(status: &tonic::Status) -> bool {
+    if status.code() != tonic::Code::Unavailable {
+        return false;
+    }
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(status);
+    while let Some(error) = source {
+        if error.is::<tonic::ConnectError>() {
+            return true;
+        }
+        if let Some(io) = error.downcast_ref::<io::Error>() {
+            if connect_failed(io.kind()) {
+                return true;
+            }
+        }
+        source = error.source();
+    }
+    false
+}
+
+/// I/O error kinds of a connection that was never established.
+fn connect_failed(kind: io::ErrorKind) -> bool {
+    matches!(
+        kind,
+        io::ErrorKind::ConnectionRefused
+            | io::ErrorKind::AddrNotAvailable
+            | io::ErrorKind::NotConnected
+            | io::ErrorKind::HostUnreachable
+            | io::ErrorKind::NetworkUnreachable
+    )
 }
 
 /// openraft's network factory: one [`PeerClient`] per target.
@@ -169,7 +369,8 @@ impl PeerClient {
         let mut client = self
             .channels
             .client(&self.addr)
-            .map_err(|e| RPCError::Unreachable(Unreachable::new(&Msg(e))))?;
+            .await
+            .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
         let mut grpc = tonic::Request::new(self.channels.payload(request));
         grpc.set_timeout(option.hard_ttl());
         let reply = match rpc {
@@ -225,14 +426,89 @@ impl RaftNetwork<TypeConfig> for PeerClient {
     }
 }
 
-/// A plain message as an error.
-#[derive(Debug)]
-struct Msg(String);
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl std::fmt::Display for Msg {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+    /// A port nothing listens on: bound, then released.
+    fn refused_addr() -> String {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap_or_else(|e| panic!("cannot bind a loopback port: {e}"));
+        let addr = listener
+            .local_addr()
+            .unwrap_or_else(|e| panic!("no local address: {e}"));
+        drop(listener);
+        addr.to_string()
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_was_never_sent() {
+        let channels = Channels::new("test", None);
+        let addr = refused_addr();
+        let mut client = channels
+            .client(&addr)
+            .await
+            .unwrap_or_else(|e| panic!("client: {e}"));
+        let status = match client
+            .read_index(ReadIndexRequest {
+                cluster_id: "test".into(),
+            })
+            .await
+        {
+            Ok(_) => panic!("a call to a closed port succeeded"),
+            Err(status) => status,
+        };
+        assert!(never_sent(&status), "{status:?}");
+        // The decision rests on types tonic really gives, not on text.
+        let mut kinds = Vec::new();
+        let mut connect_error = false;
+        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&status);
+        while let Some(error) = source {
+            connect_error |= error.is::<tonic::ConnectError>();
+            kinds.extend(error.downcast_ref::<io::Error>().map(io::Error::kind));
+            source = error.source();
+        }
+        assert!(connect_error, "{status:?}");
+        assert_eq!(kinds, vec![io::ErrorKind::ConnectionRefused], "{status:?}");
+    }
+
+    #[tokio::test]
+    async fn a_forward_to_a_refused_leader_is_retried() {
+        let channels = Channels::new("test", None);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let forwarded = channels
+            .forward(2, &refused_addr(), b"command", deadline)
+            .await;
+        assert!(matches!(forwarded, Ok(Forwarded::Retry)), "{forwarded:?}");
+    }
+
+    #[test]
+    fn a_status_sent_by_the_peer_was_sent() {
+        // Same code and text as a refused connect, but no typed source: the
+        // peer itself answered, so the request reached it.
+        let status =
+            tonic::Status::unavailable("tcp connect error: Connection refused (os error 111)");
+        assert!(!never_sent(&status));
+    }
+
+    #[test]
+    fn the_source_chain_decides() {
+        let with_source = |error: Box<dyn std::error::Error + Send + Sync>| {
+            let mut status = tonic::Status::unavailable("transport error");
+            status.set_source(Arc::from(error));
+            status
+        };
+        let refused = || Box::new(io::Error::from(io::ErrorKind::ConnectionRefused));
+        assert!(never_sent(&with_source(refused())));
+        assert!(never_sent(&with_source(Box::new(tonic::ConnectError(
+            Box::new(io::Error::other("dns error"))
+        )))));
+        // A connection that broke after the request went out: maybe sent.
+        let reset = Box::new(io::Error::from(io::ErrorKind::ConnectionReset));
+        assert!(!never_sent(&with_source(reset)));
+        // Only UNAVAILABLE can mean "never sent".
+        let mut deadline = tonic::Status::deadline_exceeded("timeout");
+        deadline.set_source(Arc::new(io::Error::from(io::ErrorKind::ConnectionRefused)));
+        assert!(!never_sent(&deadline));
     }
 }
-
-impl std::error::Error for Msg {}

@@ -4,6 +4,14 @@
 //! carries the cluster id; a call from another cluster is refused with
 //! `PERMISSION_DENIED`. A body that does not decode gets `INVALID_ARGUMENT`,
 //! never a panic.
+//!
+//! Like openraft's gRPC example, the service holds only what it serves: the
+//! `Raft` handle (raft RPCs, read-index, campaign), the peer authenticator,
+//! the [`Proposer`] (forwarded writes) and the [`ElectionHold`]. It knows
+//! nothing of [`crate::node`].
+
+use std::marker::PhantomData;
+use std::time::Duration;
 
 use openraft::error::RaftError;
 use proto::raft::raft_transport_server::RaftTransport;
@@ -16,30 +24,46 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::{Request, Response, Status};
 
+use crate::batcher::{Proposed, Proposer};
 use crate::codec;
+use crate::leadership::ElectionHold;
+use crate::membership;
 use crate::network::client::PEER_TOKEN;
-use crate::node::{Proposed, RaftNode};
-use crate::StateMachine;
+use crate::state_machine::StateMachine;
+use crate::types::typ::Raft;
 
-/// The raft transport service of one node.
-pub struct TransportService<SM: StateMachine> {
-    node: RaftNode<SM>,
+/// Decides who may call the transport: peers of the same cluster that
+/// present the peer token when one is configured.
+#[derive(Clone, Debug)]
+pub struct PeerAuthenticator {
+    /// The cluster every caller must belong to.
+    cluster_id: String,
+    /// The secret every caller must present (None: only the cluster id is
+    /// checked).
+    token: Option<String>,
 }
 
-impl<SM: StateMachine> TransportService<SM> {
-    /// The service of `node`.
-    pub fn new(node: RaftNode<SM>) -> Self {
-        TransportService { node }
+impl PeerAuthenticator {
+    /// Admits callers of `cluster_id` presenting `token` (if any).
+    pub fn new(cluster_id: &str, token: Option<&str>) -> Self {
+        PeerAuthenticator {
+            cluster_id: cluster_id.to_string(),
+            token: token.map(str::to_string),
+        }
     }
 
     /// Refuses callers of another cluster, and callers without the peer
     /// token when one is configured.
-    fn check_peer(
+    ///
+    /// # Errors
+    /// `UNAUTHENTICATED` without the token, `PERMISSION_DENIED` from another
+    /// cluster.
+    pub fn check(
         &self,
         metadata: &tonic::metadata::MetadataMap,
         cluster_id: &str,
     ) -> Result<(), Status> {
-        if let Some(expected) = &self.node.config().peer_token {
+        if let Some(expected) = &self.token {
             let presented = metadata
                 .get(PEER_TOKEN)
                 .map(|v| v.as_bytes())
@@ -55,18 +79,60 @@ impl<SM: StateMachine> TransportService<SM> {
     }
 
     fn check_cluster(&self, cluster_id: &str) -> Result<(), Status> {
-        if cluster_id != self.node.cluster_id() {
+        if cluster_id != self.cluster_id {
             tracing::warn!(
                 from_cluster = cluster_id,
                 "refused raft RPC from another cluster"
             );
             return Err(Status::permission_denied(format!(
                 "this node belongs to cluster {:?}, the caller to {:?}",
-                self.node.cluster_id(),
-                cluster_id
+                self.cluster_id, cluster_id
             )));
         }
         Ok(())
+    }
+}
+
+/// The raft transport service of one node, for a state machine `SM` (whose
+/// `validate` checks forwarded commands).
+pub struct TransportService<SM: StateMachine> {
+    /// Serves AppendEntries, Vote, InstallSnapshot, ReadIndex and Campaign,
+    /// and names the leader in a not-leader reply.
+    raft: Raft,
+    /// Checks every caller.
+    auth: PeerAuthenticator,
+    /// Takes forwarded writes (the same batcher as this node's own writes).
+    proposer: Proposer,
+    /// Serves HoldElection.
+    hold: ElectionHold,
+    /// Only `SM::validate` is used; no `SM` value is held.
+    machine: PhantomData<fn() -> SM>,
+}
+
+impl<SM: StateMachine> TransportService<SM> {
+    /// The service over a node's raft handle, peer authenticator, proposer
+    /// and election hold.
+    pub fn new(
+        raft: Raft,
+        auth: PeerAuthenticator,
+        proposer: Proposer,
+        hold: ElectionHold,
+    ) -> Self {
+        TransportService {
+            raft,
+            auth,
+            proposer,
+            hold,
+            machine: PhantomData,
+        }
+    }
+
+    fn check_peer(
+        &self,
+        metadata: &tonic::metadata::MetadataMap,
+        cluster_id: &str,
+    ) -> Result<(), Status> {
+        self.auth.check(metadata, cluster_id)
     }
 
     fn decode<T: DeserializeOwned>(
@@ -93,12 +159,12 @@ impl<SM: StateMachine> TransportService<SM> {
         Response::new(RaftPayload {
             encoding: codec::ENCODING_V1,
             data: codec::encode(value),
-            cluster_id: self.node.cluster_id().to_string(),
+            cluster_id: self.auth.cluster_id.clone(),
         })
     }
 
     fn not_leader(&self) -> NotLeader {
-        let (leader_id, leader_addr) = self.node.leader().unwrap_or((0, String::new()));
+        let (leader_id, leader_addr) = membership::leader(&self.raft).unwrap_or((0, String::new()));
         NotLeader {
             leader_id,
             leader_addr,
@@ -114,14 +180,14 @@ impl<SM: StateMachine> RaftTransport for TransportService<SM> {
         request: Request<RaftPayload>,
     ) -> Result<Response<RaftPayload>, Status> {
         let rpc = self.decode(&request, "append-entries request")?;
-        let result = self.node.raft().append_entries(rpc).await;
+        let result = self.raft.append_entries(rpc).await;
         Ok(self.reply(&result))
     }
 
     #[tracing::instrument(level = "debug", skip_all)]
     async fn vote(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
         let rpc = self.decode(&request, "vote request")?;
-        let result = self.node.raft().vote(rpc).await;
+        let result = self.raft.vote(rpc).await;
         Ok(self.reply(&result))
     }
 
@@ -131,7 +197,7 @@ impl<SM: StateMachine> RaftTransport for TransportService<SM> {
         request: Request<RaftPayload>,
     ) -> Result<Response<RaftPayload>, Status> {
         let rpc = self.decode(&request, "install-snapshot request")?;
-        let result = self.node.raft().install_snapshot(rpc).await;
+        let result = self.raft.install_snapshot(rpc).await;
         Ok(self.reply(&result))
     }
 
@@ -142,14 +208,24 @@ impl<SM: StateMachine> RaftTransport for TransportService<SM> {
     ) -> Result<Response<ForwardResponse>, Status> {
         self.check_peer(request.metadata(), &request.get_ref().cluster_id)?;
         let request = request.into_inner();
-        SM::validate(&request.command).map_err(Status::invalid_argument)?;
-        let result = match self.node.propose_local(request.command).await {
+        SM::validate(&request.command).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let result = match self.proposer.propose(request.command).await {
             Ok(applied) => forward_response::Result::Applied(PbApplied {
                 log_index: applied.log_index,
                 response: applied.response,
             }),
             Err(Proposed::NotLeader(_)) => forward_response::Result::NotLeader(self.not_leader()),
             Err(Proposed::Fatal(e)) => return Err(Status::unavailable(format!("raft: {e}"))),
+            // Applied, but its response is lost: the caller must not retry.
+            Err(Proposed::ReplyMismatch {
+                log_index,
+                commands,
+                replies,
+            }) => {
+                return Err(Status::internal(format!(
+                    "applied at log index {log_index}, but {replies} responses came back for {commands} commands; the response is lost"
+                )))
+            }
         };
         Ok(Response::new(ForwardResponse {
             result: Some(result),
@@ -162,7 +238,7 @@ impl<SM: StateMachine> RaftTransport for TransportService<SM> {
         request: Request<ReadIndexRequest>,
     ) -> Result<Response<ReadIndexResponse>, Status> {
         self.check_peer(request.metadata(), &request.get_ref().cluster_id)?;
-        let result = match self.node.raft().get_read_log_id().await {
+        let result = match self.raft.get_read_log_id().await {
             Ok((read_log_id, _)) => {
                 read_index_response::Result::ReadIndex(read_log_id.map(|l| l.index).unwrap_or(0))
             }
@@ -186,8 +262,7 @@ impl<SM: StateMachine> RaftTransport for TransportService<SM> {
         if request.hold_ms == 0 || request.hold_ms > 60_000 {
             return Err(Status::invalid_argument("hold_ms must be within 1..=60000"));
         }
-        self.node
-            .hold_election(std::time::Duration::from_millis(request.hold_ms));
+        self.hold.hold(Duration::from_millis(request.hold_ms));
         Ok(Response::new(HoldElectionResponse {}))
     }
 
@@ -197,8 +272,7 @@ impl<SM: StateMachine> RaftTransport for TransportService<SM> {
         request: Request<CampaignRequest>,
     ) -> Result<Response<CampaignResponse>, Status> {
         self.check_peer(request.metadata(), &request.get_ref().cluster_id)?;
-        self.node
-            .raft()
+        self.raft
             .trigger()
             .elect()
             .await
@@ -213,4 +287,41 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
         return false;
     }
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_token(token: &str) -> tonic::metadata::MetadataMap {
+        let mut metadata = tonic::metadata::MetadataMap::new();
+        let value = token
+            .parse()
+            .unwrap_or_else(|e| panic!("token {token:?} is not ASCII: {e}"));
+        metadata.insert(PEER_TOKEN, value);
+        metadata
+    }
+
+    #[test]
+    fn peers_of_another_cluster_are_refused() {
+        let auth = PeerAuthenticator::new("blue", None);
+        assert!(auth.check(&Default::default(), "blue").is_ok());
+        let refused = auth.check(&Default::default(), "green");
+        assert_eq!(
+            refused.map_err(|s| s.code()),
+            Err(tonic::Code::PermissionDenied)
+        );
+    }
+
+    #[test]
+    fn a_configured_peer_token_is_required() {
+        let auth = PeerAuthenticator::new("blue", Some("secret"));
+        assert!(auth.check(&with_token("secret"), "blue").is_ok());
+        for metadata in [with_token("secreT"), with_token(""), Default::default()] {
+            assert_eq!(
+                auth.check(&metadata, "blue").map_err(|s| s.code()),
+                Err(tonic::Code::Unauthenticated)
+            );
+        }
+    }
 }

@@ -1,0 +1,237 @@
+//! The leader's write batcher: local proposals (this node's writes and the
+//! writes followers forward here) queue into one task that proposes up to
+//! [`MAX_BATCH`] of them as one log entry, [`BATCHES_IN_FLIGHT`] entries at a
+//! time, and hands every proposer its own response.
+//!
+//! [`Proposer`] is the handle: the node's write path and the transport's
+//! forward service both propose through it. It also owns the write pause a
+//! leadership transfer takes (see [`crate::leadership`]).
+//!
+//! Why batch: openraft 0.9 submits every `client_write` as its own one-entry
+//! append and waits for that append's flush before it handles the next
+//! message, so without batching the leader fsyncs once per write. While one
+//! batch is being made durable the next one grows, so one fsync commits many
+//! writes. Every command of a batch applies at the entry's index, atomically.
+
+use std::sync::Arc;
+
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::BasicNode;
+use tokio::sync::{mpsc, oneshot, RwLock, RwLockWriteGuard, Semaphore};
+use tracing::Instrument;
+
+use crate::types::typ::Raft;
+use crate::types::{Applied, Command, NodeId};
+
+/// Most commands in one log entry.
+pub const MAX_BATCH: usize = 256;
+/// Batches proposed to raft and not yet answered. While one is being made
+/// durable the next ones queue here, so they grow: one fsync then commits
+/// many writes (openraft 0.9 makes the leader wait for each append's flush).
+pub const BATCHES_IN_FLIGHT: usize = 2;
+/// Proposals that may wait for the batcher before `propose` waits too.
+const QUEUE_DEPTH: usize = 4096;
+
+/// Why a local proposal was not applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Proposed {
+    /// This node is not the leader (with the leader it knows of); the
+    /// command was certainly not applied.
+    NotLeader(Option<(NodeId, BasicNode)>),
+    /// Raft stopped.
+    Fatal(String),
+    /// The batch entry was applied at `log_index`, but the state machine
+    /// returned `replies` responses for its `commands` commands: a broken
+    /// invariant. The command took effect; its response is lost.
+    ReplyMismatch {
+        /// The log index of the batch entry.
+        log_index: u64,
+        /// Commands in the batch.
+        commands: usize,
+        /// Responses that came back.
+        replies: usize,
+    },
+}
+
+/// One write waiting for the batcher.
+struct Proposal {
+    command: Vec<u8>,
+    reply: oneshot::Sender<Result<Applied, Proposed>>,
+}
+
+/// Proposes commands through this node's raft, batched. Cloning shares the
+/// batcher task; it stops when the last clone is dropped.
+#[derive(Clone)]
+pub struct Proposer {
+    /// Local proposals, grouped into batch entries by the batcher task.
+    queue: mpsc::Sender<Proposal>,
+    /// Every proposal waits on this (read side) while a leadership transfer
+    /// runs here (write side held by the transfer), so that no entry
+    /// refreshes the followers' leader lease.
+    transfer: Arc<RwLock<()>>,
+}
+
+impl Proposer {
+    /// Starts the batcher task over `raft`. Needs a tokio runtime.
+    pub fn start(raft: Raft) -> Self {
+        let (queue, proposals) = mpsc::channel(QUEUE_DEPTH);
+        tokio::spawn(run_batcher(raft, proposals));
+        Proposer {
+            queue,
+            transfer: Arc::new(RwLock::new(())),
+        }
+    }
+
+    /// Proposes `command` (in the state machine's wire format), batched with
+    /// other proposals queued at the same time.
+    ///
+    /// # Errors
+    /// [`Proposed::NotLeader`] (certainly not applied) when this node is not
+    /// the leader; [`Proposed::Fatal`] when raft or the batcher stopped;
+    /// [`Proposed::ReplyMismatch`] when the batch applied but its responses
+    /// cannot be matched to its commands.
+    pub async fn propose(&self, command: Vec<u8>) -> Result<Applied, Proposed> {
+        // Every local proposal, forwarded ones included, waits while a
+        // leadership transfer runs here: an appended entry would refresh the
+        // followers' leader lease and they would refuse the target's votes.
+        let _transfer = self.transfer.read().await;
+        let (reply, outcome) = oneshot::channel();
+        self.queue
+            .send(Proposal { command, reply })
+            .await
+            .map_err(|_| Proposed::Fatal("the batcher stopped".into()))?;
+        outcome
+            .await
+            .map_err(|_| Proposed::Fatal("the batcher dropped the proposal".into()))?
+    }
+
+    /// Pauses proposals until the returned guard is dropped (a leadership
+    /// transfer holds it); waits for proposals already admitted.
+    pub async fn pause(&self) -> RwLockWriteGuard<'_, ()> {
+        self.transfer.write().await
+    }
+}
+
+/// Groups queued proposals into batch entries and proposes them.
+async fn run_batcher(raft: Raft, mut queue: mpsc::Receiver<Proposal>) {
+    let in_flight = Arc::new(Semaphore::new(BATCHES_IN_FLIGHT));
+    while let Some(first) = queue.recv().await {
+        let Ok(permit) = in_flight.clone().acquire_owned().await else {
+            return;
+        };
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(p) => batch.push(p),
+                Err(_) => break,
+            }
+        }
+        let raft = raft.clone();
+        let span = tracing::trace_span!("propose_batch", commands = batch.len());
+        tokio::spawn(
+            async move {
+                propose_batch(&raft, batch).await;
+                drop(permit);
+            }
+            .instrument(span),
+        );
+    }
+}
+
+/// Proposes one batch as one log entry and answers each of its proposers.
+async fn propose_batch(raft: &Raft, batch: Vec<Proposal>) {
+    let (commands, replies): (Vec<Vec<u8>>, Vec<_>) =
+        batch.into_iter().map(|p| (p.command, p.reply)).unzip();
+    let outcomes = match raft.client_write(Command(commands)).await {
+        Ok(written) => distribute(written.log_id.index, written.data.0, replies.len()),
+        Err(e) => {
+            let failure = match e {
+                RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => {
+                    Proposed::NotLeader(f.leader_id.zip(f.leader_node))
+                }
+                other => Proposed::Fatal(other.to_string()),
+            };
+            vec![Err(failure); replies.len()]
+        }
+    };
+    for (reply, outcome) in replies.into_iter().zip(outcomes) {
+        // A proposer that stopped waiting (its write timed out) is not an
+        // error of the batch.
+        let _ = reply.send(outcome);
+    }
+}
+
+/// Matches the responses of a batch applied at `log_index` to its
+/// `commands` commands, in order. A count that differs is a broken
+/// invariant (the state machine storage answers every command of a normal
+/// entry): every proposer of the batch gets [`Proposed::ReplyMismatch`]
+/// instead of a response that may belong to another command.
+fn distribute(
+    log_index: u64,
+    responses: Vec<Vec<u8>>,
+    commands: usize,
+) -> Vec<Result<Applied, Proposed>> {
+    if responses.len() != commands {
+        tracing::error!(
+            log_index,
+            commands,
+            replies = responses.len(),
+            "a batch's response count differs from its command count"
+        );
+        let mismatch = Proposed::ReplyMismatch {
+            log_index,
+            commands,
+            replies: responses.len(),
+        };
+        return vec![Err(mismatch); commands];
+    }
+    responses
+        .into_iter()
+        .map(|response| {
+            Ok(Applied {
+                log_index,
+                response,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_command_gets_its_own_response_at_the_batch_index() {
+        let outcomes = distribute(7, vec![b"a".to_vec(), b"b".to_vec()], 2);
+        assert_eq!(
+            outcomes,
+            vec![
+                Ok(Applied {
+                    log_index: 7,
+                    response: b"a".to_vec()
+                }),
+                Ok(Applied {
+                    log_index: 7,
+                    response: b"b".to_vec()
+                }),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_reply_count_that_differs_from_the_command_count_is_an_error() {
+        let mismatch = Proposed::ReplyMismatch {
+            log_index: 9,
+            commands: 3,
+            replies: 2,
+        };
+        let outcomes = distribute(9, vec![Vec::new(), Vec::new()], 3);
+        assert_eq!(outcomes, vec![Err(mismatch); 3]);
+        let mismatch = Proposed::ReplyMismatch {
+            log_index: 9,
+            commands: 1,
+            replies: 0,
+        };
+        assert_eq!(distribute(9, Vec::new(), 1), vec![Err(mismatch)]);
+    }
+}

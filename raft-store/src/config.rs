@@ -1,0 +1,115 @@
+//! [`NodeConfig`]: how one node runs (identity, timing, snapshot policy,
+//! storage and peer secret), and its translation into openraft's
+//! `Config`, which is where its values are checked.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use openraft::SnapshotPolicy;
+
+use crate::codec::MAX_MESSAGE_BYTES;
+use crate::error::{Error, Result};
+use crate::types::NodeId;
+
+/// How one node runs. [`NodeConfig::new`] fills in openraft's defaults.
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    /// This node's raft id (non-zero).
+    pub node_id: NodeId,
+    /// host:port other nodes and clients use to reach this node.
+    pub advertise_addr: String,
+    /// The data directory.
+    pub data_dir: PathBuf,
+    /// The cluster this node belongs to; a data directory or peer of another
+    /// cluster is refused.
+    pub cluster_id: String,
+    /// Leader heartbeat interval.
+    pub heartbeat_interval: Duration,
+    /// Lower bound of the randomized election timeout.
+    pub election_timeout_min: Duration,
+    /// Upper bound of the randomized election timeout.
+    pub election_timeout_max: Duration,
+    /// Build a snapshot after this many log entries since the last one.
+    pub snapshot_after_logs: u64,
+    /// Entries kept in the log behind a snapshot (for followers slightly behind).
+    pub logs_to_keep: u64,
+    /// Largest snapshot chunk streamed to a follower.
+    pub snapshot_chunk_bytes: u64,
+    /// How long a write may wait for a leader, including forwarding retries.
+    pub write_timeout: Duration,
+    /// sled page-cache size in bytes.
+    pub cache_capacity: u64,
+    /// Secret every replica presents on raft transport calls and requires
+    /// from callers (None: only the cluster id is checked).
+    pub peer_token: Option<String>,
+}
+
+impl NodeConfig {
+    /// A configuration with openraft's default timing (heartbeat 50 ms,
+    /// election 150–300 ms, snapshot every 5000 entries, 1000 kept).
+    pub fn new(
+        node_id: NodeId,
+        advertise_addr: &str,
+        data_dir: impl Into<PathBuf>,
+        cluster_id: &str,
+    ) -> Self {
+        NodeConfig {
+            node_id,
+            advertise_addr: advertise_addr.to_string(),
+            data_dir: data_dir.into(),
+            cluster_id: cluster_id.to_string(),
+            heartbeat_interval: Duration::from_millis(50),
+            election_timeout_min: Duration::from_millis(150),
+            election_timeout_max: Duration::from_millis(300),
+            snapshot_after_logs: 5000,
+            logs_to_keep: 1000,
+            snapshot_chunk_bytes: 1024 * 1024,
+            write_timeout: Duration::from_secs(5),
+            cache_capacity: 64 * 1024 * 1024,
+            peer_token: None,
+        }
+    }
+
+    /// Pause between retries of a write, a read-index or a membership
+    /// change: a fraction of the election timeout.
+    pub(crate) fn retry_pause(&self) -> Duration {
+        self.election_timeout_min / 4
+    }
+
+    /// openraft's configuration for this node.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a node id of 0, an empty cluster id, a snapshot
+    /// chunk size out of range, or timing openraft refuses.
+    pub(crate) fn raft_config(&self) -> Result<openraft::Config> {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        if self.node_id == 0 {
+            return Err(Error::Config(
+                "node id must be at least 1 (0 means \"none\" on the wire)".into(),
+            ));
+        }
+        if self.cluster_id.is_empty() {
+            return Err(Error::Config("cluster id must not be empty".into()));
+        }
+        if self.snapshot_chunk_bytes == 0
+            || self.snapshot_chunk_bytes as usize > MAX_MESSAGE_BYTES / 2
+        {
+            return Err(Error::Config(format!(
+                "snapshot chunk size must be within 1..={} bytes",
+                MAX_MESSAGE_BYTES / 2
+            )));
+        }
+        let config = openraft::Config {
+            cluster_name: self.cluster_id.clone(),
+            heartbeat_interval: ms(self.heartbeat_interval),
+            election_timeout_min: ms(self.election_timeout_min),
+            election_timeout_max: ms(self.election_timeout_max),
+            install_snapshot_timeout: 2_000,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(self.snapshot_after_logs),
+            max_in_snapshot_log_to_keep: self.logs_to_keep,
+            snapshot_max_chunk_size: self.snapshot_chunk_bytes,
+            ..Default::default()
+        };
+        config.validate().map_err(|e| Error::Config(e.to_string()))
+    }
+}

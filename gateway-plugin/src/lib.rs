@@ -32,13 +32,10 @@
 //! - [`metrics`], [`http`]: Prometheus metrics, `/healthz`, `/readyz`, `/metrics`.
 //! - [`status`]: error-to-`Status` mapping (raft-store errors with leader
 //!   hints, pool rejections, object-store rejections).
-//! - [`backup`]: the backup file format.
 //! - [`server`]: wiring and the serve loop ([`server::run`], whose errors are
 //!   [`server::ServeError`]).
 
 pub mod auth;
-pub mod backup;
-pub mod cli;
 pub mod cluster_admin_service;
 pub mod config;
 pub mod convert;

@@ -9,12 +9,8 @@ use raft_store::{AdminError, ReadError, WriteError};
 use tonic::metadata::MetadataValue;
 use tonic::Status;
 
-/// Metadata key of the leader's node id in a `FAILED_PRECONDITION` reply.
-pub const LEADER_ID: &str = "x-openshell-leader-id";
-/// Metadata key of the leader's address.
-pub const LEADER_ADDR: &str = "x-openshell-leader-addr";
-/// Set on a call a gateway forwarded, so the receiver does not forward again.
-pub const FORWARDED: &str = "x-openshell-forwarded";
+pub use proto::metadata::{FORWARDED, LEADER_ADDR, LEADER_ID};
+
 /// Metadata key of the current resource version in an object-store
 /// rejection.
 pub const RESOURCE_VERSION: &str = "x-openshell-resource-version";

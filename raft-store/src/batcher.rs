@@ -1,7 +1,17 @@
 //! The leader's write batcher: local proposals (this node's writes and the
 //! writes followers forward here) queue into one task that proposes up to
-//! [`MAX_BATCH`] of them as one log entry, [`BATCHES_IN_FLIGHT`] entries at a
-//! time, and hands every proposer its own response.
+//! [`MAX_BATCH`] of them (and at most [`MAX_BATCH_BYTES`]) as one log entry,
+//! [`BATCHES_IN_FLIGHT`] entries at a time, and hands every proposer its own
+//! response.
+//!
+//! Why bytes are bounded: sled 0.34 writes any page larger than a quarter of
+//! its segment size to a file of its own under `blobs/` and never syncs it,
+//! so an entry that made a page that large could be acknowledged while it
+//! lived only in the page cache. A command is at most [`MAX_COMMAND_BYTES`]
+//! and an entry at most [`MAX_BATCH_BYTES`] (or one command), so a leaf page
+//! of sled's log tree (at most 17 entries before it splits) stays well under
+//! the blob threshold of the segment size new databases get (see
+//! `crate::db`); `docs/storage.md` has the arithmetic.
 //!
 //! [`Proposer`] is the handle: the node's write path and the transport's
 //! forward service both propose through it. It also owns the write pause a
@@ -20,11 +30,18 @@ use openraft::BasicNode;
 use tokio::sync::{mpsc, oneshot, RwLock, RwLockWriteGuard, Semaphore};
 use tracing::Instrument;
 
+use crate::error::InvalidCommand;
 use crate::types::typ::Raft;
 use crate::types::{Applied, Command, NodeId};
 
 /// Most commands in one log entry.
 pub const MAX_BATCH: usize = 256;
+/// Most bytes of commands in one log entry; a single larger command (up to
+/// [`MAX_COMMAND_BYTES`]) is an entry of its own.
+pub const MAX_BATCH_BYTES: usize = 64 * 1024;
+/// Largest command, in bytes, that the store accepts (object payloads are
+/// bounded lower, see `crate::objects::MAX_PAYLOAD_BYTES`).
+pub const MAX_COMMAND_BYTES: usize = 64 * 1024;
 /// Batches proposed to raft and not yet answered. While one is being made
 /// durable the next ones queue here, so they grow: one fsync then commits
 /// many writes (openraft 0.9 makes the leader wait for each append's flush).
@@ -112,17 +129,49 @@ impl Proposer {
     }
 }
 
+/// Refuses a command over [`MAX_COMMAND_BYTES`] before it is proposed or
+/// forwarded.
+///
+/// # Errors
+/// [`InvalidCommand`] naming the size and the limit.
+pub fn check_size(command: &[u8]) -> Result<(), InvalidCommand> {
+    if command.len() > MAX_COMMAND_BYTES {
+        return Err(InvalidCommand::new(format!(
+            "command is {} bytes; the limit is {MAX_COMMAND_BYTES}: write it in smaller parts",
+            command.len()
+        )));
+    }
+    Ok(())
+}
+
 /// Groups queued proposals into batch entries and proposes them.
 async fn run_batcher(raft: Raft, mut queue: mpsc::Receiver<Proposal>) {
     let in_flight = Arc::new(Semaphore::new(BATCHES_IN_FLIGHT));
-    while let Some(first) = queue.recv().await {
+    // A proposal taken from the queue that did not fit the previous batch.
+    let mut carried: Option<Proposal> = None;
+    loop {
+        let first = match carried.take() {
+            Some(p) => p,
+            None => match queue.recv().await {
+                Some(p) => p,
+                None => return,
+            },
+        };
         let Ok(permit) = in_flight.clone().acquire_owned().await else {
             return;
         };
+        let mut bytes = first.command.len();
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match queue.try_recv() {
-                Ok(p) => batch.push(p),
+                Ok(p) if bytes + p.command.len() > MAX_BATCH_BYTES => {
+                    carried = Some(p);
+                    break;
+                }
+                Ok(p) => {
+                    bytes += p.command.len();
+                    batch.push(p);
+                }
                 Err(_) => break,
             }
         }

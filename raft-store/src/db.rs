@@ -9,8 +9,10 @@
 //!
 //! Durability: sled's `flush` on Linux ends in `sync_file_range`, which does not
 //! make the data durable across power loss (sled issue #1452). [`Durability`]
-//! therefore follows every flush with `fdatasync` of the database file through a
-//! separately opened handle, and only then reports the write durable. One flusher
+//! therefore follows every flush with `fdatasync` of every blob file sled wrote
+//! (none, with the entry bounds of `crate::batcher` and [`SEGMENT_SIZE`]) and of
+//! the database file through a separately opened handle, and only then reports
+//! the write durable. One flusher
 //! thread serves every request: requests that arrive while a flush runs share the
 //! next one (group commit).
 //!
@@ -136,7 +138,8 @@ impl DataDir {
         })?;
         let marks = durable_marks(&raft_dir, &meta, &log)?;
         let watermark = Arc::new(Watermark::open(&watermark_path, marks)?);
-        let durability = Durability::start(db.clone(), db_file, watermark.clone());
+        let durability =
+            Durability::start(db.clone(), raft_dir.clone(), db_file, watermark.clone());
 
         match meta.get(IDENTITY_KEY).map_err(sled_err)? {
             None if fresh => {
@@ -542,6 +545,7 @@ fn open_sled(dir: &Path, cache_capacity: u64) -> Result<sled::Db> {
     let config = sled::Config::new()
         .path(dir)
         .cache_capacity(cache_capacity)
+        .segment_size(segment_size_of(dir))
         // We flush explicitly (and fdatasync after); no background flusher.
         .flush_every_ms(None)
         .mode(sled::Mode::HighThroughput);
@@ -570,6 +574,74 @@ fn open_sled(dir: &Path, cache_capacity: u64) -> Result<sled::Db> {
     }
 }
 
+/// sled's segment size for databases this build creates. sled writes any
+/// page over a quarter of it (minus a header) to a separate, never-synced
+/// file under `blobs/`; at 8 MiB that threshold is about 2 MiB, while a leaf
+/// page of the log tree holds at most 17 entries of at most 64 KiB each
+/// (see `crate::batcher`), about 1.1 MiB. (sled's default, 512 KiB, gives a
+/// 128 KiB threshold that two large entries already exceed.)
+pub const SEGMENT_SIZE: usize = 8 * 1024 * 1024;
+
+/// The segment size to open the sled database in `dir` with: the one it was
+/// created with (sled refuses to open a database with another), else
+/// [`SEGMENT_SIZE`]. A database from an earlier build keeps sled's default,
+/// and the flusher's blob sync keeps it durable.
+fn segment_size_of(dir: &Path) -> usize {
+    // sled's `conf`: `key: value` lines followed by a 4-byte crc32.
+    std::fs::read(dir.join("conf"))
+        .ok()
+        .and_then(|conf| {
+            String::from_utf8_lossy(&conf).lines().find_map(|line| {
+                line.strip_prefix("segment_size:")
+                    .and_then(|v| v.trim().parse::<usize>().ok())
+            })
+        })
+        .unwrap_or(SEGMENT_SIZE)
+}
+
+/// Makes every blob file sled wrote durable, and the directory entries that
+/// name them. Blob files never change once written, so each is synced once;
+/// `synced` remembers which (and forgets those sled has removed).
+///
+/// # Errors
+/// The first file or directory that cannot be read or synced.
+fn sync_blobs(
+    raft_dir: &Path,
+    synced: &mut std::collections::BTreeSet<std::ffi::OsString>,
+) -> io::Result<()> {
+    let blobs = raft_dir.join("blobs");
+    let entries = match std::fs::read_dir(&blobs) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            synced.clear();
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    let mut present = std::collections::BTreeSet::new();
+    let mut new = 0usize;
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name();
+        if !synced.contains(&name) {
+            File::open(entry.path())?.sync_data()?;
+            new += 1;
+        }
+        present.insert(name);
+    }
+    if new > 0 {
+        tracing::warn!(
+            files = new,
+            dir = %blobs.display(),
+            "sled wrote blob files (pages over its blob threshold); synced them before acknowledging"
+        );
+        File::open(&blobs)?.sync_all()?;
+        File::open(raft_dir)?.sync_all()?;
+    }
+    *synced = present;
+    Ok(())
+}
+
 /// fsyncs a directory so that entries created in it survive a crash.
 pub fn sync_dir(path: &Path) -> Result<()> {
     File::open(path)
@@ -592,11 +664,12 @@ pub struct Durability {
 }
 
 impl Durability {
-    fn start(db: sled::Db, db_file: File, watermark: Arc<Watermark>) -> Self {
+    fn start(db: sled::Db, raft_dir: PathBuf, db_file: File, watermark: Arc<Watermark>) -> Self {
         let (tx, rx) = mpsc::channel::<FlushCallback>();
         let spawned = std::thread::Builder::new()
             .name("raft-flusher".into())
             .spawn(move || {
+                let mut synced_blobs = std::collections::BTreeSet::new();
                 // Ends when every sender is dropped.
                 while let Ok(first) = rx.recv() {
                     let mut batch = vec![first];
@@ -605,10 +678,12 @@ impl Durability {
                     // A plain thread that never awaits: the guard is safe.
                     let _enter = span.enter();
                     let captured = watermark.current();
+                    // Blob files first: the database file points at them.
                     let result = db
                         .flush()
                         .map_err(io::Error::other)
-                        .and_then(|_| db_file.sync_data());
+                        .and_then(|_| sync_blobs(&raft_dir, &mut synced_blobs))
+                        .and_then(|()| db_file.sync_data());
                     for done in batch {
                         done(match &result {
                             Ok(()) => Ok(()),
@@ -657,5 +732,57 @@ impl Durability {
         if let Err(mpsc::SendError(done)) = self.tx.send(Box::new(done)) {
             done(Err(io::Error::other("the flusher thread is gone")));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::ffi::OsString;
+
+    use super::*;
+
+    fn names(set: &BTreeSet<OsString>) -> Vec<String> {
+        set.iter()
+            .map(|n| n.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    /// The flusher syncs each blob file sled leaves, once, and forgets
+    /// those sled removed; no `blobs/` directory is nothing to do.
+    #[test]
+    fn blob_files_are_synced_once_and_forgotten_when_removed() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let mut synced = BTreeSet::new();
+        sync_blobs(tmp.path(), &mut synced).expect("no blobs dir");
+        assert!(synced.is_empty());
+
+        let blobs = tmp.path().join("blobs");
+        std::fs::create_dir(&blobs).expect("blobs dir");
+        std::fs::write(blobs.join("100"), b"a").expect("blob 100");
+        std::fs::write(blobs.join("200"), b"b").expect("blob 200");
+        sync_blobs(tmp.path(), &mut synced).expect("sync");
+        assert_eq!(names(&synced), ["100", "200"]);
+
+        std::fs::remove_file(blobs.join("100")).expect("remove 100");
+        std::fs::write(blobs.join("300"), b"c").expect("blob 300");
+        sync_blobs(tmp.path(), &mut synced).expect("sync again");
+        assert_eq!(names(&synced), ["200", "300"]);
+    }
+
+    /// A database keeps the segment size it was created with (sled refuses
+    /// another); a new one gets [`SEGMENT_SIZE`].
+    #[test]
+    fn an_existing_database_keeps_its_segment_size() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        assert_eq!(segment_size_of(tmp.path()), SEGMENT_SIZE);
+        // A database as an earlier build made it: sled's default segment size.
+        drop(sled::Config::new().path(tmp.path()).open().expect("old db"));
+        assert_eq!(segment_size_of(tmp.path()), 512 * 1024);
+        let db = open_sled(tmp.path(), 1024 * 1024);
+        assert!(
+            db.is_ok(),
+            "an old database opens with its own segment size"
+        );
     }
 }

@@ -24,7 +24,7 @@ use openraft::error::RaftError;
 use openraft::ServerState;
 use proto::raft::raft_transport_server::RaftTransportServer;
 
-use crate::batcher::Proposer;
+use crate::batcher::{check_size, Proposer};
 use crate::codec::MAX_MESSAGE_BYTES;
 use crate::db::DataDir;
 use crate::error::{AdminError, Error, ReadError, Result, WriteError};
@@ -262,6 +262,7 @@ impl<SM: StateMachine> RaftNode<SM> {
     /// [`WriteError::Unknown`] when it was sent but its outcome is unknown,
     /// [`WriteError::ReplyMismatch`] when it applied but its response is lost.
     pub async fn write(&self, command: Vec<u8>) -> Result<Applied, WriteError> {
+        check_size(&command).map_err(|e| WriteError::Rejected(e.to_string()))?;
         SM::validate(&command).map_err(|e| WriteError::Rejected(e.to_string()))?;
         let started = Instant::now();
         let deadline = started + self.inner.config.write_timeout;

@@ -148,7 +148,7 @@ fn offline(command: Offline) -> anyhow::Result<()> {
             advertise,
             cluster_id,
         } => {
-            let (header, state) = gateway_plugin::backup::read(&from)?;
+            let (header, state) = proto::backup::read(&from)?;
             let cluster_id = cluster_id.unwrap_or_else(|| header.cluster_id.clone());
             let seeded = raft_store::seed::seed_single_voter::<GatewayState>(
                 &data_dir,

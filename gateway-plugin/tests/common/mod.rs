@@ -3,7 +3,6 @@
 #![allow(dead_code)]
 
 pub mod bins;
-pub mod cli;
 pub mod fake;
 
 use std::net::TcpListener;

@@ -24,7 +24,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::{Request, Response, Status};
 
-use crate::batcher::{Proposed, Proposer};
+use crate::batcher::{check_size, Proposed, Proposer};
 use crate::codec;
 use crate::leadership::ElectionHold;
 use crate::membership;
@@ -208,6 +208,7 @@ impl<SM: StateMachine> RaftTransport for TransportService<SM> {
     ) -> Result<Response<ForwardResponse>, Status> {
         self.check_peer(request.metadata(), &request.get_ref().cluster_id)?;
         let request = request.into_inner();
+        check_size(&request.command).map_err(|e| Status::invalid_argument(e.to_string()))?;
         SM::validate(&request.command).map_err(|e| Status::invalid_argument(e.to_string()))?;
         let result = match self.proposer.propose(request.command).await {
             Ok(applied) => forward_response::Result::Applied(PbApplied {

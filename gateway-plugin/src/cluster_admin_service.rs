@@ -10,16 +10,17 @@ use proto::cluster::cluster_admin_client::ClusterAdminClient;
 use proto::cluster::cluster_admin_server::ClusterAdmin;
 use proto::cluster::{
     AddLearnerRequest, BackupReply, BackupRequest, ClusterStatus as PbStatus, InitializeRequest,
-    Member, MembershipReply, NodeStatus as PbNode, PromoteRequest, RemoveRequest, StateDigestReply,
-    StateDigestRequest, StatusRequest, TransferLeaderReply, TransferLeaderRequest,
-    TriggerSnapshotReply, TriggerSnapshotRequest,
+    MembershipReply, PromoteRequest, RemoveRequest, StateDigestReply, StateDigestRequest,
+    StatusRequest, TransferLeaderReply, TransferLeaderRequest, TriggerSnapshotReply,
+    TriggerSnapshotRequest,
 };
-use raft_store::node::MembershipChange;
 use raft_store::{AdminError, RaftNode};
 use tonic::transport::Endpoint;
 use tonic::{Request, Response, Status};
 
 use crate::auth::{Auth, Role};
+use crate::convert::from_proto;
+use crate::convert::to_proto::{self, cluster_status, membership_reply};
 use crate::metrics::Metrics;
 use crate::state::GatewayState;
 use crate::status::{self, FORWARDED};
@@ -78,22 +79,6 @@ fn forwarded<T>(original: Request<T>) -> Request<T> {
     request
 }
 
-fn members(list: Vec<(u64, String)>) -> Vec<Member> {
-    list.into_iter()
-        .map(|(id, addr)| Member { id, addr })
-        .collect()
-}
-
-fn membership_reply(change: MembershipChange) -> MembershipReply {
-    MembershipReply {
-        log_index: change.log_index,
-        voters: members(change.voters),
-        learners: members(change.learners),
-        learner_matched: change.learner_matched,
-        leader_last_index: change.leader_last_index,
-    }
-}
-
 /// Runs `local` here; on `NotLeader`, replays the call on the leader.
 macro_rules! on_leader {
     ($self:ident, $request:ident, $local:expr, $remote:ident) => {{
@@ -115,12 +100,7 @@ impl ClusterAdmin for ClusterAdminService {
         request: Request<InitializeRequest>,
     ) -> Result<Response<MembershipReply>, Status> {
         self.allow(&request, Role::PlatformAdmin)?;
-        let list = request
-            .get_ref()
-            .members
-            .iter()
-            .map(|m| (m.id, m.addr.clone()))
-            .collect();
+        let list = from_proto::initial_members(request.get_ref());
         self.node
             .initialize(list)
             .await
@@ -175,7 +155,7 @@ impl ClusterAdmin for ClusterAdminService {
         on_leader!(
             self,
             request,
-            local.map(|(leader_id, term)| TransferLeaderReply { leader_id, term }),
+            local.map(to_proto::transfer_leader_reply),
             transfer_leader
         )
     }
@@ -214,14 +194,12 @@ impl ClusterAdmin for ClusterAdminService {
                     .await;
             }
         }
-        let (term, index, state) = self.node.backup().await.map_err(status::read)?;
-        Ok(Response::new(BackupReply {
-            cluster_id: self.node.cluster_id().to_string(),
-            term,
-            index,
-            state,
-            taken_by_node: self.node.id(),
-        }))
+        let backup = self.node.backup().await.map_err(status::read)?;
+        Ok(Response::new(to_proto::backup_reply(
+            self.node.cluster_id(),
+            self.node.id(),
+            backup,
+        )))
     }
 
     #[tracing::instrument(level = "debug", skip_all)]
@@ -230,13 +208,10 @@ impl ClusterAdmin for ClusterAdminService {
         _request: Request<StateDigestRequest>,
     ) -> Result<Response<StateDigestReply>, Status> {
         self.allow(&_request, Role::Viewer)?;
-        let (applied_index, crc32, bytes) = self.node.state_digest();
-        Ok(Response::new(StateDigestReply {
-            node_id: self.node.id(),
-            applied_index,
-            crc32,
-            bytes,
-        }))
+        Ok(Response::new(to_proto::state_digest_reply(
+            self.node.id(),
+            self.node.state_digest(),
+        )))
     }
 
     #[tracing::instrument(level = "debug", skip_all)]
@@ -270,34 +245,6 @@ impl ClusterAdmin for ClusterAdminService {
                 }
             }
         }
-        Ok(Response::new(to_pb_status(local)))
-    }
-}
-
-fn to_pb_status(s: raft_store::ClusterStatus) -> PbStatus {
-    let (leader_id, leader_addr) = s.leader.unwrap_or((0, String::new()));
-    PbStatus {
-        node_id: s.node_id,
-        leader_id,
-        leader_addr,
-        term: s.term,
-        commit_index: s.commit_index,
-        applied_index: s.applied_index,
-        last_log_index: s.last_log_index,
-        snapshot_index: s.snapshot_index,
-        purged_index: s.purged_index,
-        nodes: s
-            .nodes
-            .into_iter()
-            .map(|n| PbNode {
-                id: n.id,
-                addr: n.addr,
-                voter: n.voter,
-                matched_index: n.matched_index.unwrap_or(0),
-                lag: n.lag.unwrap_or(0),
-            })
-            .collect(),
-        state: s.state,
-        cluster_id: s.cluster_id,
+        Ok(Response::new(cluster_status(local)))
     }
 }

@@ -12,7 +12,7 @@
 use proto::objects::object_store_server::ObjectStore;
 use proto::objects::{
     object_command, object_result, DeleteRequest, DeleteResponse, GetRequest, GetResponse,
-    ListRequest, ListResponse, ObjectCommand, PutRequest, PutResponse, RejectReason, Rejection,
+    ListRequest, ListResponse, ObjectCommand, PutRequest, PutResponse,
 };
 use raft_store::RaftNode;
 use tonic::{Request, Response, Status};
@@ -22,8 +22,7 @@ use crate::metrics::Metrics;
 use crate::state::GatewayState;
 use crate::status;
 
-/// Metadata key of the current resource version in a rejection.
-pub const RESOURCE_VERSION: &str = "x-openshell-resource-version";
+pub use crate::status::RESOURCE_VERSION;
 
 /// The object store service of one gateway.
 pub struct ObjectStoreService {
@@ -69,25 +68,6 @@ impl ObjectStoreService {
     }
 }
 
-fn rejection(r: Rejection) -> Status {
-    let reason = RejectReason::try_from(r.reason).unwrap_or(RejectReason::Unspecified);
-    let mut status = match reason {
-        RejectReason::AlreadyExists => {
-            Status::already_exists("object already exists (must_create)")
-        }
-        RejectReason::NotFound => Status::not_found("object does not exist"),
-        _ => Status::failed_precondition(format!(
-            "resource version mismatch: the object is at {}",
-            r.current_resource_version
-        )),
-    };
-    if let Ok(v) = tonic::metadata::MetadataValue::try_from(r.current_resource_version.to_string())
-    {
-        status.metadata_mut().insert(RESOURCE_VERSION, v);
-    }
-    status
-}
-
 #[tonic::async_trait]
 impl ObjectStore for ObjectStoreService {
     #[tracing::instrument(level = "debug", skip_all)]
@@ -101,7 +81,7 @@ impl ObjectStore for ObjectStoreService {
                 object: Some(object),
                 log_index,
             })),
-            (object_result::Result::Rejected(r), _) => Err(rejection(r)),
+            (object_result::Result::Rejected(r), _) => Err(status::object_rejection(r)),
             (object_result::Result::Deleted(_), _) => {
                 Err(Status::internal("put answered as a delete"))
             }
@@ -119,7 +99,7 @@ impl ObjectStore for ObjectStoreService {
             .await?
         {
             (object_result::Result::Deleted(d), _) => Ok(Response::new(d)),
-            (object_result::Result::Rejected(r), _) => Err(rejection(r)),
+            (object_result::Result::Rejected(r), _) => Err(status::object_rejection(r)),
             (object_result::Result::Put(_), _) => Err(Status::internal("delete answered as a put")),
         }
     }
@@ -188,10 +168,8 @@ impl ObjectStore for ObjectStoreService {
             self.node.read(list).await.map_err(status::read)?
         };
         let page = page.map_err(|e| Status::invalid_argument(e.to_string()))?;
-        Ok(Response::new(ListResponse {
-            objects: page.objects,
-            next_page_token: page.next_page_token.unwrap_or_default(),
-            read_index,
-        }))
+        Ok(Response::new(crate::convert::to_proto::list_response(
+            page, read_index,
+        )))
     }
 }

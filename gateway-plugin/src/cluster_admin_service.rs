@@ -6,6 +6,7 @@
 //! leader (one hop, marked with `x-openshell-forwarded`); `Status` answers with
 //! the leader's view unless `local` is set or no leader is known.
 
+use proto::client::{self, ClientConfig, Role as ClientRole};
 use proto::cluster::cluster_admin_client::ClusterAdminClient;
 use proto::cluster::cluster_admin_server::ClusterAdmin;
 use proto::cluster::{
@@ -15,7 +16,6 @@ use proto::cluster::{
     TriggerSnapshotRequest,
 };
 use raft_store::{AdminError, RaftNode};
-use tonic::transport::Endpoint;
 use tonic::{Request, Response, Status};
 
 use crate::auth::{Auth, Role};
@@ -49,7 +49,7 @@ impl ClusterAdminService {
 
     /// A client to the leader, when this node is not it and the call was not
     /// already forwarded.
-    fn leader_client<T>(
+    async fn leader_client<T>(
         &self,
         request: &Request<T>,
         err: &AdminError,
@@ -60,8 +60,11 @@ impl ClusterAdminService {
         if request.metadata().contains_key(FORWARDED) {
             return None;
         }
-        let endpoint = Endpoint::from_shared(format!("http://{leader_addr}")).ok()?;
-        Some(ClusterAdminClient::new(endpoint.connect_lazy()))
+        let config = ClientConfig::for_role(ClientRole::Forwarding);
+        let channel = client::connect(ClientRole::Forwarding, leader_addr, &config)
+            .await
+            .ok()?;
+        Some(ClusterAdminClient::new(channel))
     }
 }
 
@@ -84,7 +87,7 @@ macro_rules! on_leader {
     ($self:ident, $request:ident, $local:expr, $remote:ident) => {{
         match $local {
             Ok(reply) => Ok(Response::new(reply)),
-            Err(err) => match $self.leader_client(&$request, &err) {
+            Err(err) => match $self.leader_client(&$request, &err).await {
                 Some(mut leader) => leader.$remote(forwarded($request)).await,
                 None => Err(status::admin(err)),
             },
@@ -187,7 +190,7 @@ impl ClusterAdmin for ClusterAdminService {
                 leader_id,
                 leader_addr,
             };
-            if let Some(leader) = self.leader_client(&request, &err) {
+            if let Some(leader) = self.leader_client(&request, &err).await {
                 return leader
                     .max_decoding_message_size(64 * 1024 * 1024)
                     .backup(forwarded(request))
@@ -232,7 +235,7 @@ impl ClusterAdmin for ClusterAdminService {
                 leader_id,
                 leader_addr,
             };
-            if let Some(mut leader) = self.leader_client(&request, &err) {
+            if let Some(mut leader) = self.leader_client(&request, &err).await {
                 if let Ok(reply) = leader
                     .status(forwarded(Request::from_parts(
                         request.metadata().clone(),

@@ -9,6 +9,7 @@
 use std::sync::Arc;
 
 use pool::{Command, Outcome};
+use proto::client::{self, ClientConfig, ClientError, Role as ClientRole};
 use proto::pool_admin::pool_admin_server::PoolAdmin;
 use proto::pool_admin::{
     CancelSupervisorPoolOperationRequest, CreateSandboxRequest, DeleteSandboxRequest,
@@ -270,18 +271,17 @@ impl PoolAdmin for PoolAdminService {
                 phase_name(phase)
             )));
         }
-        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
-            .map_err(|e| {
-                Status::internal(format!(
-                    "member {member} has an invalid address {address:?}: {e}"
-                ))
-            })?
-            .connect_timeout(std::time::Duration::from_secs(2));
-        let channel = endpoint.connect().await.map_err(|e| {
-            Status::unavailable(format!(
-                "supervisor {member} at {address} is unreachable: {e}"
-            ))
-        })?;
+        let config = ClientConfig::for_role(ClientRole::GatewayToSupervisor);
+        let channel = client::connect(ClientRole::GatewayToSupervisor, &address, &config)
+            .await
+            .map_err(|e| match e {
+                ClientError::InvalidAddress { source, .. } => Status::internal(format!(
+                    "member {member} has an invalid address {address:?}: {source}"
+                )),
+                ClientError::Unreachable { source, .. } => Status::unavailable(format!(
+                    "supervisor {member} at {address} is unreachable: {source}"
+                )),
+            })?;
         let mut client = SupervisorControlClient::new(channel);
         let mut call = Request::new(SupervisorExecRequest {
             sandbox_id: id,

@@ -30,6 +30,8 @@
 //!   `openshell.pool_admin.v1.PoolAdmin`.
 //! - [`auth`]: bearer tokens and the `platform_admin` role.
 //! - [`metrics`], [`http`]: Prometheus metrics, `/healthz`, `/readyz`, `/metrics`.
+//! - [`health`]: liveness (raft running) and readiness (caught up with the
+//!   leader, with hysteresis), evaluated continuously for the probes.
 //! - [`status`]: error-to-`Status` mapping (raft-store errors with leader
 //!   hints, pool rejections, object-store rejections).
 //! - [`server`]: wiring and the serve loop ([`server::run`], whose errors are
@@ -39,6 +41,7 @@ pub mod auth;
 pub mod cluster_admin_service;
 pub mod config;
 pub mod convert;
+pub mod health;
 pub mod http;
 pub mod hub;
 pub mod metrics;

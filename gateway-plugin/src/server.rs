@@ -14,6 +14,7 @@ use proto::supervisor_host::supervisor_host_server::SupervisorHostServer;
 
 use crate::cluster_admin_service::ClusterAdminService;
 use crate::config::GatewayConfig;
+use crate::health::Health;
 use crate::hub::Hub;
 use crate::metrics::Metrics;
 use crate::object_store_service::ObjectStoreService;
@@ -104,11 +105,13 @@ pub async fn run(
         config.signer.clone(),
         metrics.clone(),
     );
+    let (health, health_task) = Health::start(node.clone(), commit_at_start);
     // Background tasks end with the runtime; aborted on return via the guard.
     let tasks = [
         tokio::spawn(hub.clone().run_heartbeats()),
         tokio::spawn(hub.clone().run_snapshot_pusher()),
         tokio::spawn(hub.clone().run_coordinator()),
+        health_task,
     ];
     let mut aborts: Vec<tokio::task::AbortHandle> =
         tasks.iter().map(|t| t.abort_handle()).collect();
@@ -122,7 +125,7 @@ pub async fn run(
             node.clone(),
             hub.clone(),
             metrics.clone(),
-            commit_at_start,
+            health,
             std::future::pending(),
         );
         aborts.push(

@@ -99,6 +99,10 @@ pub async fn run(
         tracing::warn!("no bearer tokens configured: every API is open; set [openshell.gateway.auth] in production");
     }
     let commit_at_start = node.status().commit_index;
+    tracing::info!(
+        commit_at_start,
+        "start-up commit index: ready once applied up to it and caught up with the leader"
+    );
     let hub = Hub::new(
         node.clone(),
         config.pool.clone(),

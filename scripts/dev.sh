@@ -2,8 +2,10 @@
 # Builds every binary and starts the local dev system in the foreground:
 # 3 gateways, 2 supervisors and demo sandboxes on loopback, no external
 # services. Data under ./openshell-dev (running it again resumes it); Ctrl-C
-# stops every process. Extra arguments go to `openshell-pool dev`.
+# stops every process. Extra arguments go to `openshell-pool dev` (the `cli`
+# crate, cli/src/dev/), which starts the gateway and supervisor binaries from
+# its own directory: hence every binary is built.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --quiet --bins
-exec target/debug/openshell-pool dev "$@"
+exec "${CARGO_TARGET_DIR:-target}/debug/openshell-pool" dev "$@"

@@ -6,20 +6,21 @@
 //! leader (one hop, marked with `x-openshell-forwarded`); `Status` answers with
 //! the leader's view unless `local` is set or no leader is known.
 
+use proto::client::{self, ClientConfig, Role as ClientRole};
 use proto::cluster::cluster_admin_client::ClusterAdminClient;
 use proto::cluster::cluster_admin_server::ClusterAdmin;
 use proto::cluster::{
     AddLearnerRequest, BackupReply, BackupRequest, ClusterStatus as PbStatus, InitializeRequest,
-    Member, MembershipReply, NodeStatus as PbNode, PromoteRequest, RemoveRequest, StateDigestReply,
-    StateDigestRequest, StatusRequest, TransferLeaderReply, TransferLeaderRequest,
-    TriggerSnapshotReply, TriggerSnapshotRequest,
+    MembershipReply, PromoteRequest, RemoveRequest, StateDigestReply, StateDigestRequest,
+    StatusRequest, TransferLeaderReply, TransferLeaderRequest, TriggerSnapshotReply,
+    TriggerSnapshotRequest,
 };
-use raft_store::node::MembershipChange;
 use raft_store::{AdminError, RaftNode};
-use tonic::transport::Endpoint;
 use tonic::{Request, Response, Status};
 
 use crate::auth::{Auth, Role};
+use crate::convert::from_proto;
+use crate::convert::to_proto::{self, cluster_status, membership_reply};
 use crate::metrics::Metrics;
 use crate::state::GatewayState;
 use crate::status::{self, FORWARDED};
@@ -48,7 +49,7 @@ impl ClusterAdminService {
 
     /// A client to the leader, when this node is not it and the call was not
     /// already forwarded.
-    fn leader_client<T>(
+    async fn leader_client<T>(
         &self,
         request: &Request<T>,
         err: &AdminError,
@@ -59,8 +60,11 @@ impl ClusterAdminService {
         if request.metadata().contains_key(FORWARDED) {
             return None;
         }
-        let endpoint = Endpoint::from_shared(format!("http://{leader_addr}")).ok()?;
-        Some(ClusterAdminClient::new(endpoint.connect_lazy()))
+        let config = ClientConfig::for_role(ClientRole::Forwarding);
+        let channel = client::connect(ClientRole::Forwarding, leader_addr, &config)
+            .await
+            .ok()?;
+        Some(ClusterAdminClient::new(channel))
     }
 }
 
@@ -78,28 +82,12 @@ fn forwarded<T>(original: Request<T>) -> Request<T> {
     request
 }
 
-fn members(list: Vec<(u64, String)>) -> Vec<Member> {
-    list.into_iter()
-        .map(|(id, addr)| Member { id, addr })
-        .collect()
-}
-
-fn membership_reply(change: MembershipChange) -> MembershipReply {
-    MembershipReply {
-        log_index: change.log_index,
-        voters: members(change.voters),
-        learners: members(change.learners),
-        learner_matched: change.learner_matched,
-        leader_last_index: change.leader_last_index,
-    }
-}
-
 /// Runs `local` here; on `NotLeader`, replays the call on the leader.
 macro_rules! on_leader {
     ($self:ident, $request:ident, $local:expr, $remote:ident) => {{
         match $local {
             Ok(reply) => Ok(Response::new(reply)),
-            Err(err) => match $self.leader_client(&$request, &err) {
+            Err(err) => match $self.leader_client(&$request, &err).await {
                 Some(mut leader) => leader.$remote(forwarded($request)).await,
                 None => Err(status::admin(err)),
             },
@@ -115,12 +103,7 @@ impl ClusterAdmin for ClusterAdminService {
         request: Request<InitializeRequest>,
     ) -> Result<Response<MembershipReply>, Status> {
         self.allow(&request, Role::PlatformAdmin)?;
-        let list = request
-            .get_ref()
-            .members
-            .iter()
-            .map(|m| (m.id, m.addr.clone()))
-            .collect();
+        let list = from_proto::initial_members(request.get_ref());
         self.node
             .initialize(list)
             .await
@@ -175,7 +158,7 @@ impl ClusterAdmin for ClusterAdminService {
         on_leader!(
             self,
             request,
-            local.map(|(leader_id, term)| TransferLeaderReply { leader_id, term }),
+            local.map(to_proto::transfer_leader_reply),
             transfer_leader
         )
     }
@@ -207,21 +190,19 @@ impl ClusterAdmin for ClusterAdminService {
                 leader_id,
                 leader_addr,
             };
-            if let Some(leader) = self.leader_client(&request, &err) {
+            if let Some(leader) = self.leader_client(&request, &err).await {
                 return leader
                     .max_decoding_message_size(64 * 1024 * 1024)
                     .backup(forwarded(request))
                     .await;
             }
         }
-        let (term, index, state) = self.node.backup().await.map_err(status::read)?;
-        Ok(Response::new(BackupReply {
-            cluster_id: self.node.cluster_id().to_string(),
-            term,
-            index,
-            state,
-            taken_by_node: self.node.id(),
-        }))
+        let backup = self.node.backup().await.map_err(status::read)?;
+        Ok(Response::new(to_proto::backup_reply(
+            self.node.cluster_id(),
+            self.node.id(),
+            backup,
+        )))
     }
 
     #[tracing::instrument(level = "debug", skip_all)]
@@ -230,13 +211,10 @@ impl ClusterAdmin for ClusterAdminService {
         _request: Request<StateDigestRequest>,
     ) -> Result<Response<StateDigestReply>, Status> {
         self.allow(&_request, Role::Viewer)?;
-        let (applied_index, crc32, bytes) = self.node.state_digest();
-        Ok(Response::new(StateDigestReply {
-            node_id: self.node.id(),
-            applied_index,
-            crc32,
-            bytes,
-        }))
+        Ok(Response::new(to_proto::state_digest_reply(
+            self.node.id(),
+            self.node.state_digest(),
+        )))
     }
 
     #[tracing::instrument(level = "debug", skip_all)]
@@ -257,7 +235,7 @@ impl ClusterAdmin for ClusterAdminService {
                 leader_id,
                 leader_addr,
             };
-            if let Some(mut leader) = self.leader_client(&request, &err) {
+            if let Some(mut leader) = self.leader_client(&request, &err).await {
                 if let Ok(reply) = leader
                     .status(forwarded(Request::from_parts(
                         request.metadata().clone(),
@@ -270,34 +248,6 @@ impl ClusterAdmin for ClusterAdminService {
                 }
             }
         }
-        Ok(Response::new(to_pb_status(local)))
-    }
-}
-
-fn to_pb_status(s: raft_store::ClusterStatus) -> PbStatus {
-    let (leader_id, leader_addr) = s.leader.unwrap_or((0, String::new()));
-    PbStatus {
-        node_id: s.node_id,
-        leader_id,
-        leader_addr,
-        term: s.term,
-        commit_index: s.commit_index,
-        applied_index: s.applied_index,
-        last_log_index: s.last_log_index,
-        snapshot_index: s.snapshot_index,
-        purged_index: s.purged_index,
-        nodes: s
-            .nodes
-            .into_iter()
-            .map(|n| PbNode {
-                id: n.id,
-                addr: n.addr,
-                voter: n.voter,
-                matched_index: n.matched_index.unwrap_or(0),
-                lag: n.lag.unwrap_or(0),
-            })
-            .collect(),
-        state: s.state,
-        cluster_id: s.cluster_id,
+        Ok(Response::new(cluster_status(local)))
     }
 }

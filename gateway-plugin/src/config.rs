@@ -354,75 +354,11 @@ impl GatewaySection {
             })?;
             initial_members.push(member);
         }
-        let raft = self.raft.unwrap_or_default();
-        let heartbeat = in_range(
-            "openshell.gateway.raft.heartbeat_interval_ms",
-            raft.heartbeat_interval_ms.unwrap_or(50),
-            10,
-            10_000,
-        )?;
-        let election_min = in_range(
-            "openshell.gateway.raft.election_timeout_min_ms",
-            raft.election_timeout_min_ms.unwrap_or(150),
-            heartbeat * 2 + 1,
-            60_000,
-        )?;
-        let election_max = in_range(
-            "openshell.gateway.raft.election_timeout_max_ms",
-            raft.election_timeout_max_ms.unwrap_or(300),
-            election_min + 1,
-            120_000,
-        )?;
         let mut node = NodeConfig::new(node_id, &advertise, data_dir, &cluster_id);
-        node.heartbeat_interval = Duration::from_millis(heartbeat);
-        node.election_timeout_min = Duration::from_millis(election_min);
-        node.election_timeout_max = Duration::from_millis(election_max);
-        node.snapshot_after_logs = in_range(
-            "openshell.gateway.raft.snapshot_after_logs",
-            raft.snapshot_after_logs.unwrap_or(5000),
-            10,
-            10_000_000,
-        )?;
-        node.logs_to_keep = in_range(
-            "openshell.gateway.raft.logs_to_keep",
-            raft.logs_to_keep.unwrap_or(1000),
-            0,
-            10_000_000,
-        )?;
-        node.snapshot_chunk_bytes = in_range(
-            "openshell.gateway.raft.snapshot_chunk_bytes",
-            raft.snapshot_chunk_bytes.unwrap_or(1024 * 1024),
-            4096,
-            32 * 1024 * 1024,
-        )?;
-        node.write_timeout = Duration::from_millis(in_range(
-            "openshell.gateway.raft.write_timeout_ms",
-            raft.write_timeout_ms.unwrap_or(5000),
-            100,
-            600_000,
-        )?);
+        validate_raft(&mut node, self.raft.unwrap_or_default())?;
         let pool = validate_pool(self.supervisor_pool.unwrap_or_default())?;
-        let (signer, insecure_signing_key) = match &self.signing_key_file {
-            Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Invalid {
-                    key: "openshell.gateway.signing_key_file",
-                    value: path.display().to_string(),
-                    problem: format!("cannot be read: {e}"),
-                })?;
-                let signer = proto::grant::GrantSigner::from_seed_hex(&text).map_err(|e| {
-                    ConfigError::Invalid {
-                        key: "openshell.gateway.signing_key_file",
-                        value: path.display().to_string(),
-                        problem: format!("{e} (the file must hold 64 hex characters)"),
-                    }
-                })?;
-                (signer, false)
-            }
-            None => (
-                proto::grant::GrantSigner::insecure_development_key(&cluster_id),
-                true,
-            ),
-        };
+        let (signer, insecure_signing_key) =
+            load_signer(self.signing_key_file.as_deref(), &cluster_id)?;
         node.peer_token = Some(signer.peer_token(&cluster_id));
         let http_listen = match &self.http_listen_addr {
             None => None,
@@ -447,6 +383,85 @@ impl GatewaySection {
             http_listen,
             auth,
         })
+    }
+}
+
+/// Validates `[openshell.gateway.raft]` into `node`.
+fn validate_raft(node: &mut NodeConfig, raft: RaftSection) -> Result<(), ConfigError> {
+    let heartbeat = in_range(
+        "openshell.gateway.raft.heartbeat_interval_ms",
+        raft.heartbeat_interval_ms.unwrap_or(50),
+        10,
+        10_000,
+    )?;
+    let election_min = in_range(
+        "openshell.gateway.raft.election_timeout_min_ms",
+        raft.election_timeout_min_ms.unwrap_or(150),
+        heartbeat * 2 + 1,
+        60_000,
+    )?;
+    let election_max = in_range(
+        "openshell.gateway.raft.election_timeout_max_ms",
+        raft.election_timeout_max_ms.unwrap_or(300),
+        election_min + 1,
+        120_000,
+    )?;
+    node.heartbeat_interval = Duration::from_millis(heartbeat);
+    node.election_timeout_min = Duration::from_millis(election_min);
+    node.election_timeout_max = Duration::from_millis(election_max);
+    node.snapshot_after_logs = in_range(
+        "openshell.gateway.raft.snapshot_after_logs",
+        raft.snapshot_after_logs.unwrap_or(5000),
+        10,
+        10_000_000,
+    )?;
+    node.logs_to_keep = in_range(
+        "openshell.gateway.raft.logs_to_keep",
+        raft.logs_to_keep.unwrap_or(1000),
+        0,
+        10_000_000,
+    )?;
+    node.snapshot_chunk_bytes = in_range(
+        "openshell.gateway.raft.snapshot_chunk_bytes",
+        raft.snapshot_chunk_bytes.unwrap_or(1024 * 1024),
+        4096,
+        32 * 1024 * 1024,
+    )?;
+    node.write_timeout = Duration::from_millis(in_range(
+        "openshell.gateway.raft.write_timeout_ms",
+        raft.write_timeout_ms.unwrap_or(5000),
+        100,
+        600_000,
+    )?);
+    Ok(())
+}
+
+/// The grant signer: from the key file, or (without one) the insecure
+/// development key derived from the cluster id (`true` says so).
+fn load_signer(
+    path: Option<&std::path::Path>,
+    cluster_id: &str,
+) -> Result<(proto::grant::GrantSigner, bool), ConfigError> {
+    match path {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Invalid {
+                key: "openshell.gateway.signing_key_file",
+                value: path.display().to_string(),
+                problem: format!("cannot be read: {e}"),
+            })?;
+            let signer = proto::grant::GrantSigner::from_seed_hex(&text).map_err(|e| {
+                ConfigError::Invalid {
+                    key: "openshell.gateway.signing_key_file",
+                    value: path.display().to_string(),
+                    problem: format!("{e} (the file must hold 64 hex characters)"),
+                }
+            })?;
+            Ok((signer, false))
+        }
+        None => Ok((
+            proto::grant::GrantSigner::insecure_development_key(cluster_id),
+            true,
+        )),
     }
 }
 

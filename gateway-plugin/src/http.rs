@@ -1,12 +1,10 @@
 //! The gateway's HTTP endpoints for Kubernetes and Prometheus.
 //!
-//! - `/healthz`: liveness; 200 while the process serves HTTP.
-//! - `/readyz`: 200 once this gateway knows a leader and has caught up: it
-//!   applied the log up to the commit index it saw at start-up, and up to the
-//!   leader's commit index at the first probe that found a leader (a
-//!   read-index round, so a node that restarts far behind is not ready until
-//!   it caught up). After that, ready while a leader is known; 503 with the
-//!   reason otherwise.
+//! - `/healthz`: liveness; 200 while raft runs, 503 once it stopped for good
+//!   (e.g. a full disk), so that the process is restarted.
+//! - `/readyz`: 200 while this gateway knows a leader and is caught up with
+//!   its commit index, with hysteresis; 503 with the reason otherwise. Both
+//!   verdicts come from [`crate::health`], evaluated continuously.
 //! - `/metrics`: Prometheus text format.
 
 use std::future::Future;
@@ -18,6 +16,7 @@ use axum::routing::get;
 use axum::Router;
 use raft_store::RaftNode;
 
+use crate::health::Health;
 use crate::hub::Hub;
 use crate::metrics::Metrics;
 use crate::state::GatewayState;
@@ -27,10 +26,8 @@ struct Http {
     node: RaftNode<GatewayState>,
     hub: std::sync::Arc<Hub>,
     metrics: Metrics,
-    /// The commit index this gateway knew when it started.
-    commit_at_start: u64,
-    /// Set once the node applied up to a leader-confirmed read index.
-    caught_up: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Liveness and readiness, evaluated by their own task.
+    health: Health,
 }
 
 /// Serves the endpoints on `listener` until `shutdown`.
@@ -42,18 +39,17 @@ pub async fn serve(
     node: RaftNode<GatewayState>,
     hub: std::sync::Arc<Hub>,
     metrics: Metrics,
-    commit_at_start: u64,
+    health: Health,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let state = Http {
         node,
         hub,
         metrics,
-        commit_at_start,
-        caught_up: Default::default(),
+        health,
     };
     let app = Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
         .with_state(state);
@@ -70,42 +66,24 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> 
     tokio::net::TcpListener::bind(addr).await
 }
 
+async fn healthz(State(http): State<Http>) -> (StatusCode, String) {
+    match http.health.verdict().fatal {
+        None => (StatusCode::OK, "ok\n".into()),
+        Some(reason) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not live: raft stopped: {reason}; restart this gateway\n"),
+        ),
+    }
+}
+
 async fn readyz(State(http): State<Http>) -> (StatusCode, String) {
-    use std::sync::atomic::Ordering;
-    let status = http.node.status();
-    let Some((leader, _)) = status.leader else {
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "not ready: no leader known\n".into(),
-        );
+    let verdict = http.health.verdict();
+    let code = if verdict.ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
     };
-    if status.applied_index < http.commit_at_start {
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!(
-                "not ready: applied {} of the {} entries committed at start-up\n",
-                status.applied_index, http.commit_at_start
-            ),
-        );
-    }
-    if !http.caught_up.load(Ordering::SeqCst) {
-        let read =
-            tokio::time::timeout(std::time::Duration::from_secs(1), http.node.read_index()).await;
-        match read {
-            Ok(Ok(_)) => http.caught_up.store(true, Ordering::SeqCst),
-            Ok(Err(e)) => return (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {e}\n")),
-            Err(_) => {
-                return (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "not ready: still applying up to the leader's commit index\n".into(),
-                )
-            }
-        }
-    }
-    (
-        StatusCode::OK,
-        format!("ready: leader {leader}, applied {}\n", status.applied_index),
-    )
+    (code, format!("{}\n", verdict.reason))
 }
 
 async fn metrics_text(State(http): State<Http>) -> String {

@@ -8,23 +8,40 @@
 //! - [`config`]: the gateway configuration (TOML file, flags, environment) and
 //!   its validation.
 //! - [`state`]: [`state::GatewayState`], the state machine the raft log drives:
-//!   the object store and the supervisor pool in one log.
-//! - [`cluster_admin_service`](mod@cluster_admin_service) serves `openshell.cluster.v1.ClusterAdmin`.
-//! - [`object_store_service`](mod@object_store_service) serves `openshell.objects.v1.ObjectStore`.
-//! - [`hub`]: attached supervisor streams, heartbeat batching, assignment
-//!   snapshots and the leader-only pool coordinator.
-//! - [`supervisor_host_service`](mod@supervisor_host_service) serves `openshell.supervisor_host.v1.SupervisorHost`.
-//! - [`pool_admin_service`](mod@pool_admin_service) serves `openshell.pool_admin.v1.PoolAdmin`.
+//!   the object store and the supervisor pool in one log, plus the journal of
+//!   sandboxes each pool command touched (`pool::visibility::ChangeLog`).
+//! - [`hub`]: the supervision hub, one module per concern:
+//!   [`hub::streams`] (attached supervisor streams: attach, detach,
+//!   is_current, touch), [`hub::heartbeats`] (the per-tick heartbeat batch),
+//!   [`hub::snapshots`] (assignment snapshot pushing; what each incarnation
+//!   may see is decided by the pure `pool::visibility`), [`hub::leader`]
+//!   (the leader-only coordinator loop).
+//! - [`convert`]: conversions between pool / raft-store types and proto
+//!   messages, one module per direction: [`convert::to_proto`] and
+//!   [`convert::from_proto`].
+//! - Services, thin adapters whose docs say who may call them:
+//!   [`cluster_admin_service`](mod@cluster_admin_service) serves
+//!   `openshell.cluster.v1.ClusterAdmin`,
+//!   [`object_store_service`](mod@object_store_service) serves
+//!   `openshell.objects.v1.ObjectStore`,
+//!   [`supervisor_host_service`](mod@supervisor_host_service) serves
+//!   `openshell.supervisor_host.v1.SupervisorHost`,
+//!   [`pool_admin_service`](mod@pool_admin_service) serves
+//!   `openshell.pool_admin.v1.PoolAdmin`.
 //! - [`auth`]: bearer tokens and the `platform_admin` role.
 //! - [`metrics`], [`http`]: Prometheus metrics, `/healthz`, `/readyz`, `/metrics`.
-//! - [`status`]: error-to-`Status` mapping with leader hints.
-//! - [`server`]: wiring and the serve loop.
+//! - [`health`]: liveness (raft running) and readiness (caught up with the
+//!   leader, with hysteresis), evaluated continuously for the probes.
+//! - [`status`]: error-to-`Status` mapping (raft-store errors with leader
+//!   hints, pool rejections, object-store rejections).
+//! - [`server`]: wiring and the serve loop ([`server::run`], whose errors are
+//!   [`server::ServeError`]).
 
 pub mod auth;
-pub mod backup;
-pub mod cli;
 pub mod cluster_admin_service;
 pub mod config;
+pub mod convert;
+pub mod health;
 pub mod http;
 pub mod hub;
 pub mod metrics;

@@ -12,7 +12,7 @@
 use proto::objects::object_store_server::ObjectStore;
 use proto::objects::{
     object_command, object_result, DeleteRequest, DeleteResponse, GetRequest, GetResponse,
-    ListRequest, ListResponse, ObjectCommand, PutRequest, PutResponse, RejectReason, Rejection,
+    ListRequest, ListResponse, ObjectCommand, PutRequest, PutResponse,
 };
 use raft_store::RaftNode;
 use tonic::{Request, Response, Status};
@@ -22,8 +22,7 @@ use crate::metrics::Metrics;
 use crate::state::GatewayState;
 use crate::status;
 
-/// Metadata key of the current resource version in a rejection.
-pub const RESOURCE_VERSION: &str = "x-openshell-resource-version";
+pub use crate::status::RESOURCE_VERSION;
 
 /// The object store service of one gateway.
 pub struct ObjectStoreService {
@@ -47,7 +46,12 @@ impl ObjectStoreService {
             .require(request.metadata(), role, "object_store", &self.metrics)
     }
 
-    async fn propose(&self, op: object_command::Op) -> Result<object_result::Result, Status> {
+    /// Proposes one write; returns its result and the log index of the
+    /// entry that carried it.
+    async fn propose(
+        &self,
+        op: object_command::Op,
+    ) -> Result<(object_result::Result, u64), Status> {
         let command = ObjectCommand { op: Some(op) };
         raft_store::objects::Objects::validate_command(&command)
             .map_err(Status::invalid_argument)?;
@@ -56,30 +60,12 @@ impl ObjectStoreService {
             .write(GatewayState::object_command(command))
             .await
             .map_err(status::write)?;
-        GatewayState::object_result(&applied.response)
+        let result = GatewayState::object_result(&applied.response)
             .map_err(Status::internal)?
             .result
-            .ok_or_else(|| Status::internal("empty object-store result"))
+            .ok_or_else(|| Status::internal("empty object-store result"))?;
+        Ok((result, applied.log_index))
     }
-}
-
-fn rejection(r: Rejection) -> Status {
-    let reason = RejectReason::try_from(r.reason).unwrap_or(RejectReason::Unspecified);
-    let mut status = match reason {
-        RejectReason::AlreadyExists => {
-            Status::already_exists("object already exists (must_create)")
-        }
-        RejectReason::NotFound => Status::not_found("object does not exist"),
-        _ => Status::failed_precondition(format!(
-            "resource version mismatch: the object is at {}",
-            r.current_resource_version
-        )),
-    };
-    if let Ok(v) = tonic::metadata::MetadataValue::try_from(r.current_resource_version.to_string())
-    {
-        status.metadata_mut().insert(RESOURCE_VERSION, v);
-    }
-    status
 }
 
 #[tonic::async_trait]
@@ -91,11 +77,14 @@ impl ObjectStore for ObjectStoreService {
             .propose(object_command::Op::Put(request.into_inner()))
             .await?
         {
-            object_result::Result::Put(object) => Ok(Response::new(PutResponse {
+            (object_result::Result::Put(object), log_index) => Ok(Response::new(PutResponse {
                 object: Some(object),
+                log_index,
             })),
-            object_result::Result::Rejected(r) => Err(rejection(r)),
-            object_result::Result::Deleted(_) => Err(Status::internal("put answered as a delete")),
+            (object_result::Result::Rejected(r), _) => Err(status::object_rejection(r)),
+            (object_result::Result::Deleted(_), _) => {
+                Err(Status::internal("put answered as a delete"))
+            }
         }
     }
 
@@ -109,9 +98,9 @@ impl ObjectStore for ObjectStoreService {
             .propose(object_command::Op::Delete(request.into_inner()))
             .await?
         {
-            object_result::Result::Deleted(d) => Ok(Response::new(d)),
-            object_result::Result::Rejected(r) => Err(rejection(r)),
-            object_result::Result::Put(_) => Err(Status::internal("delete answered as a put")),
+            (object_result::Result::Deleted(d), _) => Ok(Response::new(d)),
+            (object_result::Result::Rejected(r), _) => Err(status::object_rejection(r)),
+            (object_result::Result::Put(_), _) => Err(Status::internal("delete answered as a put")),
         }
     }
 
@@ -179,10 +168,8 @@ impl ObjectStore for ObjectStoreService {
             self.node.read(list).await.map_err(status::read)?
         };
         let page = page.map_err(|e| Status::invalid_argument(e.to_string()))?;
-        Ok(Response::new(ListResponse {
-            objects: page.objects,
-            next_page_token: page.next_page_token.unwrap_or_default(),
-            read_index,
-        }))
+        Ok(Response::new(crate::convert::to_proto::list_response(
+            page, read_index,
+        )))
     }
 }

@@ -8,22 +8,25 @@
 
 use std::sync::Arc;
 
-use pool::{Command, ObservedStatus, OperationKind, OperationPhase, Outcome, PoolState, Reason};
+use pool::{Command, Outcome};
+use proto::client::{self, ClientConfig, ClientError, Role as ClientRole};
 use proto::pool_admin::pool_admin_server::PoolAdmin;
 use proto::pool_admin::{
-    start_supervisor_pool_operation_request, CancelSupervisorPoolOperationRequest,
-    CreateSandboxRequest, DeleteSandboxRequest, ExecSandboxRequest, ExecSandboxResponse,
-    GetSandboxRequest, GetSupervisorPoolStatusRequest, ListSandboxesRequest, ListSandboxesResponse,
-    PoolMember, Sandbox, StartSupervisorPoolOperationRequest, SupervisorPoolOperation,
-    SupervisorPoolStatus,
+    CancelSupervisorPoolOperationRequest, CreateSandboxRequest, DeleteSandboxRequest,
+    ExecSandboxRequest, ExecSandboxResponse, GetSandboxRequest, GetSupervisorPoolStatusRequest,
+    ListSandboxesRequest, ListSandboxesResponse, Sandbox, StartSupervisorPoolOperationRequest,
+    SupervisorPoolOperation, SupervisorPoolStatus,
 };
 use proto::supervisor_host::supervisor_control_client::SupervisorControlClient;
 use proto::supervisor_host::SupervisorExecRequest;
 use tonic::{Request, Response, Status};
 
 use crate::auth::{Auth, Role};
-use crate::hub::{phase_name, Hub};
+use crate::convert::from_proto;
+use crate::convert::to_proto::{self, phase_name};
+use crate::hub::Hub;
 use crate::state::GatewayState;
+use crate::status::pool_rejection as rejection;
 
 /// The pool admin service of one gateway.
 pub struct PoolAdminService {
@@ -62,130 +65,6 @@ impl PoolAdminService {
     }
 }
 
-/// Maps a pool rejection to a status.
-pub fn rejection(reason: &Reason) -> Status {
-    let text = reason.to_string();
-    match reason {
-        Reason::UnknownMember(_) | Reason::UnknownSandbox(_) | Reason::UnknownOperation(_) => {
-            Status::not_found(text)
-        }
-        Reason::EmptyId
-        | Reason::ZeroCapacity
-        | Reason::InvalidMaxParallel(_)
-        | Reason::InvalidConfig(_)
-        | Reason::InvalidTarget(_) => Status::invalid_argument(text),
-        Reason::CapacityExhausted | Reason::NoEligibleMember | Reason::LaunchRefused(_) => {
-            Status::resource_exhausted(text)
-        }
-        Reason::SandboxExists(_) | Reason::OperationExists(_) => Status::already_exists(text),
-        _ => Status::failed_precondition(text),
-    }
-}
-
-fn member_state(state: pool::MemberState) -> &'static str {
-    match state {
-        pool::MemberState::Active => "active",
-        pool::MemberState::Draining => "draining",
-        pool::MemberState::Leaving => "leaving",
-        pool::MemberState::Expired => "expired",
-    }
-}
-
-/// The operator view of one sandbox.
-pub fn sandbox_view(state: &PoolState, s: &pool::Sandbox) -> Sandbox {
-    let observed = match state.observed_status(&s.id) {
-        Some(ObservedStatus::Pending) | None => "pending".to_string(),
-        Some(ObservedStatus::Reported { status, .. }) => status,
-        Some(ObservedStatus::Deleted) => "deleted".to_string(),
-        Some(ObservedStatus::Failed(reason)) => format!("failed: {reason}"),
-    };
-    // Supervisors report the runtime's view as JSON; pid and start time are
-    // shown when the report carries them.
-    let report: Option<serde_json::Value> = serde_json::from_str(&observed).ok();
-    let field = |name: &str| {
-        report
-            .as_ref()
-            .and_then(|r| r.get(name))
-            .and_then(|v| v.as_u64())
-            .unwrap_or(0)
-    };
-    Sandbox {
-        pid: u32::try_from(field("pid")).unwrap_or(0),
-        started_at_unix_ms: field("started_at_unix_ms"),
-        id: s.id.clone(),
-        generation: s.generation,
-        phase: phase_name(s.phase).to_string(),
-        owner: s.owner.member.clone(),
-        owner_incarnation: s.owner.incarnation,
-        term: s.owner.term,
-        epoch: s.owner.epoch,
-        acknowledged: s.owner.acknowledged,
-        observed_status: observed,
-        last_report_index: s.last_report.as_ref().map(|r| r.index).unwrap_or(0),
-        failure: s.failure.clone().unwrap_or_default(),
-        launch_id: s.launch_id.clone(),
-    }
-}
-
-/// The operator view of one operation.
-pub fn operation_view(o: &pool::Operation) -> SupervisorPoolOperation {
-    let (kind, member) = match &o.kind {
-        OperationKind::DrainMember { member } => ("drain", member.clone()),
-        OperationKind::RebalancePool => ("rebalance", String::new()),
-    };
-    SupervisorPoolOperation {
-        id: o.id.clone(),
-        kind: kind.to_string(),
-        member,
-        phase: match o.phase {
-            OperationPhase::Queued => "queued",
-            OperationPhase::Running => "running",
-            OperationPhase::Succeeded => "succeeded",
-            OperationPhase::Failed => "failed",
-            OperationPhase::Cancelled => "cancelled",
-        }
-        .to_string(),
-        message: o.message.clone(),
-        attempts: o.attempts,
-        moves_planned: o.moves_planned,
-        moves_done: o.moves_done,
-        max_parallel: o.max_parallel,
-        deadline_tick: o.deadline_tick.unwrap_or(0),
-    }
-}
-
-/// The whole status view.
-pub fn status_view(state: &PoolState, applied_index: u64) -> SupervisorPoolStatus {
-    let status = state.status();
-    SupervisorPoolStatus {
-        now_tick: status.now_tick,
-        applied_index,
-        members: status
-            .members
-            .iter()
-            .map(|v| PoolMember {
-                id: v.member.id.clone(),
-                uid: v.member.uid.clone(),
-                incarnation: v.member.incarnation,
-                address: v.member.address.clone(),
-                state: member_state(v.member.state).to_string(),
-                capacity: v.member.capacity,
-                used: v.member.charged,
-                ticks_since_heartbeat: v.ticks_since_heartbeat,
-                eligible: v.eligible,
-            })
-            .collect(),
-        sandboxes: state
-            .sandboxes()
-            .values()
-            .map(|s| sandbox_view(state, s))
-            .collect(),
-        operations: status.operations.iter().map(operation_view).collect(),
-        heartbeat_ttl_ticks: status.config.heartbeat_ttl_ticks,
-        recovery_deadline_ticks: status.config.recovery_deadline_ticks,
-    }
-}
-
 /// A fresh id: the gateway's node id and a per-process counter over the
 /// process start time (ids, not state: this never enters apply).
 fn fresh_id(prefix: &str, node: u64) -> String {
@@ -211,7 +90,7 @@ impl PoolAdmin for PoolAdminService {
         self.allow(&request, Role::Viewer)?;
         let view = self
             .read(request.get_ref().stale, |s, index| {
-                status_view(&s.pool, index)
+                to_proto::pool_status(&s.pool, index)
             })
             .await?;
         Ok(Response::new(view))
@@ -223,41 +102,13 @@ impl PoolAdmin for PoolAdminService {
         request: Request<StartSupervisorPoolOperationRequest>,
     ) -> Result<Response<SupervisorPoolOperation>, Status> {
         self.allow(&request, Role::PlatformAdmin)?;
-        let request = request.into_inner();
-        let id = if request.operation_id.is_empty() {
-            fresh_id("op", self.hub.node().id())
-        } else {
-            request.operation_id.clone()
-        };
-        let max_parallel = if request.max_parallel == 0 {
-            1
-        } else {
-            request.max_parallel
-        };
-        let command = match request.kind {
-            Some(start_supervisor_pool_operation_request::Kind::DrainMember(member)) => {
-                Command::StartDrain(pool::StartDrain {
-                    operation_id: id.clone(),
-                    member,
-                    max_parallel,
-                })
-            }
-            Some(start_supervisor_pool_operation_request::Kind::Rebalance(_)) => {
-                Command::StartRebalance(pool::StartRebalance {
-                    operation_id: id.clone(),
-                    max_parallel,
-                })
-            }
-            None => {
-                return Err(Status::invalid_argument(
-                    "kind is required: drain_member or rebalance",
-                ))
-            }
-        };
+        let node = self.hub.node().id();
+        let (id, command) =
+            from_proto::start_operation(request.into_inner(), || fresh_id("op", node))?;
         self.apply(command).await?;
         let view = self
             .read(false, |s, _| {
-                s.pool.operations().get(&id).map(operation_view)
+                s.pool.operations().get(&id).map(to_proto::operation)
             })
             .await?
             .ok_or_else(|| Status::internal("operation applied but not found"))?;
@@ -280,7 +131,7 @@ impl PoolAdmin for PoolAdminService {
         .await?;
         let view = self
             .read(false, |s, _| {
-                s.pool.operations().get(&id).map(operation_view)
+                s.pool.operations().get(&id).map(to_proto::operation)
             })
             .await?
             .ok_or_else(|| Status::internal("operation cancelled but not found"))?;
@@ -293,25 +144,10 @@ impl PoolAdmin for PoolAdminService {
         request: Request<CreateSandboxRequest>,
     ) -> Result<Response<Sandbox>, Status> {
         self.allow(&request, Role::PlatformAdmin)?;
-        let request = request.into_inner();
-        let sandbox = if request.sandbox_id.is_empty() {
-            fresh_id("sb", self.hub.node().id())
-        } else {
-            request.sandbox_id.clone()
-        };
-        let launch_id = if request.launch_id.is_empty() {
-            sandbox.clone()
-        } else {
-            request.launch_id.clone()
-        };
-        match self
-            .apply(Command::Launch(pool::Launch {
-                launch_id,
-                sandbox: sandbox.clone(),
-                material_ref: request.material_ref,
-            }))
-            .await?
-        {
+        let node = self.hub.node().id();
+        let launch = from_proto::launch(request.into_inner(), || fresh_id("sb", node));
+        let sandbox = launch.sandbox.clone();
+        match self.apply(Command::Launch(launch)).await? {
             pool::Effect::LaunchRefused(reason) => return Err(rejection(&reason)),
             pool::Effect::Admitted { .. } => {}
             other => {
@@ -322,7 +158,9 @@ impl PoolAdmin for PoolAdminService {
         }
         let view = self
             .read(false, |s, _| {
-                s.pool.sandbox(&sandbox).map(|sb| sandbox_view(&s.pool, sb))
+                s.pool
+                    .sandbox(&sandbox)
+                    .map(|sb| to_proto::sandbox(&s.pool, sb))
             })
             .await?
             .ok_or_else(|| Status::internal("sandbox admitted but not found"))?;
@@ -350,7 +188,7 @@ impl PoolAdmin for PoolAdminService {
         .await?;
         let view = self
             .read(false, |s, _| {
-                s.pool.sandbox(&id).map(|sb| sandbox_view(&s.pool, sb))
+                s.pool.sandbox(&id).map(|sb| to_proto::sandbox(&s.pool, sb))
             })
             .await?
             .ok_or_else(|| Status::internal("sandbox deleted but not found"))?;
@@ -369,7 +207,7 @@ impl PoolAdmin for PoolAdminService {
         }
         let id = request.sandbox_id;
         self.read(request.stale, |s, _| {
-            s.pool.sandbox(&id).map(|sb| sandbox_view(&s.pool, sb))
+            s.pool.sandbox(&id).map(|sb| to_proto::sandbox(&s.pool, sb))
         })
         .await?
         .map(Response::new)
@@ -387,7 +225,7 @@ impl PoolAdmin for PoolAdminService {
                 s.pool
                     .sandboxes()
                     .values()
-                    .map(|sb| sandbox_view(&s.pool, sb))
+                    .map(|sb| to_proto::sandbox(&s.pool, sb))
                     .collect()
             })
             .await?;
@@ -433,18 +271,17 @@ impl PoolAdmin for PoolAdminService {
                 phase_name(phase)
             )));
         }
-        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
-            .map_err(|e| {
-                Status::internal(format!(
-                    "member {member} has an invalid address {address:?}: {e}"
-                ))
-            })?
-            .connect_timeout(std::time::Duration::from_secs(2));
-        let channel = endpoint.connect().await.map_err(|e| {
-            Status::unavailable(format!(
-                "supervisor {member} at {address} is unreachable: {e}"
-            ))
-        })?;
+        let config = ClientConfig::for_role(ClientRole::GatewayToSupervisor);
+        let channel = client::connect(ClientRole::GatewayToSupervisor, &address, &config)
+            .await
+            .map_err(|e| match e {
+                ClientError::InvalidAddress { source, .. } => Status::internal(format!(
+                    "member {member} has an invalid address {address:?}: {source}"
+                )),
+                ClientError::Unreachable { source, .. } => Status::unavailable(format!(
+                    "supervisor {member} at {address} is unreachable: {source}"
+                )),
+            })?;
         let mut client = SupervisorControlClient::new(channel);
         let mut call = Request::new(SupervisorExecRequest {
             sandbox_id: id,

@@ -2,9 +2,9 @@
 //! cluster, graceful shutdown.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::time::Duration;
 
-use anyhow::Context;
 use proto::cluster::cluster_admin_server::ClusterAdminServer;
 use proto::objects::object_store_server::ObjectStoreServer;
 use raft_store::RaftNode;
@@ -14,12 +14,49 @@ use proto::supervisor_host::supervisor_host_server::SupervisorHostServer;
 
 use crate::cluster_admin_service::ClusterAdminService;
 use crate::config::GatewayConfig;
+use crate::health::Health;
 use crate::hub::Hub;
 use crate::metrics::Metrics;
 use crate::object_store_service::ObjectStoreService;
 use crate::pool_admin_service::PoolAdminService;
 use crate::state::GatewayState;
 use crate::supervisor_host_service::SupervisorHostService;
+
+/// Why a gateway could not start or stopped serving. Each variant names
+/// what failed; its source says why (the binary prints the chain).
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The raft node did not start (bad data directory, foreign cluster, ...).
+    #[error("starting raft node {node_id}")]
+    StartNode {
+        /// This gateway's node id.
+        node_id: u64,
+        /// Why.
+        #[source]
+        source: raft_store::Error,
+    },
+    /// The gRPC port could not be bound.
+    #[error("binding {addr} (is another process using the port?)")]
+    Bind {
+        /// The listen address.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The HTTP endpoints' port could not be bound.
+    #[error("binding the HTTP endpoints on {addr}")]
+    BindHttp {
+        /// The HTTP listen address.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The gRPC server failed while serving.
+    #[error("gRPC server failed")]
+    Serve(#[source] tonic::transport::Error),
+}
 
 /// Runs a gateway until `shutdown` completes.
 ///
@@ -29,17 +66,19 @@ use crate::supervisor_host_service::SupervisorHostService;
 pub async fn run(
     config: GatewayConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> anyhow::Result<()> {
-    let node: RaftNode<GatewayState> = RaftNode::start(config.node.clone())
-        .await
-        .with_context(|| format!("starting raft node {}", config.node.node_id))?;
+) -> Result<(), ServeError> {
+    let node: RaftNode<GatewayState> =
+        RaftNode::start(config.node.clone())
+            .await
+            .map_err(|source| ServeError::StartNode {
+                node_id: config.node.node_id,
+                source,
+            })?;
     let listener = tokio::net::TcpListener::bind(config.listen_addr)
         .await
-        .with_context(|| {
-            format!(
-                "binding {} (is another process using the port?)",
-                config.listen_addr
-            )
+        .map_err(|source| ServeError::Bind {
+            addr: config.listen_addr,
+            source,
         })?;
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     tracing::info!(
@@ -60,31 +99,37 @@ pub async fn run(
         tracing::warn!("no bearer tokens configured: every API is open; set [openshell.gateway.auth] in production");
     }
     let commit_at_start = node.status().commit_index;
+    tracing::info!(
+        commit_at_start,
+        "start-up commit index: ready once applied up to it and caught up with the leader"
+    );
     let hub = Hub::new(
         node.clone(),
         config.pool.clone(),
         config.signer.clone(),
         metrics.clone(),
     );
+    let (health, health_task) = Health::start(node.clone(), commit_at_start);
     // Background tasks end with the runtime; aborted on return via the guard.
     let tasks = [
         tokio::spawn(hub.clone().run_heartbeats()),
         tokio::spawn(hub.clone().run_snapshot_pusher()),
         tokio::spawn(hub.clone().run_coordinator()),
+        health_task,
     ];
     let mut aborts: Vec<tokio::task::AbortHandle> =
         tasks.iter().map(|t| t.abort_handle()).collect();
     if let Some(addr) = config.http_listen {
         let listener = crate::http::bind(addr)
             .await
-            .with_context(|| format!("binding the HTTP endpoints on {addr}"))?;
+            .map_err(|source| ServeError::BindHttp { addr, source })?;
         tracing::info!(%addr, "HTTP endpoints listening (/healthz /readyz /metrics)");
         let serve = crate::http::serve(
             listener,
             node.clone(),
             hub.clone(),
             metrics.clone(),
-            commit_at_start,
+            health,
             std::future::pending(),
         );
         aborts.push(
@@ -121,7 +166,7 @@ pub async fn run(
         )))
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
-        .context("gRPC server failed");
+        .map_err(ServeError::Serve);
     node.shutdown().await;
     result
 }

@@ -20,6 +20,11 @@ pub struct GatewayState {
     pub objects: Objects,
     /// The supervisor pool.
     pub pool: pool::PoolState,
+    /// Which sandboxes the pool commands applied here touched, so the hub
+    /// pushes assignment views at the cost of what changed. Not replicated
+    /// state: not in the snapshot, empty after a restore (the hub then
+    /// computes views in full until the journal reaches back far enough).
+    pub pool_changes: pool::visibility::ChangeLog,
 }
 
 impl GatewayState {
@@ -95,6 +100,7 @@ impl StateMachine for GatewayState {
                     Err(e) => panic!("undecodable pool command at index {index}: {e}"),
                 };
                 let outcome = self.pool.apply(index, &command);
+                self.pool_changes.record(index, &command, &outcome);
                 match serde_json::to_vec(&outcome) {
                     Ok(json) => log_result::Result::Pool(json),
                     Err(e) => panic!("pool outcome at index {index} cannot be encoded: {e}"),
@@ -126,7 +132,11 @@ impl StateMachine for GatewayState {
             pool::PoolState::decode_snapshot(&snapshot.pool)
                 .map_err(|e| SnapshotError::new(format!("pool table: {e}")))?
         };
-        Ok(GatewayState { objects, pool })
+        Ok(GatewayState {
+            objects,
+            pool,
+            pool_changes: pool::visibility::ChangeLog::new(),
+        })
     }
 }
 

@@ -1,17 +1,19 @@
-//! One mapping from each boundary's errors to gRPC `Status`, with the leader
-//! hint in metadata (`x-openshell-leader-id`, `x-openshell-leader-addr`) when
-//! the call must go to the leader.
+//! One mapping from each boundary's errors to gRPC `Status`: raft-store's
+//! admin, write and read errors (with the leader hint in metadata,
+//! `x-openshell-leader-id` and `x-openshell-leader-addr`, when the call must
+//! go to the leader), a pool command's typed rejection, and an object-store
+//! precondition failure (with the current resource version).
 
+use proto::objects::{RejectReason, Rejection};
 use raft_store::{AdminError, ReadError, WriteError};
 use tonic::metadata::MetadataValue;
 use tonic::Status;
 
-/// Metadata key of the leader's node id in a `FAILED_PRECONDITION` reply.
-pub const LEADER_ID: &str = "x-openshell-leader-id";
-/// Metadata key of the leader's address.
-pub const LEADER_ADDR: &str = "x-openshell-leader-addr";
-/// Set on a call a gateway forwarded, so the receiver does not forward again.
-pub const FORWARDED: &str = "x-openshell-forwarded";
+pub use proto::metadata::{FORWARDED, LEADER_ADDR, LEADER_ID};
+
+/// Metadata key of the current resource version in an object-store
+/// rejection.
+pub const RESOURCE_VERSION: &str = "x-openshell-resource-version";
 
 /// Maps an administration error.
 pub fn admin(e: AdminError) -> Status {
@@ -56,4 +58,45 @@ pub fn read(e: ReadError) -> Status {
         ReadError::NoLeader { .. } | ReadError::Fatal(_) => Status::unavailable(e.to_string()),
         ReadError::Timeout { .. } => Status::deadline_exceeded(e.to_string()),
     }
+}
+
+/// Maps a pool rejection (a failed precondition: nothing changed).
+pub fn pool_rejection(reason: &pool::Reason) -> Status {
+    use pool::Reason;
+    let text = reason.to_string();
+    match reason {
+        Reason::UnknownMember(_) | Reason::UnknownSandbox(_) | Reason::UnknownOperation(_) => {
+            Status::not_found(text)
+        }
+        Reason::EmptyId
+        | Reason::ZeroCapacity
+        | Reason::InvalidMaxParallel(_)
+        | Reason::InvalidConfig(_)
+        | Reason::InvalidTarget(_) => Status::invalid_argument(text),
+        Reason::CapacityExhausted | Reason::NoEligibleMember | Reason::LaunchRefused(_) => {
+            Status::resource_exhausted(text)
+        }
+        Reason::SandboxExists(_) | Reason::OperationExists(_) => Status::already_exists(text),
+        _ => Status::failed_precondition(text),
+    }
+}
+
+/// Maps an object-store rejection (certain: nothing changed); the current
+/// resource version travels in [`RESOURCE_VERSION`].
+pub fn object_rejection(r: Rejection) -> Status {
+    let reason = RejectReason::try_from(r.reason).unwrap_or(RejectReason::Unspecified);
+    let mut status = match reason {
+        RejectReason::AlreadyExists => {
+            Status::already_exists("object already exists (must_create)")
+        }
+        RejectReason::NotFound => Status::not_found("object does not exist"),
+        _ => Status::failed_precondition(format!(
+            "resource version mismatch: the object is at {}",
+            r.current_resource_version
+        )),
+    };
+    if let Ok(v) = MetadataValue::try_from(r.current_resource_version.to_string()) {
+        status.metadata_mut().insert(RESOURCE_VERSION, v);
+    }
+    status
 }

@@ -17,15 +17,14 @@ use futures::Stream;
 use pool::Command;
 use proto::attach::refusal_status;
 use proto::supervisor_host::supervisor_host_server::SupervisorHost;
-use proto::supervisor_host::{
-    gateway_message, supervisor_message, AttachRefusal, GatewayMessage, HelloAccepted, HostHello,
-    SupervisorMessage,
-};
+use proto::supervisor_host::{supervisor_message, GatewayMessage, HostHello, SupervisorMessage};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::convert::from_proto::{self, StreamInput};
+use crate::convert::to_proto;
 use crate::hub::Hub;
 
 /// Longest member id, uid or address.
@@ -40,6 +39,35 @@ impl SupervisorHostService {
     /// The service over `hub`.
     pub fn new(hub: Arc<Hub>) -> Self {
         SupervisorHostService { hub }
+    }
+
+    /// Checks the hello (counting a refusal in the metrics) and proposes
+    /// the join it asks for.
+    async fn join(&self, hello: &HostHello) -> Result<(), Status> {
+        if let Err(status) = check_hello(hello, self.hub.settings().supervisor_token.as_deref()) {
+            let reason = if status.code() == tonic::Code::Unauthenticated {
+                "credential"
+            } else {
+                "malformed"
+            };
+            self.hub
+                .metrics()
+                .auth_failures
+                .with_label_values(&["supervisor_host", reason])
+                .inc();
+            tracing::warn!(member = %hello.member_id, %status, "supervisor hello refused");
+            return Err(status);
+        }
+        let join = Command::Join(from_proto::join(hello));
+        if let pool::Outcome::Rejected(reason) = self.hub.propose(&join).await? {
+            tracing::warn!(member = %hello.member_id, %reason, "supervisor join rejected");
+            let message = format!("join rejected: {reason}");
+            return Err(match to_proto::incarnation_refusal(&reason) {
+                Some(refusal) => refusal_status(tonic::Code::FailedPrecondition, message, refusal),
+                None => Status::failed_precondition(message),
+            });
+        }
+        Ok(())
     }
 }
 
@@ -97,123 +125,71 @@ impl SupervisorHost for SupervisorHostService {
                 "the first message must be HostHello",
             ));
         };
-        if let Err(status) = check_hello(&hello, self.hub.settings().supervisor_token.as_deref()) {
-            let reason = if status.code() == tonic::Code::Unauthenticated {
-                "credential"
-            } else {
-                "malformed"
-            };
-            self.hub
-                .metrics()
-                .auth_failures
-                .with_label_values(&["supervisor_host", reason])
-                .inc();
-            tracing::warn!(member = %hello.member_id, %status, "supervisor hello refused");
-            return Err(status);
-        }
-        let join = Command::Join(pool::Join {
-            member: hello.member_id.clone(),
-            uid: hello.member_uid.clone(),
-            incarnation: hello.incarnation,
-            address: hello.advertise_address.clone(),
-            capacity: hello.capacity,
-        });
-        if let pool::Outcome::Rejected(reason) = self.hub.propose(&join).await? {
-            tracing::warn!(member = %hello.member_id, %reason, "supervisor join rejected");
-            let message = format!("join rejected: {reason}");
-            return Err(match incarnation_refusal(&reason) {
-                Some(refusal) => refusal_status(tonic::Code::FailedPrecondition, message, refusal),
-                None => Status::failed_precondition(message),
-            });
-        }
+        self.join(&hello).await?;
         let (tx, rx) = mpsc::channel(64);
-        let accepted = GatewayMessage {
-            message: Some(gateway_message::Message::Accepted(HelloAccepted {
-                gateway_node_id: self.hub.node().id(),
-                status_interval_ms: u64::try_from(self.hub.settings().status_interval.as_millis())
-                    .unwrap_or(250),
-                cluster_public_key: self.hub.signer().public_key_hex(),
-                recovery_deadline_ms: u64::try_from(
-                    self.hub.settings().tick_interval.as_millis()
-                        * u128::from(self.hub.settings().recovery_deadline_ticks),
-                )
-                .unwrap_or(u64::MAX),
-            })),
-        };
+        let accepted = to_proto::hello_accepted(
+            self.hub.node().id(),
+            self.hub.settings(),
+            self.hub.signer().public_key_hex(),
+        );
         tx.try_send(Ok(accepted))
             .map_err(|_| Status::internal("stream closed"))?;
         let stream_id = self.hub.attach(&hello.member_id, hello.incarnation, tx);
         tracing::info!(member = %hello.member_id, incarnation = hello.incarnation, stream_id, "supervisor attached");
-
-        let hub = self.hub.clone();
-        let member = hello.member_id.clone();
-        let incarnation = hello.incarnation;
-        tokio::spawn(async move {
-            loop {
-                let message = match inbound.next().await {
-                    Some(Ok(m)) => m,
-                    Some(Err(status)) => {
-                        tracing::info!(%member, %status, "supervisor stream failed");
-                        break;
-                    }
-                    None => break,
-                };
-                if !hub.is_current(&member, stream_id) {
-                    tracing::info!(%member, stream_id, "message on a superseded stream ignored");
-                    break;
-                }
-                let command = match message.message {
-                    Some(supervisor_message::Message::Status(_)) => {
-                        hub.touch(&member, stream_id);
-                        continue;
-                    }
-                    Some(supervisor_message::Message::Ack(ack)) => {
-                        Command::Acknowledge(pool::Acknowledge {
-                            sandbox: ack.sandbox_id,
-                            generation: ack.generation,
-                            member: member.clone(),
-                            incarnation,
-                            term: ack.term,
-                        })
-                    }
-                    Some(supervisor_message::Message::Report(report)) => {
-                        Command::Report(pool::Report {
-                            sandbox: report.sandbox_id,
-                            generation: report.generation,
-                            member: member.clone(),
-                            incarnation,
-                            term: report.term,
-                            status: report.status,
-                        })
-                    }
-                    Some(supervisor_message::Message::Hello(_)) | None => {
-                        tracing::warn!(%member, "unexpected message on an attached stream ignored");
-                        continue;
-                    }
-                };
-                match hub.propose(&command).await {
-                    Ok(pool::Outcome::Rejected(reason)) => {
-                        tracing::info!(%member, command = command.name(), %reason, "supervisor command rejected")
-                    }
-                    Ok(pool::Outcome::Applied(_)) => {}
-                    Err(status) => {
-                        tracing::warn!(%member, %status, "supervisor command not applied")
-                    }
-                }
-            }
-            hub.detach(&member, stream_id);
-            tracing::info!(%member, stream_id, "supervisor detached");
-        });
+        tokio::spawn(serve_stream(
+            self.hub.clone(),
+            inbound,
+            hello.member_id,
+            hello.incarnation,
+            stream_id,
+        ));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 }
 
-/// The [`AttachRefusal`] a rejected join carries, when the cause is the
-/// incarnation (the supervisor renews a retired one, never a superseded one).
-fn incarnation_refusal(reason: &pool::Reason) -> Option<AttachRefusal> {
-    match reason {
-        pool::Reason::IncarnationRetired => Some(AttachRefusal::IncarnationRetired),
-        pool::Reason::StaleIncarnation { .. } => Some(AttachRefusal::IncarnationSuperseded),
-        _ => None,
+/// Serves the messages of one attached stream until it ends, fails or is
+/// superseded; then detaches it.
+async fn serve_stream(
+    hub: Arc<Hub>,
+    mut inbound: Streaming<SupervisorMessage>,
+    member: String,
+    incarnation: u64,
+    stream_id: u64,
+) {
+    loop {
+        let message = match inbound.next().await {
+            Some(Ok(m)) => m,
+            Some(Err(status)) => {
+                tracing::info!(%member, %status, "supervisor stream failed");
+                break;
+            }
+            None => break,
+        };
+        if !hub.is_current(&member, stream_id) {
+            tracing::info!(%member, stream_id, "message on a superseded stream ignored");
+            break;
+        }
+        let command = match from_proto::stream_input(message.message, &member, incarnation) {
+            StreamInput::Status => {
+                hub.touch(&member, stream_id);
+                continue;
+            }
+            StreamInput::Propose(command) => command,
+            StreamInput::Unexpected => {
+                tracing::warn!(%member, "unexpected message on an attached stream ignored");
+                continue;
+            }
+        };
+        match hub.propose(&command).await {
+            Ok(pool::Outcome::Rejected(reason)) => {
+                tracing::info!(%member, command = command.name(), %reason, "supervisor command rejected")
+            }
+            Ok(pool::Outcome::Applied(_)) => {}
+            Err(status) => {
+                tracing::warn!(%member, %status, "supervisor command not applied")
+            }
+        }
     }
+    hub.detach(&member, stream_id);
+    tracing::info!(%member, stream_id, "supervisor detached");
 }

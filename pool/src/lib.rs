@@ -19,6 +19,9 @@
 //! * [`hash`] — FNV-1a 64 and the consistent-hash ring.
 //! * [`coordinator`] — the leader-side proposer, driven by the gateway.
 //! * [`invariants`] — I1–I6/I8 checks on one state and across steps.
+//! * [`visibility`] — what each attached supervisor incarnation may see
+//!   (its assignment view, when it is pushed, when its stream closes) and
+//!   the journal of changed sandboxes that lets a push cost what changed.
 //!
 //! ## Example
 //!
@@ -61,6 +64,7 @@ pub mod invariants;
 pub mod outcome;
 pub mod snapshot;
 pub mod state;
+pub mod visibility;
 
 pub use command::*;
 pub use coordinator::{plan, Coordinator, CoordinatorConfig};

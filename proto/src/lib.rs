@@ -17,6 +17,9 @@
 //! - [`client`]: [`client::connect`], the one builder of every outbound gRPC
 //!   channel, by [`client::Role`] and [`client::ClientConfig`].
 //! - [`attach`]: the typed refusal carried in a refused supervisor stream.
+//! - [`metadata`]: gRPC metadata keys (the leader hint, the forwarded mark).
+//! - [`backup`]: the backup file format (`openshell-pool backup save` writes
+//!   it, `openshell-gateway restore` reads it).
 //!
 //! The modules mirror the protobuf packages (`openshell::objects::v1`) so that
 //! generated cross-package references resolve; the short names re-export them.
@@ -85,5 +88,7 @@ pub use openshell::sandbox_runtime::v1 as sandbox_runtime;
 pub use openshell::supervisor_host::v1 as supervisor_host;
 
 pub mod attach;
+pub mod backup;
 pub mod client;
 pub mod grant;
+pub mod metadata;

@@ -17,8 +17,10 @@
 //!   RPC bodies (a wire format: see `docs/storage.md`), and the largest
 //!   message a replica sends.
 //! - [`config`]: [`NodeConfig`] and its translation into openraft's config.
-//! - [`db`]: the on-disk data directory: sled database, identity record,
-//!   durable flush (sled flush + fdatasync).
+//! - [`db`]: the on-disk data directory: sled database (segment size),
+//!   identity record, watermark, refusal of damaged or foreign data.
+//! - [`durability`]: the flusher thread: sled flush, then fdatasync of any
+//!   blob file and of the database file, with group commit.
 //! - [`log_store`]: openraft's `RaftLogStorage` over sled (group commit).
 //! - [`state_machine`]: the [`StateMachine`] trait and openraft's
 //!   `RaftStateMachine` over it, with checksummed snapshot files.
@@ -60,6 +62,7 @@ pub mod batcher;
 pub mod codec;
 pub mod config;
 pub mod db;
+pub mod durability;
 pub mod error;
 pub mod leadership;
 pub mod log_store;

@@ -29,6 +29,11 @@ use crate::db::{DataDir, Durability, Watermark};
 use crate::types::typ::{Entry, LogId, Vote};
 use crate::types::TypeConfig;
 
+/// Most bytes of log entries in one AppendEntries (see
+/// `limited_get_log_entries`): at disk and loopback speeds here a follower
+/// receives and fsyncs this well within the default 50 ms heartbeat.
+pub const MAX_APPEND_BYTES: usize = 512 * 1024;
+
 /// A record of the `meta` tree: its key and the one type stored under it.
 /// Every read and write of a record goes through it, so no path (start-up,
 /// openraft's reads) can decode a record as another type. (One did: start-up
@@ -166,6 +171,32 @@ impl RaftLogReader<TypeConfig> for LogStore {
         for item in self.log.range::<[u8; 8], _>((start, end)) {
             let (key, bytes) = item.map_err(|e| StorageIOError::read_logs(&e))?;
             let entry: Entry = codec::decode(&bytes, format!("log entry {}", index_of(&key)))
+                .map_err(|e| StorageIOError::read_logs(&e))?;
+            entries.push(entry);
+        }
+        Ok(entries)
+    }
+
+    /// The entries openraft sends in one AppendEntries: from `start`, at
+    /// most [`MAX_APPEND_BYTES`] of them (always at least one). openraft 0.9
+    /// bounds every AppendEntries by the heartbeat interval; a request the
+    /// follower cannot receive and fsync in that time is retried forever, so
+    /// a follower or learner far behind a log of large entries never caught
+    /// up. Bounded in bytes, each request fits and the next one continues.
+    async fn limited_get_log_entries(
+        &mut self,
+        start: u64,
+        end: u64,
+    ) -> Result<Vec<Entry>, StorageError<u64>> {
+        let mut entries = Vec::new();
+        let mut bytes = 0usize;
+        for item in self.log.range(key_of(start)..key_of(end)) {
+            let (key, value) = item.map_err(|e| StorageIOError::read_logs(&e))?;
+            if !entries.is_empty() && bytes + value.len() > MAX_APPEND_BYTES {
+                break;
+            }
+            bytes += value.len();
+            let entry: Entry = codec::decode(&value, format!("log entry {}", index_of(&key)))
                 .map_err(|e| StorageIOError::read_logs(&e))?;
             entries.push(entry);
         }
@@ -327,6 +358,38 @@ mod tests {
             log.try_get_log_entries(0..10).await.expect("entries"),
             vec![]
         );
+    }
+
+    /// One AppendEntries carries at most `MAX_APPEND_BYTES` of entries, at
+    /// least one entry, and continues where the previous one stopped.
+    #[tokio::test]
+    async fn append_entries_are_bounded_in_bytes() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (_dir, mut log) = open(tmp.path());
+        let big = |index: u64, bytes: usize| Entry {
+            log_id: log_id(1, index),
+            payload: openraft::EntryPayload::Normal(crate::types::Command(vec![vec![7u8; bytes]])),
+        };
+        for index in 1..=40 {
+            let entry = big(index, 60 * 1024);
+            log.log
+                .insert(key_of(index), codec::encode(&entry))
+                .expect("insert");
+        }
+        let first = log.limited_get_log_entries(1, 41).await.expect("first");
+        assert!((1..40).contains(&first.len()), "{} entries", first.len());
+        let bytes: usize = first.len() * 60 * 1024;
+        assert!(bytes <= MAX_APPEND_BYTES, "{bytes} bytes in one request");
+        let next = first.len() as u64 + 1;
+        let second = log.limited_get_log_entries(next, 41).await.expect("second");
+        assert_eq!(second.first().map(|e| e.log_id.index), Some(next));
+
+        // An entry larger than the bound still goes, alone.
+        log.log
+            .insert(key_of(41), codec::encode(&big(41, MAX_APPEND_BYTES + 1)))
+            .expect("insert");
+        let alone = log.limited_get_log_entries(41, 42).await.expect("alone");
+        assert_eq!(alone.len(), 1);
     }
 
     /// A node that never committed anything starts at commit index 0, and a

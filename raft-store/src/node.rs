@@ -332,8 +332,29 @@ impl<SM: StateMachine> RaftNode<SM> {
     /// [`ReadError::NoLeader`] when no leader confirmed within the write
     /// timeout; [`ReadError::Timeout`] when this node could not catch up.
     pub async fn read_index(&self) -> Result<u64, ReadError> {
+        let deadline = Instant::now() + self.inner.config.write_timeout;
+        let index = self.leader_read_index(deadline).await?;
+        let remaining = deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1));
+        self.inner
+            .raft
+            .wait(Some(remaining))
+            .applied_index_at_least(Some(index), "read-index")
+            .await
+            .map_err(|_| ReadError::Timeout { read_index: index })?;
+        Ok(index)
+    }
+
+    /// The leader's read index (its commit index, confirmed by a quorum),
+    /// asked of the leader, without waiting for this node to apply up to
+    /// it: how far behind this node is. Retries until `deadline`.
+    ///
+    /// # Errors
+    /// [`ReadError::NoLeader`] when no leader answered by `deadline`;
+    /// [`ReadError::Fatal`] when raft stopped.
+    pub async fn leader_read_index(&self, deadline: Instant) -> Result<u64, ReadError> {
         let started = Instant::now();
-        let deadline = started + self.inner.config.write_timeout;
         loop {
             let index = if self.is_leader() {
                 match self.inner.raft.get_read_log_id().await {
@@ -350,15 +371,6 @@ impl<SM: StateMachine> RaftNode<SM> {
                 None
             };
             if let Some(index) = index {
-                let remaining = deadline
-                    .saturating_duration_since(Instant::now())
-                    .max(Duration::from_millis(1));
-                self.inner
-                    .raft
-                    .wait(Some(remaining))
-                    .applied_index_at_least(Some(index), "read-index")
-                    .await
-                    .map_err(|_| ReadError::Timeout { read_index: index })?;
                 return Ok(index);
             }
             if Instant::now() >= deadline {
@@ -367,6 +379,17 @@ impl<SM: StateMachine> RaftNode<SM> {
                 });
             }
             tokio::time::sleep(self.retry_pause()).await;
+        }
+    }
+
+    /// Why this node's raft stopped for good (a storage error such as a
+    /// full disk, or a broken invariant), if it did. Such a node no longer
+    /// takes part in the cluster and only a restart can bring it back: the
+    /// gateway's liveness probe fails on it.
+    pub fn fatal_error(&self) -> Option<String> {
+        match &self.inner.raft.metrics().borrow().running_state {
+            Ok(()) => None,
+            Err(fatal) => Some(fatal.to_string()),
         }
     }
 

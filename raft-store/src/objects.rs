@@ -1,8 +1,12 @@
 //! The gateway's generic object store as a deterministic state machine.
 //!
 //! An object is identified by `(type, id)` and carries name, scope, version,
-//! status and payload. Its `resource_version` is the log index that last wrote
-//! it. Writes carry a precondition: unconditional, must-create, or
+//! status and payload. Its `resource_version` is the store's revision of the
+//! write that last wrote it: [`Objects::revision`] grows by one with every
+//! applied put or delete (etcd's revision), deterministically and in the
+//! snapshot, so a version names exactly one write even when one raft entry
+//! carries many (the log index does not: a batched entry applies all its
+//! commands at one index). Writes carry a precondition: unconditional, must-create, or
 //! match-resource-version; a failed precondition changes nothing and returns
 //! a [`Rejection`] naming the current resource version. Lists are by type and
 //! optional scope, keyset-paginated by id.
@@ -39,6 +43,8 @@ pub struct Objects {
     by_key: BTreeMap<(String, String), Object>,
     /// (type, scope, id): the index lists by scope walk.
     by_scope: BTreeSet<(String, String, String)>,
+    /// The revision of the last applied write (0 before any).
+    revision: u64,
 }
 
 /// A page of a list.
@@ -68,6 +74,18 @@ impl Objects {
     /// The object `(object_type, id)`, if present.
     pub fn get(&self, object_type: &str, id: &str) -> Option<&Object> {
         self.by_key.get(&(object_type.to_string(), id.to_string()))
+    }
+
+    /// The store revision: how many writes (puts and deletes that took
+    /// effect) have been applied.
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// The revision the next applied write takes.
+    fn next_revision(&mut self) -> u64 {
+        self.revision += 1;
+        self.revision
     }
 
     /// Number of objects.
@@ -220,8 +238,8 @@ impl Objects {
         }
     }
 
-    /// put_if: stores the object at resource version `index` if the
-    /// precondition holds.
+    /// put_if: stores the object at the next revision if the precondition
+    /// holds.
     fn apply_put(&mut self, index: u64, put: &PutRequest) -> object_result::Result {
         let Some(object) = &put.object else {
             panic!("put without object at log index {index}")
@@ -236,7 +254,7 @@ impl Objects {
                 .remove(&(old.r#type.clone(), old.scope.clone(), old.id.clone()));
         }
         let mut stored = object.clone();
-        stored.resource_version = index;
+        stored.resource_version = self.write_version(index);
         self.by_scope.insert((
             stored.r#type.clone(),
             stored.scope.clone(),
@@ -261,6 +279,7 @@ impl Objects {
                 object_result::Result::Deleted(DeleteResponse {
                     deleted_resource_version: old.resource_version,
                     log_index: index,
+                    revision: self.write_version(index),
                 })
             }
             None => object_result::Result::Rejected(Rejection {
@@ -270,10 +289,24 @@ impl Objects {
         }
     }
 
+    /// The version an applied write at log `index` takes: the next
+    /// revision. (With the `fault-shared-resource-version` feature, the
+    /// earlier, wrong rule: the log index, shared by every write of a batched
+    /// entry; only for proving the Jepsen version-CAS checker catches it.)
+    fn write_version(&mut self, index: u64) -> u64 {
+        let revision = self.next_revision();
+        if cfg!(feature = "fault-shared-resource-version") {
+            index
+        } else {
+            revision
+        }
+    }
+
     /// The snapshot record.
     pub fn to_snapshot(&self) -> ObjectSnapshot {
         ObjectSnapshot {
             objects: self.by_key.values().cloned().collect(),
+            revision: self.revision,
         }
     }
 
@@ -282,8 +315,15 @@ impl Objects {
     /// # Errors
     /// When the record holds an invalid or duplicate key.
     pub fn from_snapshot(snapshot: ObjectSnapshot) -> Result<Self, SnapshotError> {
-        let mut objects = Objects::default();
+        let mut objects = Objects {
+            revision: snapshot.revision,
+            ..Objects::default()
+        };
         for object in snapshot.objects {
+            // A snapshot from before revisions existed (revision 0) carries
+            // log indexes as versions: continue above the highest, so no
+            // version is ever given twice.
+            objects.revision = objects.revision.max(object.resource_version);
             check_key(&object.r#type, &object.id).map_err(SnapshotError::new)?;
             objects.by_scope.insert((
                 object.r#type.clone(),
@@ -377,6 +417,16 @@ mod tests {
         }
     }
 
+    fn delete(id: &str, pre: Option<precondition::Kind>) -> ObjectCommand {
+        ObjectCommand {
+            op: Some(object_command::Op::Delete(DeleteRequest {
+                r#type: "sandbox".into(),
+                id: id.into(),
+                precondition: pre.map(|k| Precondition { kind: Some(k) }),
+            })),
+        }
+    }
+
     fn rejected(result: &ObjectResult) -> Option<RejectReason> {
         match &result.result {
             Some(object_result::Result::Rejected(r)) => RejectReason::try_from(r.reason).ok(),
@@ -385,12 +435,67 @@ mod tests {
     }
 
     #[test]
-    fn resource_version_is_the_log_index_that_wrote_it() {
+    fn resource_version_is_the_store_revision_of_the_write() {
         let mut s = Objects::default();
         s.apply_command(7, &put("a", "x", None));
-        assert_eq!(s.get("sandbox", "a").map(|o| o.resource_version), Some(7));
+        assert_eq!(s.get("sandbox", "a").map(|o| o.resource_version), Some(1));
         s.apply_command(9, &put("a", "x", None));
-        assert_eq!(s.get("sandbox", "a").map(|o| o.resource_version), Some(9));
+        assert_eq!(s.get("sandbox", "a").map(|o| o.resource_version), Some(2));
+        assert_eq!(s.revision(), 2);
+    }
+
+    /// Writes batched into one raft entry apply at one log index, yet each
+    /// gets a version of its own: a CAS on one write's version never
+    /// overwrites another write.
+    #[test]
+    fn writes_of_one_entry_get_distinct_versions() {
+        let mut s = Objects::default();
+        let first = s.apply_command(10, &put("a", "x", None));
+        let second = s.apply_command(10, &put("a", "x", None));
+        let version = |r: &ObjectResult| match &r.result {
+            Some(object_result::Result::Put(o)) => o.resource_version,
+            other => panic!("not a put: {other:?}"),
+        };
+        assert_eq!((version(&first), version(&second)), (1, 2));
+        // The first writer's CAS on its own version must now fail.
+        let stale = s.apply_command(
+            11,
+            &put("a", "x", Some(precondition::Kind::MatchResourceVersion(1))),
+        );
+        assert_eq!(rejected(&stale), Some(RejectReason::VersionMismatch));
+        let deleted = s.apply_command(12, &delete("a", None));
+        assert!(matches!(
+            deleted.result,
+            Some(object_result::Result::Deleted(DeleteResponse {
+                deleted_resource_version: 2,
+                log_index: 12,
+                revision: 3
+            }))
+        ));
+    }
+
+    /// The revision survives a snapshot, and a snapshot from before
+    /// revisions existed continues above its highest version.
+    #[test]
+    fn revision_survives_snapshots_old_and_new() {
+        let mut s = Objects::default();
+        s.apply_command(3, &put("a", "x", None));
+        s.apply_command(3, &put("b", "x", None));
+        s.apply_command(4, &delete("b", None));
+        let restored = Objects::from_snapshot(s.to_snapshot()).expect("restore");
+        assert_eq!(restored.revision(), 3);
+        assert_eq!(restored, s);
+
+        let mut old = s.to_snapshot();
+        old.revision = 0;
+        old.objects[0].resource_version = 40;
+        let mut restored = Objects::from_snapshot(old).expect("restore old");
+        assert_eq!(restored.revision(), 40);
+        restored.apply_command(50, &put("c", "x", None));
+        assert_eq!(
+            restored.get("sandbox", "c").map(|o| o.resource_version),
+            Some(41)
+        );
     }
 
     #[test]
@@ -422,7 +527,7 @@ mod tests {
             &put("a", "x", Some(precondition::Kind::MatchResourceVersion(1))),
         );
         assert_eq!(rejected(&r), None);
-        assert_eq!(s.get("sandbox", "a").map(|o| o.resource_version), Some(5));
+        assert_eq!(s.get("sandbox", "a").map(|o| o.resource_version), Some(2));
     }
 
     #[test]

@@ -148,7 +148,7 @@ fn offline(command: Offline) -> anyhow::Result<()> {
             advertise,
             cluster_id,
         } => {
-            let (header, state) = gateway_plugin::backup::read(&from)?;
+            let (header, state) = proto::backup::read(&from)?;
             let cluster_id = cluster_id.unwrap_or_else(|| header.cluster_id.clone());
             let seeded = raft_store::seed::seed_single_voter::<GatewayState>(
                 &data_dir,
@@ -249,8 +249,11 @@ fn run() -> anyhow::Result<()> {
     };
     let config = file.overlay(flags).validate()?;
     let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
+    // The library's typed `ServeError` becomes anyhow here; its Display
+    // names what failed and its source chain says why (printed by `main`).
     runtime.block_on(gateway_plugin::server::run(config, async {
         gateway_plugin::server::shutdown_signal().await;
         tracing::info!("shutting down");
-    }))
+    }))?;
+    Ok(())
 }

@@ -1,18 +1,8 @@
-//! `openshell-pool`: the operator CLI.
-//!
-//! Every command talks to any gateway of `--endpoints` (the first that
-//! answers; the gateways forward to the leader, and the CLI follows a leader
-//! hint once). Output is a table or, with `-o json`, one JSON document.
-//! Failures print one line on stderr saying what failed and what to do, and
-//! exit non-zero (see [`CliError::exit_code`]).
-
-pub mod client;
-pub mod commands;
-pub mod dev;
+//! The command line: flags, commands and subcommands as clap parses them.
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-pub use client::{CliError, Gateway};
+use crate::dev;
 
 /// Default endpoints: the `openshell-pool dev` cluster.
 pub const DEV_ENDPOINTS: &str = "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003";

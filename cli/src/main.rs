@@ -1,8 +1,8 @@
 //! `openshell-pool`: the operator CLI. Parses flags and dispatches; every
 //! failure is one line on stderr and a non-zero exit code.
 
-use clap::{CommandFactory, Parser};
-use gateway_plugin::cli::{commands, dev, Cli, CliError, Command, Gateway};
+use clap::Parser;
+use cli::{run, Cli, CliError};
 
 fn main() {
     let cli = match Cli::try_parse() {
@@ -38,28 +38,5 @@ fn main() {
             eprintln!("openshell-pool: {e}");
         }
         std::process::exit(e.exit_code());
-    }
-}
-
-async fn run(cli: Cli) -> Result<(), CliError> {
-    let gw = Gateway {
-        endpoints: cli.endpoints.clone(),
-        token: cli.token.clone(),
-    };
-    match cli.command {
-        Command::Dev(args) => dev::run(args).await,
-        Command::Raft(c) => commands::raft(&gw, cli.output, c).await,
-        Command::Pool(c) => commands::pool(&gw, cli.output, c).await,
-        Command::Sandbox(c) => commands::sandbox(&gw, cli.output, c).await,
-        Command::Backup(c) => commands::backup(&gw, cli.output, c).await,
-        Command::Completions { shell } => {
-            clap_complete::generate(
-                shell,
-                &mut Cli::command(),
-                "openshell-pool",
-                &mut std::io::stdout(),
-            );
-            Ok(())
-        }
     }
 }

@@ -1,5 +1,5 @@
-//! What the CLI tests (t60–t62) share: the test kit, and the helpers that
-//! drive the `openshell-pool` binary ([`cli`]).
+//! What the CLI tests (t60–t62) share: the test kit, and [`cli`], the
+//! helpers that drive the `openshell-pool` binary.
 #![allow(dead_code, unused_imports)]
 
 pub mod cli;

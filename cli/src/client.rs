@@ -1,14 +1,12 @@
 //! Connecting to any gateway, bearer tokens, leader hints, and the errors a
 //! user sees.
 
-use std::time::Duration;
-
+use proto::client::{self, ClientConfig, Role};
+use proto::metadata::LEADER_ADDR;
 use tonic::metadata::AsciiMetadataValue;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tonic::{Code, Status};
-
-use crate::status::LEADER_ADDR;
 
 /// What went wrong, as the user should read it.
 #[derive(Debug, thiserror::Error)]
@@ -107,12 +105,11 @@ impl Gateway {
         }
     }
 
+    /// An eager channel to `addr` with the CLI's deadlines
+    /// ([`ClientConfig::for_role`]`(`[`Role::Cli`]`)`), or `None` when it
+    /// does not answer.
     async fn connect(addr: &str) -> Option<Channel> {
-        Endpoint::from_shared(format!("http://{addr}"))
-            .ok()?
-            .connect_timeout(Duration::from_millis(800))
-            .timeout(Duration::from_secs(60))
-            .connect()
+        client::connect(Role::Cli, addr, &ClientConfig::for_role(Role::Cli))
             .await
             .ok()
     }

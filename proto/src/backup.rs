@@ -1,5 +1,7 @@
 //! Backup files: a consistent snapshot of the replicated state with the log
-//! position it reflects.
+//! position it reflects. `openshell-pool backup save` writes them (from a
+//! `ClusterAdmin.Backup` reply) and `openshell-gateway restore` reads them,
+//! so the format lives here, beside the messages it carries.
 //!
 //! ```text
 //! OSBACKUP1\n
@@ -28,6 +30,27 @@ pub struct BackupHeader {
     pub crc32: u32,
     /// The gateway that took it.
     pub taken_by_node: u64,
+}
+
+impl BackupHeader {
+    /// The header of `state` as taken by `taken_by_node` at `term`/`index`
+    /// of `cluster_id`: its length and crc32 are computed here.
+    pub fn for_state(
+        cluster_id: String,
+        term: u64,
+        index: u64,
+        taken_by_node: u64,
+        state: &[u8],
+    ) -> Self {
+        BackupHeader {
+            cluster_id,
+            term,
+            index,
+            bytes: state.len() as u64,
+            crc32: crc32fast::hash(state),
+            taken_by_node,
+        }
+    }
 }
 
 /// A backup file that cannot be read.

@@ -1,0 +1,197 @@
+//! `pool ...`: status, drain, rebalance and cancel through
+//! `openshell.pool_admin.v1.PoolAdmin`.
+
+use std::time::Duration;
+
+use proto::pool_admin::pool_admin_client::PoolAdminClient;
+use proto::pool_admin::{
+    start_supervisor_pool_operation_request, CancelSupervisorPoolOperationRequest,
+    GetSupervisorPoolStatusRequest, StartSupervisorPoolOperationRequest, SupervisorPoolOperation,
+    SupervisorPoolStatus,
+};
+use serde_json::{json, Value};
+
+use super::sandbox::{sandbox_json, sandbox_rows};
+use super::{emit, table};
+use crate::{CliError, Gateway, Output, PoolCommand};
+
+fn operation_json(o: &SupervisorPoolOperation) -> Value {
+    json!({"id": o.id, "kind": o.kind, "member": o.member, "phase": o.phase, "message": o.message,
+           "attempts": o.attempts, "moves_planned": o.moves_planned, "moves_done": o.moves_done,
+           "max_parallel": o.max_parallel, "deadline_tick": o.deadline_tick})
+}
+
+fn pool_json(s: &SupervisorPoolStatus) -> Value {
+    json!({
+        "now_tick": s.now_tick,
+        "applied_index": s.applied_index,
+        "members": s.members.iter().map(|m| json!({"id": m.id, "uid": m.uid, "incarnation": m.incarnation,
+            "address": m.address, "state": m.state, "capacity": m.capacity, "used": m.used,
+            "ticks_since_heartbeat": m.ticks_since_heartbeat, "eligible": m.eligible})).collect::<Vec<_>>(),
+        "sandboxes": s.sandboxes.iter().map(sandbox_json).collect::<Vec<_>>(),
+        "operations": s.operations.iter().map(operation_json).collect::<Vec<_>>(),
+    })
+}
+
+async fn pool_status(gw: &Gateway) -> Result<SupervisorPoolStatus, CliError> {
+    Ok(gw
+        .call(|c| async move {
+            PoolAdminClient::new(c)
+                .get_supervisor_pool_status(GetSupervisorPoolStatusRequest { stale: false })
+                .await
+        })
+        .await?
+        .into_inner())
+}
+
+/// Polls an operation until it ends, printing progress on stderr.
+async fn wait_operation(gw: &Gateway, id: &str) -> Result<SupervisorPoolOperation, CliError> {
+    let mut last = String::new();
+    loop {
+        let status = pool_status(gw).await?;
+        let op = status
+            .operations
+            .iter()
+            .find(|o| o.id == id)
+            .cloned()
+            .ok_or_else(|| CliError::NotFound(format!("operation {id} disappeared")))?;
+        let progress = format!(
+            "{} {}: {} moves {}/{}",
+            op.kind, op.id, op.phase, op.moves_done, op.moves_planned
+        );
+        if progress != last {
+            eprintln!("{progress}");
+            last = progress;
+        }
+        match op.phase.as_str() {
+            "succeeded" => return Ok(op),
+            "failed" | "cancelled" => {
+                return Err(CliError::Refused(format!(
+                    "operation {} {}: {}",
+                    op.id, op.phase, op.message
+                )))
+            }
+            _ => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+/// `pool status` as text: members, sandboxes, operations.
+fn status_table(s: &SupervisorPoolStatus) -> String {
+    let members = table(
+        &[
+            "MEMBER",
+            "STATE",
+            "CAPACITY",
+            "USED",
+            "INCARNATION",
+            "ADDRESS",
+        ],
+        s.members
+            .iter()
+            .map(|m| {
+                vec![
+                    m.id.clone(),
+                    m.state.clone(),
+                    m.capacity.to_string(),
+                    m.used.to_string(),
+                    m.incarnation.to_string(),
+                    m.address.clone(),
+                ]
+            })
+            .collect(),
+    );
+    let ops = table(
+        &["OPERATION", "KIND", "MEMBER", "PHASE", "MOVES", "MESSAGE"],
+        s.operations
+            .iter()
+            .map(|o| {
+                vec![
+                    o.id.clone(),
+                    o.kind.clone(),
+                    o.member.clone(),
+                    o.phase.clone(),
+                    format!("{}/{}", o.moves_done, o.moves_planned),
+                    o.message.clone(),
+                ]
+            })
+            .collect(),
+    );
+    format!("{members}\n{}\n{ops}", sandbox_rows(&s.sandboxes))
+}
+
+/// `pool ...`
+pub async fn pool(gw: &Gateway, output: Output, command: PoolCommand) -> Result<(), CliError> {
+    let start = |kind: start_supervisor_pool_operation_request::Kind, max_parallel: u32| {
+        gw.call(move |c| {
+            let kind = kind.clone();
+            async move {
+                PoolAdminClient::new(c)
+                    .start_supervisor_pool_operation(StartSupervisorPoolOperationRequest {
+                        operation_id: String::new(),
+                        kind: Some(kind),
+                        max_parallel,
+                    })
+                    .await
+            }
+        })
+    };
+    let op = match command {
+        PoolCommand::Status => {
+            let s = pool_status(gw).await?;
+            emit(output, pool_json(&s), || status_table(&s));
+            return Ok(());
+        }
+        PoolCommand::Drain {
+            member,
+            max_parallel,
+            wait,
+        } => {
+            let op = start(
+                start_supervisor_pool_operation_request::Kind::DrainMember(member),
+                max_parallel,
+            )
+            .await?
+            .into_inner();
+            (op, wait)
+        }
+        PoolCommand::Rebalance { max_parallel, wait } => {
+            let op = start(
+                start_supervisor_pool_operation_request::Kind::Rebalance(true),
+                max_parallel,
+            )
+            .await?
+            .into_inner();
+            (op, wait)
+        }
+        PoolCommand::Cancel { operation } => {
+            let op = gw
+                .call(|c| {
+                    let operation_id = operation.clone();
+                    async move {
+                        PoolAdminClient::new(c)
+                            .cancel_supervisor_pool_operation(
+                                CancelSupervisorPoolOperationRequest { operation_id },
+                            )
+                            .await
+                    }
+                })
+                .await?
+                .into_inner();
+            (op, false)
+        }
+    };
+    let (op, wait) = op;
+    let op = if wait {
+        wait_operation(gw, &op.id).await?
+    } else {
+        op
+    };
+    emit(output, operation_json(&op), || {
+        format!(
+            "{} {} ({}): {} moves {}/{}\n",
+            op.kind, op.id, op.member, op.phase, op.moves_done, op.moves_planned
+        )
+    });
+    Ok(())
+}

@@ -1,0 +1,170 @@
+//! `raft ...`: the gateways' raft group (status, membership, leadership,
+//! snapshots) through `openshell.cluster.v1.ClusterAdmin`.
+
+use proto::cluster::cluster_admin_client::ClusterAdminClient;
+use proto::cluster::{
+    AddLearnerRequest, ClusterStatus, Member, MembershipReply, PromoteRequest, RemoveRequest,
+    StatusRequest, TransferLeaderRequest, TriggerSnapshotRequest,
+};
+use serde_json::{json, Value};
+
+use super::{emit, table};
+use crate::{CliError, Gateway, Output, RaftCommand};
+
+fn raft_json(s: &ClusterStatus) -> Value {
+    let node = |n: &proto::cluster::NodeStatus| json!({"id": n.id, "addr": n.addr, "voter": n.voter, "matched_index": n.matched_index, "lag": n.lag});
+    json!({
+        "cluster_id": s.cluster_id,
+        "leader": if s.leader_id == 0 { Value::Null } else { json!(s.leader_id) },
+        "leader_addr": s.leader_addr,
+        "term": s.term,
+        "commit_index": s.commit_index,
+        "applied_index": s.applied_index,
+        "last_log_index": s.last_log_index,
+        "snapshot_index": s.snapshot_index,
+        "answered_by": s.node_id,
+        "voters": s.nodes.iter().filter(|n| n.voter).map(|n| json!({"id": n.id, "addr": n.addr})).collect::<Vec<_>>(),
+        "learners": s.nodes.iter().filter(|n| !n.voter).map(|n| json!({"id": n.id, "addr": n.addr})).collect::<Vec<_>>(),
+        "nodes": s.nodes.iter().map(node).collect::<Vec<_>>(),
+    })
+}
+
+fn membership_json(r: &MembershipReply) -> Value {
+    let members = |list: &[Member]| {
+        list.iter()
+            .map(|m| json!({"id": m.id, "addr": m.addr}))
+            .collect::<Vec<_>>()
+    };
+    json!({"log_index": r.log_index, "voters": members(&r.voters), "learners": members(&r.learners),
+           "learner_matched": r.learner_matched, "leader_last_index": r.leader_last_index})
+}
+
+fn membership_table(r: &MembershipReply) -> String {
+    let ids = |list: &[Member]| {
+        list.iter()
+            .map(|m| m.id.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    format!(
+        "voters: {}\nlearners: {}\n",
+        ids(&r.voters),
+        ids(&r.learners)
+    )
+}
+
+/// `raft status` as text: leader, term, indexes, then one row per node.
+fn status_table(s: &ClusterStatus) -> String {
+    let leader = if s.leader_id == 0 {
+        "none".to_string()
+    } else {
+        format!("{} ({})", s.leader_id, s.leader_addr)
+    };
+    let head = format!(
+        "leader: {leader}\nterm: {}\ncommit index: {}\napplied index: {}\n\n",
+        s.term, s.commit_index, s.applied_index
+    );
+    let rows = s
+        .nodes
+        .iter()
+        .map(|n| {
+            vec![
+                n.id.to_string(),
+                n.addr.clone(),
+                if n.voter { "voter" } else { "learner" }.to_string(),
+                n.matched_index.to_string(),
+                n.lag.to_string(),
+            ]
+        })
+        .collect();
+    head + &table(&["ID", "ADDRESS", "ROLE", "MATCHED", "LAG"], rows)
+}
+
+/// `raft ...`
+pub async fn raft(gw: &Gateway, output: Output, command: RaftCommand) -> Result<(), CliError> {
+    match command {
+        RaftCommand::Status => {
+            let s = gw
+                .call(|c| async move {
+                    ClusterAdminClient::new(c)
+                        .status(StatusRequest { local: false })
+                        .await
+                })
+                .await?
+                .into_inner();
+            emit(output, raft_json(&s), || status_table(&s));
+        }
+        RaftCommand::AddLearner { id, addr, no_wait } => {
+            let r = gw
+                .call(|c| {
+                    let member = Some(Member {
+                        id,
+                        addr: addr.clone(),
+                    });
+                    async move {
+                        ClusterAdminClient::new(c)
+                            .add_learner(AddLearnerRequest {
+                                member,
+                                blocking: !no_wait,
+                            })
+                            .await
+                    }
+                })
+                .await?
+                .into_inner();
+            emit(output, membership_json(&r), || membership_table(&r));
+        }
+        RaftCommand::Promote { id } => {
+            let r = gw
+                .call(|c| async move {
+                    ClusterAdminClient::new(c)
+                        .promote(PromoteRequest { id })
+                        .await
+                })
+                .await?
+                .into_inner();
+            emit(output, membership_json(&r), || membership_table(&r));
+        }
+        RaftCommand::Remove { id } => {
+            let r = gw
+                .call(|c| async move {
+                    ClusterAdminClient::new(c)
+                        .remove(RemoveRequest { id })
+                        .await
+                })
+                .await?
+                .into_inner();
+            emit(output, membership_json(&r), || membership_table(&r));
+        }
+        RaftCommand::TransferLeader { id } => {
+            let to = id.unwrap_or(0);
+            let r = gw
+                .call(|c| async move {
+                    ClusterAdminClient::new(c)
+                        .transfer_leader(TransferLeaderRequest { to })
+                        .await
+                })
+                .await?
+                .into_inner();
+            emit(
+                output,
+                json!({"leader": r.leader_id, "term": r.term}),
+                || format!("leader is now {} (term {})\n", r.leader_id, r.term),
+            );
+        }
+        RaftCommand::Snapshot => {
+            let r = gw
+                .call(|c| async move {
+                    ClusterAdminClient::new(c)
+                        .trigger_snapshot(TriggerSnapshotRequest {})
+                        .await
+                })
+                .await?
+                .into_inner();
+            emit(output, json!({"snapshot_index": r.snapshot_index}), || {
+                format!("snapshot at index {}\n", r.snapshot_index)
+            });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,180 @@
+//! `sandbox ...`: create, delete, get, list and exec through
+//! `openshell.pool_admin.v1.PoolAdmin`, and the sandbox rows `pool status`
+//! shares.
+
+use proto::pool_admin::pool_admin_client::PoolAdminClient;
+use proto::pool_admin::{
+    CreateSandboxRequest, DeleteSandboxRequest, ExecSandboxRequest, GetSandboxRequest,
+    ListSandboxesRequest, Sandbox,
+};
+use serde_json::{json, Value};
+
+use super::{emit, table};
+use crate::{CliError, Gateway, Output, SandboxCommand};
+
+pub(crate) fn sandbox_json(s: &Sandbox) -> Value {
+    json!({
+        "id": s.id, "generation": s.generation, "phase": s.phase, "owner": s.owner,
+        "owner_incarnation": s.owner_incarnation, "term": s.term, "epoch": s.epoch,
+        "acknowledged": s.acknowledged, "observed_status": s.observed_status,
+        "pid": if s.pid == 0 { Value::Null } else { json!(s.pid) },
+        "started_at": if s.started_at_unix_ms == 0 { Value::Null } else { json!(s.started_at_unix_ms) },
+        "failure": s.failure, "launch_id": s.launch_id,
+    })
+}
+
+pub(crate) fn sandbox_rows(list: &[Sandbox]) -> String {
+    let rows = list
+        .iter()
+        .map(|s| {
+            vec![
+                s.id.clone(),
+                s.phase.clone(),
+                s.owner.clone(),
+                s.term.to_string(),
+                s.epoch.to_string(),
+                if s.pid == 0 {
+                    "-".into()
+                } else {
+                    s.pid.to_string()
+                },
+                if s.failure.is_empty() {
+                    String::new()
+                } else {
+                    s.failure.clone()
+                },
+            ]
+        })
+        .collect();
+    table(
+        &["ID", "PHASE", "OWNER", "TERM", "EPOCH", "PID", "FAILURE"],
+        rows,
+    )
+}
+
+/// `sandbox ...`
+pub async fn sandbox(
+    gw: &Gateway,
+    output: Output,
+    command: SandboxCommand,
+) -> Result<(), CliError> {
+    match command {
+        SandboxCommand::Create { id, command } => {
+            let material_ref = if command.is_empty() {
+                "demo".to_string()
+            } else {
+                serde_json::to_string(&command).map_err(|e| CliError::Local(e.to_string()))?
+            };
+            let s = gw
+                .call(|c| {
+                    let request = CreateSandboxRequest {
+                        sandbox_id: id.clone().unwrap_or_default(),
+                        launch_id: String::new(),
+                        material_ref: material_ref.clone(),
+                    };
+                    async move { PoolAdminClient::new(c).create_sandbox(request).await }
+                })
+                .await?
+                .into_inner();
+            emit(output, sandbox_json(&s), || {
+                sandbox_rows(std::slice::from_ref(&s))
+            });
+        }
+        SandboxCommand::Delete { id } => {
+            let s = gw
+                .call(|c| {
+                    let sandbox_id = id.clone();
+                    async move {
+                        PoolAdminClient::new(c)
+                            .delete_sandbox(DeleteSandboxRequest { sandbox_id })
+                            .await
+                    }
+                })
+                .await?
+                .into_inner();
+            emit(output, sandbox_json(&s), || {
+                sandbox_rows(std::slice::from_ref(&s))
+            });
+        }
+        SandboxCommand::Get { id } => {
+            let s = gw
+                .call(|c| {
+                    let sandbox_id = id.clone();
+                    async move {
+                        PoolAdminClient::new(c)
+                            .get_sandbox(GetSandboxRequest {
+                                sandbox_id,
+                                stale: false,
+                            })
+                            .await
+                    }
+                })
+                .await?
+                .into_inner();
+            emit(output, sandbox_json(&s), || {
+                sandbox_rows(std::slice::from_ref(&s))
+            });
+        }
+        SandboxCommand::List => {
+            let list = gw
+                .call(|c| async move {
+                    PoolAdminClient::new(c)
+                        .list_sandboxes(ListSandboxesRequest { stale: false })
+                        .await
+                })
+                .await?
+                .into_inner()
+                .sandboxes;
+            emit(
+                output,
+                Value::Array(list.iter().map(sandbox_json).collect()),
+                || sandbox_rows(&list),
+            );
+        }
+        SandboxCommand::Exec {
+            id,
+            command,
+            timeout_ms,
+        } => exec(gw, output, id, command, timeout_ms).await?,
+    }
+    Ok(())
+}
+
+/// `sandbox exec`: the command's output as it came, or one JSON document;
+/// a non-zero exit status becomes [`CliError::ExitStatus`].
+async fn exec(
+    gw: &Gateway,
+    output: Output,
+    id: String,
+    command: Vec<String>,
+    timeout_ms: u64,
+) -> Result<(), CliError> {
+    let r = gw
+        .call(|c| {
+            let request = ExecSandboxRequest {
+                sandbox_id: id.clone(),
+                argv: command.clone(),
+                timeout_ms,
+            };
+            async move { PoolAdminClient::new(c).exec_sandbox(request).await }
+        })
+        .await?
+        .into_inner();
+    match output {
+        Output::Json => emit(
+            output,
+            json!({"exit_code": r.exit_code, "stdout": String::from_utf8_lossy(&r.stdout),
+                   "stderr": String::from_utf8_lossy(&r.stderr), "executed_by": r.executed_by, "term": r.term}),
+            String::new,
+        ),
+        Output::Table => {
+            use std::io::Write;
+            let _ = std::io::stdout().write_all(&r.stdout);
+            let _ = std::io::stderr().write_all(&r.stderr);
+        }
+    }
+    if r.exit_code != 0 {
+        return Err(CliError::ExitStatus(r.exit_code));
+    }
+    Ok(())
+}

@@ -1,0 +1,228 @@
+//! The processes `dev` owns and how they stop: by pid, with signals this
+//! process sends itself (no `kill` or `pkill` commands).
+//!
+//! `dev` spawns the gateways and the supervisors; each supervisor spawns a
+//! sandbox runtime per sandbox in a process group of its own, so that the
+//! runtime (and the workload it holds) outlives its supervisor. Before it
+//! spawns anything, `dev` makes itself a child subreaper
+//! ([`become_subreaper`]): when a supervisor exits, its runtimes are
+//! reparented to `dev` and become its own children.
+//!
+//! [`Children::stop`] then, in order:
+//! 1. sends SIGTERM to every process `dev` spawned, by pid; waits up to
+//!    [`STOP_GRACE`] for each; SIGKILLs and reaps those still running;
+//! 2. sends SIGTERM to every process reparented to `dev` (the runtimes,
+//!    which stop their workloads first); waits up to [`ADOPTED_GRACE`];
+//!    SIGKILLs and reaps those still running; and repeats while any is
+//!    left (the workload of a runtime killed hard is reparented in turn).
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+
+use crate::CliError;
+
+/// How long a gateway or supervisor gets to exit after SIGTERM.
+pub const STOP_GRACE: Duration = Duration::from_secs(3);
+
+/// How long a runtime gets to exit after SIGTERM: it stops its workload
+/// first (SIGTERM to the workload's group, SIGKILL 2 s later).
+pub const ADOPTED_GRACE: Duration = Duration::from_secs(5);
+
+/// Rounds of step 2 of [`Children::stop`]: runtimes, then the workloads of
+/// runtimes that had to be killed, then a spare.
+const ADOPTED_ROUNDS: usize = 3;
+
+/// Marks this process a child subreaper (Linux `PR_SET_CHILD_SUBREAPER`):
+/// orphans among its descendants are reparented to it instead of to init.
+///
+/// # Errors
+/// The OS error of `prctl`.
+#[cfg(target_os = "linux")]
+pub fn become_subreaper() -> std::io::Result<()> {
+    // SAFETY: prctl with integer arguments only.
+    let rc = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Elsewhere there are no subreapers: runtimes outlive `dev`.
+#[cfg(not(target_os = "linux"))]
+pub fn become_subreaper() -> std::io::Result<()> {
+    Ok(())
+}
+
+/// The processes `dev` spawned, by name; they are killed if dropped
+/// unstopped (an error on the way up).
+#[derive(Default)]
+pub struct Children(Vec<(String, Child)>);
+
+impl Children {
+    /// Starts `bin args` as `name`, its stdout and stderr appended to `log`.
+    ///
+    /// # Errors
+    /// [`CliError::Local`] when the log cannot be opened or the binary not
+    /// started.
+    pub fn spawn(
+        &mut self,
+        name: String,
+        bin: &Path,
+        args: &[String],
+        log: &Path,
+    ) -> Result<(), CliError> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .map_err(|e| CliError::Local(format!("log file {}: {e}", log.display())))?;
+        let err = file
+            .try_clone()
+            .map_err(|e| CliError::Local(e.to_string()))?;
+        let child = Command::new(bin)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(file)
+            .stderr(err)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| CliError::Local(format!("starting {name} ({}): {e}", bin.display())))?;
+        self.0.push((name, child));
+        Ok(())
+    }
+
+    /// Stops every process `dev` started, directly or through its
+    /// supervisors (see the module doc), and returns once none is left.
+    pub async fn stop(&mut self) {
+        for (_, child) in &self.0 {
+            if let Some(pid) = child.id() {
+                signal(pid, libc::SIGTERM);
+            }
+        }
+        let deadline = Instant::now() + STOP_GRACE;
+        for (name, child) in &mut self.0 {
+            if tokio::time::timeout_at(deadline, child.wait())
+                .await
+                .is_err()
+            {
+                let _ = child.start_kill();
+                let _ = child.wait().await;
+                eprintln!("killed {name}");
+            }
+        }
+        self.0.clear();
+        for _ in 0..ADOPTED_ROUNDS {
+            let adopted = adopted();
+            if adopted.is_empty() {
+                break;
+            }
+            stop_adopted(adopted).await;
+        }
+    }
+}
+
+/// SIGTERM to each of `pids` (children reparented to this process), up to
+/// [`ADOPTED_GRACE`] for them to exit, then SIGKILL; each is reaped.
+async fn stop_adopted(mut pids: Vec<u32>) {
+    for pid in &pids {
+        signal(*pid, libc::SIGTERM);
+    }
+    let deadline = Instant::now() + ADOPTED_GRACE;
+    while !pids.is_empty() && Instant::now() < deadline {
+        pids.retain(|pid| !reaped(*pid));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for pid in &pids {
+        signal(*pid, libc::SIGKILL);
+    }
+    // A SIGKILLed process is gone at once; reap it (bounded, in case the
+    // kernel is slow to tear it down).
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !pids.is_empty() && Instant::now() < deadline {
+        pids.retain(|pid| !reaped(*pid));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Sends `sig` to the process `pid` (never to a group: a pid that does not
+/// fit a positive `pid_t` is ignored).
+fn signal(pid: u32, sig: libc::c_int) {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return;
+    };
+    if pid > 0 {
+        // SAFETY: kill(2) with a positive pid signals that one process.
+        unsafe {
+            libc::kill(pid, sig);
+        }
+    }
+}
+
+/// Reaps `pid` if it exited; true when it is gone (reaped now, or not a
+/// child of this process any more).
+fn reaped(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return true;
+    };
+    let mut status = 0;
+    // SAFETY: waitpid(2) on one positive pid with a valid status pointer.
+    let rc = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+    rc != 0
+}
+
+/// The pids of this process's children that it did not spawn through
+/// [`Children`] (all of those are reaped when this runs): processes
+/// reparented to it as a subreaper. Read from `/proc/<pid>/stat`.
+fn adopted() -> Vec<u32> {
+    let me = std::process::id();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| parent_of(*pid) == Some(me))
+        .collect()
+}
+
+/// The parent pid of `pid`: the fourth field of `/proc/<pid>/stat`, counted
+/// after the command name (which may hold spaces and parentheses).
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    after_name.split_whitespace().nth(1)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_parent_of_this_process_is_read_from_proc() {
+        let me = std::process::id();
+        // SAFETY: getppid has no arguments.
+        let parent = unsafe { libc::getppid() };
+        assert_eq!(parent_of(me), u32::try_from(parent).ok());
+    }
+
+    // The child is reaped by `stop` (waitpid), which clippy cannot see.
+    #[allow(clippy::zombie_processes)]
+    #[tokio::test]
+    async fn an_adopted_child_is_stopped_and_reaped() {
+        // A child spawned outside `Children` (std, not tokio) stands in for
+        // a runtime reparented to `dev`.
+        let child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn sleep: {e}"));
+        let pid = child.id();
+        assert!(adopted().contains(&pid));
+        Children::default().stop().await;
+        assert!(!adopted().contains(&pid));
+        assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists());
+    }
+}

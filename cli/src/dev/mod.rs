@@ -1,0 +1,323 @@
+//! `openshell-pool dev`: a complete local system on loopback, in the
+//! foreground, on embedded defaults: three gateways, two supervisors and a
+//! few demo sandboxes, all real processes. Data lives under one directory;
+//! running it again resumes that data. Ctrl-C (or SIGTERM) stops every
+//! process it started, sandbox runtimes included ([`children`]).
+//!
+//! - [`run`]: locate the binaries, start the gateways, [`bring_up`] the
+//!   rest, print what to try, wait for Ctrl-C, stop everything.
+//! - [`bring_up`]: wait for a leader, start the supervisors, launch the demo
+//!   sandboxes (talking to the gateways over gRPC only).
+
+pub mod children;
+mod demo;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use proto::cluster::cluster_admin_client::ClusterAdminClient;
+use proto::cluster::StatusRequest;
+use proto::pool_admin::pool_admin_client::PoolAdminClient;
+use proto::pool_admin::GetSupervisorPoolStatusRequest;
+
+use crate::{CliError, Gateway};
+use children::Children;
+
+/// `dev` options.
+#[derive(clap::Args, Debug)]
+pub struct DevArgs {
+    /// Where the cluster keeps its data and logs (created if absent).
+    #[arg(long, default_value = "openshell-dev")]
+    pub data_dir: PathBuf,
+    /// First gRPC port; gateways use PORT..PORT+2, their HTTP endpoints
+    /// PORT+100.., supervisors' health endpoints PORT+200...
+    #[arg(long, default_value_t = 7001)]
+    pub base_port: u16,
+    /// Demo sandboxes to create on the first run.
+    #[arg(long, default_value_t = 3)]
+    pub sandboxes: u32,
+}
+
+/// The binaries `dev` starts, found next to `openshell-pool`.
+struct Bins {
+    gateway: PathBuf,
+    supervisor: PathBuf,
+    runtime: PathBuf,
+    pool: PathBuf,
+}
+
+impl Bins {
+    fn locate() -> Result<Self, CliError> {
+        Ok(Bins {
+            gateway: sibling("openshell-gateway")?,
+            supervisor: sibling("openshell-supervisor")?,
+            runtime: sibling("openshell-sandbox-runtime")?,
+            pool: sibling("openshell-pool")?,
+        })
+    }
+}
+
+fn sibling(name: &str) -> Result<PathBuf, CliError> {
+    let exe = std::env::current_exe()
+        .map_err(|e| CliError::Local(format!("cannot find this binary: {e}")))?;
+    let path = exe
+        .parent()
+        .map(|d| d.join(name))
+        .unwrap_or_else(|| PathBuf::from(name));
+    if path.exists() {
+        Ok(path)
+    } else {
+        Err(CliError::Local(format!(
+            "{} not found next to openshell-pool; build every binary first (`cargo build --bins`)",
+            path.display()
+        )))
+    }
+}
+
+/// `127.0.0.1:<base + offset>`.
+fn port(args: &DevArgs, offset: u16) -> String {
+    format!("127.0.0.1:{}", args.base_port + offset)
+}
+
+/// Completes on SIGINT (Ctrl-C) or SIGTERM.
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                eprintln!("cannot listen for SIGTERM: {e}");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        _ = term => {},
+    }
+}
+
+/// Runs the dev cluster until Ctrl-C.
+///
+/// # Errors
+/// When a binary is missing, a port is taken, or the cluster does not come up.
+pub async fn run(args: DevArgs) -> Result<(), CliError> {
+    let bins = Bins::locate()?;
+    std::fs::create_dir_all(&args.data_dir)
+        .map_err(|e| CliError::Local(format!("creating {}: {e}", args.data_dir.display())))?;
+    let dir = args
+        .data_dir
+        .canonicalize()
+        .map_err(|e| CliError::Local(e.to_string()))?;
+    let first_run = !dir.join("gateway-1").exists();
+    let endpoints: Vec<String> = (0..3).map(|i| port(&args, i)).collect();
+    // The runtimes the supervisors start are reparented to this process when
+    // their supervisor exits, so that stopping can reach them by pid.
+    children::become_subreaper()
+        .map_err(|e| CliError::Local(format!("cannot become a child subreaper: {e}")))?;
+    let mut children = Children::default();
+    start_gateways(&args, &dir, first_run, &bins.gateway, &mut children)?;
+    // Ctrl-C during start-up stops everything too.
+    let interrupted = tokio::select! {
+        result = bring_up(&args, &dir, &endpoints, &bins, &mut children) => match result {
+            Ok(()) => false,
+            Err(e) => {
+                children.stop().await;
+                return Err(e);
+            }
+        },
+        () = shutdown_signal() => true,
+    };
+    if interrupted {
+        eprintln!("interrupted during start-up; stopping");
+        children.stop().await;
+        return Ok(());
+    }
+    if !first_run {
+        println!(
+            "Resumed the data in {}; the demo sandboxes were started afresh",
+            dir.display()
+        );
+    }
+    print_banner(&args, &dir, &endpoints, &bins.pool);
+    shutdown_signal().await;
+    eprintln!("stopping...");
+    children.stop().await;
+    eprintln!(
+        "stopped; data kept in {} (run again to resume)",
+        dir.display()
+    );
+    Ok(())
+}
+
+/// Starts the three gateways (on the first run with the initial members).
+fn start_gateways(
+    args: &DevArgs,
+    dir: &Path,
+    first_run: bool,
+    gateway_bin: &Path,
+    children: &mut Children,
+) -> Result<(), CliError> {
+    let members = (0..3u16)
+        .map(|i| format!("{}={}", i + 1, port(args, i)))
+        .collect::<Vec<_>>()
+        .join(",");
+    for i in 0..3u16 {
+        let id = i + 1;
+        let mut gw_args = vec![
+            "--node-id".to_string(),
+            id.to_string(),
+            "--listen".into(),
+            port(args, i),
+            "--http-listen".into(),
+            port(args, 100 + i),
+            "--data-dir".into(),
+            dir.join(format!("gateway-{id}")).display().to_string(),
+            "--cluster-id".into(),
+            "openshell-dev".into(),
+        ];
+        if first_run {
+            gw_args.extend(["--initial-members".to_string(), members.clone()]);
+        }
+        children.spawn(
+            format!("gateway {id}"),
+            gateway_bin,
+            &gw_args,
+            &dir.join(format!("gateway-{id}.log")),
+        )?;
+    }
+    Ok(())
+}
+
+/// Prints where everything is and what to try.
+fn print_banner(args: &DevArgs, dir: &Path, endpoints: &[String], pool_bin: &Path) {
+    let pool = if args.base_port == 7001 {
+        pool_bin.display().to_string()
+    } else {
+        format!("{} --endpoints {}", pool_bin.display(), endpoints.join(","))
+    };
+    println!(
+        "OpenShell pool dev cluster is up (data and logs in {})",
+        dir.display()
+    );
+    println!("  gateways (gRPC):  {}", endpoints.join(" "));
+    println!(
+        "  gateways (HTTP):  {}  (/healthz /readyz /metrics)",
+        (100..103)
+            .map(|i| port(args, i))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    println!(
+        "  supervisors:      s1 s2 (health on {} {})",
+        port(args, 200),
+        port(args, 201)
+    );
+    println!();
+    println!("Try, in another shell:");
+    println!("  {pool} raft status");
+    println!("  {pool} pool status");
+    println!("  {pool} sandbox exec demo-1 -- demo-read");
+    println!();
+    println!("Ctrl-C stops every process this command started.");
+}
+
+/// Waits for a leader, starts the supervisors, waits for them to attach,
+/// and launches the demo sandboxes.
+async fn bring_up(
+    args: &DevArgs,
+    dir: &Path,
+    endpoints: &[String],
+    bins: &Bins,
+    children: &mut Children,
+) -> Result<(), CliError> {
+    let gw = Gateway {
+        endpoints: endpoints.to_vec(),
+        token: None,
+    };
+    wait_until("a gateway leader", Duration::from_secs(30), || async {
+        let s = gw
+            .call(|c| async move {
+                ClusterAdminClient::new(c)
+                    .status(StatusRequest { local: false })
+                    .await
+            })
+            .await;
+        matches!(s, Ok(r) if r.get_ref().leader_id != 0)
+    })
+    .await?;
+    start_supervisors(args, dir, endpoints, bins, children)?;
+    wait_until("both supervisors attached", Duration::from_secs(30), || async {
+        matches!(demo::pool_status(&gw).await, Ok(s) if s.members.iter().filter(|m| m.state == "active" || m.state == "draining")
+            .filter(|m| m.ticks_since_heartbeat <= 2).count() >= 2)
+    })
+    .await?;
+    demo::launch_sandboxes(&gw, args.sandboxes).await?;
+    wait_until("demo sandboxes running", Duration::from_secs(30), || async {
+        let s = gw
+            .call(|c| async move {
+                PoolAdminClient::new(c)
+                    .get_supervisor_pool_status(GetSupervisorPoolStatusRequest { stale: false })
+                    .await
+            })
+            .await;
+        matches!(s, Ok(r) if r.get_ref().sandboxes.iter()
+            .filter(|sb| sb.id.starts_with("demo-") && sb.phase != "deleted" && sb.phase != "failed")
+            .all(|sb| sb.phase == "assigned" && sb.pid != 0))
+    })
+    .await
+}
+
+/// Starts supervisors `s1` and `s2`, attached to every gateway.
+fn start_supervisors(
+    args: &DevArgs,
+    dir: &Path,
+    endpoints: &[String],
+    bins: &Bins,
+    children: &mut Children,
+) -> Result<(), CliError> {
+    for i in 0..2u16 {
+        let member = format!("s{}", i + 1);
+        let sup_args = vec![
+            "--gateways".to_string(),
+            endpoints.join(","),
+            "--pool-member-id".into(),
+            member.clone(),
+            "--pool-member-uid".into(),
+            format!("dev-{member}"),
+            "--pool-advertise-ip".into(),
+            "127.0.0.1".into(),
+            "--http-listen".into(),
+            port(args, 200 + i),
+            "--runtime-dir".into(),
+            dir.join("runtimes").display().to_string(),
+            "--runtime-bin".into(),
+            bins.runtime.display().to_string(),
+        ];
+        children.spawn(
+            format!("supervisor {member}"),
+            &bins.supervisor,
+            &sup_args,
+            &dir.join(format!("supervisor-{member}.log")),
+        )?;
+    }
+    Ok(())
+}
+
+async fn wait_until<F, Fut>(what: &str, within: Duration, mut check: F) -> Result<(), CliError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = std::time::Instant::now() + within;
+    while !check().await {
+        if std::time::Instant::now() > deadline {
+            return Err(CliError::Local(format!(
+                "timed out waiting for {what}; see the logs in the data directory"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}

@@ -1,0 +1,61 @@
+//! `openshell-pool`: the operator CLI of the OpenShell supervisor-pool store.
+//!
+//! Every command talks to any gateway of `--endpoints` (the first that
+//! answers; the gateways forward to the leader, and the CLI follows a leader
+//! hint once). Output is a table or, with `-o json`, one JSON document.
+//! Failures print one line on stderr saying what failed and what to do, and
+//! exit non-zero (see [`CliError::exit_code`]).
+//!
+//! The CLI talks to gateways only over gRPC (the `proto` crate); it shares
+//! no code with `gateway-plugin`, so a gateway that embeds that library does
+//! not carry the CLI.
+//!
+//! # Layout
+//! - [`args`]: the flags and commands ([`Cli`]).
+//! - [`client`]: connecting to any gateway, bearer tokens, leader hints, and
+//!   [`CliError`] with its exit codes.
+//! - [`commands`]: `raft`, `pool`, `sandbox` and `backup`, one module each,
+//!   and the table/JSON output they share.
+//! - [`dev`]: `openshell-pool dev`, the local cluster launcher, and the
+//!   processes it owns.
+//!
+//! The binary (`src/main.rs`) only parses flags and calls [`run`].
+
+pub mod args;
+pub mod client;
+pub mod commands;
+pub mod dev;
+
+pub use args::{
+    BackupCommand, Cli, Command, Output, PoolCommand, RaftCommand, SandboxCommand, DEV_ENDPOINTS,
+};
+pub use client::{CliError, Gateway};
+
+/// Runs one parsed command line to its end.
+///
+/// # Errors
+/// What the command failed on, as the user should read it; the process
+/// exits with [`CliError::exit_code`].
+pub async fn run(cli: Cli) -> Result<(), CliError> {
+    let gw = Gateway {
+        endpoints: cli.endpoints.clone(),
+        token: cli.token.clone(),
+    };
+    match cli.command {
+        Command::Dev(args) => dev::run(args).await,
+        Command::Raft(c) => commands::raft(&gw, cli.output, c).await,
+        Command::Pool(c) => commands::pool(&gw, cli.output, c).await,
+        Command::Sandbox(c) => commands::sandbox(&gw, cli.output, c).await,
+        Command::Backup(c) => commands::backup(&gw, cli.output, c).await,
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "openshell-pool",
+                &mut std::io::stdout(),
+            );
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! Proto requests -> pool commands and raft-store arguments: a supervisor's
+//! `HostHello`, `TermAck` and `SandboxReport` (proposed with the stream's
+//! member incarnation, so apply fences stale ones), and the operator
+//! requests of `openshell.pool_admin.v1` and `openshell.cluster.v1`.
+//! Missing required fields are `INVALID_ARGUMENT`.
+
+use pool::Command;
+use proto::cluster::InitializeRequest;
+use proto::pool_admin::{
+    start_supervisor_pool_operation_request, CreateSandboxRequest,
+    StartSupervisorPoolOperationRequest,
+};
+use proto::supervisor_host::{supervisor_message, HostHello};
+use tonic::Status;
+
+/// The join a hello asks for.
+pub fn join(hello: &HostHello) -> pool::Join {
+    pool::Join {
+        member: hello.member_id.clone(),
+        uid: hello.member_uid.clone(),
+        incarnation: hello.incarnation,
+        address: hello.advertise_address.clone(),
+        capacity: hello.capacity,
+    }
+}
+
+/// What one message on an attached supervisor stream asks for.
+pub enum StreamInput {
+    /// `HostStatus`: the member is alive (batched into the tick's heartbeat).
+    Status,
+    /// A command to propose, on behalf of the stream's incarnation.
+    Propose(Command),
+    /// Not expected once attached (a second hello, or an empty message).
+    Unexpected,
+}
+
+/// The input of `message`, received on the stream of `member`'s
+/// `incarnation`.
+pub fn stream_input(
+    message: Option<supervisor_message::Message>,
+    member: &str,
+    incarnation: u64,
+) -> StreamInput {
+    match message {
+        Some(supervisor_message::Message::Status(_)) => StreamInput::Status,
+        Some(supervisor_message::Message::Ack(ack)) => {
+            StreamInput::Propose(Command::Acknowledge(pool::Acknowledge {
+                sandbox: ack.sandbox_id,
+                generation: ack.generation,
+                member: member.to_string(),
+                incarnation,
+                term: ack.term,
+            }))
+        }
+        Some(supervisor_message::Message::Report(report)) => {
+            StreamInput::Propose(Command::Report(pool::Report {
+                sandbox: report.sandbox_id,
+                generation: report.generation,
+                member: member.to_string(),
+                incarnation,
+                term: report.term,
+                status: report.status,
+            }))
+        }
+        Some(supervisor_message::Message::Hello(_)) | None => StreamInput::Unexpected,
+    }
+}
+
+/// The command of a start-operation request and the operation's id
+/// (`fresh_id` when the request names none).
+///
+/// # Errors
+/// `INVALID_ARGUMENT` when the request names no kind.
+pub fn start_operation(
+    request: StartSupervisorPoolOperationRequest,
+    fresh_id: impl FnOnce() -> String,
+) -> Result<(String, Command), Status> {
+    let id = if request.operation_id.is_empty() {
+        fresh_id()
+    } else {
+        request.operation_id
+    };
+    let max_parallel = if request.max_parallel == 0 {
+        1
+    } else {
+        request.max_parallel
+    };
+    let command = match request.kind {
+        Some(start_supervisor_pool_operation_request::Kind::DrainMember(member)) => {
+            Command::StartDrain(pool::StartDrain {
+                operation_id: id.clone(),
+                member,
+                max_parallel,
+            })
+        }
+        Some(start_supervisor_pool_operation_request::Kind::Rebalance(_)) => {
+            Command::StartRebalance(pool::StartRebalance {
+                operation_id: id.clone(),
+                max_parallel,
+            })
+        }
+        None => {
+            return Err(Status::invalid_argument(
+                "kind is required: drain_member or rebalance",
+            ))
+        }
+    };
+    Ok((id, command))
+}
+
+/// The launch a create-sandbox request asks for (`fresh_id` names the
+/// sandbox when the request does not; the launch id defaults to it).
+pub fn launch(request: CreateSandboxRequest, fresh_id: impl FnOnce() -> String) -> pool::Launch {
+    let sandbox = if request.sandbox_id.is_empty() {
+        fresh_id()
+    } else {
+        request.sandbox_id
+    };
+    let launch_id = if request.launch_id.is_empty() {
+        sandbox.clone()
+    } else {
+        request.launch_id
+    };
+    pool::Launch {
+        launch_id,
+        sandbox,
+        material_ref: request.material_ref,
+    }
+}
+
+/// The initial voters of an initialize request, (node id, address).
+pub fn initial_members(request: &InitializeRequest) -> Vec<(u64, String)> {
+    request
+        .members
+        .iter()
+        .map(|m| (m.id, m.addr.clone()))
+        .collect()
+}

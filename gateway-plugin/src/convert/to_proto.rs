@@ -1,0 +1,330 @@
+//! Pool and raft-store types -> proto messages: the supervisor stream's
+//! `HelloAccepted` and `AssignmentSnapshot` (with the grant of each
+//! assignment), the typed `AttachRefusal`, the operator views of
+//! `openshell.pool_admin.v1`, and the cluster replies of
+//! `openshell.cluster.v1` and the object store's list page. Every wire name of a pool enum (phase, member
+//! state, operation kind and phase) is spelled here and nowhere else.
+
+use std::collections::BTreeMap;
+
+use pool::visibility::{GrantClaims, Push, Retirement, SandboxView};
+use pool::{MemberState, ObservedStatus, OperationKind, OperationPhase, Phase, PoolState, Reason};
+use proto::cluster::{
+    BackupReply, ClusterStatus as PbStatus, Member, MembershipReply, NodeStatus as PbNode,
+    StateDigestReply, TransferLeaderReply,
+};
+use proto::objects::ListResponse;
+use proto::pool_admin::{PoolMember, Sandbox, SupervisorPoolOperation, SupervisorPoolStatus};
+use proto::sandbox_runtime::Grant;
+use proto::supervisor_host::{
+    gateway_message, AssignmentSnapshot, AttachRefusal, GatewayMessage, HelloAccepted,
+    SandboxInstanceAssignment,
+};
+use raft_store::node::MembershipChange;
+
+use crate::hub::PoolSettings;
+
+/// The wire name of a sandbox phase.
+pub fn phase_name(phase: Phase) -> &'static str {
+    match phase {
+        Phase::Admitting => "admitting",
+        Phase::Assigned => "assigned",
+        Phase::Recovering => "recovering",
+        Phase::Stopping => "stopping",
+        Phase::Deleted => "deleted",
+        Phase::Failed => "failed",
+    }
+}
+
+/// The wire name of a member state.
+pub fn member_state_name(state: MemberState) -> &'static str {
+    match state {
+        MemberState::Active => "active",
+        MemberState::Draining => "draining",
+        MemberState::Leaving => "leaving",
+        MemberState::Expired => "expired",
+    }
+}
+
+/// The wire name of an operation phase.
+pub fn operation_phase_name(phase: OperationPhase) -> &'static str {
+    match phase {
+        OperationPhase::Queued => "queued",
+        OperationPhase::Running => "running",
+        OperationPhase::Succeeded => "succeeded",
+        OperationPhase::Failed => "failed",
+        OperationPhase::Cancelled => "cancelled",
+    }
+}
+
+/// The stream's first gateway message: the accepted hello with the timing
+/// the supervisor follows and the key grants are signed with.
+pub fn hello_accepted(
+    node_id: u64,
+    settings: &PoolSettings,
+    cluster_public_key: String,
+) -> GatewayMessage {
+    GatewayMessage {
+        message: Some(gateway_message::Message::Accepted(HelloAccepted {
+            gateway_node_id: node_id,
+            status_interval_ms: u64::try_from(settings.status_interval.as_millis()).unwrap_or(250),
+            cluster_public_key,
+            recovery_deadline_ms: u64::try_from(
+                settings.tick_interval.as_millis() * u128::from(settings.recovery_deadline_ticks),
+            )
+            .unwrap_or(u64::MAX),
+        })),
+    }
+}
+
+/// A sandbox as its owner sees it in a snapshot, without its grant.
+pub fn assignment(s: &SandboxView) -> SandboxInstanceAssignment {
+    SandboxInstanceAssignment {
+        sandbox_id: s.sandbox.clone(),
+        generation: s.generation,
+        term: s.term,
+        credential_epoch: s.credential_epoch,
+        acknowledged: s.acknowledged,
+        phase: phase_name(s.phase).to_string(),
+        material_ref: s.material_ref.clone(),
+        grant: Vec::new(),
+    }
+}
+
+/// The grant message of one pushed sandbox (signed by the caller).
+pub fn grant(c: &GrantClaims) -> Grant {
+    Grant {
+        sandbox_id: c.sandbox.clone(),
+        generation: c.generation,
+        member_id: c.member.clone(),
+        incarnation: c.incarnation,
+        term: c.term,
+        credential_epoch: c.credential_epoch,
+        log_index: c.log_index,
+        release: c.release,
+    }
+}
+
+/// The `AssignmentSnapshot` of `push`, each assignment carrying the grant
+/// `sign` makes of its claims (which name the push's incarnation).
+pub fn snapshot(push: &Push, sign: impl Fn(&GrantClaims) -> Vec<u8>) -> GatewayMessage {
+    let signed = |views: &BTreeMap<String, SandboxView>, release: bool| {
+        views
+            .values()
+            .map(|view| SandboxInstanceAssignment {
+                grant: sign(&push.claims(view, release)),
+                ..assignment(view)
+            })
+            .collect()
+    };
+    GatewayMessage {
+        message: Some(gateway_message::Message::Snapshot(AssignmentSnapshot {
+            log_index: push.index,
+            assignments: signed(&push.view.assignments, false),
+            draining: push.view.draining,
+            released: signed(&push.view.released, true),
+        })),
+    }
+}
+
+/// The typed refusal and message of a stream closed because its
+/// incarnation no longer counts.
+pub fn retirement(why: Retirement) -> (AttachRefusal, &'static str) {
+    match why {
+        Retirement::Superseded => (
+            AttachRefusal::IncarnationSuperseded,
+            "superseded by a newer incarnation of this member",
+        ),
+        Retirement::Retired => (
+            AttachRefusal::IncarnationRetired,
+            "incarnation retired (expired or left): re-join as a new incarnation",
+        ),
+    }
+}
+
+/// The [`AttachRefusal`] a rejected join carries, when the cause is the
+/// incarnation (the supervisor renews a retired one, never a superseded one).
+pub fn incarnation_refusal(reason: &Reason) -> Option<AttachRefusal> {
+    match reason {
+        Reason::IncarnationRetired => Some(AttachRefusal::IncarnationRetired),
+        Reason::StaleIncarnation { .. } => Some(AttachRefusal::IncarnationSuperseded),
+        _ => None,
+    }
+}
+
+/// The operator view of one sandbox.
+pub fn sandbox(state: &PoolState, s: &pool::Sandbox) -> Sandbox {
+    let observed = match state.observed_status(&s.id) {
+        Some(ObservedStatus::Pending) | None => "pending".to_string(),
+        Some(ObservedStatus::Reported { status, .. }) => status,
+        Some(ObservedStatus::Deleted) => "deleted".to_string(),
+        Some(ObservedStatus::Failed(reason)) => format!("failed: {reason}"),
+    };
+    // Supervisors report the runtime's view as JSON; pid and start time are
+    // shown when the report carries them.
+    let report: Option<serde_json::Value> = serde_json::from_str(&observed).ok();
+    let field = |name: &str| {
+        report
+            .as_ref()
+            .and_then(|r| r.get(name))
+            .and_then(|v| v.as_u64())
+            .unwrap_or(0)
+    };
+    Sandbox {
+        pid: u32::try_from(field("pid")).unwrap_or(0),
+        started_at_unix_ms: field("started_at_unix_ms"),
+        id: s.id.clone(),
+        generation: s.generation,
+        phase: phase_name(s.phase).to_string(),
+        owner: s.owner.member.clone(),
+        owner_incarnation: s.owner.incarnation,
+        term: s.owner.term,
+        epoch: s.owner.epoch,
+        acknowledged: s.owner.acknowledged,
+        observed_status: observed,
+        last_report_index: s.last_report.as_ref().map(|r| r.index).unwrap_or(0),
+        failure: s.failure.clone().unwrap_or_default(),
+        launch_id: s.launch_id.clone(),
+    }
+}
+
+/// The operator view of one operation.
+pub fn operation(o: &pool::Operation) -> SupervisorPoolOperation {
+    let (kind, member) = match &o.kind {
+        OperationKind::DrainMember { member } => ("drain", member.clone()),
+        OperationKind::RebalancePool => ("rebalance", String::new()),
+    };
+    SupervisorPoolOperation {
+        id: o.id.clone(),
+        kind: kind.to_string(),
+        member,
+        phase: operation_phase_name(o.phase).to_string(),
+        message: o.message.clone(),
+        attempts: o.attempts,
+        moves_planned: o.moves_planned,
+        moves_done: o.moves_done,
+        max_parallel: o.max_parallel,
+        deadline_tick: o.deadline_tick.unwrap_or(0),
+    }
+}
+
+/// The whole operator status view at `applied_index`.
+pub fn pool_status(state: &PoolState, applied_index: u64) -> SupervisorPoolStatus {
+    let status = state.status();
+    SupervisorPoolStatus {
+        now_tick: status.now_tick,
+        applied_index,
+        members: status
+            .members
+            .iter()
+            .map(|v| PoolMember {
+                id: v.member.id.clone(),
+                uid: v.member.uid.clone(),
+                incarnation: v.member.incarnation,
+                address: v.member.address.clone(),
+                state: member_state_name(v.member.state).to_string(),
+                capacity: v.member.capacity,
+                used: v.member.charged,
+                ticks_since_heartbeat: v.ticks_since_heartbeat,
+                eligible: v.eligible,
+            })
+            .collect(),
+        sandboxes: state
+            .sandboxes()
+            .values()
+            .map(|s| sandbox(state, s))
+            .collect(),
+        operations: status.operations.iter().map(operation).collect(),
+        heartbeat_ttl_ticks: status.config.heartbeat_ttl_ticks,
+        recovery_deadline_ticks: status.config.recovery_deadline_ticks,
+    }
+}
+
+fn members(list: Vec<(u64, String)>) -> Vec<Member> {
+    list.into_iter()
+        .map(|(id, addr)| Member { id, addr })
+        .collect()
+}
+
+/// The reply of a membership change.
+pub fn membership_reply(change: MembershipChange) -> MembershipReply {
+    MembershipReply {
+        log_index: change.log_index,
+        voters: members(change.voters),
+        learners: members(change.learners),
+        learner_matched: change.learner_matched,
+        leader_last_index: change.leader_last_index,
+    }
+}
+
+/// The cluster status reply.
+pub fn cluster_status(s: raft_store::ClusterStatus) -> PbStatus {
+    let (leader_id, leader_addr) = s.leader.unwrap_or((0, String::new()));
+    PbStatus {
+        node_id: s.node_id,
+        leader_id,
+        leader_addr,
+        term: s.term,
+        commit_index: s.commit_index,
+        applied_index: s.applied_index,
+        last_log_index: s.last_log_index,
+        snapshot_index: s.snapshot_index,
+        purged_index: s.purged_index,
+        nodes: s
+            .nodes
+            .into_iter()
+            .map(|n| PbNode {
+                id: n.id,
+                addr: n.addr,
+                voter: n.voter,
+                matched_index: n.matched_index.unwrap_or(0),
+                lag: n.lag.unwrap_or(0),
+            })
+            .collect(),
+        state: s.state,
+        cluster_id: s.cluster_id,
+    }
+}
+
+/// The reply of a leadership transfer: (new leader, raft term).
+pub fn transfer_leader_reply((leader_id, term): (u64, u64)) -> TransferLeaderReply {
+    TransferLeaderReply { leader_id, term }
+}
+
+/// The reply of a backup taken by `node_id` of `cluster_id`: (raft term,
+/// log index, state bytes).
+pub fn backup_reply(
+    cluster_id: &str,
+    node_id: u64,
+    (term, index, state): (u64, u64, Vec<u8>),
+) -> BackupReply {
+    BackupReply {
+        cluster_id: cluster_id.to_string(),
+        term,
+        index,
+        state,
+        taken_by_node: node_id,
+    }
+}
+
+/// The reply of a state digest of `node_id`: (applied index, crc32, bytes).
+pub fn state_digest_reply(
+    node_id: u64,
+    (applied_index, crc32, bytes): (u64, u32, u64),
+) -> StateDigestReply {
+    StateDigestReply {
+        node_id,
+        applied_index,
+        crc32,
+        bytes,
+    }
+}
+
+/// One page of an object-store list, read at `read_index`.
+pub fn list_response(page: raft_store::objects::Page, read_index: u64) -> ListResponse {
+    ListResponse {
+        objects: page.objects,
+        next_page_token: page.next_page_token.unwrap_or_default(),
+        read_index,
+    }
+}

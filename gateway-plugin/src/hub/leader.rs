@@ -1,0 +1,105 @@
+//! The leader-only coordinator loop: while this node is the raft leader, it
+//! drives `pool::Coordinator` (etcd RawNode-style: tick on the monotonic
+//! clock, step on the applied state, propose what it returns) and proposes
+//! the configured pool timing once the leader-change grace is in the log.
+//! Every proposal carries preconditions, so a deposed leader that still
+//! believes it leads cannot corrupt anything.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use pool::{Command, Coordinator, CoordinatorConfig};
+use raft_store::RaftNode;
+use tracing::Instrument;
+
+use super::Hub;
+use crate::state::GatewayState;
+
+impl Hub {
+    /// Runs the pool coordinator while this node is the raft leader.
+    pub async fn run_coordinator(self: Arc<Self>) {
+        let mut metrics = self.node.raft().metrics();
+        loop {
+            let (leader, term) = {
+                let m = metrics.borrow();
+                (m.current_leader, m.current_term)
+            };
+            if leader != Some(self.node.id()) {
+                if metrics.changed().await.is_err() {
+                    return;
+                }
+                continue;
+            }
+            tracing::info!(term, node = self.node.id(), "pool coordinator active");
+            self.lead(term).await;
+            tracing::info!(term, node = self.node.id(), "pool coordinator stopped");
+        }
+    }
+
+    /// One leadership term of the coordinator (etcd RawNode-style driving:
+    /// tick on the monotonic clock, step on the applied state, propose).
+    async fn lead(&self, term: u64) {
+        let mut coordinator = Coordinator::new(CoordinatorConfig::new(term));
+        let mut ticker = tokio::time::interval(self.settings.tick_interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let step_every = (self.settings.tick_interval / 4).max(Duration::from_millis(10));
+        let mut stepper = tokio::time::interval(step_every);
+        stepper.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let wanted = self.settings.pool_config();
+        let mut metrics = self.node.raft().metrics();
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => coordinator.tick(),
+                _ = stepper.tick() => {}
+                changed = metrics.changed() => if changed.is_err() { return },
+            }
+            let still_leading = {
+                let m = metrics.borrow();
+                m.current_leader == Some(self.node.id()) && m.current_term == term
+            };
+            if !still_leading {
+                return;
+            }
+            let (mut commands, configured) = self.node.read_local(|state, _| {
+                let config = state.pool.config();
+                let configured = config.heartbeat_ttl_ticks == wanted.heartbeat_ttl_ticks
+                    && config.recovery_deadline_ticks == wanted.recovery_deadline_ticks
+                    && config.operation_deadline_ticks == wanted.operation_deadline_ticks;
+                (coordinator.step(&state.pool), configured)
+            });
+            if !configured && state_has_leader_term(&self.node, term) {
+                commands.push(Command::Configure(wanted.clone()));
+            }
+            self.propose_all(commands).await;
+        }
+    }
+
+    /// Proposes the coordinator's commands in order; stops at the first
+    /// that could not be written (a rejection is expected and skipped).
+    async fn propose_all(&self, commands: Vec<Command>) {
+        for command in commands {
+            let span = tracing::debug_span!("coordinator_propose", command = command.name());
+            let proposed = self.propose(&command).instrument(span.clone()).await;
+            let failed = span.in_scope(|| match proposed {
+                Ok(pool::Outcome::Rejected(reason)) => {
+                    tracing::debug!(%reason, "coordinator proposal rejected");
+                    false
+                }
+                Ok(pool::Outcome::Applied(_)) => false,
+                Err(status) => {
+                    tracing::debug!(%status, "coordinator proposal failed");
+                    true
+                }
+            });
+            if failed {
+                break;
+            }
+        }
+    }
+}
+
+/// Whether the pool state already recorded `term`'s LeaderChanged (so the
+/// configuration is proposed after the grace command, not before).
+fn state_has_leader_term(node: &RaftNode<GatewayState>, term: u64) -> bool {
+    node.read_local(|state, _| state.pool.leader_term() >= term)
+}

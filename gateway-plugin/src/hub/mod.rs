@@ -1,0 +1,142 @@
+//! The supervision hub of one gateway: the [`Hub`] type that the supervisor
+//! host service, the HTTP endpoints and the background tasks share, the pool
+//! timing it runs on ([`PoolSettings`]), and its proposal path. Each concern
+//! lives in its own module:
+//!
+//! - [`streams`]: the registry of attached supervisor streams (attach,
+//!   detach, is_current, touch).
+//! - [`heartbeats`]: the one heartbeat batch proposed per tick interval.
+//! - [`snapshots`]: pushing assignment snapshots to attached streams (what
+//!   each incarnation may see is decided by `pool::visibility`).
+//! - [`leader`]: the leader-only pool coordinator loop.
+//!
+//! Liveness without clocks: a supervisor sends `HostStatus` every
+//! `status_interval`; once per tick interval the hub proposes ONE `Heartbeat`
+//! command naming every member whose status arrived recently. Freshness is
+//! then judged in ticks inside apply; no wall clock crosses machines.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use pool::Command;
+use proto::grant::GrantSigner;
+use raft_store::RaftNode;
+use tonic::Status;
+
+use crate::metrics::Metrics;
+use crate::state::GatewayState;
+
+pub mod heartbeats;
+pub mod leader;
+pub mod snapshots;
+pub mod streams;
+
+use streams::Streams;
+
+/// Pool timing, from `[openshell.gateway.supervisor_pool]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolSettings {
+    /// The leader appends a `Tick` this often (its monotonic clock).
+    pub tick_interval: Duration,
+    /// A member expires after this many ticks without a heartbeat.
+    pub heartbeat_ttl_ticks: u64,
+    /// A recovering sandbox fails after this many ticks without an owner.
+    pub recovery_deadline_ticks: u64,
+    /// A maintenance operation fails after this many ticks.
+    pub operation_deadline_ticks: u64,
+    /// Supervisors send `HostStatus` this often.
+    pub status_interval: Duration,
+    /// Bearer credential supervisors present in `HostHello` (None: any).
+    pub supervisor_token: Option<String>,
+}
+
+impl Default for PoolSettings {
+    fn default() -> Self {
+        PoolSettings {
+            tick_interval: Duration::from_millis(250),
+            heartbeat_ttl_ticks: 8,
+            recovery_deadline_ticks: 240,
+            operation_deadline_ticks: 2400,
+            status_interval: Duration::from_millis(250),
+            supervisor_token: None,
+        }
+    }
+}
+
+impl PoolSettings {
+    /// The pool config these settings ask for.
+    pub fn pool_config(&self) -> pool::Configure {
+        pool::Configure {
+            heartbeat_ttl_ticks: self.heartbeat_ttl_ticks,
+            recovery_deadline_ticks: self.recovery_deadline_ticks,
+            operation_deadline_ticks: self.operation_deadline_ticks,
+        }
+    }
+}
+
+/// The hub. Shared by the supervisor host service and the background tasks
+/// ([`Hub::run_heartbeats`], [`Hub::run_snapshot_pusher`],
+/// [`Hub::run_coordinator`]).
+pub struct Hub {
+    /// The raft node whose state the hub reads and proposes to.
+    node: RaftNode<GatewayState>,
+    /// Pool timing and the supervisor credential.
+    settings: PoolSettings,
+    /// Signs the grant of every pushed assignment.
+    signer: GrantSigner,
+    /// The gateway's metrics.
+    metrics: Metrics,
+    /// The attached supervisor streams.
+    streams: Streams,
+}
+
+impl Hub {
+    /// A hub for `node`, signing grants with `signer`.
+    pub fn new(
+        node: RaftNode<GatewayState>,
+        settings: PoolSettings,
+        signer: GrantSigner,
+        metrics: Metrics,
+    ) -> Arc<Self> {
+        Arc::new(Hub {
+            node,
+            settings,
+            signer,
+            metrics,
+            streams: Streams::default(),
+        })
+    }
+
+    /// The node.
+    pub fn node(&self) -> &RaftNode<GatewayState> {
+        &self.node
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &PoolSettings {
+        &self.settings
+    }
+
+    /// The grant signer (its public key goes to supervisors).
+    pub fn signer(&self) -> &GrantSigner {
+        &self.signer
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Proposes a pool command; returns its outcome.
+    ///
+    /// # Errors
+    /// The write error mapped to a status.
+    pub async fn propose(&self, command: &Command) -> Result<pool::Outcome, Status> {
+        let applied = self
+            .node
+            .write(GatewayState::pool_command(command))
+            .await
+            .map_err(crate::status::write)?;
+        GatewayState::pool_outcome(&applied.response).map_err(Status::internal)
+    }
+}

@@ -1,0 +1,177 @@
+//! Assignment snapshot pushing: after every applied batch (and on every
+//! attach) each attached stream whose view changed gets an
+//! `AssignmentSnapshot`, each assignment carrying a grant signed for that
+//! member incarnation. What each incarnation may see, when a view is pushed
+//! at all and which streams are closed is decided by the pure
+//! `pool::visibility`; this module reads the state, delivers and records.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use pool::visibility::{self, Changes, IncarnationView, Plan, Push, Retired};
+use prost::Message;
+use proto::attach::refusal_status;
+use tonic::Code;
+
+use super::streams::{stream_of, Attached};
+use super::Hub;
+use crate::convert::to_proto;
+
+/// What one attached stream had been shown when a plan was made.
+struct Planned {
+    /// The member.
+    member: String,
+    /// The incarnation its stream was attached for.
+    incarnation: u64,
+    /// The view it had been shown (compared by pointer on confirmation).
+    shown: Option<Arc<IncarnationView>>,
+    /// The index `shown` was known at.
+    shown_at: u64,
+    /// The index of the last snapshot sent.
+    sent_index: u64,
+}
+
+impl Hub {
+    /// Sends each attached member its assignment snapshot if it changed,
+    /// each assignment carrying a grant signed for that member incarnation;
+    /// closes the streams of incarnations that no longer count.
+    pub fn push_snapshots(&self) {
+        let planned: Vec<Planned> = self
+            .streams
+            .lock()
+            .iter()
+            .map(|(member, a)| Planned {
+                member: member.clone(),
+                incarnation: a.incarnation,
+                shown: a.shown.clone(),
+                shown_at: a.shown_at,
+                sent_index: a.sent_log_index,
+            })
+            .collect();
+        let viewers: Vec<visibility::Viewer<'_>> = planned
+            .iter()
+            .map(|p| visibility::Viewer {
+                member: &p.member,
+                incarnation: p.incarnation,
+                shown: p.shown.as_deref(),
+                shown_at: p.shown_at,
+                sent_index: p.sent_index,
+            })
+            .collect();
+        // The journal from the oldest view a stream is known to hold: every
+        // stream that holds one is then brought up to date by re-reading
+        // only the sandboxes touched since (the others by one full scan).
+        let since = viewers
+            .iter()
+            .filter(|v| v.shown.is_some())
+            .map(|v| v.shown_at)
+            .min();
+        let plan = self.node.read_local(|state, index| {
+            let changes = match since {
+                Some(since) => state.pool_changes.since(since),
+                None => Changes::Unknown,
+            };
+            visibility::plan_pushes(&state.pool, index, &viewers, &changes)
+        });
+        self.metrics
+            .pool_attached_supervisors
+            .set(viewers.len() as i64);
+        self.deliver(plan, &planned);
+    }
+
+    /// Carries out `plan` on the streams still attached for the planned
+    /// incarnations.
+    fn deliver(&self, plan: Plan, planned: &[Planned]) {
+        let mut streams = self.streams.lock();
+        for retired in plan.retired {
+            close_retired(&mut streams, retired);
+        }
+        for push in plan.pushes {
+            let Some(a) = stream_of(&mut streams, &push.member, push.incarnation) else {
+                continue;
+            };
+            let member = push.member.clone();
+            self.send(&member, a, push);
+        }
+        // An unchanged view holds at the plan's index too. If another pass
+        // showed the stream a different view meanwhile, the unchanged view
+        // (the current one at the plan's index) is sent under the same
+        // delivery rule as any push.
+        let base: BTreeMap<(&str, u64), &Option<Arc<IncarnationView>>> = planned
+            .iter()
+            .map(|p| ((p.member.as_str(), p.incarnation), &p.shown))
+            .collect();
+        for (member, incarnation) in plan.unchanged {
+            let Some(a) = stream_of(&mut streams, &member, incarnation) else {
+                continue;
+            };
+            let Some(Some(before)) = base.get(&(member.as_str(), incarnation)) else {
+                continue;
+            };
+            if a.shown.as_ref().is_some_and(|now| Arc::ptr_eq(before, now)) {
+                a.shown_at = a.shown_at.max(plan.index);
+                continue;
+            }
+            let push = Push {
+                member: member.clone(),
+                incarnation,
+                index: plan.index,
+                view: IncarnationView::clone(before),
+            };
+            self.send(&member, a, push);
+        }
+    }
+
+    /// Sends `push` on `a` (the stream of `member`) if the delivery rule
+    /// allows it, and records it as shown.
+    fn send(&self, member: &str, a: &mut Attached, push: Push) {
+        if !push.deliverable_to(&a.viewer(member)) {
+            return;
+        }
+        let message = to_proto::snapshot(&push, |claims| {
+            self.signer.sign(&to_proto::grant(claims)).encode_to_vec()
+        });
+        if a.tx.try_send(Ok(message)).is_ok() {
+            a.shown = Some(Arc::new(push.view));
+            a.shown_at = push.index;
+            a.sent_log_index = push.index;
+        }
+    }
+
+    /// Pushes snapshots whenever this node applies new entries.
+    pub async fn run_snapshot_pusher(self: Arc<Self>) {
+        let mut metrics = self.node.raft().metrics();
+        let mut last_applied = None;
+        loop {
+            if metrics.changed().await.is_err() {
+                return;
+            }
+            let applied = metrics.borrow().last_applied;
+            if applied != last_applied {
+                last_applied = applied;
+                self.push_snapshots();
+            }
+        }
+    }
+}
+
+/// Closes the stream of an incarnation that no longer counts (retired or
+/// superseded), if the registry still holds that incarnation, so the
+/// supervisor finds out instead of talking on a dead stream.
+fn close_retired(streams: &mut BTreeMap<String, Attached>, retired: Retired) {
+    if stream_of(streams, &retired.member, retired.incarnation).is_none() {
+        return;
+    }
+    let (refusal, message) = to_proto::retirement(retired.why);
+    let status = refusal_status(Code::FailedPrecondition, message, refusal);
+    if let Some(a) = streams.remove(&retired.member) {
+        tracing::info!(
+            member = %retired.member,
+            incarnation = retired.incarnation,
+            stream_id = a.stream_id,
+            reason = status.message(),
+            "closing the stream of an incarnation that no longer counts"
+        );
+        let _ = a.tx.try_send(Err(status));
+    }
+}

@@ -1,0 +1,189 @@
+//! The registry of attached supervisor streams: one current stream per
+//! member (a newer stream supersedes the older one), the incarnation it was
+//! attached for, when its last `HostStatus` arrived, and what it was last
+//! shown. [`Hub::attach`], [`Hub::detach`], [`Hub::is_current`] and
+//! [`Hub::touch`] are the service's view of it.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use pool::visibility::{IncarnationView, Viewer};
+use proto::supervisor_host::GatewayMessage;
+use tokio::sync::mpsc;
+use tonic::Status;
+
+use super::Hub;
+
+/// The sending half of one supervisor stream.
+pub(super) type StreamTx = mpsc::Sender<Result<GatewayMessage, Status>>;
+
+/// One attached supervisor stream.
+pub(super) struct Attached {
+    /// Unique per gateway process; tells a stream from its successor.
+    pub(super) stream_id: u64,
+    /// The member incarnation the stream was attached for.
+    pub(super) incarnation: u64,
+    /// When its last `HostStatus` arrived (this gateway's monotonic clock;
+    /// never leaves it).
+    pub(super) last_status: Instant,
+    /// Where its messages go.
+    pub(super) tx: StreamTx,
+    /// Last view sent (without grants and log index), to send only changes.
+    pub(super) shown: Option<Arc<IncarnationView>>,
+    /// The applied index at which `shown` is known to be its view (sent
+    /// then or confirmed unchanged then): the next push starts from there.
+    pub(super) shown_at: u64,
+    /// Log index of the last snapshot sent: an older one is never sent after
+    /// it (two passes can run at once: one per applied batch, one per attach).
+    pub(super) sent_log_index: u64,
+}
+
+impl Attached {
+    /// The stream as `pool::visibility` sees it.
+    pub(super) fn viewer<'a>(&'a self, member: &'a str) -> Viewer<'a> {
+        Viewer {
+            member,
+            incarnation: self.incarnation,
+            shown: self.shown.as_deref(),
+            shown_at: self.shown_at,
+            sent_index: self.sent_log_index,
+        }
+    }
+}
+
+/// member id -> its current stream.
+pub(super) struct Streams {
+    /// A std lock: held for map operations only, never across an await.
+    map: Mutex<BTreeMap<String, Attached>>,
+    /// The next stream id.
+    next_stream_id: AtomicU64,
+}
+
+impl Default for Streams {
+    fn default() -> Self {
+        Streams {
+            map: Mutex::new(BTreeMap::new()),
+            next_stream_id: AtomicU64::new(1),
+        }
+    }
+}
+
+impl Streams {
+    /// The map. A poisoned lock is recovered: the map holds no invariant a
+    /// panic could break halfway (each operation is one insert or remove).
+    pub(super) fn lock(&self) -> MutexGuard<'_, BTreeMap<String, Attached>> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// `member`'s stream if it is still the one of `incarnation`. A snapshot or
+/// a refusal computed for one incarnation must never reach the stream of
+/// another: the stream map is read again after the state, and a newer
+/// incarnation of the member may have attached in between (its grants would
+/// name it for sandboxes the state gives to the old incarnation).
+pub(super) fn stream_of<'a>(
+    streams: &'a mut BTreeMap<String, Attached>,
+    member: &str,
+    incarnation: u64,
+) -> Option<&'a mut Attached> {
+    streams
+        .get_mut(member)
+        .filter(|a| a.incarnation == incarnation)
+}
+
+impl Hub {
+    /// Registers a stream of `member`; a stream already attached for the
+    /// member (an older one) is closed with ABORTED. Returns the stream id.
+    pub fn attach(&self, member: &str, incarnation: u64, tx: StreamTx) -> u64 {
+        let stream_id = self.streams.next_stream_id.fetch_add(1, Ordering::Relaxed);
+        let old = self.streams.lock().insert(
+            member.to_string(),
+            Attached {
+                stream_id,
+                incarnation,
+                last_status: Instant::now(),
+                tx,
+                shown: None,
+                shown_at: 0,
+                sent_log_index: 0,
+            },
+        );
+        if let Some(old) = old {
+            tracing::info!(
+                member,
+                old_stream = old.stream_id,
+                stream_id,
+                "newer stream supersedes the older one"
+            );
+            let _ = old.tx.try_send(Err(Status::aborted(
+                "superseded by a newer stream of this member",
+            )));
+        }
+        self.push_snapshots();
+        stream_id
+    }
+
+    /// Unregisters a stream (if it is still the member's current one).
+    pub fn detach(&self, member: &str, stream_id: u64) {
+        let mut streams = self.streams.lock();
+        if streams.get(member).map(|a| a.stream_id) == Some(stream_id) {
+            streams.remove(member);
+        }
+    }
+
+    /// Whether `stream_id` is still `member`'s current stream.
+    pub fn is_current(&self, member: &str, stream_id: u64) -> bool {
+        self.streams.lock().get(member).map(|a| a.stream_id) == Some(stream_id)
+    }
+
+    /// A `HostStatus` arrived on the stream.
+    pub fn touch(&self, member: &str, stream_id: u64) {
+        if let Some(a) = self
+            .streams
+            .lock()
+            .get_mut(member)
+            .filter(|a| a.stream_id == stream_id)
+        {
+            a.last_status = Instant::now();
+        }
+    }
+
+    /// Number of attached streams.
+    pub fn attached(&self) -> usize {
+        self.streams.lock().len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attached(incarnation: u64) -> Attached {
+        let (tx, _rx) = mpsc::channel(1);
+        Attached {
+            stream_id: 1,
+            incarnation,
+            last_status: Instant::now(),
+            tx,
+            shown: None,
+            shown_at: 0,
+            sent_log_index: 0,
+        }
+    }
+
+    /// A snapshot computed for s1 incarnation 4 while incarnation 5
+    /// attached (the jepsen pool smoke saw incarnation 5 receive term-1
+    /// grants of sandboxes the state gave to incarnation 4): not delivered.
+    #[test]
+    fn a_view_reaches_only_the_stream_of_its_incarnation() {
+        let mut streams = BTreeMap::from([("s1".to_string(), attached(5))]);
+        assert!(stream_of(&mut streams, "s1", 4).is_none());
+        assert!(stream_of(&mut streams, "s2", 5).is_none());
+        assert_eq!(
+            stream_of(&mut streams, "s1", 5).map(|a| a.incarnation),
+            Some(5)
+        );
+    }
+}

@@ -1,0 +1,976 @@
+//! What each supervisor incarnation may see: the assignment view a gateway
+//! streams to one attached member incarnation, which attached incarnations
+//! no longer count, whether a view must be pushed at all, and the journal of
+//! what applied commands changed, so a push can cost what changed instead of
+//! a scan of every sandbox.
+//!
+//! Pure like the rest of the crate: no clock, no I/O, `BTreeMap`/`BTreeSet`
+//! only. The gateway's hub drives it; its duties, in order:
+//!
+//! 1. **Record.** After every applied pool command, call
+//!    [`ChangeLog::record`] with the command's log index, the command and its
+//!    outcome (the gateway keeps the journal next to the state it applies).
+//! 2. **Plan.** Describe each attached stream as a [`Viewer`] (member,
+//!    incarnation, what it was last shown), read the state at its applied
+//!    index, and call [`plan_pushes`] with [`ChangeLog::since`] the oldest
+//!    index a viewer's view is known at. Viewers outside the known changes
+//!    (never shown anything, or shown before the journal begins) get a full
+//!    scan; one scan serves all of them.
+//! 3. **Deliver.** Re-read the stream registry and send a [`Push`] only where
+//!    [`Push::deliverable_to`] says so: the stream of the incarnation the
+//!    view was computed for, never a view older than one already sent, never
+//!    a view equal to the one last sent. Sign grants from [`Push::claims`]:
+//!    they name the planned incarnation. Record the sent view as shown at
+//!    the plan's index.
+//! 4. **Confirm.** For each [`Plan::unchanged`] viewer whose shown view is
+//!    still the one planned from, record that the same view holds at the
+//!    plan's index (so the next plan can start from there).
+//! 5. **Close.** Close the stream of every [`Plan::retired`] incarnation
+//!    (again only if the registry still holds that incarnation).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::command::Command;
+use crate::outcome::Outcome;
+use crate::state::{MemberState, Phase, PoolState, Sandbox};
+
+/// One sandbox as its owner incarnation is shown it (the gateway signs a
+/// grant for it when it sends the view).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SandboxView {
+    /// Sandbox id.
+    pub sandbox: String,
+    /// Generation.
+    pub generation: u64,
+    /// Phase.
+    pub phase: Phase,
+    /// Ownership term.
+    pub term: u64,
+    /// Credential epoch.
+    pub credential_epoch: u64,
+    /// Whether the owner acknowledged the term.
+    pub acknowledged: bool,
+    /// Launch material; empty once the sandbox holds no slot (a released
+    /// sandbox carries no launch material).
+    pub material_ref: String,
+}
+
+impl SandboxView {
+    /// The view of `s` for its owner.
+    pub fn of(s: &Sandbox) -> SandboxView {
+        SandboxView {
+            sandbox: s.id.clone(),
+            generation: s.generation,
+            phase: s.phase,
+            term: s.owner.term,
+            credential_epoch: s.owner.epoch,
+            acknowledged: s.owner.acknowledged,
+            material_ref: if s.phase.is_charged() {
+                s.material_ref.clone()
+            } else {
+                String::new()
+            },
+        }
+    }
+}
+
+/// Everything one member incarnation is shown (before grants are signed).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IncarnationView {
+    /// Live (slot-holding) sandboxes it owns, by sandbox id.
+    pub assignments: BTreeMap<String, SandboxView>,
+    /// Deleted or failed sandboxes it owned last, by sandbox id: it stops
+    /// their workloads.
+    pub released: BTreeMap<String, SandboxView>,
+    /// Whether its member is draining.
+    pub draining: bool,
+}
+
+impl IncarnationView {
+    /// Files `s` where its phase puts it (or nowhere: stopping sandboxes
+    /// are neither live assignments nor released).
+    fn insert(&mut self, s: &Sandbox) {
+        if s.phase.is_charged() {
+            self.assignments.insert(s.id.clone(), SandboxView::of(s));
+        } else if matches!(s.phase, Phase::Deleted | Phase::Failed) {
+            self.released.insert(s.id.clone(), SandboxView::of(s));
+        }
+    }
+}
+
+/// One attached stream, as the planner needs to know it.
+#[derive(Clone, Copy, Debug)]
+pub struct Viewer<'a> {
+    /// Member id.
+    pub member: &'a str,
+    /// The incarnation the stream was attached for.
+    pub incarnation: u64,
+    /// What it was last shown, if anything.
+    pub shown: Option<&'a IncarnationView>,
+    /// The applied index at which `shown` is known to be the incarnation's
+    /// view (it was sent then, or confirmed unchanged then).
+    pub shown_at: u64,
+    /// Log index of the last snapshot sent on it (0: none): no older
+    /// snapshot may follow.
+    pub sent_index: u64,
+}
+
+/// What changed in the sandboxes since an applied index.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Changes {
+    /// Not known (no journal yet, or it does not reach back that far):
+    /// every view is computed in full.
+    Unknown,
+    /// Every sandbox touched by the entries applied after `index`.
+    Since {
+        /// The applied index the set starts after.
+        index: u64,
+        /// Sandbox ids (a superset is fine: an untouched sandbox re-read
+        /// gives the same view).
+        sandboxes: BTreeSet<String>,
+    },
+}
+
+/// Why an attached incarnation no longer counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Retirement {
+    /// A newer incarnation of the member joined.
+    Superseded,
+    /// The incarnation expired or left; it must re-join as a new one.
+    Retired,
+}
+
+/// An attached incarnation whose stream must be closed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Retired {
+    /// Member id.
+    pub member: String,
+    /// The incarnation that no longer counts.
+    pub incarnation: u64,
+    /// Why.
+    pub why: Retirement,
+}
+
+/// A view to send to one incarnation's stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Push {
+    /// Member id.
+    pub member: String,
+    /// The incarnation the view was computed for.
+    pub incarnation: u64,
+    /// The applied index it was computed at.
+    pub index: u64,
+    /// The view.
+    pub view: IncarnationView,
+}
+
+/// The fields of one grant the gateway signs for a pushed sandbox.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GrantClaims {
+    /// Sandbox id.
+    pub sandbox: String,
+    /// Generation.
+    pub generation: u64,
+    /// The member the grant names.
+    pub member: String,
+    /// The incarnation the grant names: always the one the view was
+    /// computed for.
+    pub incarnation: u64,
+    /// Ownership term.
+    pub term: u64,
+    /// Credential epoch.
+    pub credential_epoch: u64,
+    /// Applied index of the snapshot.
+    pub log_index: u64,
+    /// True for a released sandbox (stop it), false for a live one.
+    pub release: bool,
+}
+
+impl Push {
+    /// Whether this push may go to the stream described by `stream` (the
+    /// registry's entry for `self.member`, read again after planning): only
+    /// the stream of the incarnation the view was computed for, never after
+    /// a newer snapshot, never a repeat of the view last sent.
+    pub fn deliverable_to(&self, stream: &Viewer<'_>) -> bool {
+        stream.member == self.member
+            && stream.incarnation == self.incarnation
+            && self.index >= stream.sent_index
+            && stream.shown != Some(&self.view)
+    }
+
+    /// The grant claims of one sandbox of this push's view (`release` for
+    /// a released one): they name this push's member incarnation.
+    pub fn claims(&self, s: &SandboxView, release: bool) -> GrantClaims {
+        GrantClaims {
+            sandbox: s.sandbox.clone(),
+            generation: s.generation,
+            member: self.member.clone(),
+            incarnation: self.incarnation,
+            term: s.term,
+            credential_epoch: s.credential_epoch,
+            log_index: self.index,
+            release,
+        }
+    }
+
+    /// The grants of the live assignments, then of the released sandboxes,
+    /// in sandbox id order.
+    pub fn grants(&self) -> (Vec<GrantClaims>, Vec<GrantClaims>) {
+        let claims = |views: &BTreeMap<String, SandboxView>, release| {
+            views.values().map(|s| self.claims(s, release)).collect()
+        };
+        (
+            claims(&self.view.assignments, false),
+            claims(&self.view.released, true),
+        )
+    }
+}
+
+/// The result of [`plan_pushes`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// The applied index the plan was computed at.
+    pub index: u64,
+    /// Views that changed, one per viewer at most.
+    pub pushes: Vec<Push>,
+    /// Viewers (member, incarnation) whose view is unchanged at `index`.
+    pub unchanged: Vec<(String, u64)>,
+    /// Attached incarnations that no longer count.
+    pub retired: Vec<Retired>,
+}
+
+/// Why `incarnation` of `member` no longer counts, if it does not.
+pub fn retirement(state: &PoolState, member: &str, incarnation: u64) -> Option<Retirement> {
+    let m = state.member(member)?;
+    if m.incarnation > incarnation {
+        Some(Retirement::Superseded)
+    } else if m.incarnation == incarnation
+        && matches!(m.state, MemberState::Expired | MemberState::Leaving)
+    {
+        Some(Retirement::Retired)
+    } else {
+        None
+    }
+}
+
+fn draining(state: &PoolState, member: &str) -> bool {
+    state
+        .member(member)
+        .map(|m| m.state == MemberState::Draining)
+        .unwrap_or(false)
+}
+
+/// The view of every `(member, incarnation)` in `who`, in one pass over the
+/// sandboxes.
+pub fn full_views<'a>(
+    state: &'a PoolState,
+    who: &BTreeSet<(&'a str, u64)>,
+) -> BTreeMap<(&'a str, u64), IncarnationView> {
+    let mut views: BTreeMap<(&'a str, u64), IncarnationView> = who
+        .iter()
+        .map(|&(member, incarnation)| {
+            let view = IncarnationView {
+                draining: draining(state, member),
+                ..IncarnationView::default()
+            };
+            ((member, incarnation), view)
+        })
+        .collect();
+    if views.is_empty() {
+        return views;
+    }
+    for s in state.sandboxes().values() {
+        if let Some(view) = views.get_mut(&(s.owner.member.as_str(), s.owner.incarnation)) {
+            view.insert(s);
+        }
+    }
+    views
+}
+
+/// `shown` brought to the current state by re-reading only `touched`, or
+/// None when nothing in it can have changed (no copy is made then).
+fn updated_view(
+    state: &PoolState,
+    member: &str,
+    incarnation: u64,
+    shown: &IncarnationView,
+    touched: &BTreeSet<String>,
+) -> Option<IncarnationView> {
+    let draining = draining(state, member);
+    let owned = |id: &String| {
+        state
+            .sandbox(id)
+            .is_some_and(|s| s.owner.member == member && s.owner.incarnation == incarnation)
+    };
+    let relevant: Vec<&String> = touched
+        .iter()
+        .filter(|id| {
+            shown.assignments.contains_key(*id) || shown.released.contains_key(*id) || owned(id)
+        })
+        .collect();
+    if relevant.is_empty() && draining == shown.draining {
+        return None;
+    }
+    let mut view = shown.clone();
+    view.draining = draining;
+    for id in relevant {
+        view.assignments.remove(id);
+        view.released.remove(id);
+        if let Some(s) = state.sandbox(id).filter(|_| owned(id)) {
+            view.insert(s);
+        }
+    }
+    Some(view)
+}
+
+/// Decides, for every attached viewer, what it may see at applied `index`:
+/// a changed view to push, no push (unchanged, or older than what it was
+/// already sent), or its stream closed (its incarnation no longer counts).
+/// `changes` are the sandboxes touched since `changes`' index; a viewer
+/// whose shown view is older than that, or who was shown nothing, is
+/// computed in full (one scan for all of them).
+pub fn plan_pushes(
+    state: &PoolState,
+    index: u64,
+    viewers: &[Viewer<'_>],
+    changes: &Changes,
+) -> Plan {
+    let mut plan = Plan {
+        index,
+        ..Plan::default()
+    };
+    let mut live = Vec::new();
+    for v in viewers {
+        match retirement(state, v.member, v.incarnation) {
+            Some(why) => plan.retired.push(Retired {
+                member: v.member.to_string(),
+                incarnation: v.incarnation,
+                why,
+            }),
+            None => live.push(v),
+        }
+    }
+    let incremental = |v: &Viewer<'_>| match (changes, v.shown) {
+        (Changes::Since { index: since, .. }, Some(_)) => v.shown_at >= *since,
+        _ => false,
+    };
+    let full: BTreeSet<(&str, u64)> = live
+        .iter()
+        .filter(|v| !incremental(v))
+        .map(|v| (v.member, v.incarnation))
+        .collect();
+    let mut full = full_views(state, &full);
+    for v in live {
+        // None: the incarnation still sees exactly what it was shown.
+        let view = match (changes, v.shown) {
+            (Changes::Since { sandboxes, .. }, Some(shown)) if incremental(v) => {
+                updated_view(state, v.member, v.incarnation, shown, sandboxes)
+            }
+            _ => match full.remove(&(v.member, v.incarnation)) {
+                Some(view) => Some(view),
+                None => continue,
+            },
+        };
+        if index < v.sent_index {
+            continue;
+        }
+        match view {
+            Some(view) if v.shown != Some(&view) => plan.pushes.push(Push {
+                member: v.member.to_string(),
+                incarnation: v.incarnation,
+                index,
+                view,
+            }),
+            _ => plan.unchanged.push((v.member.to_string(), v.incarnation)),
+        }
+    }
+    plan
+}
+
+/// Which sandboxes an applied command may have changed, as far as views go.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Touch {
+    /// No sandbox (time, heartbeats, member records, reports, config).
+    Nothing,
+    /// This one sandbox.
+    Sandbox(String),
+    /// Any sandbox (operations start, end and move members in and out of
+    /// service).
+    Unknown,
+}
+
+/// What `command` (with `outcome`) may have changed in the sandboxes'
+/// views. Member-level facts (draining, retirement) are re-read for every
+/// viewer on every plan, so member commands touch nothing here. One arm per
+/// command, no wildcard: a new command must say what it touches.
+fn touched_by(command: &Command, outcome: &Outcome) -> Touch {
+    if outcome.is_rejected() {
+        // A rejected command changes nothing.
+        return Touch::Nothing;
+    }
+    match command {
+        Command::Tick(_)
+        | Command::Configure(_)
+        | Command::LeaderChanged(_)
+        | Command::Join(_)
+        | Command::Heartbeat(_)
+        | Command::Leave(_)
+        | Command::Expire(_)
+        | Command::Report(_) => Touch::Nothing,
+        Command::Launch(c) => Touch::Sandbox(c.sandbox.clone()),
+        Command::Takeover(c) => Touch::Sandbox(c.sandbox.clone()),
+        Command::Acknowledge(c) => Touch::Sandbox(c.sandbox.clone()),
+        Command::Stop(c) => Touch::Sandbox(c.sandbox.clone()),
+        Command::Delete(c) => Touch::Sandbox(c.sandbox.clone()),
+        Command::FailRecovery(c) => Touch::Sandbox(c.sandbox.clone()),
+        Command::Move(c) => Touch::Sandbox(c.sandbox.clone()),
+        Command::StartDrain(_)
+        | Command::StartRebalance(_)
+        | Command::CompleteOperation(_)
+        | Command::FailOperation(_)
+        | Command::CancelOperation(_) => Touch::Unknown,
+    }
+}
+
+/// How many touching entries the journal keeps; older ones are forgotten
+/// (a viewer last shown before them is computed in full).
+const KEEP: usize = 4096;
+
+/// The journal of applied commands that touched sandboxes, by log index.
+/// Deterministic (the same entries give the same journal) but not part of
+/// the state or its snapshot: after a restore it starts empty and knows
+/// changes only from the first entry it records.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ChangeLog {
+    /// Touching entries by log index (entries that touched nothing are not
+    /// kept).
+    entries: BTreeMap<u64, Touch>,
+    /// Every touching entry after this index is in `entries` (None: no
+    /// entry recorded yet).
+    complete_after: Option<u64>,
+}
+
+impl ChangeLog {
+    /// An empty journal that knows nothing yet.
+    pub fn new() -> ChangeLog {
+        ChangeLog::default()
+    }
+
+    /// Records the command applied at `index` with its outcome. Indexes
+    /// must increase; entries that are not pool commands need no record
+    /// (they change no sandbox).
+    pub fn record(&mut self, index: u64, command: &Command, outcome: &Outcome) {
+        if self.complete_after.is_none() {
+            self.complete_after = Some(index.saturating_sub(1));
+        }
+        match touched_by(command, outcome) {
+            Touch::Nothing => {}
+            touch => {
+                self.entries.insert(index, touch);
+            }
+        }
+        while self.entries.len() > KEEP {
+            if let Some((forgotten, _)) = self.entries.pop_first() {
+                self.complete_after = Some(forgotten);
+            }
+        }
+    }
+
+    /// The sandboxes touched after `index`, or [`Changes::Unknown`] when the
+    /// journal does not reach back to `index` or an entry since touched
+    /// sandboxes it cannot name.
+    pub fn since(&self, index: u64) -> Changes {
+        match self.complete_after {
+            Some(start) if index >= start => {}
+            _ => return Changes::Unknown,
+        }
+        let mut sandboxes = BTreeSet::new();
+        for touch in self
+            .entries
+            .range(index.saturating_add(1)..)
+            .map(|(_, t)| t)
+        {
+            match touch {
+                Touch::Nothing => {}
+                Touch::Sandbox(id) => {
+                    sandboxes.insert(id.clone());
+                }
+                Touch::Unknown => return Changes::Unknown,
+            }
+        }
+        Changes::Since { index, sandboxes }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::command::{Acknowledge, Beat, Delete, Expire, Heartbeat, Join, Launch, Tick};
+
+    /// A pool with members a (incarnation 1) and b (incarnation 1), and the
+    /// log index of its last entry, each command recorded in `log`.
+    struct Pool {
+        state: PoolState,
+        index: u64,
+        log: ChangeLog,
+    }
+
+    impl Pool {
+        fn new() -> Pool {
+            let mut pool = Pool {
+                state: PoolState::new(),
+                index: 0,
+                log: ChangeLog::new(),
+            };
+            pool.join("a", 1);
+            pool.join("b", 1);
+            pool
+        }
+
+        fn apply(&mut self, command: Command) -> Outcome {
+            self.index += 1;
+            let outcome = self.state.apply(self.index, &command);
+            self.log.record(self.index, &command, &outcome);
+            outcome
+        }
+
+        fn join(&mut self, member: &str, incarnation: u64) {
+            let outcome = self.apply(Command::Join(Join {
+                member: member.into(),
+                uid: format!("{member}-uid"),
+                incarnation,
+                address: format!("{member}:1"),
+                capacity: 8,
+            }));
+            assert!(!outcome.is_rejected(), "{outcome:?}");
+        }
+
+        fn launch(&mut self, sandbox: &str) -> (String, u64) {
+            match self.apply(Command::Launch(Launch {
+                launch_id: sandbox.into(),
+                sandbox: sandbox.into(),
+                material_ref: format!("obj/{sandbox}"),
+            })) {
+                Outcome::Applied(crate::Effect::Admitted { assignment, .. }) => {
+                    (assignment.member, assignment.incarnation)
+                }
+                other => panic!("launch of {sandbox}: {other:?}"),
+            }
+        }
+
+        /// Plans for `viewers` from the full state (no journal).
+        fn plan_full(&self, viewers: &[Viewer<'_>]) -> Plan {
+            plan_pushes(&self.state, self.index, viewers, &Changes::Unknown)
+        }
+    }
+
+    /// A view sent at an applied index.
+    struct Shown {
+        view: IncarnationView,
+        index: u64,
+    }
+
+    fn viewer<'a>(member: &'a str, incarnation: u64, shown: Option<&'a Shown>) -> Viewer<'a> {
+        Viewer {
+            member,
+            incarnation,
+            shown: shown.map(|s| &s.view),
+            shown_at: shown.map(|s| s.index).unwrap_or(0),
+            sent_index: shown.map(|s| s.index).unwrap_or(0),
+        }
+    }
+
+    fn shown(plan: &Plan, member: &str) -> Shown {
+        let push = plan
+            .pushes
+            .iter()
+            .find(|p| p.member == member)
+            .unwrap_or_else(|| panic!("no push for {member}: {plan:?}"));
+        Shown {
+            view: push.view.clone(),
+            index: plan.index,
+        }
+    }
+
+    #[test]
+    fn each_incarnation_sees_only_the_sandboxes_it_owns() {
+        let mut pool = Pool::new();
+        let owners: Vec<(String, (String, u64))> = ["s1", "s2", "s3", "s4"]
+            .iter()
+            .map(|s| (s.to_string(), pool.launch(s)))
+            .collect();
+        let plan = pool.plan_full(&[viewer("a", 1, None), viewer("b", 1, None)]);
+        assert!(plan.retired.is_empty() && plan.unchanged.is_empty());
+        assert_eq!(plan.pushes.len(), 2);
+        for push in &plan.pushes {
+            let mine: Vec<&String> = owners
+                .iter()
+                .filter(|(_, (m, i))| *m == push.member && *i == push.incarnation)
+                .map(|(s, _)| s)
+                .collect();
+            let seen: Vec<&String> = push.view.assignments.keys().collect();
+            assert_eq!(seen, mine, "{}", push.member);
+            assert!(push.view.released.is_empty());
+            assert!(!push.view.draining);
+            assert_eq!(push.index, pool.index);
+            let (live, released) = push.grants();
+            assert!(released.is_empty());
+            assert!(live
+                .iter()
+                .all(|g| g.member == push.member && g.incarnation == 1 && !g.release));
+        }
+        // An incarnation that owns nothing (a newer one attached early)
+        // is shown an empty view, never the old incarnation's sandboxes.
+        pool.join("a", 2);
+        let plan = pool.plan_full(&[viewer("a", 2, None)]);
+        assert_eq!(plan.pushes.len(), 1);
+        assert!(plan.pushes[0].view.assignments.is_empty());
+    }
+
+    #[test]
+    fn a_retired_incarnation_sees_nothing() {
+        let mut pool = Pool::new();
+        pool.launch("s1");
+        pool.launch("s2");
+        // a is superseded by incarnation 2; b expires.
+        pool.join("a", 2);
+        for _ in 0..20 {
+            let now = pool.state.now_tick();
+            pool.apply(Command::Tick(Tick {
+                expected_now_tick: now,
+            }));
+        }
+        let last = pool.state.member("b").map(|m| m.last_heartbeat_tick);
+        let outcome = pool.apply(Command::Expire(Expire {
+            member: "b".into(),
+            incarnation: 1,
+            last_heartbeat_tick: last.unwrap_or(0),
+        }));
+        assert!(!outcome.is_rejected(), "{outcome:?}");
+        let plan = pool.plan_full(&[viewer("a", 1, None), viewer("b", 1, None)]);
+        assert!(plan.pushes.is_empty(), "{plan:?}");
+        assert_eq!(
+            plan.retired,
+            vec![
+                Retired {
+                    member: "a".into(),
+                    incarnation: 1,
+                    why: Retirement::Superseded
+                },
+                Retired {
+                    member: "b".into(),
+                    incarnation: 1,
+                    why: Retirement::Retired
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn an_unchanged_view_yields_no_push() {
+        let mut pool = Pool::new();
+        pool.launch("s1");
+        let first = pool.plan_full(&[viewer("a", 1, None), viewer("b", 1, None)]);
+        let (a, b) = (shown(&first, "a"), shown(&first, "b"));
+        // Heartbeats and ticks change no view.
+        pool.apply(Command::Heartbeat(Heartbeat {
+            beats: vec![Beat {
+                member: "a".into(),
+                incarnation: 1,
+            }],
+        }));
+        pool.apply(Command::Tick(Tick {
+            expected_now_tick: pool.state.now_tick(),
+        }));
+        let viewers = [viewer("a", 1, Some(&a)), viewer("b", 1, Some(&b))];
+        for changes in [Changes::Unknown, pool.log.since(first.index)] {
+            let plan = plan_pushes(&pool.state, pool.index, &viewers, &changes);
+            assert!(plan.pushes.is_empty(), "{changes:?}: {plan:?}");
+            assert_eq!(plan.unchanged.len(), 2);
+        }
+        assert_eq!(
+            pool.log.since(first.index),
+            Changes::Since {
+                index: first.index,
+                sandboxes: BTreeSet::new()
+            }
+        );
+    }
+
+    #[test]
+    fn a_view_older_than_the_last_sent_is_not_pushed() {
+        let mut pool = Pool::new();
+        pool.launch("s1");
+        let stale = Viewer {
+            sent_index: pool.index + 1,
+            ..viewer("a", 1, None)
+        };
+        assert!(pool.plan_full(&[stale]).pushes.is_empty());
+    }
+
+    #[test]
+    fn a_push_is_deliverable_only_to_its_incarnation_once() {
+        let mut pool = Pool::new();
+        pool.launch("s1");
+        let plan = pool.plan_full(&[viewer("a", 1, None)]);
+        let push = &plan.pushes[0];
+        assert!(push.deliverable_to(&viewer("a", 1, None)));
+        assert!(!push.deliverable_to(&viewer("a", 2, None)));
+        assert!(!push.deliverable_to(&viewer("b", 1, None)));
+        let sent = shown(&plan, "a");
+        assert!(!push.deliverable_to(&viewer("a", 1, Some(&sent))));
+        let newer = Viewer {
+            sent_index: plan.index + 1,
+            ..viewer("a", 1, None)
+        };
+        assert!(!push.deliverable_to(&newer));
+    }
+
+    /// Following the journal gives exactly the views of a full scan.
+    #[test]
+    fn following_the_journal_matches_a_full_scan() {
+        let mut pool = Pool::new();
+        let (member, _) = pool.launch("s1");
+        pool.launch("s2");
+        pool.launch("s3");
+        let viewers = [viewer("a", 1, None), viewer("b", 1, None)];
+        let first = pool.plan_full(&viewers);
+        let mut shown_a = shown(&first, "a");
+        let mut shown_b = shown(&first, "b");
+        let outcome = pool.apply(Command::Acknowledge(Acknowledge {
+            sandbox: "s1".into(),
+            generation: 1,
+            member: member.clone(),
+            incarnation: 1,
+            term: 1,
+        }));
+        assert!(!outcome.is_rejected(), "{outcome:?}");
+        pool.apply(Command::Delete(Delete {
+            sandbox: "s2".into(),
+            generation: 1,
+        }));
+        pool.launch("s4");
+        let changes = pool.log.since(first.index);
+        let Changes::Since { sandboxes, .. } = &changes else {
+            panic!("journal lost: {changes:?}");
+        };
+        assert_eq!(
+            sandboxes.iter().map(String::as_str).collect::<Vec<_>>(),
+            ["s1", "s2", "s4"]
+        );
+        let viewers = [
+            viewer("a", 1, Some(&shown_a)),
+            viewer("b", 1, Some(&shown_b)),
+        ];
+        let followed = plan_pushes(&pool.state, pool.index, &viewers, &changes);
+        let full = plan_pushes(&pool.state, pool.index, &viewers, &Changes::Unknown);
+        assert_eq!(followed, full);
+        for push in &followed.pushes {
+            let s = Shown {
+                view: push.view.clone(),
+                index: followed.index,
+            };
+            if push.member == "a" {
+                shown_a = s;
+            } else {
+                shown_b = s;
+            }
+        }
+        let released: Vec<&String> = shown_a
+            .view
+            .released
+            .keys()
+            .chain(shown_b.view.released.keys())
+            .collect();
+        assert_eq!(released, ["s2"]);
+    }
+
+    #[test]
+    fn the_journal_knows_only_what_it_recorded() {
+        let mut log = ChangeLog::new();
+        assert_eq!(log.since(0), Changes::Unknown);
+        let launch = Command::Launch(Launch {
+            launch_id: "l".into(),
+            sandbox: "s".into(),
+            material_ref: String::new(),
+        });
+        let applied = Outcome::Applied(crate::Effect::Stopping);
+        log.record(10, &launch, &applied);
+        assert_eq!(log.since(8), Changes::Unknown);
+        assert_eq!(
+            log.since(9),
+            Changes::Since {
+                index: 9,
+                sandboxes: BTreeSet::from(["s".to_string()])
+            }
+        );
+        let rejected = Outcome::Rejected(crate::Reason::Deleted);
+        log.record(11, &launch, &rejected);
+        assert_eq!(
+            log.since(10),
+            Changes::Since {
+                index: 10,
+                sandboxes: BTreeSet::new()
+            }
+        );
+        let drain = Command::StartDrain(crate::StartDrain {
+            operation_id: "op".into(),
+            member: "a".into(),
+            max_parallel: 1,
+        });
+        log.record(12, &drain, &applied);
+        assert_eq!(log.since(10), Changes::Unknown);
+        assert!(matches!(log.since(12), Changes::Since { .. }));
+        for i in 0..(KEEP as u64 + 1) {
+            log.record(13 + i, &launch, &applied);
+        }
+        assert_eq!(log.since(12), Changes::Unknown);
+        assert!(matches!(log.since(14), Changes::Since { .. }));
+    }
+
+    /// A tiny deterministic generator (no rand in pool).
+    struct Lcg(u64);
+
+    impl Lcg {
+        fn next(&mut self, n: u64) -> u64 {
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (self.0 >> 33) % n
+        }
+    }
+
+    /// A random command over three members and six sandboxes (many are
+    /// rejected; those must change nothing either).
+    fn random_command(rng: &mut Lcg, state: &PoolState) -> Command {
+        let member = ["a", "b", "c"][rng.next(3) as usize].to_string();
+        let sandbox = format!("s{}", rng.next(6));
+        let incarnation = state.member(&member).map(|m| m.incarnation).unwrap_or(1);
+        let s = state.sandbox(&sandbox);
+        let generation = s.map(|s| s.generation).unwrap_or(1);
+        match rng.next(10) {
+            0 => Command::Join(Join {
+                member: member.clone(),
+                uid: "u".into(),
+                incarnation: incarnation + rng.next(2),
+                address: "x:1".into(),
+                capacity: 8,
+            }),
+            1 => Command::Launch(Launch {
+                launch_id: format!("{sandbox}-{}", rng.next(1000)),
+                sandbox,
+                material_ref: "obj".into(),
+            }),
+            2 => Command::Acknowledge(Acknowledge {
+                sandbox,
+                generation,
+                member: s.map(|s| s.owner.member.clone()).unwrap_or(member),
+                incarnation: s.map(|s| s.owner.incarnation).unwrap_or(1),
+                term: s.map(|s| s.owner.term).unwrap_or(1),
+            }),
+            3 => Command::Expire(Expire {
+                member: member.clone(),
+                incarnation,
+                last_heartbeat_tick: state
+                    .member(&member)
+                    .map(|m| m.last_heartbeat_tick)
+                    .unwrap_or(0),
+            }),
+            4 => Command::Takeover(crate::Takeover {
+                sandbox,
+                generation,
+                expected_owner: s.map(|s| s.owner.member.clone()).unwrap_or(member),
+                expected_incarnation: s.map(|s| s.owner.incarnation).unwrap_or(1),
+                expected_term: s.map(|s| s.owner.term).unwrap_or(1),
+            }),
+            5 => Command::Delete(Delete {
+                sandbox,
+                generation,
+            }),
+            6 => Command::Stop(crate::Stop {
+                sandbox,
+                generation,
+            }),
+            7 => Command::StartDrain(crate::StartDrain {
+                operation_id: format!("op{}", rng.next(1000)),
+                member,
+                max_parallel: 1,
+            }),
+            8 => Command::CancelOperation(crate::CancelOperation {
+                operation_id: state
+                    .operations()
+                    .keys()
+                    .next()
+                    .cloned()
+                    .unwrap_or_default(),
+            }),
+            _ => Command::Tick(Tick {
+                expected_now_tick: state.now_tick(),
+            }),
+        }
+    }
+
+    /// Following the journal from what each stream was shown gives exactly
+    /// the plans of a full scan, after every step of random histories, for
+    /// streams of current and superseded incarnations (the dumb model:
+    /// `Changes::Unknown`).
+    #[test]
+    fn following_the_journal_matches_a_full_scan_on_random_histories() {
+        for seed in 0..40 {
+            let mut rng = Lcg(seed);
+            let mut pool = Pool::new();
+            pool.join("c", 1);
+            let mut shown: BTreeMap<(String, u64), Shown> = BTreeMap::new();
+            for step in 0..150 {
+                let command = random_command(&mut rng, &pool.state);
+                pool.apply(command);
+                if rng.next(3) != 0 {
+                    continue;
+                }
+                let mut who: Vec<(String, u64)> = pool
+                    .state
+                    .members()
+                    .values()
+                    .flat_map(|m| {
+                        [
+                            (m.id.clone(), m.incarnation),
+                            (m.id.clone(), m.incarnation.saturating_sub(1).max(1)),
+                        ]
+                    })
+                    .collect();
+                who.dedup();
+                let viewers: Vec<Viewer<'_>> = who
+                    .iter()
+                    .map(|(m, i)| viewer(m, *i, shown.get(&(m.clone(), *i))))
+                    .collect();
+                let since = viewers
+                    .iter()
+                    .filter(|v| v.shown.is_some())
+                    .map(|v| v.shown_at)
+                    .min();
+                let changes = since.map(|i| pool.log.since(i)).unwrap_or(Changes::Unknown);
+                let followed = plan_pushes(&pool.state, pool.index, &viewers, &changes);
+                let full = plan_pushes(&pool.state, pool.index, &viewers, &Changes::Unknown);
+                assert_eq!(
+                    followed, full,
+                    "seed {seed} step {step} changes {changes:?}"
+                );
+                for push in followed.pushes {
+                    shown.insert(
+                        (push.member, push.incarnation),
+                        Shown {
+                            view: push.view,
+                            index: followed.index,
+                        },
+                    );
+                }
+                for key in followed.unchanged {
+                    if let Some(s) = shown.get_mut(&key) {
+                        s.index = followed.index;
+                    }
+                }
+            }
+        }
+    }
+}

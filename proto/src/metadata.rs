@@ -1,0 +1,10 @@
+//! gRPC metadata keys the gateways and their clients agree on: the leader
+//! hint a gateway attaches to a `FAILED_PRECONDITION` reply (a client
+//! follows it once), and the mark on a forwarded call.
+
+/// Metadata key of the leader's node id in a `FAILED_PRECONDITION` reply.
+pub const LEADER_ID: &str = "x-openshell-leader-id";
+/// Metadata key of the leader's address.
+pub const LEADER_ADDR: &str = "x-openshell-leader-addr";
+/// Set on a call a gateway forwarded, so the receiver does not forward again.
+pub const FORWARDED: &str = "x-openshell-forwarded";

@@ -23,12 +23,14 @@ fi
 cargo test --workspace
 
 # Proofs that the checkers bite: a gateway built with the fault-stale-reads
-# feature must be reported non-linearizable, one built with fault-skip-i4 must
-# be reported violating I4 (each builds a gateway into target/jepsen-fault; the
-# second build recompiles only our crates). `--workspace`, not `-p jepsen`:
-# the same feature resolution as the command above, so nothing is compiled
-# twice.
-cargo test --workspace --test t50_stale_reads_detected --test t60_skip_i4_detected -- --ignored
+# feature must be reported non-linearizable, one built with
+# fault-shared-resource-version must be reported giving two writes one
+# resource version (the register workload's own-version cas mode), one built
+# with fault-skip-i4 must be reported violating I4 (each builds a gateway into
+# target/jepsen-fault; the later builds recompile only our crates).
+# `--workspace`, not `-p jepsen`: the same feature resolution as the command
+# above, so nothing is compiled twice.
+cargo test --workspace --test t50_stale_reads_detected --test t55_shared_versions_detected --test t60_skip_i4_detected -- --ignored
 
 skipped="$(sort -u "$skip_log" | grep -c . || true)"
 echo "scripts/test.sh: ${skipped} test(s) skipped for lack of root$( [ "$skipped" -gt 0 ] && printf ': %s' "$(sort -u "$skip_log" | tr '\n' ' ')")"

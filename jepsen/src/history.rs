@@ -92,6 +92,12 @@ pub struct Event {
     /// Why an op failed or is unknown (extra key, as Jepsen's `:error`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Register workload, `ok` read/write/cas only: the object's
+    /// `resource_version` the op read or its write was given (extra key;
+    /// absent when the register was absent). Checked by
+    /// [`crate::checker::versions`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_version: Option<u64>,
 }
 
 /// Process numbers shared by every client of a workload.
@@ -164,6 +170,12 @@ impl Recorder {
 
     /// Appends one event and returns it.
     pub fn record(&self, spec: EventSpec) -> Event {
+        self.record_with_version(spec, None)
+    }
+
+    /// Appends one event carrying the `resource_version` a register op
+    /// observed (see [`Event::resource_version`]) and returns it.
+    pub fn record_with_version(&self, spec: EventSpec, resource_version: Option<u64>) -> Event {
         let mut inner = match self.inner.lock() {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),
@@ -178,6 +190,7 @@ impl Recorder {
             time: self.now(),
             node: spec.node,
             error: spec.error,
+            resource_version,
         };
         if let Some(file) = inner.file.as_mut() {
             if let Ok(line) = serde_json::to_string(&event) {
@@ -290,12 +303,29 @@ mod tests {
             time: 1203344,
             node: None,
             error: None,
+            resource_version: None,
         };
         let text = serde_json::to_string(&e).unwrap_or_default();
         assert_eq!(
             text,
             r#"{"index":0,"type":"invoke","process":3,"f":"cas","key":"r7","value":[2,5],"time":1203344}"#
         );
+        // An ok register op's resource_version is an extra key, after the
+        // others; `value` keeps its shape.
+        let w = Event {
+            kind: OpType::Ok,
+            f: "write".into(),
+            value: serde_json::json!(5),
+            resource_version: Some(42),
+            ..e
+        };
+        let text = serde_json::to_string(&w).unwrap_or_default();
+        assert_eq!(
+            text,
+            r#"{"index":0,"type":"ok","process":3,"f":"write","key":"r7","value":5,"time":1203344,"resource_version":42}"#
+        );
+        let back: Event = serde_json::from_str(&text).unwrap_or_else(|err| panic!("{err}"));
+        assert_eq!(back, w);
         let n: Event = serde_json::from_str(
             r#"{"index":2,"type":"info","process":"nemesis","f":"start-partition","value":"majority [n1 n2 n3] | [n4 n5]","time":1900000}"#,
         )

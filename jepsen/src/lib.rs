@@ -22,8 +22,9 @@
 //!   processes or scripted supervisors.
 //! - [`history`]: the JSONL history (HISTORY.md).
 //! - [`ops`]: the typed values of each workload's events.
-//! - [`checker`]: linearizability (WGL), acknowledged writes, replica
-//!   convergence, the pool invariants I1–I8 and state digests.
+//! - [`checker`]: linearizability (WGL), acknowledged writes, one resource
+//!   version per write, replica convergence, the pool invariants I1–I8 and
+//!   state digests.
 //! - [`report`]: `results.json` and `index.html`.
 //! - [`run`]: one run end to end; [`matrix`]: every nemesis in turn.
 //!

@@ -113,8 +113,8 @@ fn page_data(results: &Results, history: &[Event]) -> serde_json::Value {
 const OFFENDING_ROWS: usize = 200;
 
 /// One table per checker that named offending events: each event's history
-/// index (anchor `ev-<index>`), time, process, type, f, key, value, node and
-/// error, so the violation can be read without hovering the timeline.
+/// index (anchor `ev-<index>`), time, process, type, f, key, value (with
+/// the register op's `resource_version`, if any), node and error, so the violation can be read without hovering the timeline.
 fn offending_sections(results: &Results, history: &[Event]) -> String {
     let by_index: std::collections::BTreeMap<u64, &Event> =
         history.iter().map(|e| (e.index, e)).collect();
@@ -150,6 +150,9 @@ fn offending_sections(results: &Results, history: &[Event]) -> String {
                     .unwrap_or(0);
                 value.truncate(cut);
                 value.push('…');
+            }
+            if let Some(version) = e.resource_version {
+                value.push_str(&format!(" @ resource_version {version}"));
             }
             out.push_str(&format!(
                 "<tr id=\"ev-{index}\"><td>{index}</td><td>{:.3}s</td><td>{}</td><td>{kind}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td></tr>\n",
@@ -284,6 +287,7 @@ mod tests {
             time,
             node: Some("n2".into()),
             error: None,
+            resource_version: None,
         }
     }
 

@@ -239,6 +239,8 @@ async fn run_inner(
             "concurrency": options.register.concurrency,
             "keys": options.register.keys,
             "ops_per_key": options.register.ops_per_key,
+            "delay_ms": options.register.delay_ms,
+            "cas_mode": options.register.cas_mode.name(),
             "gateway_bin": options.gateway_bin.display().to_string(),
             "faketime": faketime,
             "check_seconds": checked_at.elapsed().as_secs_f64(),

@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! openshell-jepsen run    [--nodes 3] [--seed N] [--time-limit 60] [--nemesis partition,kill,pause] ...
+//! openshell-jepsen run    --cas-mode own-version [--concurrency 16 --keys 2 --delay-ms 0,5] ...
 //! openshell-jepsen run    --workload pool [--members process|scripted] [--supervisors 4] [--capacity 3] [--pool-faults pause,kill,drain] ...
 //! openshell-jepsen matrix [--time-limit 300] [--only kill,pause] [--workload pool] ...
 //! openshell-jepsen check  history.jsonl
@@ -18,7 +19,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use jepsen::nemesis::{parse_faults, Schedule};
 use jepsen::run::RunOptions;
-use jepsen::workload::{MemberKind, PoolOptions, RegisterOptions};
+use jepsen::workload::{CasMode, MemberKind, PoolOptions, RegisterOptions};
 
 #[derive(Parser)]
 #[command(
@@ -124,6 +125,17 @@ struct Common {
     /// Operations per register before it is retired.
     #[arg(long, default_value_t = 300)]
     ops_per_key: u64,
+    /// Register workload: pause between one client's operations, ms
+    /// (min,max).
+    #[arg(long, value_delimiter = ',', default_values_t = [10, 50])]
+    delay_ms: Vec<u64>,
+    /// Register workload: what a cas compares against: read-then-put (a
+    /// linearizable read first, then a put matching its version) or
+    /// own-version (one put matching the version the client's own last read
+    /// or write of the key returned, as real clients do; run it with many
+    /// clients on few keys, e.g. --concurrency 16 --keys 2 --delay-ms 0,5).
+    #[arg(long, default_value_t = CasMode::ReadThenPut)]
+    cas_mode: CasMode,
     /// Client request timeout, ms.
     #[arg(long, default_value_t = 6000)]
     client_timeout_ms: u64,
@@ -228,7 +240,12 @@ fn options(c: &Common) -> Result<RunOptions, String> {
             concurrency: c.concurrency.max(1),
             keys: c.keys.max(1),
             ops_per_key: c.ops_per_key.max(1),
-            delay_ms: (10, 50),
+            delay_ms: match c.delay_ms.as_slice() {
+                [a] => (*a, *a),
+                [a, b] if b >= a => (*a, *b),
+                _ => return Err("--delay-ms takes min,max".into()),
+            },
+            cas_mode: c.cas_mode,
         },
         gateway_bin: c
             .gateway_bin
@@ -242,9 +259,9 @@ fn options(c: &Common) -> Result<RunOptions, String> {
     })
 }
 
-/// `check`: a register history against linearizability, or a pool history
-/// against I1–I8 (and workload continuity when its runtimes' logs are
-/// beside it).
+/// `check`: a register history against linearizability and one version
+/// per write, or a pool history against I1–I8 (and workload continuity when
+/// its runtimes' logs are beside it).
 fn check_history(history: &std::path::Path) -> ExitCode {
     let events = match jepsen::history::read_jsonl(history) {
         Ok(e) => e,
@@ -266,6 +283,7 @@ fn check_history(history: &std::path::Path) -> ExitCode {
                 );
                 ok &= k.verdict == jepsen::checker::linear::Verdict::Valid;
             }
+            ok &= check_versions(&events);
             if ok {
                 ExitCode::SUCCESS
             } else {
@@ -277,6 +295,19 @@ fn check_history(history: &std::path::Path) -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// `check` of a register history's resource versions: false when one
+/// named two writes (a history that recorded none passes with a note).
+fn check_versions(events: &[jepsen::history::Event]) -> bool {
+    use jepsen::checker::Checker;
+    let state = jepsen::checker::FinalState::default();
+    let r = jepsen::checker::versions::OneVersionPerWrite.check(events, &state);
+    println!("{} {:?}: {}", r.checker, r.valid, r.summary);
+    for s in r.details["shared"].as_array().into_iter().flatten().take(5) {
+        println!("    {s}");
+    }
+    r.valid != jepsen::checker::Validity::Invalid
 }
 
 /// `check` of a pool history.

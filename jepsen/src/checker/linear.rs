@@ -449,6 +449,7 @@ mod tests {
                 time: *time,
                 node: None,
                 error: None,
+                resource_version: None,
             })
             .collect()
     }
@@ -645,6 +646,42 @@ mod tests {
             ]),
             Verdict::Invalid
         );
+    }
+
+    #[test]
+    fn cas_on_own_version_over_an_unseen_write_is_invalid() {
+        // Writes 1 (process 0) and 2 (process 1) overlap; a read after both
+        // sees 2, so 2 was last. Process 0 then compare-and-swaps 1 -> 3 on
+        // the version its own write returned and succeeds: the lost update a
+        // version shared by both writes allows.
+        let lost_update = [
+            (0, Invoke, "write", json!(1), 1),
+            (1, Invoke, "write", json!(2), 2),
+            (0, Okk, "write", json!(1), 3),
+            (1, Okk, "write", json!(2), 4),
+            (2, Invoke, "read", json!(null), 5),
+            (2, Okk, "read", json!(2), 6),
+            (0, Invoke, "cas", json!([1, 3]), 7),
+            (0, Okk, "cas", json!([1, 3]), 8),
+        ];
+        assert_eq!(verdict(&lost_update), Verdict::Invalid);
+        let results =
+            check(&history(&lost_update), Options::default()).unwrap_or_else(|e| panic!("{e}"));
+        let offending: Vec<u64> = results[0]
+            .offending
+            .iter()
+            .map(|o| o.invoke_index)
+            .collect();
+        assert!(offending.contains(&6), "the cas is not named: {offending:?}");
+        // Without the read, 2 may have been applied before 1: linearizable.
+        // Only an observation that orders the writes lets this checker see
+        // the lost update; `one-version-per-write` sees its cause directly.
+        let unobserved: Vec<_> = lost_update
+            .iter()
+            .filter(|(p, ..)| *p != 2)
+            .cloned()
+            .collect();
+        assert_eq!(verdict(&unobserved), Verdict::Valid);
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! | --- | --- |
 //! | [`linear`] (`linearizable`) | the register workload is linearizable, per key (WGL search) |
 //! | [`lost_writes`] (`acknowledged-writes`) | the final linearizable read of each key returns a value no acknowledged write superseded for certain (I7) |
+//! | [`versions`] (`one-version-per-write`) | register workload: per key, each `resource_version` an `ok` op reported names one value, and no two acknowledged writes were given the same one |
 //! | [`convergence`] (`replicas-identical`) | after healing, every replica applied the same commit index and holds byte-identical objects |
 //! | [`pool`] (`pool-i1-owner-term` … `pool-i8-delete-wins`) | the pool invariants I1–I8 of ARCHITECTURE.md over the pool workload's history and final state (see the module doc for exactly what each checks) |
 //! | [`pool::DigestsIdentical`] (`replicas-identical-digest`) | pool workload: every replica's `StateDigest` crc32 agrees at every applied index sampled on two or more replicas |
@@ -17,6 +18,7 @@ pub mod convergence;
 pub mod linear;
 pub mod lost_writes;
 pub mod pool;
+pub mod versions;
 pub mod workload;
 
 use serde::Serialize;

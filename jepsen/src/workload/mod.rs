@@ -1,7 +1,8 @@
 //! Workloads: the clients that generate the history.
 //!
 //! - [`register`]: read / write / cas registers over the object store
-//!   (linearizability, acknowledged writes).
+//!   (linearizability, acknowledged writes, one version per write); its cas
+//!   reads first or uses the client's own last version ([`CasMode`]).
 //! - [`pool`]: sandboxes launched, read and deleted, pool members and pool
 //!   faults (the invariants I1–I8); its members are in [`crate::members`].
 //!
@@ -19,7 +20,7 @@ pub mod pool;
 pub mod register;
 
 pub use pool::{MemberKind, PoolOptions};
-pub use register::RegisterOptions;
+pub use register::{CasMode, RegisterOptions};
 
 /// A workload: clients, final reads, checkers.
 pub enum Workload {

@@ -8,10 +8,24 @@
 //!   an `ok` read of `null`; any error is a `fail` (a read changes nothing).
 //! * `write v`: `Put` with an unconditional precondition. Values are unique
 //!   across the run.
-//! * `cas [e n]`: a linearizable `Get`; if the value is not `e`, `fail`;
-//!   otherwise `Put` with `match_resource_version` of that read, so the put
-//!   applies only if nothing wrote the register since. `FAILED_PRECONDITION`
-//!   / `NOT_FOUND` from the put are certain failures.
+//! * `cas [e n]`, as [`CasMode`] says:
+//!   - [`CasMode::ReadThenPut`] (the default): a linearizable `Get`; if the
+//!     value is not `e`, `fail`; otherwise `Put` with `match_resource_version`
+//!     of that read, so the put applies only if nothing wrote the register
+//!     since.
+//!   - [`CasMode::OwnVersion`], what real clients do: each client remembers,
+//!     per key, the (value, `resource_version`) its own last successful read,
+//!     write or cas returned (a write's version is
+//!     `PutResponse.object.resource_version`), and `cas [e n]` is one `Put`
+//!     with `match_resource_version` = that version and `e` = that value, with
+//!     no read first. A client that remembers nothing of a key reads or
+//!     writes it; a failed cas, or any op of unknown outcome, makes it forget
+//!     the key. If two writes were ever given one version, a cas on the
+//!     version of the first can overwrite the second unseen (a lost update):
+//!     run it with many clients on few keys and short delays, so the leader
+//!     batches writes of one key into one raft entry.
+//!
+//!   `FAILED_PRECONDITION` / `NOT_FOUND` from the put are certain failures.
 //!
 //! A write or cas whose outcome is unknown (`UNKNOWN`, a timeout,
 //! `UNAVAILABLE` after the request may have been sent) is `info`, and the
@@ -19,10 +33,15 @@
 //! that says the write was not applied (no leader) or that the connection
 //! was refused is a certain `fail`.
 //!
+//! Every `ok` read (of a present register), write and cas records the
+//! object's `resource_version` it read or was given as the event's extra key
+//! `resource_version` (`value` keeps HISTORY.md's shape), which the
+//! `one-version-per-write` checker ([`crate::checker::versions`]) reads.
+//!
 //! Each key takes at most `ops_per_key` operations and is then retired for a
 //! fresh one, which keeps every key's history small enough for the WGL search.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -33,6 +52,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
 use crate::checker::lost_writes::AcknowledgedWrites;
+use crate::checker::versions::OneVersionPerWrite;
 use crate::checker::{Checker, Linearizable};
 use crate::cluster::{Cluster, OBJECT_TYPE};
 use crate::history::{EventSpec, OpType, Process, Recorder};
@@ -48,6 +68,106 @@ pub struct RegisterOptions {
     pub ops_per_key: u64,
     /// Pause between one client's operations, ms (uniform).
     pub delay_ms: (u64, u64),
+    /// Which version a `cas` compares against.
+    pub cas_mode: CasMode,
+}
+
+/// Which `resource_version` a `cas [e n]` puts with
+/// (`match_resource_version`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CasMode {
+    /// Read the register first (linearizable `Get`); `fail` unless it holds
+    /// `e`, else put matching the version that read returned
+    /// (`read-then-put`).
+    #[default]
+    ReadThenPut,
+    /// One put matching the (value, version) the client's own last
+    /// successful read, write or cas of the key returned, no read first
+    /// (`own-version`): what real clients do.
+    OwnVersion,
+}
+
+impl CasMode {
+    /// The name on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            CasMode::ReadThenPut => "read-then-put",
+            CasMode::OwnVersion => "own-version",
+        }
+    }
+}
+
+impl std::fmt::Display for CasMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for CasMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "read-then-put" => Ok(CasMode::ReadThenPut),
+            "own-version" => Ok(CasMode::OwnVersion),
+            other => Err(format!(
+                "unknown cas mode {other:?} (read-then-put, own-version)"
+            )),
+        }
+    }
+}
+
+/// One client's memory of its own last successful op per key
+/// ([`CasMode::OwnVersion`]): key -> (value, resource_version).
+type OwnVersions = HashMap<String, (i64, u64)>;
+
+/// The op a client is about to issue.
+#[derive(Clone, Copy, Debug)]
+enum Planned {
+    Read,
+    Write(i64),
+    /// `version`: `None` reads first ([`CasMode::ReadThenPut`]); `Some`
+    /// puts matching it at once ([`CasMode::OwnVersion`]).
+    Cas {
+        expected: i64,
+        new: i64,
+        version: Option<u64>,
+    },
+}
+
+impl Planned {
+    /// `f` and invoke `value` in the history.
+    fn describe(self) -> (&'static str, Value) {
+        match self {
+            Planned::Read => ("read", Value::Null),
+            Planned::Write(v) => ("write", json!(v)),
+            Planned::Cas { expected, new, .. } => ("cas", json!([expected, new])),
+        }
+    }
+
+    /// Updates the client's own memory of `key` after `outcome`.
+    fn remember(self, own: &mut OwnVersions, key: &str, outcome: &Outcome) {
+        let learned = match (outcome, self) {
+            (Outcome::Ok(value, Some(version)), Planned::Read) => {
+                value.as_i64().map(|v| (v, *version))
+            }
+            (Outcome::Ok(_, Some(version)), Planned::Write(v)) => Some((v, *version)),
+            (Outcome::Ok(_, Some(version)), Planned::Cas { new, .. }) => Some((new, *version)),
+            // A certain failure of a read or write: what it knew still holds.
+            (Outcome::Fail(_), Planned::Read | Planned::Write(_)) => return,
+            // An absent register, a refused cas (the version is stale) or an
+            // unknown outcome: nothing certain to remember.
+            (Outcome::Ok(_, None) | Outcome::Fail(_) | Outcome::Info(_), _) => None,
+        };
+        match learned {
+            Some(known) => {
+                own.insert(key.to_string(), known);
+            }
+            None => {
+                own.remove(key);
+            }
+        }
+    }
 }
 
 /// Shared state of the register clients.
@@ -75,7 +195,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Outcome of one client call.
 enum Outcome {
-    Ok(Value),
+    /// The completion value and the `resource_version` read or written.
+    Ok(Value, Option<u64>),
     Fail(String),
     Info(String),
 }
@@ -159,7 +280,7 @@ impl Shared {
         key: &str,
         value: i64,
         pre: precondition::Kind,
-    ) -> Result<(), tonic::Status> {
+    ) -> Result<Option<u64>, tonic::Status> {
         let node = self
             .cluster
             .node(node)
@@ -177,16 +298,16 @@ impl Shared {
                 precondition: Some(Precondition { kind: Some(pre) }),
             })
             .await
-            .map(|_| ())
+            .map(|r| r.into_inner().object.map(|o| o.resource_version))
     }
 
     async fn read(&self, node: usize, key: &str) -> Outcome {
         match self.get(node, key).await {
-            Ok((v, _)) => {
+            Ok((v, version)) => {
                 if let Some(v) = v {
                     lock(&self.seen).insert(key.to_string(), v);
                 }
-                Outcome::Ok(json!(v))
+                Outcome::Ok(json!(v), v.map(|_| version))
             }
             Err(s) => Outcome::Fail(short(&s)),
         }
@@ -197,9 +318,9 @@ impl Shared {
             .put(node, key, v, precondition::Kind::Unconditional(true))
             .await
         {
-            Ok(()) => {
+            Ok(version) => {
                 lock(&self.seen).insert(key.to_string(), v);
-                Outcome::Ok(json!(v))
+                Outcome::Ok(json!(v), version)
             }
             Err(s) if certainly_not_applied(&s) => Outcome::Fail(short(&s)),
             Err(s) => Outcome::Info(short(&s)),
@@ -226,12 +347,95 @@ impl Shared {
             )
             .await
         {
-            Ok(()) => {
+            Ok(version) => {
                 lock(&self.seen).insert(key.to_string(), new);
-                Outcome::Ok(json!([expected, new]))
+                Outcome::Ok(json!([expected, new]), version)
             }
             Err(s) if certainly_not_applied(&s) => Outcome::Fail(short(&s)),
             Err(s) => Outcome::Info(short(&s)),
+        }
+    }
+
+    /// `cas [e n]` of [`CasMode::OwnVersion`]: one put matching `version`,
+    /// the version the client's own last op of `key` returned with `e`.
+    async fn cas_own_version(
+        &self,
+        node: usize,
+        key: &str,
+        expected: i64,
+        new: i64,
+        version: u64,
+    ) -> Outcome {
+        match self
+            .put(
+                node,
+                key,
+                new,
+                precondition::Kind::MatchResourceVersion(version),
+            )
+            .await
+        {
+            Ok(written) => {
+                lock(&self.seen).insert(key.to_string(), new);
+                Outcome::Ok(json!([expected, new]), written)
+            }
+            Err(s) if certainly_not_applied(&s) => Outcome::Fail(short(&s)),
+            Err(s) => Outcome::Info(short(&s)),
+        }
+    }
+
+    fn fresh_value(&self) -> i64 {
+        self.next_value.fetch_add(1, Ordering::Relaxed) as i64
+    }
+
+    /// The next op on `key`: 40% reads, 30% writes, 30% cas on the last
+    /// value any client saw ([`CasMode::ReadThenPut`]); or, on what this
+    /// client itself last saw ([`CasMode::OwnVersion`]), write and cas heavy:
+    /// 15% reads, 25% writes, 60% cas (30% reads, 70% writes while it
+    /// remembers nothing of the key).
+    fn plan(&self, key: &str, own: &OwnVersions, rng: &mut StdRng) -> Planned {
+        let roll: f64 = rng.gen();
+        match self.options.cas_mode {
+            CasMode::ReadThenPut => match lock(&self.seen).get(key).copied() {
+                _ if roll < 0.4 => Planned::Read,
+                Some(expected) if roll >= 0.7 => Planned::Cas {
+                    expected,
+                    new: self.fresh_value(),
+                    version: None,
+                },
+                _ => Planned::Write(self.fresh_value()),
+            },
+            CasMode::OwnVersion => match own.get(key).copied() {
+                None if roll < 0.3 => Planned::Read,
+                None => Planned::Write(self.fresh_value()),
+                Some(_) if roll < 0.15 => Planned::Read,
+                Some(_) if roll < 0.4 => Planned::Write(self.fresh_value()),
+                Some((expected, version)) => Planned::Cas {
+                    expected,
+                    new: self.fresh_value(),
+                    version: Some(version),
+                },
+            },
+        }
+    }
+
+    async fn execute(&self, node: usize, key: &str, planned: Planned) -> Outcome {
+        match planned {
+            Planned::Read => self.read(node, key).await,
+            Planned::Write(v) => self.write(node, key, v).await,
+            Planned::Cas {
+                expected,
+                new,
+                version: None,
+            } => self.cas(node, key, expected, new).await,
+            Planned::Cas {
+                expected,
+                new,
+                version: Some(version),
+            } => {
+                self.cas_own_version(node, key, expected, new, version)
+                    .await
+            }
         }
     }
 
@@ -240,21 +444,13 @@ impl Shared {
         let mut rng =
             StdRng::seed_from_u64(seed ^ (worker as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
         let mut process = worker as u64;
+        let mut own = OwnVersions::new();
         let n = self.cluster.nodes.len();
         while !stop.load(Ordering::Relaxed) {
             let key = self.pick_key(&mut rng);
             let node = rng.gen_range(1..=n);
-            let roll: f64 = rng.gen();
-            let expected = lock(&self.seen).get(&key).copied();
-            let (f, value) = if roll < 0.4 {
-                ("read", Value::Null)
-            } else if roll < 0.7 || expected.is_none() {
-                let v = self.next_value.fetch_add(1, Ordering::Relaxed) as i64;
-                ("write", json!(v))
-            } else {
-                let v = self.next_value.fetch_add(1, Ordering::Relaxed) as i64;
-                ("cas", json!([expected.unwrap_or(0), v]))
-            };
+            let planned = self.plan(&key, &own, &mut rng);
+            let (f, value) = planned.describe();
             let spec = |kind, value: Value, error: Option<String>| EventSpec {
                 kind,
                 process: Process::Client(process),
@@ -266,18 +462,12 @@ impl Shared {
             };
             self.history
                 .record(spec(OpType::Invoke, value.clone(), None));
-            let outcome = match f {
-                "read" => self.read(node, &key).await,
-                "write" => self.write(node, &key, value.as_i64().unwrap_or(0)).await,
-                _ => {
-                    let e = value.get(0).and_then(Value::as_i64).unwrap_or(0);
-                    let v = value.get(1).and_then(Value::as_i64).unwrap_or(0);
-                    self.cas(node, &key, e, v).await
-                }
-            };
+            let outcome = self.execute(node, &key, planned).await;
+            planned.remember(&mut own, &key, &outcome);
             match outcome {
-                Outcome::Ok(v) => {
-                    self.history.record(spec(OpType::Ok, v, None));
+                Outcome::Ok(v, version) => {
+                    self.history
+                        .record_with_version(spec(OpType::Ok, v, None), version);
                 }
                 Outcome::Fail(e) => {
                     self.history.record(spec(OpType::Fail, value, Some(e)));
@@ -364,8 +554,11 @@ impl RegisterRunning {
                 };
                 s.history.record(spec(OpType::Invoke, Value::Null, None));
                 match s.get(node, key).await {
-                    Ok((v, _)) => {
-                        let e = s.history.record(spec(OpType::Ok, json!(v), None));
+                    Ok((v, version)) => {
+                        let e = s.history.record_with_version(
+                            spec(OpType::Ok, json!(v), None),
+                            v.map(|_| version),
+                        );
                         final_reads.insert(key.clone(), e.index);
                         break;
                     }
@@ -386,6 +579,7 @@ impl RegisterRunning {
                 options: crate::checker::linear::Options::default(),
             }),
             Box::new(AcknowledgedWrites { final_reads }),
+            Box::new(OneVersionPerWrite),
         ]
     }
 }

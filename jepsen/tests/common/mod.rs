@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use jepsen::nemesis::{parse_faults, Schedule};
 use jepsen::run::RunOptions;
-use jepsen::workload::{MemberKind, PoolOptions, RegisterOptions};
+use jepsen::workload::{CasMode, MemberKind, PoolOptions, RegisterOptions};
 
 pub use testkit::bins::{gateway_bin, profile_dir, workspace_root as workspace};
 pub use testkit::{is_root, skip_without_root};
@@ -89,6 +89,7 @@ pub fn options(name: &str, bin: PathBuf, nemesis: &str, seconds: u64, seed: u64)
             keys: 4,
             ops_per_key: 250,
             delay_ms: (10, 40),
+            cas_mode: CasMode::ReadThenPut,
         },
         workload: "register".into(),
         pool: PoolOptions::default(),
@@ -96,6 +97,27 @@ pub fn options(name: &str, bin: PathBuf, nemesis: &str, seconds: u64, seed: u64)
         out,
         client_timeout: Duration::from_secs(6),
     }
+}
+
+/// Test-sized register options in the own-version cas mode, set to make
+/// the leader batch writes of one key into one raft entry: 16 clients on 2
+/// registers, 0-5 ms apart.
+pub fn own_version_options(
+    name: &str,
+    bin: PathBuf,
+    nemesis: &str,
+    seconds: u64,
+    seed: u64,
+) -> RunOptions {
+    let mut o = options(name, bin, nemesis, seconds, seed);
+    o.register = RegisterOptions {
+        concurrency: 16,
+        keys: 2,
+        ops_per_key: 150,
+        delay_ms: (0, 5),
+        cas_mode: CasMode::OwnVersion,
+    };
+    o
 }
 
 /// The results.json of a run, for failure messages.

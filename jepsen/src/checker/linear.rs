@@ -672,7 +672,10 @@ mod tests {
             .iter()
             .map(|o| o.invoke_index)
             .collect();
-        assert!(offending.contains(&6), "the cas is not named: {offending:?}");
+        assert!(
+            offending.contains(&6),
+            "the cas is not named: {offending:?}"
+        );
         // Without the read, 2 may have been applied before 1: linearizable.
         // Only an observation that orders the writes lets this checker see
         // the lost update; `one-version-per-write` sees its cause directly.

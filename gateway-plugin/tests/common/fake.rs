@@ -25,6 +25,9 @@ pub struct Seen {
     pub assignments: BTreeMap<String, SandboxInstanceAssignment>,
     /// Gateways it attached to, in order.
     pub attached_to: Vec<String>,
+    /// The incarnation the pool granted (HelloAccepted); sent back as the
+    /// known incarnation when it re-attaches.
+    pub incarnation: u64,
 }
 
 /// A running fake supervisor; dropping it stops it.
@@ -111,6 +114,9 @@ async fn attach_once(
     ack_delay: Duration,
     seen: &Arc<Mutex<Seen>>,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    // `incarnation` names the fake's process (its process id); the pool
+    // assigns the incarnation itself (docs/design/0002).
+    let known = seen.lock().unwrap_or_else(|p| p.into_inner()).incarnation;
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{gateway}"))?
         .connect_timeout(Duration::from_millis(300))
         .connect()
@@ -123,8 +129,10 @@ async fn attach_once(
             member_uid: format!("uid-{member}"),
             advertise_address: format!("127.0.0.1:1{incarnation:04}"),
             capacity,
-            incarnation,
             credential: String::new(),
+            process_id: incarnation,
+            known_incarnation: known,
+            ..HostHello::default()
         })),
     })
     .await?;
@@ -149,8 +157,13 @@ async fn attach_once(
     };
     let result = async {
         while let Some(message) = inbound.message().await? {
-            let Some(gateway_message::Message::Snapshot(snapshot)) = message.message else {
-                continue;
+            let snapshot = match message.message {
+                Some(gateway_message::Message::Snapshot(snapshot)) => snapshot,
+                Some(gateway_message::Message::Accepted(a)) => {
+                    seen.lock().unwrap_or_else(|p| p.into_inner()).incarnation = a.incarnation;
+                    continue;
+                }
+                None => continue,
             };
             {
                 let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());

@@ -6,10 +6,13 @@
 //! every 250 ms (its liveness), records every assignment it is streamed
 //! (`grant`), acknowledges every unacknowledged term at once (`ack`, standing
 //! in for the grant handshake with the sandbox runtime) and reports once per
-//! acknowledged term (`report`). When the stream breaks it re-attaches to
-//! another gateway with the same incarnation; when the gateway says the
-//! incarnation is retired (expired) it starts a new one, as a restarted
-//! process would.
+//! acknowledged term (`report`). Its hello names a process id and the
+//! incarnation the pool last granted it (0 asks for a new one); the pool
+//! assigns incarnations in log order (docs/design/0002) and `HelloAccepted`
+//! says which. When the stream breaks it re-attaches to another gateway as
+//! the same process; when the gateway says the incarnation is retired
+//! (expired) or superseded it starts a new one (new process id, known 0),
+//! as a restarted process would.
 //!
 //! Faults: [`Supervisor::pause`] stops everything (statuses, acks, reports,
 //! reading the stream), like SIGSTOP; on resume it first reports every term
@@ -71,7 +74,11 @@ struct PendingAck {
 struct Inner {
     member: String,
     capacity: u32,
+    /// The incarnation the pool granted (0 before the first grant and after
+    /// a restart or refusal).
     incarnation: AtomicU64,
+    /// The process id its hellos carry (identity only; new per start).
+    process_id: AtomicU64,
     /// The supervisor's own process number (join, grant).
     process: AtomicU64,
     /// Ack process numbers free for reuse (after `ok`).
@@ -108,6 +115,7 @@ impl Supervisor {
                 member: member.to_string(),
                 capacity,
                 incarnation: AtomicU64::new(0),
+                process_id: AtomicU64::new(0),
                 process: AtomicU64::new(process),
                 free: Mutex::new(Vec::new()),
                 pending: Mutex::new(BTreeMap::new()),
@@ -127,7 +135,7 @@ impl Supervisor {
         &self.inner.member
     }
 
-    /// Current incarnation (0 before the first start).
+    /// The incarnation the pool granted (0 before a grant).
     pub fn incarnation(&self) -> u64 {
         self.inner.incarnation.load(Ordering::Relaxed)
     }
@@ -145,7 +153,7 @@ impl Supervisor {
     /// Starts a new incarnation (kills the running one first).
     pub fn restart(&self, seed: u64) {
         self.kill();
-        self.inner.incarnation.fetch_add(1, Ordering::Relaxed);
+        self.inner.renew();
         self.inner.paused.send_replace(false);
         self.inner.alive.store(true, Ordering::Relaxed);
         let inner = self.inner.clone();
@@ -196,7 +204,20 @@ fn assignment_value(a: &SandboxInstanceAssignment, member: &str, incarnation: u6
     })
 }
 
+/// Process ids, unique across the harness's scripted supervisors (never 0).
+static NEXT_PROCESS_ID: AtomicU64 = AtomicU64::new(1);
+
 impl Inner {
+    /// Continues as a new process: a new process id, known incarnation 0.
+    /// Returns the incarnation it held.
+    fn renew(&self) -> u64 {
+        self.process_id.store(
+            NEXT_PROCESS_ID.fetch_add(1, Ordering::Relaxed),
+            Ordering::Relaxed,
+        );
+        self.incarnation.swap(0, Ordering::Relaxed)
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn record(
         &self,
@@ -254,8 +275,8 @@ impl Inner {
             let node = format!("n{}", (next - 1) % self.gateways.len() + 1);
             match self.attach_once(&gateway, &node).await {
                 End::Retired => {
-                    let inc = self.incarnation.fetch_add(1, Ordering::Relaxed) + 1;
-                    tracing::info!(member = %self.member, inc, "incarnation retired; new incarnation");
+                    let old = self.renew();
+                    tracing::info!(member = %self.member, old, "incarnation refused; new incarnation");
                 }
                 End::Broken => {}
             }
@@ -315,11 +336,12 @@ impl Inner {
     }
 
     async fn attach_once(self: &Arc<Self>, gateway: &str, node: &str) -> End {
-        let incarnation = self.incarnation.load(Ordering::Relaxed);
+        let known = self.incarnation.load(Ordering::Relaxed);
+        let process_id = self.process_id.load(Ordering::Relaxed);
         let process = self.process.load(Ordering::Relaxed);
         let member = self.member.clone();
-        let join_value =
-            json!({"member": member, "incarnation": incarnation, "capacity": self.capacity});
+        let join_value = json!({"member": member, "known_incarnation": known,
+            "process_id": process_id, "capacity": self.capacity});
         self.record(
             OpType::Invoke,
             process,
@@ -334,10 +356,12 @@ impl Inner {
             message: Some(supervisor_message::Message::Hello(HostHello {
                 member_id: member.clone(),
                 member_uid: format!("uid-{member}"),
-                advertise_address: format!("10.0.0.1:{}", 20000 + incarnation % 10000),
+                advertise_address: format!("10.0.0.1:{}", 20000 + process_id % 10000),
                 capacity: self.capacity,
-                incarnation,
                 credential: String::new(),
+                process_id,
+                known_incarnation: known,
+                ..HostHello::default()
             })),
         };
         let _ = tx.try_send(hello);
@@ -352,7 +376,9 @@ impl Inner {
             let mut inbound = client.attach(ReceiverStream::new(rx)).await?.into_inner();
             match inbound.message().await? {
                 Some(m) => match m.message {
-                    Some(gateway_message::Message::Accepted(a)) => Ok((inbound, a.gateway_node_id)),
+                    Some(gateway_message::Message::Accepted(a)) => {
+                        Ok((inbound, a.gateway_node_id, a.incarnation))
+                    }
                     _ => Err(tonic::Status::internal(
                         "first message is not HelloAccepted",
                     )),
@@ -362,7 +388,7 @@ impl Inner {
                 )),
             }
         };
-        let (mut inbound, gateway_id) =
+        let (mut inbound, gateway_id, incarnation) =
             match tokio::time::timeout(Duration::from_secs(8), attach).await {
                 Ok(Ok(r)) => r,
                 Ok(Err(status)) => {
@@ -374,7 +400,7 @@ impl Inner {
                             | tonic::Code::Unauthenticated
                     ) || text.contains("connection refused");
                     // Retired or superseded: either way this scripted member
-                    // continues as a new incarnation.
+                    // continues as a new process (new process id, known 0).
                     let retired = proto::attach::refusal_of(&status).is_some();
                     if certain {
                         self.record(
@@ -416,12 +442,16 @@ impl Inner {
                     return End::Broken;
                 }
             };
+        // The incarnation the pool assigned: grants name it, acks and
+        // reports go out under it.
+        self.incarnation.store(incarnation, Ordering::Relaxed);
         self.record(
             OpType::Ok,
             process,
             "join",
             &member,
-            json!({"member": member, "incarnation": incarnation, "capacity": self.capacity, "gateway_node_id": gateway_id}),
+            json!({"member": member, "known_incarnation": known, "process_id": process_id,
+                "incarnation": incarnation, "capacity": self.capacity, "gateway_node_id": gateway_id}),
             node,
             None,
         );

@@ -69,7 +69,7 @@ impl PoolState {
 
     /// Joins a member incarnation, numbered by the log (docs/design/0002):
     /// a process asking for a new incarnation gets the member's current one
-    /// + 1 (1 for a new member), whatever any clock says. A newer
+    /// plus one (1 for a new member), whatever any clock says. A newer
     /// incarnation supersedes the old one: the member keeps its charged
     /// sandboxes, but they now belong to a dead incarnation and become
     /// eligible for takeover (I4), by the new incarnation or others, through
@@ -257,8 +257,8 @@ enum JoinRule {
 /// * Another process naming a granted incarnation `k > 0`: `k` below the
 ///   current one was superseded (stale, for good); equal is a repeat.
 /// * Another process asking for a new one (`known_incarnation` 0, or a `k`
-///   above the current one, which only a restored state can show): current
-///   + 1.
+///   above the current one, which only a restored state can show): the
+///   current one plus one.
 ///
 /// A repeat of an expired or leaving incarnation is `IncarnationRetired`:
 /// the process asks again for a new one.

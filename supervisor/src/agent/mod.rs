@@ -32,8 +32,8 @@ use proto::client::{self, Role};
 use proto::supervisor_host::supervisor_control_server::SupervisorControlServer;
 use proto::supervisor_host::supervisor_host_client::SupervisorHostClient;
 use proto::supervisor_host::{
-    gateway_message, supervisor_message, AssignmentSnapshot, AttachRefusal, HostHello, HostStatus,
-    SupervisorMessage,
+    gateway_message, supervisor_message, AssignmentSnapshot, AttachRefusal, HelloAccepted,
+    HostHello, HostStatus, SupervisorMessage,
 };
 use rand::Rng;
 use tokio::sync::mpsc;
@@ -117,6 +117,23 @@ impl Agent {
     /// Sandbox ids with a live session.
     pub fn session_ids(&self) -> Vec<String> {
         Self::lock(&self.sessions).keys().cloned().collect()
+    }
+
+    /// Takes what a gateway's `HelloAccepted` says: the incarnation the pool
+    /// assigned this process (log-ordered), the cluster key and the
+    /// recovery deadline for new runtimes.
+    fn accept(&self, accepted: &HelloAccepted) -> anyhow::Result<()> {
+        if accepted.incarnation == 0 {
+            anyhow::bail!(
+                "the gateway assigned no incarnation (a gateway older than this supervisor)"
+            );
+        }
+        self.incarnation
+            .store(accepted.incarnation, Ordering::SeqCst);
+        *Self::lock(&self.cluster_key) = accepted.cluster_public_key.clone();
+        self.recovery_deadline_ms
+            .store(accepted.recovery_deadline_ms, Ordering::SeqCst);
+        Ok(())
     }
 
     /// After the gateways said the pool retired this incarnation (it
@@ -302,16 +319,7 @@ async fn attach_once(agent: &Arc<Agent>, gateway: &str) -> anyhow::Result<()> {
         },
         None => anyhow::bail!("the gateway closed the stream"),
     };
-    if accepted.incarnation == 0 {
-        anyhow::bail!("the gateway assigned no incarnation (a gateway older than this supervisor)");
-    }
-    agent
-        .incarnation
-        .store(accepted.incarnation, Ordering::SeqCst);
-    *Agent::lock(&agent.cluster_key) = accepted.cluster_public_key.clone();
-    agent
-        .recovery_deadline_ms
-        .store(accepted.recovery_deadline_ms, Ordering::SeqCst);
+    agent.accept(&accepted)?;
     *Agent::lock(&agent.outbound) = Some(tx.clone());
     agent.attached.store(true, Ordering::SeqCst);
     tracing::info!(%gateway, gateway_node = accepted.gateway_node_id, incarnation = accepted.incarnation, "attached");

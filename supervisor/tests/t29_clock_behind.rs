@@ -11,11 +11,11 @@
 //!   execs through it (its log's timestamps show the fake clock was in
 //!   effect).
 
-mod support;
-
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use support::*;
+use testkit::gateway::eventually;
+use testkit::supervisor::*;
+use testkit::TestResult;
 
 /// libfaketime, as Debian/Ubuntu's `faketime` package installs it.
 const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";

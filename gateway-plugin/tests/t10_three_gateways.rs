@@ -12,7 +12,7 @@
 mod common;
 
 use common::*;
-use proto::cluster::{AddLearnerRequest, Member, PromoteRequest, RemoveRequest, StatusRequest};
+use proto::cluster::{AddLearnerRequest, Node, PromoteRequest, RemoveRequest, StatusRequest};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_gateways_survive_leader_kill_and_membership_changes() -> TestResult {
@@ -103,7 +103,7 @@ async fn three_gateways_survive_leader_kill_and_membership_changes() -> TestResu
                 .admin()
                 .await?
                 .add_learner(AddLearnerRequest {
-                    member: Some(Member { id: 4, addr: addr4 }),
+                    node: Some(Node { id: 4, addr: addr4 }),
                     blocking: true,
                 })
                 .await?

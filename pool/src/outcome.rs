@@ -174,8 +174,10 @@ pub struct Assignment {
     pub address: String,
     /// Ownership term.
     pub term: u64,
-    /// Credential epoch.
-    pub epoch: u64,
+    /// Credential epoch. The outcome travels as JSON in the log result; the
+    /// alias reads one encoded before the rename.
+    #[serde(alias = "epoch")]
+    pub credential_epoch: u64,
 }
 
 /// What an applied command did.

@@ -142,9 +142,9 @@ pub struct OwnerRecord {
     /// Term.
     #[prost(uint64, tag = "3")]
     pub term: u64,
-    /// Epoch.
+    /// Credential epoch.
     #[prost(uint64, tag = "4")]
-    pub epoch: u64,
+    pub credential_epoch: u64,
     /// Acknowledged.
     #[prost(bool, tag = "5")]
     pub acknowledged: bool,
@@ -413,7 +413,7 @@ pub fn sandbox_to_record(s: &Sandbox) -> SandboxRecord {
             member: s.owner.member.clone(),
             incarnation: s.owner.incarnation,
             term: s.owner.term,
-            epoch: s.owner.epoch,
+            credential_epoch: s.owner.credential_epoch,
             acknowledged: s.owner.acknowledged,
         }),
         recovery: s.recovery.as_ref().map(|r| RecoveryRecord {
@@ -447,7 +447,7 @@ pub fn sandbox_from_record(r: SandboxRecord) -> Result<Sandbox, DecodeError> {
             member: o.member,
             incarnation: o.incarnation,
             term: o.term,
-            epoch: o.epoch,
+            credential_epoch: o.credential_epoch,
             acknowledged: o.acknowledged,
         },
         recovery: r.recovery.map(|rc| Recovery {

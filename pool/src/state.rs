@@ -126,7 +126,7 @@ pub struct Owner {
     /// Ownership term; +1 on every owner change (I1).
     pub term: u64,
     /// Credential epoch; +1 on every owner change (I2).
-    pub epoch: u64,
+    pub credential_epoch: u64,
     /// True once the owner acknowledged `term` (I3).
     pub acknowledged: bool,
 }
@@ -327,7 +327,7 @@ pub struct PoolStatus {
     /// Members.
     pub members: Vec<MemberView>,
     /// Count of sandboxes per phase.
-    pub sandboxes_by_phase: BTreeMap<String, u64>,
+    pub sandboxes_by_phase: BTreeMap<Phase, u64>,
     /// Operations.
     pub operations: Vec<Operation>,
 }
@@ -527,7 +527,7 @@ impl PoolState {
                 .map(|m| m.address.clone())
                 .unwrap_or_default(),
             term: s.owner.term,
-            epoch: s.owner.epoch,
+            credential_epoch: s.owner.credential_epoch,
         }
     }
 
@@ -549,7 +549,7 @@ impl PoolState {
     pub fn status(&self) -> PoolStatus {
         let mut by_phase = BTreeMap::new();
         for s in self.sandboxes.values() {
-            *by_phase.entry(format!("{:?}", s.phase)).or_insert(0) += 1;
+            *by_phase.entry(s.phase).or_insert(0) += 1;
         }
         PoolStatus {
             now_tick: self.now_tick,

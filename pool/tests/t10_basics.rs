@@ -18,7 +18,11 @@ fn launch_acknowledge_report() {
     };
     assert!(!replay);
     assert_eq!(
-        (assignment.term, assignment.epoch, assignment.generation),
+        (
+            assignment.term,
+            assignment.credential_epoch,
+            assignment.generation
+        ),
         (1, 1, 1)
     );
     assert_eq!(h.st.observed_status("s1"), Some(ObservedStatus::Pending));

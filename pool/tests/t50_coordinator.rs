@@ -105,7 +105,7 @@ fn expired_owner_is_taken_over() {
     });
     for v in &victims {
         let o = sim.h.owner(v);
-        assert_eq!((o.term, o.epoch), (2, 2));
+        assert_eq!((o.term, o.credential_epoch), (2, 2));
     }
     assert_eq!(sim.h.st.member("a").unwrap().charged, 0);
     sim.h.assert_replay_identical();

@@ -14,6 +14,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use proto::pool_types::SandboxPhase;
 use support::*;
 
 async fn wait_ready(s: &Supervisor, want: u16, within: Duration) -> String {
@@ -74,7 +75,7 @@ async fn bad_credential_or_endpoint_stays_unready_without_disturbing_sessions() 
             s.sandboxes.len() == 3
                 && s.sandboxes
                     .iter()
-                    .all(|sb| sb.phase == "assigned" && sb.pid != 0)
+                    .all(|sb| sb.phase() == SandboxPhase::Assigned && sb.pid != 0)
         },
     )
     .await;
@@ -147,7 +148,7 @@ async fn bad_credential_or_endpoint_stays_unready_without_disturbing_sessions() 
             Duration::from_secs(30),
             |s| {
                 sandbox(s, &id)
-                    .map(|sb| sb.phase == "assigned" && sb.pid != 0)
+                    .map(|sb| sb.phase() == SandboxPhase::Assigned && sb.pid != 0)
                     .unwrap_or(false)
             },
         )

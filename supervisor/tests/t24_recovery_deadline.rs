@@ -10,6 +10,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use proto::pool_types::SandboxPhase;
 use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -30,7 +31,7 @@ async fn workload_stops_and_failure_shows_after_the_deadline() -> TestResult {
         Duration::from_secs(20),
         |s| {
             sandbox(s, "lonely")
-                .map(|sb| sb.phase == "failed")
+                .map(|sb| sb.phase() == SandboxPhase::Failed)
                 .unwrap_or(false)
         },
     )

@@ -278,8 +278,8 @@ fn in_range(key: &'static str, value: u64, lo: u64, hi: u64) -> Result<u64, Conf
     }
 }
 
-/// Parses `id=host:port`.
-pub fn parse_member(text: &str) -> Result<(u64, String), String> {
+/// Parses a raft node, `id=host:port`.
+pub fn parse_node(text: &str) -> Result<(u64, String), String> {
     let (id, addr) = text
         .split_once('=')
         .ok_or_else(|| format!("{text:?} is not id=host:port"))?;
@@ -347,12 +347,12 @@ impl GatewaySection {
         }
         let mut initial_members = Vec::new();
         for m in self.initial_members.unwrap_or_default() {
-            let member = parse_member(&m).map_err(|problem| ConfigError::Invalid {
+            let voter = parse_node(&m).map_err(|problem| ConfigError::Invalid {
                 key: "openshell.gateway.initial_members",
                 value: m.clone(),
                 problem,
             })?;
-            initial_members.push(member);
+            initial_members.push(voter);
         }
         let mut node = NodeConfig::new(node_id, &advertise, data_dir, &cluster_id);
         validate_raft(&mut node, self.raft.unwrap_or_default())?;

@@ -78,15 +78,15 @@ pub enum OperationPhaseWire {
     Cancelled = 5,
 }
 
-/// Meta record: clock, leader term, config.
+/// Meta record: clock, raft term, config.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct MetaRecord {
     /// Logical time.
     #[prost(uint64, tag = "1")]
     pub now_tick: u64,
-    /// Last leader term.
+    /// Raft term of the last applied LeaderChanged.
     #[prost(uint64, tag = "2")]
-    pub leader_term: u64,
+    pub raft_term: u64,
     /// Config.
     #[prost(uint64, tag = "3")]
     pub heartbeat_ttl_ticks: u64,
@@ -565,7 +565,7 @@ impl PoolState {
         let mut push = |r: Record| records.push(RecordEnvelope { record: Some(r) });
         push(Record::Meta(MetaRecord {
             now_tick: self.now_tick,
-            leader_term: self.leader_term,
+            raft_term: self.raft_term,
             heartbeat_ttl_ticks: self.config.heartbeat_ttl_ticks,
             recovery_deadline_ticks: self.config.recovery_deadline_ticks,
             operation_deadline_ticks: self.config.operation_deadline_ticks,
@@ -603,7 +603,7 @@ impl PoolState {
                     }
                     meta_seen = true;
                     st.now_tick = m.now_tick;
-                    st.leader_term = m.leader_term;
+                    st.raft_term = m.raft_term;
                     st.config = Config {
                         heartbeat_ttl_ticks: m.heartbeat_ttl_ticks,
                         recovery_deadline_ticks: m.recovery_deadline_ticks,

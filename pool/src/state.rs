@@ -265,7 +265,7 @@ pub struct PoolState {
     /// Logical time.
     pub(crate) now_tick: u64,
     /// Highest applied `LeaderChanged` term.
-    pub(crate) leader_term: u64,
+    pub(crate) raft_term: u64,
     /// Timeouts.
     pub(crate) config: Config,
     /// Members by id.
@@ -337,7 +337,7 @@ impl PoolState {
     pub fn new() -> PoolState {
         PoolState {
             now_tick: 0,
-            leader_term: 0,
+            raft_term: 0,
             config: Config::default(),
             members: BTreeMap::new(),
             sandboxes: BTreeMap::new(),
@@ -352,9 +352,9 @@ impl PoolState {
         self.now_tick
     }
 
-    /// Highest applied leader term.
-    pub fn leader_term(&self) -> u64 {
-        self.leader_term
+    /// Raft term of the last applied LeaderChanged (the highest so far).
+    pub fn raft_term(&self) -> u64 {
+        self.raft_term
     }
 
     /// Config.

@@ -325,14 +325,14 @@ mod tests {
     const HB: Duration = Duration::from_millis(1000);
     const DEADLINE: Duration = Duration::from_millis(5000);
 
-    fn grant(member: &str, incarnation: u64, epoch: u64) -> Grant {
+    fn grant(member: &str, incarnation: u64, credential_epoch: u64) -> Grant {
         Grant {
             sandbox_id: "sb".into(),
             generation: 1,
             member_id: member.into(),
             incarnation,
-            term: epoch + 10,
-            credential_epoch: epoch,
+            term: credential_epoch + 10,
+            credential_epoch,
             log_index: 1,
             release: false,
         }

@@ -170,7 +170,7 @@ pub async fn run(
 /// The node listed first (lowest id) among the initial voters bootstraps the
 /// cluster if its log is empty; the others wait to be contacted.
 fn bootstrap(node: &RaftNode<GatewayState>, config: &GatewayConfig) {
-    let voters = config.initial_members.clone();
+    let voters = config.initial_voters.clone();
     let lowest = voters.iter().map(|(id, _)| *id).min();
     if lowest != Some(node.id()) {
         return;

@@ -152,7 +152,7 @@ pub async fn run(args: DevArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-/// Starts the three gateways (on the first run with the initial members).
+/// Starts the three gateways (on the first run with the initial voters).
 fn start_gateways(
     args: &DevArgs,
     dir: &Path,
@@ -160,7 +160,7 @@ fn start_gateways(
     gateway_bin: &Path,
     children: &mut Children,
 ) -> Result<(), CliError> {
-    let members = (0..3u16)
+    let voters = (0..3u16)
         .map(|i| format!("{}={}", i + 1, port(args, i)))
         .collect::<Vec<_>>()
         .join(",");
@@ -179,7 +179,7 @@ fn start_gateways(
             "openshell-dev".into(),
         ];
         if first_run {
-            gw_args.extend(["--initial-members".to_string(), members.clone()]);
+            gw_args.extend(["--initial-voters".to_string(), voters.clone()]);
         }
         children.spawn(
             format!("gateway {id}"),

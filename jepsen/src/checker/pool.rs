@@ -7,7 +7,7 @@
 //! # Observations
 //!
 //! An *observation* is one sandbox generation's owner as some event saw it:
-//! `(sandbox, generation, term, epoch, member, incarnation, acknowledged,
+//! `(sandbox, generation, term, credential_epoch, member, incarnation, acknowledged,
 //! phase, observed status)`. Sources: every `grant` a supervisor was
 //! streamed (stamped with the snapshot's raft `log_index`; served from a
 //! gateway's local state, so possibly stale in real time), and the views in
@@ -23,9 +23,9 @@
 //!   (member, incarnation); at increasing log positions the term never
 //!   decreases; a linearizable read never shows an older term than one that
 //!   completed before it was invoked.
-//! * **I2** (epochs increase with every takeover; no older epoch after a
-//!   newer one): every term has one epoch; a higher term has a strictly
-//!   higher epoch; no `ack` is confirmed (snapshot showing the term
+//! * **I2** (credential epochs increase with every takeover; no older one
+//!   after a newer one): every term has one credential epoch; a higher term
+//!   has a strictly higher one; no `ack` is confirmed (snapshot showing the term
 //!   acknowledged at log position L) when a `status` at an earlier position
 //!   than L already showed a newer term.
 //! * **I3** (reports count only from the current owner after it
@@ -131,7 +131,7 @@ impl Invariant {
     pub fn name(self) -> &'static str {
         match self {
             Invariant::I1 => "pool-i1-owner-term",
-            Invariant::I2 => "pool-i2-epoch",
+            Invariant::I2 => "pool-i2-credential-epoch",
             Invariant::I3 => "pool-i3-fenced-status",
             Invariant::I4 => "pool-i4-takeover-dead-owner",
             Invariant::I5 => "pool-i5-capacity",
@@ -152,7 +152,7 @@ pub struct Obs {
     /// Ownership term.
     pub term: u64,
     /// Credential epoch.
-    pub epoch: u64,
+    pub credential_epoch: u64,
     /// Owner member.
     pub member: String,
     /// Owner incarnation.
@@ -231,7 +231,7 @@ fn view_obs(v: &Value, op: &Op<'_>, log_index: Option<u64>) -> Option<Obs> {
         sandbox: s(v, "sandbox"),
         generation: u(v, "generation"),
         term: u(v, "term"),
-        epoch: u(v, "epoch"),
+        credential_epoch: u(v, "credential_epoch"),
         member: s(v, "owner"),
         incarnation: u(v, "incarnation"),
         acknowledged: v.get("acknowledged").and_then(Value::as_bool) == Some(true),
@@ -283,7 +283,7 @@ fn parse(history: &[Event]) -> Parsed<'_> {
                 sandbox: s(v, "sandbox"),
                 generation: u(v, "generation"),
                 term: u(v, "term"),
-                epoch: u(v, "epoch"),
+                credential_epoch: u(v, "credential_epoch"),
                 member: s(v, "member"),
                 incarnation: u(v, "incarnation"),
                 acknowledged: v.get("acknowledged").and_then(Value::as_bool) == Some(true),
@@ -452,12 +452,12 @@ fn check_i2(p: &Parsed<'_>) -> Vec<Violation> {
         for o in list {
             match epochs.get(&o.term) {
                 None => {
-                    epochs.insert(o.term, (o.epoch, o.i_done));
+                    epochs.insert(o.term, (o.credential_epoch, o.i_done));
                 }
-                Some((e, at)) if *e != o.epoch => out.push(v(
+                Some((e, at)) if *e != o.credential_epoch => out.push(v(
                     format!(
                         "{sb} gen {g} term {}: epochs {e} (event {at}) and {} (event {})",
-                        o.term, o.epoch, o.i_done
+                        o.term, o.credential_epoch, o.i_done
                     ),
                     vec![*at, o.i_done],
                 )),
@@ -996,7 +996,7 @@ mod tests {
 
     fn view(owner: &str, inc: u64, term: u64, epoch: u64) -> Value {
         json!({"sandbox": "sb1", "generation": 1, "phase": "assigned", "owner": owner,
-               "incarnation": inc, "term": term, "epoch": epoch, "acknowledged": false,
+               "incarnation": inc, "term": term, "credential_epoch": epoch, "acknowledged": false,
                "observed": "pending"})
     }
 
@@ -1095,7 +1095,7 @@ mod tests {
         op(&r, 1, "get", json!({"sandbox": "sb1"}), view("s2", 1, 2, 1));
         let v = run(&r.snapshot(), None);
         assert_eq!(v["pool-i1-owner-term"], Validity::Invalid);
-        assert_eq!(v["pool-i2-epoch"], Validity::Invalid);
+        assert_eq!(v["pool-i2-credential-epoch"], Validity::Invalid);
         assert_eq!(v["pool-i7-acknowledged"], Validity::Unknown);
     }
 

@@ -17,7 +17,7 @@
 //! Every pool event's `key` is the sandbox id (`sb<n>`), or the member id
 //! (`s<n>`) for `join`; `node` is the gateway (`n<i>`) the call went to.
 //! A *sandbox view* is `{"sandbox", "generation", "phase", "owner",
-//! "incarnation", "term", "epoch", "acknowledged", "observed"}` (the
+//! "incarnation", "term", "credential_epoch", "acknowledged", "observed"}` (the
 //! gateway's `Sandbox` message; `observed` is the fenced observed status).
 //!
 //! Clients (`process` = client number):
@@ -47,9 +47,9 @@
 //! leave no events of their own): `join` (invoke `{"member",
 //! "incarnation", "capacity"}`, `ok` adds `gateway_node_id`), `grant` (an
 //! assignment streamed to it, recorded as an invoke/ok pair at receipt:
-//! `{"sandbox", "generation", "term", "epoch", "acknowledged", "phase",
+//! `{"sandbox", "generation", "term", "credential_epoch", "acknowledged", "phase",
 //! "member", "incarnation", "log_index", "grant_bytes"}`), `ack` (`TermAck`:
-//! `{"sandbox", "generation", "term", "epoch", "member", "incarnation"}`,
+//! `{"sandbox", "generation", "term", "credential_epoch", "member", "incarnation"}`,
 //! `ok` with `log_index` once a snapshot shows the term acknowledged),
 //! `report` (`SandboxReport`, status `r:<member>:<incarnation>:<term>:<seq>`,
 //! always `info`).
@@ -79,6 +79,7 @@ use proto::pool_admin::{
     CreateSandboxRequest, DeleteSandboxRequest, GetSandboxRequest, GetSupervisorPoolStatusRequest,
     Sandbox, StartSupervisorPoolOperationRequest, SupervisorPoolStatus,
 };
+use proto::pool_types::{MemberState, SandboxPhase};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
@@ -198,8 +199,9 @@ fn short(status: &tonic::Status) -> String {
 /// The JSON view of a sandbox.
 pub fn sandbox_value(s: &Sandbox) -> Value {
     json!({
-        "sandbox": s.id, "generation": s.generation, "phase": s.phase, "owner": s.owner,
-        "incarnation": s.owner_incarnation, "term": s.term, "epoch": s.epoch,
+        "sandbox": s.id, "generation": s.generation, "phase": SandboxPhase::name_of(s.phase),
+        "owner": s.owner, "incarnation": s.owner_incarnation, "term": s.term,
+        "credential_epoch": s.credential_epoch,
         "acknowledged": s.acknowledged, "observed": s.observed_status,
     })
 }
@@ -210,7 +212,7 @@ pub fn status_value(s: &SupervisorPoolStatus) -> Value {
         "now_tick": s.now_tick,
         "applied_index": s.applied_index,
         "members": s.members.iter().map(|m| json!({
-            "id": m.id, "incarnation": m.incarnation, "state": m.state, "capacity": m.capacity,
+            "id": m.id, "incarnation": m.incarnation, "state": MemberState::name_of(m.state), "capacity": m.capacity,
             "used": m.used, "ticks_since_heartbeat": m.ticks_since_heartbeat,
         })).collect::<Vec<_>>(),
         "sandboxes": s.sandboxes.iter().map(sandbox_value).collect::<Vec<_>>(),
@@ -502,7 +504,11 @@ impl Shared {
                     let r = r.into_inner();
                     let mut expired = lock(&self.expired);
                     expired.clear();
-                    for m in r.members.iter().filter(|m| m.state == "expired") {
+                    for m in r
+                        .members
+                        .iter()
+                        .filter(|m| m.state() == MemberState::Expired)
+                    {
                         expired.insert(m.id.clone(), m.incarnation);
                     }
                     Outcome::Ok(status_value(&r))

@@ -31,6 +31,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use proto::pool_types::SandboxPhase;
 use proto::supervisor_host::supervisor_host_client::SupervisorHostClient;
 use proto::supervisor_host::{
     gateway_message, supervisor_message, HostHello, HostStatus, SandboxInstanceAssignment,
@@ -191,7 +192,7 @@ enum End {
 fn assignment_value(a: &SandboxInstanceAssignment, member: &str, incarnation: u64) -> Value {
     json!({
         "sandbox": a.sandbox_id, "generation": a.generation, "term": a.term,
-        "epoch": a.credential_epoch, "acknowledged": a.acknowledged, "phase": a.phase,
+        "credential_epoch": a.credential_epoch, "acknowledged": a.acknowledged, "phase": SandboxPhase::name_of(a.phase),
         "member": member, "incarnation": incarnation, "grant_bytes": a.grant.len(),
     })
 }
@@ -549,7 +550,7 @@ impl Inner {
                     let process = self.ack_process();
                     let value = json!({
                         "sandbox": a.sandbox_id, "generation": a.generation, "term": a.term,
-                        "epoch": a.credential_epoch, "member": member, "incarnation": incarnation,
+                        "credential_epoch": a.credential_epoch, "member": member, "incarnation": incarnation,
                     });
                     self.record(
                         OpType::Invoke,

@@ -89,16 +89,12 @@ pub async fn run(
     );
     bootstrap(&node, &config);
     let metrics = Metrics::new();
-    if config.insecure_signing_key {
-        tracing::warn!(
-            "no --signing-key-file: grants are signed with an INSECURE development key derived from the \
-             cluster id; set openshell.gateway.signing_key_file in production"
-        );
-    }
-    if !config.auth.enabled() {
-        tracing::warn!("no bearer tokens configured: every API is open; set [openshell.gateway.auth] in production");
-    }
+    warn_insecure_defaults(&config);
     let commit_at_start = node.status().commit_index;
+    tracing::info!(
+        commit_at_start,
+        "start-up commit index: ready once applied up to it and caught up with the leader"
+    );
     let hub = Hub::new(
         node.clone(),
         config.pool.clone(),
@@ -165,6 +161,19 @@ pub async fn run(
         .map_err(ServeError::Serve);
     node.shutdown().await;
     result
+}
+
+/// Says, at start-up, which development defaults leave this gateway open.
+fn warn_insecure_defaults(config: &GatewayConfig) {
+    if config.insecure_signing_key {
+        tracing::warn!(
+            "no --signing-key-file: grants are signed with an INSECURE development key derived from the \
+             cluster id; set openshell.gateway.signing_key_file in production"
+        );
+    }
+    if !config.auth.enabled() {
+        tracing::warn!("no bearer tokens configured: every API is open; set [openshell.gateway.auth] in production");
+    }
 }
 
 /// The node listed first (lowest id) among the initial voters bootstraps the

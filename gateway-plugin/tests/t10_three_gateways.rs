@@ -9,10 +9,9 @@
 //!   right after a write on another node sees it, and the learner caught up by
 //!   snapshot
 
-mod common;
-
-use common::*;
 use proto::cluster::{AddLearnerRequest, Node, PromoteRequest, RemoveRequest, StatusRequest};
+use testkit::gateway::*;
+use testkit::TestResult;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_gateways_survive_leader_kill_and_membership_changes() -> TestResult {

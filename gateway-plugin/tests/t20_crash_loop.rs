@@ -7,15 +7,14 @@
 //! - then: every acknowledged write is present on every node, and all nodes'
 //!   state machines are identical
 
-mod common;
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::*;
 use proto::objects::object_store_client::ObjectStoreClient;
 use proto::objects::{precondition, Precondition, PutRequest};
+use testkit::gateway::*;
+use testkit::TestResult;
 
 const CYCLES: u64 = 21;
 

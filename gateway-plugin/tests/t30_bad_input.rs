@@ -7,17 +7,18 @@
 //!   problem, and leaves every file byte-for-byte as it was
 //! - and: malformed RPCs to a running gateway get error statuses, never a panic
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::*;
 use proto::grant::GrantSigner;
 use proto::objects::{GetRequest, ListRequest, PutRequest};
 use proto::raft::raft_transport_client::RaftTransportClient;
 use proto::raft::{ForwardRequest, RaftPayload, ReadIndexRequest};
+use testkit::bins::gateway_bin;
+use testkit::gateway::*;
+use testkit::ports::free_port;
+use testkit::TestResult;
 
 /// Every file under `dir` with its bytes.
 fn contents(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {

@@ -11,13 +11,9 @@
 //!   extending the operation's deadline; only one gateway ran a coordinator
 //!   in each term; all replicas end with identical state
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use common::fake::FakeSupervisor;
-use common::*;
 use proto::cluster::StateDigestRequest;
 use proto::pool_admin::pool_admin_client::PoolAdminClient;
 use proto::pool_admin::{
@@ -25,6 +21,9 @@ use proto::pool_admin::{
     StartSupervisorPoolOperationRequest, SupervisorPoolStatus,
 };
 use proto::pool_types::{MemberState, SandboxPhase};
+use testkit::gateway::*;
+use testkit::member::ScriptedMember;
+use testkit::TestResult;
 use tonic::transport::Channel;
 
 async fn pool_admin(node: &Gateway) -> TestResult<PoolAdminClient<Channel>> {
@@ -90,11 +89,11 @@ async fn drain_completes_across_leader_kill_without_relaunch() -> TestResult {
     let addrs: Vec<String> = cluster.nodes.iter().map(|n| n.addr.clone()).collect();
 
     eprintln!("--- step: three supervisors attach to different gateways");
-    let supervisors: Vec<FakeSupervisor> = (0..3)
+    let supervisors: Vec<ScriptedMember> = (0..3)
         .map(|i| {
             let mut gateways = addrs.clone();
             gateways.rotate_left(i);
-            FakeSupervisor::start(
+            ScriptedMember::start(
                 &format!("m{}", i + 1),
                 1,
                 10,

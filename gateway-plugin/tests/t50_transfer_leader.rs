@@ -6,14 +6,13 @@
 //! - then: the named node leads, writes keep succeeding throughout, and none
 //!   is lost
 
-mod common;
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::*;
 use proto::cluster::TransferLeaderRequest;
+use testkit::gateway::*;
+use testkit::TestResult;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leadership_moves_to_the_named_voter_while_writes_continue() -> TestResult {

@@ -2,15 +2,15 @@
 //! credentials get gRPC error statuses and log lines, never a panic; auth
 //! failures are counted in metrics.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
 use proto::pool_admin::pool_admin_client::PoolAdminClient;
 use proto::pool_admin::{ExecSandboxRequest, GetSandboxRequest};
 use proto::supervisor_host::supervisor_host_client::SupervisorHostClient;
 use proto::supervisor_host::{supervisor_message, HostHello, HostStatus, SupervisorMessage};
+use testkit::gateway::*;
+use testkit::ports::free_port;
+use testkit::TestResult;
 use tonic::Code;
 
 async fn attach_with(node: &Gateway, first: SupervisorMessage) -> tonic::Status {

@@ -17,12 +17,13 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use proto::client::{connect, ClientConfig, Role};
 use proto::cluster::cluster_admin_client::ClusterAdminClient;
 use proto::cluster::{ClusterStatus, StatusRequest};
 use proto::objects::object_store_client::ObjectStoreClient;
 use proto::objects::ListRequest;
 use proto::pool_admin::pool_admin_client::PoolAdminClient;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::checker::ReplicaDump;
 use crate::net::Net;
@@ -207,7 +208,7 @@ impl Cluster {
     ///
     /// # Errors
     /// When the network cannot be built or the binary is missing.
-    pub fn create(
+    pub async fn create(
         run: &str,
         n: usize,
         dir: &Path,
@@ -226,11 +227,12 @@ impl Cluster {
         let mut nodes = Vec::new();
         for i in 1..=n {
             let addr = format!("{}:{PORT}", net.node_ip(i));
-            let channel = Endpoint::from_shared(format!("http://{addr}"))
-                .context("endpoint")?
-                .connect_timeout(Duration::from_millis(1000))
-                .timeout(options.client_timeout)
-                .connect_lazy();
+            let config = ClientConfig::for_role(Role::Jepsen)
+                .with_connect_timeout(Duration::from_millis(1000))
+                .with_request_timeout(options.client_timeout);
+            let channel = connect(Role::Jepsen, &addr, &config)
+                .await
+                .context("endpoint")?;
             let clock_file = dir.join(format!("n{i}.clock"));
             std::fs::write(&clock_file, "+0\n").context("writing the clock file")?;
             nodes.push(Node {

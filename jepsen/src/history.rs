@@ -8,7 +8,8 @@
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -61,8 +62,12 @@ impl<'de> Deserialize<'de> for Process {
     }
 }
 
-/// One line of `history.jsonl`.
+/// One line of `history.jsonl`. Every field HISTORY.md names is required
+/// (`key`, `node` and `error` are optional there) and no other is allowed:
+/// a line without `time` is an error, not an event at time 0. What `value`
+/// holds per `f` is typed in [`crate::ops`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Event {
     /// Position in the history, from 0.
     pub index: u64,
@@ -73,20 +78,31 @@ pub struct Event {
     pub process: Process,
     /// The operation (`read`, `write`, `cas`, or a nemesis verb).
     pub f: String,
-    /// The register (register workload only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The register (register workload), the sandbox or member (pool
+    /// workload); absent on nemesis events.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
-    /// The value, shaped per `f` (HISTORY.md).
-    #[serde(default)]
+    /// The value, shaped per `f` (HISTORY.md; typed in [`crate::ops`]).
     pub value: serde_json::Value,
     /// Nanoseconds since the run started (harness monotonic clock).
     pub time: u64,
     /// The node the client talked to (extra key, as Jepsen's `:node`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
     /// Why an op failed or is unknown (extra key, as Jepsen's `:error`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+/// Process numbers shared by every client of a workload.
+#[derive(Clone)]
+pub struct Processes(pub Arc<AtomicU64>);
+
+impl Processes {
+    /// A fresh process number.
+    pub fn fresh(&self) -> u64 {
+        self.0.fetch_add(1, Ordering::Relaxed)
+    }
 }
 
 /// The fields a caller supplies; index and time are the recorder's.
@@ -200,21 +216,60 @@ impl Recorder {
     }
 }
 
+/// Why a history file could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// The file could not be read.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A line is not an event (a missing, unknown or mistyped field).
+    #[error("{path}:{line}: {source}")]
+    Line {
+        /// The file.
+        path: PathBuf,
+        /// The line number, from 1.
+        line: usize,
+        /// What serde found wrong (names the field).
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// Parses one line of a history (`line` numbers it for the error).
+///
+/// # Errors
+/// [`ReadError::Line`] when the line is not an event.
+pub fn parse_line(path: &Path, line: usize, text: &str) -> Result<Event, ReadError> {
+    serde_json::from_str(text).map_err(|source| ReadError::Line {
+        path: path.to_path_buf(),
+        line,
+        source,
+    })
+}
+
 /// Reads a `history.jsonl`.
 ///
 /// # Errors
 /// When the file cannot be read or a line is not an event (naming the line).
-pub fn read_jsonl(path: &Path) -> anyhow::Result<Vec<Event>> {
-    let file = File::open(path)?;
+pub fn read_jsonl(path: &Path) -> Result<Vec<Event>, ReadError> {
+    let io = |source| ReadError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = File::open(path).map_err(io)?;
     let mut out = Vec::new();
     for (n, line) in BufReader::new(file).lines().enumerate() {
-        let line = line?;
+        let line = line.map_err(io)?;
         if line.trim().is_empty() {
             continue;
         }
-        let event: Event = serde_json::from_str(&line)
-            .map_err(|e| anyhow::anyhow!("{}:{}: {e}", path.display(), n + 1))?;
-        out.push(event);
+        out.push(parse_line(path, n + 1, &line)?);
     }
     Ok(out)
 }
@@ -247,5 +302,39 @@ mod tests {
         .unwrap_or_else(|err| panic!("{err}"));
         assert_eq!(n.process, Process::Nemesis);
         assert_eq!(n.kind, OpType::Info);
+    }
+
+    #[test]
+    fn a_line_with_a_missing_field_is_rejected_naming_the_line_and_field() {
+        let path = Path::new("history.jsonl");
+        // No `time`.
+        let line = r#"{"index":4,"type":"ok","process":3,"f":"write","key":"r1","value":7}"#;
+        let err = parse_line(path, 5, line).err().map(|e| e.to_string());
+        let err = err.unwrap_or_else(|| panic!("a line without time was accepted"));
+        assert!(err.starts_with("history.jsonl:5: "), "{err}");
+        assert!(err.contains("missing field `time`"), "{err}");
+        // No `value`: not read as null.
+        let line = r#"{"index":4,"type":"ok","process":3,"f":"write","key":"r1","time":9}"#;
+        let err = parse_line(path, 6, line).err().map(|e| e.to_string());
+        let err = err.unwrap_or_else(|| panic!("a line without value was accepted"));
+        assert!(err.contains("missing field `value`"), "{err}");
+        // A misspelt field is not ignored.
+        let line =
+            r#"{"index":4,"type":"ok","process":3,"f":"write","value":7,"time":9,"nod":"n1"}"#;
+        let err = parse_line(path, 7, line).err().map(|e| e.to_string());
+        let err = err.unwrap_or_else(|| panic!("an unknown field was accepted"));
+        assert!(err.contains("unknown field `nod`"), "{err}");
+    }
+
+    #[test]
+    fn a_value_with_a_missing_field_is_a_typed_error_naming_the_event() {
+        let line = r#"{"index":12,"type":"ok","process":3,"f":"grant","key":"sb1","value":{"sandbox":"sb1","generation":1,"credential_epoch":1,"acknowledged":false,"phase":"assigned","member":"s1","incarnation":1,"log_index":40,"grant_bytes":64},"time":9}"#;
+        let event = parse_line(Path::new("h"), 13, line).unwrap_or_else(|e| panic!("{e}"));
+        let err = crate::ops::decode::<crate::ops::pool::Grant>(&event)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_else(|| panic!("a grant without term was accepted"));
+        assert!(err.starts_with("event 12 (Ok grant): "), "{err}");
+        assert!(err.contains("missing field `term`"), "{err}");
     }
 }

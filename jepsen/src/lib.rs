@@ -17,8 +17,11 @@
 //! - [`process`]: child processes the harness starts in a namespace and
 //!   signals (gateways, supervisors).
 //! - [`workload`]: the register workload and the pool workload (sandboxes,
-//!   `openshell-supervisor` processes or scripted supervisors, pool faults).
+//!   pool faults).
+//! - [`members`]: the pool workload's members: `openshell-supervisor`
+//!   processes or scripted supervisors.
 //! - [`history`]: the JSONL history (HISTORY.md).
+//! - [`ops`]: the typed values of each workload's events.
 //! - [`checker`]: linearizability (WGL), acknowledged writes, replica
 //!   convergence, the pool invariants I1–I8 and state digests.
 //! - [`report`]: `results.json` and `index.html`.
@@ -39,8 +42,10 @@ pub mod checker;
 pub mod cluster;
 pub mod history;
 pub mod matrix;
+pub mod members;
 pub mod nemesis;
 pub mod net;
+pub mod ops;
 pub mod process;
 pub mod report;
 pub mod run;

@@ -264,39 +264,8 @@ impl Nemesis {
     /// Starts one fault.
     pub async fn start(&mut self, fault: Fault) {
         let n = self.n();
-        let all: Vec<usize> = (1..=n).collect();
         match fault {
-            Fault::LeaderMinority | Fault::LeaderMajority => {
-                let leader = self.leader_or_random().await;
-                let mut others: Vec<usize> = all.iter().copied().filter(|i| *i != leader).collect();
-                others.shuffle(&mut self.rng);
-                let minority_size = n.saturating_sub(1) / 2;
-                let (mut a, mut b): (Vec<usize>, Vec<usize>) = if fault == Fault::LeaderMinority {
-                    let mut a = vec![leader];
-                    a.extend(others.iter().take(minority_size.saturating_sub(1)));
-                    let b = others
-                        .iter()
-                        .skip(minority_size.saturating_sub(1))
-                        .copied()
-                        .collect();
-                    (a, b)
-                } else {
-                    let mut a = vec![leader];
-                    a.extend(others.iter().take(n - minority_size - 1));
-                    let b = others.iter().skip(n - minority_size - 1).copied().collect();
-                    (a, b)
-                };
-                a.sort_unstable();
-                b.sort_unstable();
-                let desc = format!("{} {} | {}", fault.name(), fmt_group(&a), fmt_group(&b));
-                match self.cluster.net.cut(&[a, b]) {
-                    Ok(()) => {
-                        self.active.net = true;
-                        self.note("cut", desc);
-                    }
-                    Err(e) => self.note_err("cut", &desc, e),
-                }
-            }
+            Fault::LeaderMinority | Fault::LeaderMajority => self.leader_partition(fault).await,
             Fault::Isolate => {
                 let i = self.rng.gen_range(1..=n);
                 match self.cluster.net.isolate(i) {
@@ -307,59 +276,8 @@ impl Nemesis {
                     Err(e) => self.note_err("isolate", &format!("n{i}"), e),
                 }
             }
-            Fault::Bridge | Fault::MajoritiesRing => {
-                let mut order = all.clone();
-                order.shuffle(&mut self.rng);
-                // Ring: i talks to its two neighbours only. Bridge: a line
-                // with the middle node talking to both halves.
-                let mut pairs = Vec::new();
-                for x in 0..n {
-                    for y in (x + 1)..n {
-                        let ring_dist = (y - x).min(n - (y - x));
-                        let keep = if fault == Fault::MajoritiesRing {
-                            ring_dist <= 1 || n <= 3
-                        } else {
-                            let mid = n / 2;
-                            x == mid || y == mid || (x < mid) == (y < mid)
-                        };
-                        if !keep {
-                            pairs.push((order[x], order[y]));
-                        }
-                    }
-                }
-                if fault == Fault::MajoritiesRing && n <= 3 {
-                    // With three nodes every ring is complete; cut one link.
-                    pairs.push((order[0], order[1]));
-                }
-                let desc = format!(
-                    "{} {} cut pairs {:?}",
-                    fault.name(),
-                    fmt_group(&order),
-                    pairs
-                );
-                match self.cluster.net.cut_pairs(&pairs) {
-                    Ok(()) => {
-                        self.active.net = true;
-                        self.note("cut", desc);
-                    }
-                    Err(e) => self.note_err("cut", &desc, e),
-                }
-            }
-            Fault::Drop => {
-                let mut nodes = all.clone();
-                nodes.shuffle(&mut self.rng);
-                let k = self.rng.gen_range(1..=n);
-                let p: f64 = self.rng.gen_range(0.2..0.6);
-                for i in nodes.into_iter().take(k) {
-                    match self.cluster.net.drop(i, p) {
-                        Ok(()) => {
-                            self.active.net = true;
-                            self.note("drop", format!("n{i} p={p:.2}"));
-                        }
-                        Err(e) => self.note_err("drop", &format!("n{i}"), e),
-                    }
-                }
-            }
+            Fault::Bridge | Fault::MajoritiesRing => self.ring_or_bridge(fault).await,
+            Fault::Drop => self.drop_some().await,
             Fault::Kill => {
                 let i = self.target().await;
                 if let Ok(node) = self.cluster.node(i) {
@@ -396,32 +314,132 @@ impl Nemesis {
                     }
                 }
             }
-            Fault::ClockStrobe => {
-                let i = self.rng.gen_range(1..=n);
-                let secs: i64 = self.rng.gen_range(1..=300);
-                let period_ms: u64 = self.rng.gen_range(50..500);
-                let stop = Arc::new(AtomicBool::new(false));
-                self.active.strobe = Some(stop.clone());
-                self.active.clocks.insert(i);
-                let cluster = self.cluster.clone();
-                tokio::spawn(async move {
-                    let mut flip = false;
-                    while !stop.load(Ordering::Relaxed) {
-                        if let Ok(node) = cluster.node(i) {
-                            let _ = node.set_clock_offset(if flip { secs } else { -secs });
-                        }
-                        flip = !flip;
-                        tokio::time::sleep(Duration::from_millis(period_ms)).await;
-                    }
-                });
-                self.note(
-                    "clock-strobe",
-                    format!("n{i} ±{secs}s every {period_ms} ms"),
-                );
-            }
+            Fault::ClockStrobe => self.clock_strobe().await,
             Fault::Membership => self.membership().await,
             Fault::Island => self.island().await,
         }
+    }
+
+    /// Cuts the leader into a minority or majority.
+    async fn leader_partition(&mut self, fault: Fault) {
+        let n = self.n();
+        let all: Vec<usize> = (1..=n).collect();
+        let leader = self.leader_or_random().await;
+        let mut others: Vec<usize> = all.iter().copied().filter(|i| *i != leader).collect();
+        others.shuffle(&mut self.rng);
+        let minority_size = n.saturating_sub(1) / 2;
+        let (mut a, mut b): (Vec<usize>, Vec<usize>) = if fault == Fault::LeaderMinority {
+            let mut a = vec![leader];
+            a.extend(others.iter().take(minority_size.saturating_sub(1)));
+            let b = others
+                .iter()
+                .skip(minority_size.saturating_sub(1))
+                .copied()
+                .collect();
+            (a, b)
+        } else {
+            let mut a = vec![leader];
+            a.extend(others.iter().take(n - minority_size - 1));
+            let b = others.iter().skip(n - minority_size - 1).copied().collect();
+            (a, b)
+        };
+        a.sort_unstable();
+        b.sort_unstable();
+        let desc = format!("{} {} | {}", fault.name(), fmt_group(&a), fmt_group(&b));
+        match self.cluster.net.cut(&[a, b]) {
+            Ok(()) => {
+                self.active.net = true;
+                self.note("cut", desc);
+            }
+            Err(e) => self.note_err("cut", &desc, e),
+        }
+    }
+
+    /// Cuts links so that no node sees a majority in common (ring) or one node bridges two halves.
+    async fn ring_or_bridge(&mut self, fault: Fault) {
+        let n = self.n();
+        let all: Vec<usize> = (1..=n).collect();
+        let mut order = all.clone();
+        order.shuffle(&mut self.rng);
+        // Ring: i talks to its two neighbours only. Bridge: a line
+        // with the middle node talking to both halves.
+        let mut pairs = Vec::new();
+        for x in 0..n {
+            for y in (x + 1)..n {
+                let ring_dist = (y - x).min(n - (y - x));
+                let keep = if fault == Fault::MajoritiesRing {
+                    ring_dist <= 1 || n <= 3
+                } else {
+                    let mid = n / 2;
+                    x == mid || y == mid || (x < mid) == (y < mid)
+                };
+                if !keep {
+                    pairs.push((order[x], order[y]));
+                }
+            }
+        }
+        if fault == Fault::MajoritiesRing && n <= 3 {
+            // With three nodes every ring is complete; cut one link.
+            pairs.push((order[0], order[1]));
+        }
+        let desc = format!(
+            "{} {} cut pairs {:?}",
+            fault.name(),
+            fmt_group(&order),
+            pairs
+        );
+        match self.cluster.net.cut_pairs(&pairs) {
+            Ok(()) => {
+                self.active.net = true;
+                self.note("cut", desc);
+            }
+            Err(e) => self.note_err("cut", &desc, e),
+        }
+    }
+
+    /// Drops a share of packets on some nodes.
+    async fn drop_some(&mut self) {
+        let n = self.n();
+        let all: Vec<usize> = (1..=n).collect();
+        let mut nodes = all.clone();
+        nodes.shuffle(&mut self.rng);
+        let k = self.rng.gen_range(1..=n);
+        let p: f64 = self.rng.gen_range(0.2..0.6);
+        for i in nodes.into_iter().take(k) {
+            match self.cluster.net.drop(i, p) {
+                Ok(()) => {
+                    self.active.net = true;
+                    self.note("drop", format!("n{i} p={p:.2}"));
+                }
+                Err(e) => self.note_err("drop", &format!("n{i}"), e),
+            }
+        }
+    }
+
+    /// Flips one node's clock back and forth until healed.
+    async fn clock_strobe(&mut self) {
+        let n = self.n();
+        let i = self.rng.gen_range(1..=n);
+        let secs: i64 = self.rng.gen_range(1..=300);
+        let period_ms: u64 = self.rng.gen_range(50..500);
+        let stop = Arc::new(AtomicBool::new(false));
+        self.active.strobe = Some(stop.clone());
+        self.active.clocks.insert(i);
+        let cluster = self.cluster.clone();
+        tokio::spawn(async move {
+            let mut flip = false;
+            while !stop.load(Ordering::Relaxed) {
+                if let Ok(node) = cluster.node(i) {
+                    let _ = node.set_clock_offset(if flip { secs } else { -secs });
+                }
+                flip = !flip;
+                tokio::time::sleep(Duration::from_millis(period_ms)).await;
+            }
+        });
+        self.note(
+            "clock-strobe",
+            format!("n{i} ±{secs}s every {period_ms} ms"),
+        );
     }
 
     /// Half the time the leader, else a random node.

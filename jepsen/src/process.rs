@@ -1,6 +1,6 @@
 //! A child process the harness started and can signal: gateways
 //! ([`crate::cluster`]) and pool supervisors
-//! ([`crate::workload::members`]) are both started with
+//! ([`crate::members::process`]) are both started with
 //! `ip netns exec <ns> <bin> ...`, which execs, so the child's pid is the
 //! program's own.
 

@@ -131,6 +131,32 @@ pub async fn run(options: RunOptions) -> anyhow::Result<Outcome> {
     result
 }
 
+/// What went wrong while healing or converging makes an otherwise valid
+/// `replicas-identical` undecided, with the notes in its summary.
+fn note_undecided_convergence(results: &mut [CheckResult], notes: &[String]) {
+    if notes.is_empty() {
+        return;
+    }
+    if let Some(r) = results
+        .iter_mut()
+        .find(|r| r.checker == "replicas-identical")
+    {
+        if r.valid == Validity::Valid {
+            r.valid = Validity::Unknown;
+        }
+        r.summary = format!("{} ({})", r.summary, notes.join("; "));
+    }
+}
+
+/// The cluster's membership as the first node sees it, for `results.json`.
+async fn final_membership(cluster: &Cluster) -> Option<serde_json::Value> {
+    cluster.nodes[0].admin().status(proto::cluster::StatusRequest { local: false }).await.ok().map(|s| {
+        let s = s.into_inner();
+        json!({"leader": s.leader_id, "term": s.term, "commit_index": s.commit_index,
+               "nodes": s.nodes.iter().map(|n| json!({"id": n.id, "voter": n.voter})).collect::<Vec<_>>()})
+    })
+}
+
 async fn run_inner(
     options: &RunOptions,
     dir: &std::path::Path,
@@ -150,7 +176,7 @@ async fn run_inner(
         client_timeout: options.client_timeout,
         extra_args: workload.gateway_args(),
     };
-    let cluster = Arc::new(Cluster::create(run_id, options.nodes, dir, gateway)?);
+    let cluster = Arc::new(Cluster::create(run_id, options.nodes, dir, gateway).await?);
     cluster.start_all()?;
     let leader = cluster
         .wait_leader(Duration::from_secs(60), "initial election")
@@ -197,23 +223,9 @@ async fn run_inner(
     let events = history.snapshot();
     let checked_at = Instant::now();
     let mut results: Vec<CheckResult> = checkers.iter().map(|c| c.check(&events, &state)).collect();
-    if !notes.is_empty() {
-        if let Some(r) = results
-            .iter_mut()
-            .find(|r| r.checker == "replicas-identical")
-        {
-            if r.valid == Validity::Valid {
-                r.valid = Validity::Unknown;
-            }
-            r.summary = format!("{} ({})", r.summary, notes.join("; "));
-        }
-    }
+    note_undecided_convergence(&mut results, &notes);
     let valid = results.iter().all(|r| r.valid == Validity::Valid);
-    let membership = cluster.nodes[0].admin().status(proto::cluster::StatusRequest { local: false }).await.ok().map(|s| {
-        let s = s.into_inner();
-        json!({"leader": s.leader_id, "term": s.term, "commit_index": s.commit_index,
-               "nodes": s.nodes.iter().map(|n| json!({"id": n.id, "voter": n.voter})).collect::<Vec<_>>()})
-    });
+    let membership = final_membership(&cluster).await;
     let report = Results {
         valid,
         run: json!({

@@ -10,8 +10,7 @@ mod common;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn register_is_linearizable_under_partition_kill_pause() {
-    if !common::is_root() {
-        eprintln!("skipped: needs root for network namespaces");
+    if common::skip_without_root("jepsen::t10_register_smoke") {
         return;
     }
     eprintln!("--- step: find the gateway binary");

@@ -16,8 +16,7 @@ mod common;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pool_invariants_hold_under_gateway_and_supervisor_faults() {
-    if !common::is_root() {
-        eprintln!("skipped: needs root for network namespaces");
+    if common::skip_without_root("jepsen::t20_pool_smoke") {
         return;
     }
     eprintln!("--- step: find the gateway binary");

@@ -20,8 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workloads_survive_supervisor_faults_with_real_processes() {
-    if !common::is_root() {
-        eprintln!("skipped: needs root for network namespaces");
+    if common::skip_without_root("jepsen::t25_pool_processes") {
         return;
     }
     eprintln!("--- step: find the gateway and supervisor binaries");

@@ -21,8 +21,7 @@ use jepsen::checker::Validity;
 #[ignore = "builds a second gateway (cold: ~3 min); run with -- --ignored"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stale_reads_build_is_reported_not_linearizable() {
-    if !common::is_root() {
-        eprintln!("skipped: needs root for network namespaces");
+    if common::skip_without_root("jepsen::t50_stale_reads_detected") {
         return;
     }
     eprintln!("--- step: build the faulty gateway into target/jepsen-fault");

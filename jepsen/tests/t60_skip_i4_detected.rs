@@ -24,8 +24,7 @@ use jepsen::checker::Validity;
 #[ignore = "builds a fault-injection gateway; .ci/run runs it with --ignored"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn skip_i4_build_is_reported_by_the_i4_checker() {
-    if !common::is_root() {
-        eprintln!("skipped: needs root for network namespaces");
+    if common::skip_without_root("jepsen::t60_skip_i4_detected") {
         return;
     }
     eprintln!("--- step: build the faulty gateway into target/jepsen-fault");

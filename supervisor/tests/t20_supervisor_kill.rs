@@ -8,13 +8,12 @@
 //!   exec works through the new owner. The time from kill to re-supervision
 //!   is printed.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use proto::pool_types::{MemberState, SandboxPhase};
-use support::*;
+use testkit::supervisor::*;
+use testkit::TestResult;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_supervisor_sessions_move_with_workloads_intact() -> TestResult {

@@ -6,15 +6,15 @@
 //! - then: the workloads keep their PIDs, and a sandbox created after the
 //!   downscale runs on the remaining supervisor. The drain time is printed.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use proto::pool_admin::{
     start_supervisor_pool_operation_request, StartSupervisorPoolOperationRequest,
 };
 use proto::pool_types::{MemberState, SandboxPhase};
-use support::*;
+use testkit::gateway::*;
+use testkit::supervisor::*;
+use testkit::TestResult;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_move_by_drain_with_pids_intact() -> TestResult {

@@ -8,8 +8,6 @@
 //!   own 100 ms step), the supervisors re-attach to other gateways and are
 //!   ready again, and writes resume. The longest stall is printed.
 
-mod support;
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,7 +15,9 @@ use std::time::{Duration, Instant};
 use proto::pool_types::{MemberState, SandboxPhase};
 use proto::sandbox_runtime::sandbox_runtime_client::SandboxRuntimeClient;
 use proto::sandbox_runtime::RuntimeStatusRequest;
-use support::*;
+use testkit::gateway::*;
+use testkit::supervisor::*;
+use testkit::TestResult;
 use tokio::io::AsyncReadExt;
 
 async fn read_workload(addr: &str) -> Option<u64> {

@@ -9,13 +9,14 @@
 //!   credential is fixed the replacement becomes ready and takes work, and no
 //!   workload was restarted
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use proto::pool_types::SandboxPhase;
-use support::*;
+use testkit::gateway::*;
+use testkit::ports::free_port;
+use testkit::supervisor::*;
+use testkit::TestResult;
 
 async fn wait_ready(s: &Supervisor, want: u16, within: Duration) -> String {
     let deadline = Instant::now() + within;

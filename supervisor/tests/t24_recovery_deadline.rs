@@ -6,12 +6,11 @@
 //! - then: after the deadline the runtime stops the workload and pool status
 //!   shows the sandbox failed with SupervisorRecoveryFailed
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use proto::pool_types::SandboxPhase;
-use support::*;
+use testkit::supervisor::*;
+use testkit::TestResult;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workload_stops_and_failure_shows_after_the_deadline() -> TestResult {

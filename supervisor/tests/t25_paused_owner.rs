@@ -7,15 +7,14 @@
 //!   reports do not count, and exec still runs through the new owner; the
 //!   resumed supervisor re-joins as a new incarnation and is ready again
 
-mod support;
-
 use std::time::Duration;
 
 use proto::grant::GrantSigner;
 use proto::pool_types::{MemberState, SandboxPhase};
 use proto::sandbox_runtime::sandbox_runtime_client::SandboxRuntimeClient;
 use proto::sandbox_runtime::{ActivateRequest, Grant, RuntimeStatusRequest};
-use support::*;
+use testkit::supervisor::*;
+use testkit::TestResult;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resumed_owner_is_fenced_everywhere() -> TestResult {

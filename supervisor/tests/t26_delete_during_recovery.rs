@@ -7,13 +7,12 @@
 //! - then: the sandbox stays deleted, the new supervisor is never given it,
 //!   and the workload stops; nothing revives it
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use proto::pool_admin::DeleteSandboxRequest;
 use proto::pool_types::SandboxPhase;
-use support::*;
+use testkit::supervisor::*;
+use testkit::TestResult;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleted_sandbox_is_never_revived() -> TestResult {

@@ -8,12 +8,11 @@
 //!   as a newer incarnation); A is told it is stale and reports not ready
 //!   naming the stale incarnation; B is ready
 
-mod support;
-
 use std::time::Duration;
 
 use proto::pool_types::MemberState;
-use support::*;
+use testkit::supervisor::*;
+use testkit::TestResult;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_newer_process_keeps_the_member_without_flapping() -> TestResult {

@@ -10,11 +10,10 @@
 //! - then: in 6 s of retries exactly one runtime was ever started for it,
 //!   and the supervisor says why it starts no other
 
-mod support;
-
 use std::time::Duration;
 
-use support::*;
+use testkit::supervisor::*;
+use testkit::TestResult;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gone_runtime_is_not_started_again() -> TestResult {

@@ -9,22 +9,24 @@ use proto::objects::object_store_client::ObjectStoreClient;
 use proto::objects::{precondition, ListRequest, Precondition, PutRequest};
 use serde_json::Value;
 
-use super::{free_port, object, TestResult};
+use testkit::gateway::object;
+use testkit::ports::free_port;
+use testkit::TestResult;
 
 /// The `openshell-pool` binary (this package's; elsewhere the workspace
 /// build's).
 pub fn pool_bin() -> PathBuf {
     match option_env!("CARGO_BIN_EXE_openshell-pool") {
         Some(bin) => PathBuf::from(bin),
-        None => super::bins::workspace_bin("openshell-pool"),
+        None => testkit::bins::workspace_bin("openshell-pool"),
     }
 }
 
 /// Brings the supervisor and runtime binaries up to date next to
 /// openshell-pool (dev starts them from there).
 pub fn build_supervisor_bins() {
-    super::bins::workspace_bin("openshell-supervisor");
-    super::bins::workspace_bin("openshell-sandbox-runtime");
+    testkit::bins::workspace_bin("openshell-supervisor");
+    testkit::bins::workspace_bin("openshell-sandbox-runtime");
 }
 
 /// A base port whose dev ports are all free.

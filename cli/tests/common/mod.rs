@@ -1,11 +1,11 @@
-//! The shared end-to-end harness of gateway-plugin (included by path until
-//! it becomes a test-kit crate) plus [`cli`], the helpers that drive the
-//! `openshell-pool` binary.
+//! What the CLI tests (t60–t62) share: the test kit, and [`cli`], the
+//! helpers that drive the `openshell-pool` binary.
 #![allow(dead_code, unused_imports)]
-
-#[path = "../../../gateway-plugin/tests/common/mod.rs"]
-mod shared;
 
 pub mod cli;
 
-pub use shared::*;
+pub use testkit::bins;
+pub use testkit::bins::gateway_bin;
+pub use testkit::gateway::*;
+pub use testkit::ports::free_port;
+pub use testkit::TestResult;

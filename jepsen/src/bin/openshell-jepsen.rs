@@ -242,6 +242,88 @@ fn options(c: &Common) -> Result<RunOptions, String> {
     })
 }
 
+/// `check`: a register history against linearizability, or a pool history
+/// against I1–I8 (and workload continuity when its runtimes' logs are
+/// beside it).
+fn check_history(history: &std::path::Path) -> ExitCode {
+    let events = match jepsen::history::read_jsonl(history) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("{e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    if events.iter().any(|e| e.f == "launch" || e.f == "grant") {
+        return check_pool(&events, history);
+    }
+    match jepsen::checker::linear::check(&events, Default::default()) {
+        Ok(keys) => {
+            let mut ok = true;
+            for k in keys {
+                println!(
+                    "{} {:?} ({} ops, {} steps)",
+                    k.key, k.verdict, k.ops, k.steps
+                );
+                ok &= k.verdict == jepsen::checker::linear::Verdict::Valid;
+            }
+            if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// `check` of a pool history.
+fn check_pool(events: &[jepsen::history::Event], history: &std::path::Path) -> ExitCode {
+    // A pool history: I1-I8, with the last status read as the
+    // final state (the run's final read is its last status).
+    let final_status = events
+        .iter()
+        .rev()
+        .find(|e| e.f == "status" && e.kind == jepsen::history::OpType::Ok)
+        .map(|e| e.index);
+    let mut ok = true;
+    let state = jepsen::checker::FinalState::default();
+    let mut checkers =
+        jepsen::checker::pool::pool_checkers(jepsen::checker::pool::PoolFinal { final_status });
+    // A run with process members left its runtimes' logs beside
+    // the history (supervisor exits are known only to the run).
+    let runtimes = history.with_file_name("runtimes");
+    if runtimes.is_dir() {
+        checkers.push(Box::new(jepsen::checker::workload::WorkloadContinuity {
+            runtimes: jepsen::members::runtime_log::runtime_logs(&runtimes),
+            exits: Vec::new(),
+        }));
+    }
+    for c in checkers {
+        if c.name() == "replicas-identical-digest" {
+            continue;
+        }
+        let r = c.check(events, &state);
+        println!("{:<28} {:?}: {}", r.checker, r.valid, r.summary);
+        for v in r.details["violations"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .take(5)
+        {
+            println!("    {}", v["what"].as_str().unwrap_or_default());
+        }
+        ok &= r.valid == jepsen::checker::Validity::Valid;
+    }
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -273,81 +355,7 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         }
-        Cmd::Check { history } => {
-            let events = match jepsen::history::read_jsonl(&history) {
-                Ok(e) => e,
-                Err(e) => {
-                    eprintln!("{e:#}");
-                    return ExitCode::from(2);
-                }
-            };
-            if events.iter().any(|e| e.f == "launch" || e.f == "grant") {
-                // A pool history: I1-I8, with the last status read as the
-                // final state (the run's final read is its last status).
-                let final_status = events
-                    .iter()
-                    .rev()
-                    .find(|e| e.f == "status" && e.kind == jepsen::history::OpType::Ok)
-                    .map(|e| e.index);
-                let mut ok = true;
-                let state = jepsen::checker::FinalState::default();
-                let mut checkers =
-                    jepsen::checker::pool::pool_checkers(jepsen::checker::pool::PoolFinal {
-                        final_status,
-                    });
-                // A run with process members left its runtimes' logs beside
-                // the history (supervisor exits are known only to the run).
-                let runtimes = history.with_file_name("runtimes");
-                if runtimes.is_dir() {
-                    checkers.push(Box::new(jepsen::checker::workload::WorkloadContinuity {
-                        runtimes: jepsen::workload::members::runtime_logs(&runtimes),
-                        exits: Vec::new(),
-                    }));
-                }
-                for c in checkers {
-                    if c.name() == "replicas-identical-digest" {
-                        continue;
-                    }
-                    let r = c.check(&events, &state);
-                    println!("{:<28} {:?}: {}", r.checker, r.valid, r.summary);
-                    for v in r.details["violations"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .take(5)
-                    {
-                        println!("    {}", v["what"].as_str().unwrap_or_default());
-                    }
-                    ok &= r.valid == jepsen::checker::Validity::Valid;
-                }
-                return if ok {
-                    ExitCode::SUCCESS
-                } else {
-                    ExitCode::from(1)
-                };
-            }
-            match jepsen::checker::linear::check(&events, Default::default()) {
-                Ok(keys) => {
-                    let mut ok = true;
-                    for k in keys {
-                        println!(
-                            "{} {:?} ({} ops, {} steps)",
-                            k.key, k.verdict, k.ops, k.steps
-                        );
-                        ok &= k.verdict == jepsen::checker::linear::Verdict::Valid;
-                    }
-                    if ok {
-                        ExitCode::SUCCESS
-                    } else {
-                        ExitCode::from(1)
-                    }
-                }
-                Err(e) => {
-                    eprintln!("{e}");
-                    ExitCode::from(2)
-                }
-            }
-        }
+        Cmd::Check { history } => check_history(&history),
         Cmd::Run(common) => {
             let opts = match options(&common) {
                 Ok(o) => o,

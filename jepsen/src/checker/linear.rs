@@ -113,6 +113,9 @@ pub enum HistoryError {
     /// A completion without an invoke.
     #[error("event {0}: completion without a pending invoke of that process")]
     Unpaired(u64),
+    /// A register op without the `key` naming its register.
+    #[error("event {0}: register op without a key")]
+    MissingKey(u64),
     /// A value of the wrong shape.
     #[error("event {index}: bad value for {f}: {value}")]
     BadValue {
@@ -161,13 +164,15 @@ fn parse(f: &str, value: &serde_json::Value, index: u64) -> Result<RegOp, Histor
 pub fn ops_by_key(history: &[Event]) -> Result<BTreeMap<String, Vec<Op>>, HistoryError> {
     let mut pending: HashMap<u64, &Event> = HashMap::new();
     let mut out: BTreeMap<String, Vec<Op>> = BTreeMap::new();
-    let relevant = |e: &Event| matches!(e.f.as_str(), "read" | "write" | "cas") && e.key.is_some();
     for e in history {
         let Process::Client(p) = e.process else {
             continue;
         };
-        if !relevant(e) {
+        if !matches!(e.f.as_str(), "read" | "write" | "cas") {
             continue;
+        }
+        if e.key.is_none() {
+            return Err(HistoryError::MissingKey(e.index));
         }
         match e.kind {
             OpType::Invoke => {
@@ -175,7 +180,7 @@ pub fn ops_by_key(history: &[Event]) -> Result<BTreeMap<String, Vec<Op>>, Histor
             }
             kind => {
                 let inv = pending.remove(&p).ok_or(HistoryError::Unpaired(e.index))?;
-                let key = inv.key.clone().unwrap_or_default();
+                let key = inv.key.clone().ok_or(HistoryError::MissingKey(inv.index))?;
                 let op = match kind {
                     OpType::Fail => continue,
                     OpType::Info if inv.f == "read" => continue,
@@ -199,7 +204,7 @@ pub fn ops_by_key(history: &[Event]) -> Result<BTreeMap<String, Vec<Op>>, Histor
             continue;
         }
         let op = parse(&inv.f, &inv.value, inv.index)?;
-        out.entry(inv.key.clone().unwrap_or_default())
+        out.entry(inv.key.clone().ok_or(HistoryError::MissingKey(inv.index))?)
             .or_default()
             .push(Op {
                 invoke_index: inv.index,
@@ -230,10 +235,10 @@ struct Entry {
     matching: Option<usize>,
 }
 
-/// Checks one key's ops against a register that starts absent.
-pub fn check_key(key: &str, ops: &[Op], options: Options) -> KeyResult {
-    // Entries sorted by time; a call before a return at the same instant, so
-    // ties count as concurrent (never a false alarm).
+/// The call and return entries of `ops` sorted by time (a call before a
+/// return at the same instant, so ties count as concurrent: never a false
+/// alarm), each call linked to its return; and each op's call position.
+fn entry_list(ops: &[Op]) -> (Vec<Entry>, Vec<usize>) {
     let mut raw: Vec<(u64, u8, usize)> = Vec::with_capacity(ops.len() * 2);
     for (i, op) in ops.iter().enumerate() {
         raw.push((op.call, 0, i));
@@ -242,7 +247,6 @@ pub fn check_key(key: &str, ops: &[Op], options: Options) -> KeyResult {
         }
     }
     raw.sort();
-    let n = raw.len();
     let mut entries: Vec<Entry> = raw
         .iter()
         .map(|(_, k, op)| Entry {
@@ -262,7 +266,18 @@ pub fn check_key(key: &str, ops: &[Op], options: Options) -> KeyResult {
             e.matching = ret_pos.get(&e.op).copied();
         }
     }
-    // Doubly linked list over positions 0..n with head sentinel n.
+    let mut call_pos = vec![0; ops.len()];
+    for (pos, e) in entries.iter().enumerate() {
+        if let Kind::Call = e.kind {
+            call_pos[e.op] = pos;
+        }
+    }
+    (entries, call_pos)
+}
+
+/// A doubly linked list over positions `0..n` with head sentinel `n`:
+/// (next, prev).
+fn linked_list(n: usize) -> (Vec<usize>, Vec<usize>) {
     let head = n;
     let mut next: Vec<usize> = (1..=n).chain(std::iter::once(0)).collect();
     let mut prev: Vec<usize> = std::iter::once(n).chain(0..n).collect();
@@ -272,15 +287,43 @@ pub fn check_key(key: &str, ops: &[Op], options: Options) -> KeyResult {
         next[n - 1] = head;
         prev[head] = n - 1;
     }
-    let call_pos: Vec<usize> = {
-        let mut v = vec![0; ops.len()];
-        for (pos, e) in entries.iter().enumerate() {
-            if let Kind::Call = e.kind {
-                v[e.op] = pos;
-            }
+    (next, prev)
+}
+
+/// Takes `pos` out of the linked list (it keeps its own links).
+fn lift(pos: usize, next: &mut [usize], prev: &mut [usize]) {
+    let (p, q) = (prev[pos], next[pos]);
+    next[p] = q;
+    prev[q] = p;
+}
+
+/// Puts `pos` back where [`lift`] took it from.
+fn unlift(pos: usize, next: &mut [usize], prev: &mut [usize]) {
+    let (p, q) = (prev[pos], next[pos]);
+    next[p] = pos;
+    prev[q] = pos;
+}
+
+/// The op the search got stuck at and every op concurrent with it.
+fn stuck_and_concurrent(ops: &[Op], stuck: usize) -> Vec<Op> {
+    let s = &ops[stuck];
+    let mut offending = vec![s.clone()];
+    let s_ret = s.ret.unwrap_or(u64::MAX);
+    for (i, o) in ops.iter().enumerate() {
+        let o_ret = o.ret.unwrap_or(u64::MAX);
+        if i != stuck && o.call <= s_ret && s.call <= o_ret {
+            offending.push(o.clone());
         }
-        v
-    };
+    }
+    offending
+}
+
+/// Checks one key's ops against a register that starts absent.
+pub fn check_key(key: &str, ops: &[Op], options: Options) -> KeyResult {
+    let (entries, call_pos) = entry_list(ops);
+    let n = entries.len();
+    let head = n;
+    let (mut next, mut prev) = linked_list(n);
     let words = ops.len().div_ceil(64);
     let mut bits = vec![0u64; words];
     let mut cache: HashSet<(Vec<u64>, Value)> = HashSet::new();
@@ -291,17 +334,6 @@ pub fn check_key(key: &str, ops: &[Op], options: Options) -> KeyResult {
     let mut best_depth = 0usize;
     let mut best: (Vec<u64>, Value, Option<usize>) = (Vec::new(), None, None);
     let mut cur = next[head];
-
-    let lift = |pos: usize, next: &mut Vec<usize>, prev: &mut Vec<usize>| {
-        let (p, q) = (prev[pos], next[pos]);
-        next[p] = q;
-        prev[q] = p;
-    };
-    let unlift = |pos: usize, next: &mut Vec<usize>, prev: &mut Vec<usize>| {
-        let (p, q) = (prev[pos], next[pos]);
-        next[p] = pos;
-        prev[q] = pos;
-    };
 
     let verdict = loop {
         if remaining_ok == 0 {
@@ -371,36 +403,18 @@ pub fn check_key(key: &str, ops: &[Op], options: Options) -> KeyResult {
         }
     };
 
-    let mut offending = Vec::new();
-    if verdict == Verdict::Invalid {
-        if let Some(stuck) = best.2 {
-            let s = &ops[stuck];
-            offending.push(s.clone());
-            let s_ret = s.ret.unwrap_or(u64::MAX);
-            for (i, o) in ops.iter().enumerate() {
-                let o_ret = o.ret.unwrap_or(u64::MAX);
-                if i != stuck && o.call <= s_ret && s.call <= o_ret {
-                    offending.push(o.clone());
-                }
-            }
-        }
-    }
+    let invalid = verdict == Verdict::Invalid;
     KeyResult {
         key: key.to_string(),
         verdict,
         ops: ops.len(),
         steps,
-        offending,
-        best_prefix: if verdict == Verdict::Invalid {
-            best.0
-        } else {
-            Vec::new()
+        offending: match best.2 {
+            Some(stuck) if invalid => stuck_and_concurrent(ops, stuck),
+            _ => Vec::new(),
         },
-        best_state: if verdict == Verdict::Invalid {
-            best.1
-        } else {
-            None
-        },
+        best_prefix: if invalid { best.0 } else { Vec::new() },
+        best_state: if invalid { best.1 } else { None },
     }
 }
 

@@ -3,7 +3,7 @@
 //! crash, pause, drain and takeover of the supervisors watching it, and a
 //! takeover never starts a second one.
 //!
-//! With process members ([`crate::workload::members`]) the observed status
+//! With process members ([`crate::members::process`]) the observed status
 //! a supervisor reports is the runtime's workload,
 //! `{"state", "pid", "started_at_unix_ms"}`. Over every linearizable view
 //! in the history:
@@ -25,12 +25,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::pool::observations;
 use super::{CheckResult, Checker, FinalState, Validity};
 use crate::history::Event;
-use crate::workload::members::RuntimeLog;
+use crate::members::runtime_log::RuntimeLog;
 
 /// The checker; built by the pool workload after its final reads.
 pub struct WorkloadContinuity {
@@ -46,10 +46,72 @@ type Owner = (String, u64, u64);
 /// `(pid, started_at_unix_ms)` of an observed status, when it is a
 /// workload report with a process.
 fn workload_of(observed: &str) -> Option<(u64, u64)> {
-    let v: Value = serde_json::from_str(observed).ok()?;
-    let pid = v.get("pid")?.as_u64()?;
-    let started = v.get("started_at_unix_ms")?.as_u64()?;
-    (pid != 0).then_some((pid, started))
+    // Not every observed status is a workload report (`pending`, a
+    // scripted member's `r:...`): those are no workload, not an error.
+    let w: WorkloadStatus = serde_json::from_str(observed).ok()?;
+    (w.pid != 0).then_some((w.pid, w.started_at_unix_ms))
+}
+
+/// The part of a runtime's workload report this check reads.
+#[derive(serde::Deserialize)]
+struct WorkloadStatus {
+    pid: u64,
+    started_at_unix_ms: u64,
+}
+
+/// The grants one sandbox's runtimes accepted, in log order: never an older
+/// epoch, one owner per epoch, and (where the id had one generation) the
+/// owner the log's views show for that term. Returns how many there were.
+fn check_activations(
+    sandbox: &str,
+    log: &RuntimeLog,
+    gens: usize,
+    views: &[u64],
+    owners: &BTreeMap<(String, u64), BTreeMap<Owner, u64>>,
+    violations: &mut Vec<(String, Vec<u64>)>,
+) -> usize {
+    let mut accepted = 0usize;
+    let mut last: Option<&crate::members::runtime_log::Activation> = None;
+    for a in &log.activations {
+        accepted += 1;
+        if let Some(prev) = last {
+            let same_epoch_other_owner = a.credential_epoch == prev.credential_epoch
+                && (a.member != prev.member
+                    || a.incarnation != prev.incarnation
+                    || a.term != prev.term);
+            if a.credential_epoch < prev.credential_epoch || same_epoch_other_owner {
+                violations.push((
+                    format!(
+                        "{sandbox}: runtime accepted {}#{} term {} epoch {} after {}#{} term {} epoch {} (runtimes/{sandbox}.log)",
+                        a.member, a.incarnation, a.term, a.credential_epoch,
+                        prev.member, prev.incarnation, prev.term, prev.credential_epoch
+                    ),
+                    views.to_vec(),
+                ));
+            }
+        }
+        last = Some(a);
+        // Cross-check with the log only where the id had one
+        // generation (terms restart with a new generation).
+        if gens > 1 {
+            continue;
+        }
+        let Some(seen) = owners.get(&(sandbox.to_string(), a.term)) else {
+            continue;
+        };
+        let mine = (a.member.clone(), a.incarnation, a.credential_epoch);
+        if seen.keys().any(|k| *k != mine) {
+            violations.push((
+                format!(
+                    "{sandbox} term {}: runtime accepted a grant for {}#{} epoch {}, the log's views show {:?}",
+                    a.term, a.member, a.incarnation, a.credential_epoch,
+                    seen.keys().collect::<Vec<_>>()
+                ),
+                seen.values().copied().collect(),
+            ));
+        }
+    }
+    accepted
 }
 
 impl Checker for WorkloadContinuity {
@@ -67,7 +129,11 @@ impl Checker for WorkloadContinuity {
         // report at a sandbox whose runtimes misbehaved.
         let mut span: BTreeMap<String, (u64, u64)> = BTreeMap::new();
         let mut statuses = 0usize;
-        for o in observations(history).iter().filter(|o| o.linear) {
+        let observations = match observations(history) {
+            Ok(o) => o,
+            Err(e) => return super::pool::malformed(self.name(), &e),
+        };
+        for o in observations.iter().filter(|o| o.linear) {
             generations
                 .entry(o.sandbox.clone())
                 .or_default()
@@ -123,46 +189,7 @@ impl Checker for WorkloadContinuity {
                     views.clone(),
                 ));
             }
-            let mut last: Option<&crate::workload::members::Activation> = None;
-            for a in &log.activations {
-                accepted += 1;
-                if let Some(prev) = last {
-                    let same_epoch_other_owner = a.credential_epoch == prev.credential_epoch
-                        && (a.member != prev.member
-                            || a.incarnation != prev.incarnation
-                            || a.term != prev.term);
-                    if a.credential_epoch < prev.credential_epoch || same_epoch_other_owner {
-                        violations.push((
-                            format!(
-                                "{sandbox}: runtime accepted {}#{} term {} epoch {} after {}#{} term {} epoch {} (runtimes/{sandbox}.log)",
-                                a.member, a.incarnation, a.term, a.credential_epoch,
-                                prev.member, prev.incarnation, prev.term, prev.credential_epoch
-                            ),
-                            views.clone(),
-                        ));
-                    }
-                }
-                last = Some(a);
-                // Cross-check with the log only where the id had one
-                // generation (terms restart with a new generation).
-                if gens > 1 {
-                    continue;
-                }
-                let Some(seen) = owners.get(&(sandbox.clone(), a.term)) else {
-                    continue;
-                };
-                let mine = (a.member.clone(), a.incarnation, a.credential_epoch);
-                if seen.keys().any(|k| *k != mine) {
-                    violations.push((
-                        format!(
-                            "{sandbox} term {}: runtime accepted a grant for {}#{} epoch {}, the log's views show {:?}",
-                            a.term, a.member, a.incarnation, a.credential_epoch,
-                            seen.keys().collect::<Vec<_>>()
-                        ),
-                        seen.values().copied().collect(),
-                    ));
-                }
-            }
+            accepted += check_activations(sandbox, log, gens, &views, &owners, &mut violations);
         }
         for exit in &self.exits {
             violations.push((format!("supervisor {exit}"), Vec::new()));
@@ -197,7 +224,7 @@ impl Checker for WorkloadContinuity {
 mod tests {
     use super::*;
     use crate::history::{EventSpec, OpType, Process, Recorder};
-    use crate::workload::members::Activation;
+    use crate::members::runtime_log::Activation;
 
     /// A `get` of sb1 whose view names `owner` at `term` with observed
     /// status `observed`; returns the completion's index.

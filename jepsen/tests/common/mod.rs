@@ -1,6 +1,6 @@
 //! Shared by the jepsen integration tests: find or build the gateway binary,
 //! run the harness with test-sized settings.
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -16,9 +16,29 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-#[path = "../../../gateway-plugin/tests/common/bins.rs"]
-mod bins;
-pub use bins::{profile_dir, workspace_root as workspace};
+/// True (the test should return at once) when not running as root: says so
+/// and appends `test` to the file `$OPENSHELL_SKIP_LOG` names, if any, so
+/// `scripts/test.sh` counts the skip instead of passing it silently.
+pub fn skip_without_root(test: &str) -> bool {
+    if is_root() {
+        return false;
+    }
+    eprintln!("skipped: needs root for network namespaces");
+    if let Some(path) = std::env::var_os("OPENSHELL_SKIP_LOG") {
+        use std::io::Write;
+        let appended = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .and_then(|mut f| writeln!(f, "{test}"));
+        if let Err(e) = appended {
+            eprintln!("could not note the skip in {}: {e}", path.to_string_lossy());
+        }
+    }
+    true
+}
+
+pub use testkit::bins::{gateway_bin, profile_dir, workspace_root as workspace};
 
 /// `openshell-gateway` built with the fault-injection `feature` (one of
 /// gateway-plugin's `fault-*` features) into `target/jepsen-fault`, a target
@@ -72,14 +92,9 @@ pub fn build_fault_gateway(feature: &str) -> PathBuf {
 /// by the workspace build.
 pub fn supervisor_bins() -> (PathBuf, PathBuf) {
     (
-        bins::workspace_bin("openshell-supervisor"),
-        bins::workspace_bin("openshell-sandbox-runtime"),
+        testkit::bins::supervisor_bin(),
+        testkit::bins::runtime_bin(),
     )
-}
-
-/// `openshell-gateway`, built up to date by the workspace build.
-pub fn gateway_bin() -> PathBuf {
-    bins::workspace_bin("openshell-gateway")
 }
 
 /// Test-sized run options.

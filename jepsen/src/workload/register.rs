@@ -1,6 +1,4 @@
-//! Workloads: the clients that generate the history.
-//!
-//! # The register workload
+//! The register workload: read / write / cas clients over registers.
 //!
 //! Registers `r<k>`, each an object of type `jepsen-register` whose payload
 //! is the register's integer value as text. Clients pick a random node per
@@ -23,11 +21,6 @@
 //!
 //! Each key takes at most `ops_per_key` operations and is then retired for a
 //! fresh one, which keeps every key's history small enough for the WGL search.
-//!
-//! # The pool workload
-//!
-//! [`Workload::Pool`]: see [`pool`] (its `f` names are documented there, per
-//! HISTORY.md) and the fake supervisors of [`supervisor`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -44,12 +37,6 @@ use crate::checker::{Checker, Linearizable};
 use crate::cluster::{Cluster, OBJECT_TYPE};
 use crate::history::{EventSpec, OpType, Process, Recorder};
 
-pub mod members;
-pub mod pool;
-pub mod supervisor;
-
-pub use pool::{MemberKind, PoolOptions};
-
 /// Register workload settings.
 #[derive(Clone, Debug)]
 pub struct RegisterOptions {
@@ -61,14 +48,6 @@ pub struct RegisterOptions {
     pub ops_per_key: u64,
     /// Pause between one client's operations, ms (uniform).
     pub delay_ms: (u64, u64),
-}
-
-/// A workload: clients, final reads, checkers.
-pub enum Workload {
-    /// Read/write/cas registers over the object store.
-    Register(RegisterOptions),
-    /// Sandboxes, supervisors and pool faults over the pool admin API.
-    Pool(PoolOptions),
 }
 
 /// Shared state of the register clients.
@@ -315,14 +294,6 @@ impl Shared {
     }
 }
 
-/// A running workload's handle.
-pub enum Running {
-    /// The register workload.
-    Register(RegisterRunning),
-    /// The pool workload.
-    Pool(pool::PoolRunning),
-}
-
 /// A running register workload.
 pub struct RegisterRunning {
     shared: Arc<Shared>,
@@ -330,76 +301,32 @@ pub struct RegisterRunning {
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
-impl Workload {
-    /// Starts the clients.
-    ///
-    /// # Errors
-    /// When the pool workload's member processes cannot be started.
-    pub fn start(
-        &self,
-        cluster: Arc<Cluster>,
-        history: Recorder,
-        seed: u64,
-    ) -> anyhow::Result<Running> {
-        Ok(match self {
-            Workload::Register(options) => {
-                let keys = options.keys.max(1);
-                let shared = Arc::new(Shared {
-                    cluster,
-                    history,
-                    next_process: AtomicU64::new(options.concurrency as u64),
-                    next_value: AtomicU64::new(1),
-                    slots: Mutex::new((0..keys as u64).map(|k| (k, 0)).collect()),
-                    seen: Mutex::new(BTreeMap::new()),
-                    used: Mutex::new(BTreeSet::new()),
-                    options: options.clone(),
-                });
-                let stop = Arc::new(AtomicBool::new(false));
-                let tasks = (0..options.concurrency)
-                    .map(|w| tokio::spawn(shared.clone().client(w, seed, stop.clone())))
-                    .collect();
-                Running::Register(RegisterRunning {
-                    shared,
-                    stop,
-                    tasks,
-                })
-            }
-            Workload::Pool(options) => Running::Pool(pool::start(options, cluster, history, seed)?),
-        })
-    }
-
-    /// Name in reports (`register`, `pool`).
-    pub fn name(&self) -> &'static str {
-        match self {
-            Workload::Register(_) => "register",
-            Workload::Pool(_) => "pool",
-        }
-    }
-
-    /// Extra gateway arguments this workload needs.
-    pub fn gateway_args(&self) -> Vec<String> {
-        match self {
-            Workload::Register(_) => Vec::new(),
-            Workload::Pool(o) => o.gateway_args(),
-        }
-    }
-}
-
-impl Running {
-    /// Stops the clients and waits for their last operations.
-    pub async fn stop(&mut self) {
-        match self {
-            Running::Register(r) => r.stop().await,
-            Running::Pool(p) => p.stop().await,
-        }
-    }
-
-    /// The workload's final reads; returns its checkers.
-    pub async fn final_reads(&mut self, within: Duration) -> Vec<Box<dyn Checker>> {
-        match self {
-            Running::Register(r) => r.final_reads(within).await,
-            Running::Pool(p) => p.final_reads(within).await,
-        }
+/// Starts `options.concurrency` register clients.
+pub fn start(
+    options: &RegisterOptions,
+    cluster: Arc<Cluster>,
+    history: Recorder,
+    seed: u64,
+) -> RegisterRunning {
+    let keys = options.keys.max(1);
+    let shared = Arc::new(Shared {
+        cluster,
+        history,
+        next_process: AtomicU64::new(options.concurrency as u64),
+        next_value: AtomicU64::new(1),
+        slots: Mutex::new((0..keys as u64).map(|k| (k, 0)).collect()),
+        seen: Mutex::new(BTreeMap::new()),
+        used: Mutex::new(BTreeSet::new()),
+        options: options.clone(),
+    });
+    let stop = Arc::new(AtomicBool::new(false));
+    let tasks = (0..options.concurrency)
+        .map(|w| tokio::spawn(shared.clone().client(w, seed, stop.clone())))
+        .collect();
+    RegisterRunning {
+        shared,
+        stop,
+        tasks,
     }
 }
 

@@ -8,8 +8,7 @@
 //! crates beside the test build's); when the test build already made the
 //! binaries it takes a fraction of a second, and under `cargo test -p X` it
 //! brings other packages' binaries up to date instead of running stale ones.
-//! Only std: the gateway-plugin, supervisor and jepsen tests include it.
-#![allow(dead_code)]
+//! Only std.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -25,7 +24,8 @@ pub fn profile_dir() -> PathBuf {
         .unwrap_or_else(|| panic!("no target/<profile> above {}", exe.display()))
 }
 
-/// The workspace root (parent of every crate directory).
+/// The workspace root (parent of every crate directory, this one's
+/// included).
 pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
@@ -62,4 +62,19 @@ pub fn workspace_bin(name: &str) -> PathBuf {
     let bin = dir.join(name);
     assert!(bin.is_file(), "{} missing after the build", bin.display());
     bin
+}
+
+/// `openshell-gateway`, built up to date by the workspace build.
+pub fn gateway_bin() -> PathBuf {
+    workspace_bin("openshell-gateway")
+}
+
+/// `openshell-supervisor`, built up to date by the workspace build.
+pub fn supervisor_bin() -> PathBuf {
+    workspace_bin("openshell-supervisor")
+}
+
+/// `openshell-sandbox-runtime`, built up to date by the workspace build.
+pub fn runtime_bin() -> PathBuf {
+    workspace_bin("openshell-sandbox-runtime")
 }

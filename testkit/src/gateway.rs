@@ -1,11 +1,8 @@
-//! Test harness: real `openshell-gateway` processes on loopback, real gRPC,
-//! real sled directories, `kill -9` and restarts.
-#![allow(dead_code)]
+//! Gateway processes for end-to-end tests: real `openshell-gateway`
+//! processes on loopback ([`Gateway`], a bootstrapped [`Cluster`]), real
+//! gRPC, real sled directories, `kill -9` and restarts; plus the object
+//! helpers ([`put`], [`get`], [`dump`]) and [`eventually`].
 
-pub mod bins;
-pub mod fake;
-
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -16,26 +13,9 @@ use proto::objects::object_store_client::ObjectStoreClient;
 use proto::objects::{precondition, GetRequest, ListRequest, Object, Precondition, PutRequest};
 use tonic::transport::Channel;
 
-pub type TestResult<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
-
-/// The `openshell-gateway` binary: this package's own when testing
-/// gateway-plugin; else the workspace build's (other crates' end-to-end
-/// tests include this harness).
-pub fn gateway_bin() -> PathBuf {
-    match option_env!("CARGO_BIN_EXE_openshell-gateway") {
-        Some(bin) => PathBuf::from(bin),
-        None => bins::workspace_bin("openshell-gateway"),
-    }
-}
-
-/// A free loopback port (bound and released; the gateway binds it next).
-pub fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("no free port: {e}"));
-    listener
-        .local_addr()
-        .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("{e}"))
-}
+use crate::bins::gateway_bin;
+use crate::ports::free_port;
+use crate::TestResult;
 
 /// One gateway process.
 pub struct Gateway {
@@ -168,14 +148,14 @@ impl Cluster {
                 Gateway::new(id, root.path(), args)
             })
             .collect();
-        let members = nodes
+        let voters = nodes
             .iter()
             .map(|g| format!("{}={}", g.id, g.addr))
             .collect::<Vec<_>>()
             .join(",");
         for node in &mut nodes {
-            node.extra_args.push("--initial-members".into());
-            node.extra_args.push(members.clone());
+            node.extra_args.push("--initial-voters".into());
+            node.extra_args.push(voters.clone());
             node.start();
         }
         Cluster { root, nodes }

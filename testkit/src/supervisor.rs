@@ -1,16 +1,17 @@
-//! End-to-end harness: real gateways (the gateway-plugin harness, included
-//! by path), real `openshell-supervisor` processes, and the sandbox runtimes
-//! they start, all on loopback.
-#![allow(dead_code)]
-
-#[path = "../../../gateway-plugin/tests/common/mod.rs"]
-pub mod gw;
+//! Supervisor processes for end-to-end tests: real `openshell-supervisor`
+//! processes ([`Supervisor`]) and the sandbox runtimes they start, all on
+//! loopback, beside a [`Cluster`] of gateways; plus the pool helpers the
+//! supervision scenarios share ([`three_gateways`], [`wait_pool`],
+//! [`running_sandbox`], ...).
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-pub use gw::{eventually, free_port, Cluster, Gateway, TestResult};
+use crate::bins::{runtime_bin, supervisor_bin};
+use crate::gateway::{eventually, Cluster, Gateway};
+use crate::ports::free_port;
+use crate::TestResult;
 use proto::pool_admin::pool_admin_client::PoolAdminClient;
 use proto::pool_admin::{
     CreateSandboxRequest, ExecSandboxRequest, GetSupervisorPoolStatusRequest, PoolMember, Sandbox,
@@ -68,7 +69,7 @@ impl Supervisor {
             .open(&self.log_path)
             .unwrap_or_else(|e| panic!("log: {e}"));
         let err = log.try_clone().unwrap_or_else(|e| panic!("{e}"));
-        let mut command = Command::new(env!("CARGO_BIN_EXE_openshell-supervisor"));
+        let mut command = Command::new(supervisor_bin());
         if self.listed_order {
             command.arg("--attach-listed-order");
         }
@@ -90,10 +91,8 @@ impl Supervisor {
             ])
             .arg("--runtime-dir")
             .arg(&self.runtime_dir)
-            .args([
-                "--runtime-bin",
-                env!("CARGO_BIN_EXE_openshell-sandbox-runtime"),
-            ])
+            .arg("--runtime-bin")
+            .arg(runtime_bin())
             .args(["--credential", &self.credential])
             .env("RUST_LOG", "info")
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))

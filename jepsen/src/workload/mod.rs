@@ -1,0 +1,92 @@
+//! Workloads: the clients that generate the history.
+//!
+//! - [`register`]: read / write / cas registers over the object store
+//!   (linearizability, acknowledged writes).
+//! - [`pool`]: sandboxes launched, read and deleted, pool members and pool
+//!   faults (the invariants I1–I8); its members are in [`crate::members`].
+//!
+//! Each workload documents its `f` names next to it (HISTORY.md); the typed
+//! values of its events are in [`crate::ops`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::checker::Checker;
+use crate::cluster::Cluster;
+use crate::history::Recorder;
+
+pub mod pool;
+pub mod register;
+
+pub use pool::{MemberKind, PoolOptions};
+pub use register::RegisterOptions;
+
+/// A workload: clients, final reads, checkers.
+pub enum Workload {
+    /// Read/write/cas registers over the object store.
+    Register(RegisterOptions),
+    /// Sandboxes, supervisors and pool faults over the pool admin API.
+    Pool(PoolOptions),
+}
+
+/// A running workload's handle.
+pub enum Running {
+    /// The register workload.
+    Register(register::RegisterRunning),
+    /// The pool workload.
+    Pool(pool::PoolRunning),
+}
+
+impl Workload {
+    /// Starts the clients.
+    ///
+    /// # Errors
+    /// When the pool workload's member processes cannot be started.
+    pub fn start(
+        &self,
+        cluster: Arc<Cluster>,
+        history: Recorder,
+        seed: u64,
+    ) -> anyhow::Result<Running> {
+        Ok(match self {
+            Workload::Register(options) => {
+                Running::Register(register::start(options, cluster, history, seed))
+            }
+            Workload::Pool(options) => Running::Pool(pool::start(options, cluster, history, seed)?),
+        })
+    }
+
+    /// Name in reports (`register`, `pool`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Workload::Register(_) => "register",
+            Workload::Pool(_) => "pool",
+        }
+    }
+
+    /// Extra gateway arguments this workload needs.
+    pub fn gateway_args(&self) -> Vec<String> {
+        match self {
+            Workload::Register(_) => Vec::new(),
+            Workload::Pool(o) => o.gateway_args(),
+        }
+    }
+}
+
+impl Running {
+    /// Stops the clients and waits for their last operations.
+    pub async fn stop(&mut self) {
+        match self {
+            Running::Register(r) => r.stop().await,
+            Running::Pool(p) => p.stop().await,
+        }
+    }
+
+    /// The workload's final reads; returns its checkers.
+    pub async fn final_reads(&mut self, within: Duration) -> Vec<Box<dyn Checker>> {
+        match self {
+            Running::Register(r) => r.final_reads(within).await,
+            Running::Pool(p) => p.final_reads(within).await,
+        }
+    }
+}

@@ -1,0 +1,41 @@
+//! `testkit`: what the workspace's end-to-end tests share, in one crate
+//! instead of `#[path]` includes and copies (the way raft-rs keeps its
+//! `harness/`).
+//!
+//! A dev-dependency of `gateway-plugin`, `supervisor` and `cli`; a normal
+//! dependency of `jepsen`, which is itself a test harness (README.md says
+//! why the scripted member lives here). Never a normal dependency of a crate
+//! that ships.
+//!
+//! # Layout
+//! - [`bins`]: the workspace's binaries, built up to date once per test
+//!   process (`cargo build --workspace --bins`).
+//! - [`ports`]: free loopback ports.
+//! - [`gateway`]: `openshell-gateway` processes ([`gateway::Gateway`], a
+//!   bootstrapped [`gateway::Cluster`]) and object helpers.
+//! - [`supervisor`]: `openshell-supervisor` processes
+//!   ([`supervisor::Supervisor`]) and the pool helpers of the supervision
+//!   scenarios.
+//! - [`member`]: the scripted supervisor member (the stream protocol, and
+//!   [`member::ScriptedMember`]).
+//!
+//! # Example
+//!
+//! ```no_run
+//! # async fn example() -> testkit::TestResult {
+//! use testkit::gateway::{put, Cluster};
+//! let cluster = Cluster::start(3, &[]);
+//! let leader = cluster.wait_leader("bootstrap").await;
+//! put(cluster.get(leader), "k", "v").await?;
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod bins;
+pub mod gateway;
+pub mod member;
+pub mod ports;
+pub mod supervisor;
+
+/// What test helpers return: any error, boxed.
+pub type TestResult<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;

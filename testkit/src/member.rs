@@ -1,0 +1,283 @@
+//! The scripted supervisor member: the `SupervisorHost.Attach` stream
+//! protocol spoken by a tokio task instead of an `openshell-supervisor`
+//! process.
+//!
+//! Two layers:
+//! - the protocol ([`hello`], [`host_status`], [`term_ack`], [`attach`],
+//!   [`spawn_pinger`]): open a stream with a `HostHello`, wait for
+//!   `HelloAccepted`, send `HostStatus` at an interval (held while paused),
+//!   acknowledge terms. Jepsen's scripted member
+//!   (`jepsen::members::scripted`) is built on these and adds its history,
+//!   pauses and reports;
+//! - [`ScriptedMember`], the member the gateway-plugin tests run: it
+//!   attaches to one gateway (failing over to the next when the stream
+//!   breaks), sends `HostStatus` every 100 ms, and acknowledges every
+//!   assignment term after `ack_delay` (standing in for the grant handshake
+//!   with the sandbox runtime).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use proto::client::{connect, ClientConfig, ClientError, Role};
+use proto::supervisor_host::supervisor_host_client::SupervisorHostClient;
+use proto::supervisor_host::{
+    gateway_message, supervisor_message, GatewayMessage, HostHello, HostStatus,
+    SandboxInstanceAssignment, SupervisorMessage, TermAck,
+};
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+
+/// The `HostHello` that opens a member's stream (`member_uid` is
+/// `uid-<member>`; no credential).
+pub fn hello(
+    member: &str,
+    incarnation: u64,
+    capacity: u32,
+    advertise_address: String,
+) -> SupervisorMessage {
+    SupervisorMessage {
+        message: Some(supervisor_message::Message::Hello(HostHello {
+            member_id: member.into(),
+            member_uid: format!("uid-{member}"),
+            advertise_address,
+            capacity,
+            incarnation,
+            credential: String::new(),
+        })),
+    }
+}
+
+/// An empty `HostStatus` (the member's liveness).
+pub fn host_status() -> SupervisorMessage {
+    SupervisorMessage {
+        message: Some(supervisor_message::Message::Status(HostStatus::default())),
+    }
+}
+
+/// The `TermAck` of an assignment's term.
+pub fn term_ack(a: &SandboxInstanceAssignment) -> SupervisorMessage {
+    SupervisorMessage {
+        message: Some(supervisor_message::Message::Ack(TermAck {
+            sandbox_id: a.sandbox_id.clone(),
+            generation: a.generation,
+            term: a.term,
+        })),
+    }
+}
+
+/// An open member stream, after `HelloAccepted`.
+pub struct Attached {
+    /// What the member sends (the hello was sent first).
+    pub tx: mpsc::Sender<SupervisorMessage>,
+    /// What the gateway streams back (after `HelloAccepted`).
+    pub inbound: tonic::Streaming<GatewayMessage>,
+    /// The accepting gateway's node id.
+    pub gateway_node_id: u64,
+}
+
+/// Opens a stream to `gateway` (`ip:port`), sends `hello` and waits for
+/// `HelloAccepted`.
+///
+/// # Errors
+/// The gateway's status when it refuses; `unavailable` ("connection
+/// refused: ...") when it cannot be reached or the stream ends before
+/// `HelloAccepted`; `internal` when the first message is something else.
+pub async fn attach(
+    gateway: &str,
+    connect_timeout: Duration,
+    hello: SupervisorMessage,
+    buffer: usize,
+) -> Result<Attached, tonic::Status> {
+    let (tx, rx) = mpsc::channel::<SupervisorMessage>(buffer);
+    let _ = tx.try_send(hello);
+    // A supervisor's stream, without keepalive pings: the scripted member
+    // notices a vanished gateway by its stream ending.
+    let config = ClientConfig {
+        keepalive_interval: None,
+        ..ClientConfig::for_role(Role::SupervisorToGateway).with_connect_timeout(connect_timeout)
+    };
+    let channel = connect(Role::SupervisorToGateway, gateway, &config)
+        .await
+        .map_err(|e| match e {
+            ClientError::InvalidAddress { .. } => tonic::Status::internal(e.to_string()),
+            ClientError::Unreachable { source, .. } => {
+                tonic::Status::unavailable(format!("connection refused: {source}"))
+            }
+        })?;
+    let mut client = SupervisorHostClient::new(channel);
+    let mut inbound = client.attach(ReceiverStream::new(rx)).await?.into_inner();
+    match inbound.message().await? {
+        Some(m) => match m.message {
+            Some(gateway_message::Message::Accepted(a)) => Ok(Attached {
+                tx,
+                inbound,
+                gateway_node_id: a.gateway_node_id,
+            }),
+            _ => Err(tonic::Status::internal(
+                "first message is not HelloAccepted",
+            )),
+        },
+        None => Err(tonic::Status::unavailable(
+            "stream ended before HelloAccepted",
+        )),
+    }
+}
+
+/// Sends [`host_status`] on `tx` every `interval` while `paused` reads
+/// false, until the stream closes; abort the handle to stop it sooner.
+pub fn spawn_pinger(
+    tx: mpsc::Sender<SupervisorMessage>,
+    interval: Duration,
+    mut paused: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            let _ = paused.wait_for(|p| !*p).await;
+            if tx.send(host_status()).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(interval).await;
+        }
+    })
+}
+
+/// What the scripted member saw.
+#[derive(Default)]
+pub struct Seen {
+    /// sandbox id -> latest assignment.
+    pub assignments: BTreeMap<String, SandboxInstanceAssignment>,
+    /// Gateways it attached to, in order.
+    pub attached_to: Vec<String>,
+}
+
+/// A running scripted member; dropping it stops it.
+pub struct ScriptedMember {
+    /// Member id.
+    pub member: String,
+    /// What it saw, updated as it runs.
+    pub seen: Arc<Mutex<Seen>>,
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Who the member is and how it behaves.
+#[derive(Clone, Debug)]
+struct Script {
+    member: String,
+    incarnation: u64,
+    capacity: u32,
+    ack_delay: Duration,
+}
+
+impl ScriptedMember {
+    /// Starts it: attaches to `gateways` in turn from the first.
+    pub fn start(
+        member: &str,
+        incarnation: u64,
+        capacity: u32,
+        gateways: Vec<String>,
+        ack_delay: Duration,
+    ) -> Self {
+        let seen: Arc<Mutex<Seen>> = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let script = Script {
+            member: member.to_string(),
+            incarnation,
+            capacity,
+            ack_delay,
+        };
+        let task = tokio::spawn(run(script, gateways, seen.clone(), stop.clone()));
+        ScriptedMember {
+            member: member.to_string(),
+            seen,
+            stop,
+            task,
+        }
+    }
+
+    /// Sandboxes currently assigned to it.
+    pub fn sandboxes(&self) -> Vec<String> {
+        self.seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .assignments
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    /// Stops the task and its stream.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.abort();
+    }
+}
+
+impl Drop for ScriptedMember {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+async fn run(script: Script, gateways: Vec<String>, seen: Arc<Mutex<Seen>>, stop: Arc<AtomicBool>) {
+    let mut next = 0usize;
+    while !stop.load(Ordering::Relaxed) {
+        let gateway = gateways[next % gateways.len()].clone();
+        next += 1;
+        let _ = attach_once(&script, &gateway, &seen).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn attach_once(
+    script: &Script,
+    gateway: &str,
+    seen: &Arc<Mutex<Seen>>,
+) -> Result<(), tonic::Status> {
+    let advertise = format!("127.0.0.1:1{:04}", script.incarnation);
+    let hello = hello(
+        &script.member,
+        script.incarnation,
+        script.capacity,
+        advertise,
+    );
+    let Attached {
+        tx, mut inbound, ..
+    } = attach(gateway, Duration::from_millis(300), hello, 64).await?;
+    seen.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .attached_to
+        .push(gateway.to_string());
+    // Never paused: the sender lives as long as the pinger needs it.
+    let (_never_paused, paused) = watch::channel(false);
+    let pinger = spawn_pinger(tx.clone(), Duration::from_millis(100), paused);
+    let result = async {
+        while let Some(message) = inbound.message().await? {
+            let Some(gateway_message::Message::Snapshot(snapshot)) = message.message else {
+                continue;
+            };
+            {
+                let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+                seen.assignments = snapshot
+                    .assignments
+                    .iter()
+                    .map(|a| (a.sandbox_id.clone(), a.clone()))
+                    .collect();
+            }
+            for a in snapshot.assignments.into_iter().filter(|a| !a.acknowledged) {
+                let tx = tx.clone();
+                let ack_delay = script.ack_delay;
+                tokio::spawn(async move {
+                    tokio::time::sleep(ack_delay).await;
+                    let _ = tx.send(term_ack(&a)).await;
+                });
+            }
+        }
+        Ok::<(), tonic::Status>(())
+    }
+    .await;
+    pinger.abort();
+    result
+}

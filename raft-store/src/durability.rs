@@ -11,7 +11,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc};
 
-use crate::db::Watermark;
+use crate::watermark::Watermark;
 
 /// Makes every blob file sled wrote durable, and the directory entries that
 /// name them. Blob files never change once written, so each is synced once;

@@ -19,6 +19,7 @@
 //! - [`config`]: [`NodeConfig`] and its translation into openraft's config.
 //! - [`db`]: the on-disk data directory: sled database (segment size),
 //!   identity record, watermark, refusal of damaged or foreign data.
+//! - [`watermark`]: the `raft.hwm` file: what the database is known to hold.
 //! - [`durability`]: the flusher thread: sled flush, then fdatasync of any
 //!   blob file and of the database file, with group commit.
 //! - [`log_store`]: openraft's `RaftLogStorage` over sled (group commit).
@@ -73,6 +74,7 @@ pub mod objects;
 pub mod seed;
 pub mod state_machine;
 pub mod types;
+pub mod watermark;
 
 pub use config::NodeConfig;
 pub use error::{AdminError, Error, InvalidCommand, ReadError, SnapshotError, WriteError};

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use proto::client::{self, ClientConfig, Role};
 use proto::cluster::cluster_admin_client::ClusterAdminClient;
 use proto::cluster::{ClusterStatus, StatusRequest};
 use proto::objects::object_store_client::ObjectStoreClient;
@@ -92,21 +93,13 @@ impl Gateway {
     }
 
     pub async fn admin(&self) -> TestResult<ClusterAdminClient<Channel>> {
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", self.addr))?
-            .connect_timeout(Duration::from_millis(500))
-            .timeout(Duration::from_secs(15))
-            .connect()
-            .await?;
-        Ok(ClusterAdminClient::new(channel))
+        Ok(ClusterAdminClient::new(
+            test_channel(&self.addr, 500).await?,
+        ))
     }
 
     pub async fn objects(&self) -> TestResult<ObjectStoreClient<Channel>> {
-        let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", self.addr))?
-            .connect_timeout(Duration::from_millis(500))
-            .timeout(Duration::from_secs(15))
-            .connect()
-            .await?;
-        Ok(ObjectStoreClient::new(channel))
+        Ok(ObjectStoreClient::new(test_channel(&self.addr, 500).await?))
     }
 
     /// This node's own view of the cluster.
@@ -124,6 +117,16 @@ impl Drop for Gateway {
     fn drop(&mut self) {
         self.kill9();
     }
+}
+
+/// A channel for a test client to `addr`, the way the operator CLI connects
+/// (through `proto::client::connect`, the workspace's one channel builder),
+/// with a `connect_ms` connect timeout and a 15 s call deadline.
+pub async fn test_channel(addr: &str, connect_ms: u64) -> TestResult<Channel> {
+    let config = ClientConfig::for_role(Role::Cli)
+        .with_connect_timeout(Duration::from_millis(connect_ms))
+        .with_request_timeout(Duration::from_secs(15));
+    Ok(client::connect(Role::Cli, addr, &config).await?)
 }
 
 /// A set of gateways under one temp directory.

@@ -16,6 +16,7 @@
 //! - [`supervisor`]: `openshell-supervisor` processes
 //!   ([`supervisor::Supervisor`]) and the pool helpers of the supervision
 //!   scenarios.
+//! - [`root`]: counted skips of tests that need root.
 //! - [`member`]: the scripted supervisor member (the stream protocol, and
 //!   [`member::ScriptedMember`]).
 //!
@@ -35,7 +36,10 @@ pub mod bins;
 pub mod gateway;
 pub mod member;
 pub mod ports;
+pub mod root;
 pub mod supervisor;
+
+pub use root::{is_root, skip_without_root};
 
 /// What test helpers return: any error, boxed.
 pub type TestResult<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;

@@ -195,11 +195,7 @@ impl Drop for KillUnder {
 }
 
 pub async fn pool_admin(node: &Gateway) -> TestResult<PoolAdminClient<Channel>> {
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", node.addr))?
-        .connect_timeout(Duration::from_millis(300))
-        .timeout(Duration::from_secs(15))
-        .connect()
-        .await?;
+    let channel = crate::gateway::test_channel(&node.addr, 300).await?;
     Ok(PoolAdminClient::new(channel))
 }
 

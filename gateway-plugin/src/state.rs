@@ -150,9 +150,10 @@ mod tests {
         let join = pool::Command::Join(pool::Join {
             member: "m1".into(),
             uid: "u1".into(),
-            incarnation: 1,
             address: "10.0.0.1".into(),
             capacity: 4,
+            process_id: 1,
+            ..pool::Join::default()
         });
         let bytes = GatewayState::pool_command(&join);
         assert!(GatewayState::validate(&bytes).is_ok());

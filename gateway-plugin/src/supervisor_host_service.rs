@@ -6,8 +6,8 @@
 //! authenticates it and proposes the join -> `HelloAccepted` -> assignment
 //! snapshots whenever the member's assignments change; the supervisor sends
 //! `HostStatus` (liveness, batched into one heartbeat command per tick),
-//! `TermAck` and `SandboxReport` (proposed with the member's incarnation, so
-//! apply fences stale ones). A newer stream of the same member supersedes
+//! `TermAck` and `SandboxReport` (proposed with the incarnation the join
+//! assigned, so apply fences stale ones). A newer stream of the same member supersedes
 //! the older one.
 
 use std::pin::Pin;
@@ -42,8 +42,9 @@ impl SupervisorHostService {
     }
 
     /// Checks the hello (counting a refusal in the metrics) and proposes
-    /// the join it asks for.
-    async fn join(&self, hello: &HostHello) -> Result<(), Status> {
+    /// the join it asks for. Returns the incarnation the pool assigned
+    /// (log-ordered, docs/design/0002).
+    async fn join(&self, hello: &HostHello) -> Result<u64, Status> {
         if let Err(status) = check_hello(hello, self.hub.settings().supervisor_token.as_deref()) {
             let reason = if status.code() == tonic::Code::Unauthenticated {
                 "credential"
@@ -58,16 +59,30 @@ impl SupervisorHostService {
             tracing::warn!(member = %hello.member_id, %status, "supervisor hello refused");
             return Err(status);
         }
-        let join = Command::Join(from_proto::join(hello));
-        if let pool::Outcome::Rejected(reason) = self.hub.propose(&join).await? {
-            tracing::warn!(member = %hello.member_id, %reason, "supervisor join rejected");
-            let message = format!("join rejected: {reason}");
-            return Err(match to_proto::incarnation_refusal(&reason) {
-                Some(refusal) => refusal_status(tonic::Code::FailedPrecondition, message, refusal),
-                None => Status::failed_precondition(message),
-            });
+        if hello.process_id == 0 {
+            tracing::warn!(member = %hello.member_id, incarnation = hello.incarnation,
+                "legacy hello: the supervisor chose its incarnation from its clock; upgrade it");
         }
-        Ok(())
+        let join = Command::Join(from_proto::join(hello));
+        match self.hub.propose(&join).await? {
+            pool::Outcome::Applied(
+                pool::Effect::Joined { incarnation, .. }
+                | pool::Effect::AlreadyJoined { incarnation },
+            ) => Ok(incarnation),
+            pool::Outcome::Applied(other) => Err(Status::internal(format!(
+                "join applied with an unexpected effect: {other:?}"
+            ))),
+            pool::Outcome::Rejected(reason) => {
+                tracing::warn!(member = %hello.member_id, %reason, "supervisor join rejected");
+                let message = format!("join rejected: {reason}");
+                Err(match to_proto::incarnation_refusal(&reason) {
+                    Some(refusal) => {
+                        refusal_status(tonic::Code::FailedPrecondition, message, refusal)
+                    }
+                    None => Status::failed_precondition(message),
+                })
+            }
+        }
     }
 }
 
@@ -96,9 +111,9 @@ fn check_hello(hello: &HostHello, token: Option<&str>) -> Result<(), Status> {
             "HostHello.capacity must be at least 1",
         ));
     }
-    if hello.incarnation == 0 {
+    if hello.process_id == 0 && hello.incarnation == 0 {
         return Err(Status::invalid_argument(
-            "HostHello.incarnation must be at least 1",
+            "HostHello.process_id must be set (or, from a legacy supervisor, incarnation)",
         ));
     }
     Ok(())
@@ -125,22 +140,23 @@ impl SupervisorHost for SupervisorHostService {
                 "the first message must be HostHello",
             ));
         };
-        self.join(&hello).await?;
+        let incarnation = self.join(&hello).await?;
         let (tx, rx) = mpsc::channel(64);
         let accepted = to_proto::hello_accepted(
             self.hub.node().id(),
             self.hub.settings(),
             self.hub.signer().public_key_hex(),
+            incarnation,
         );
         tx.try_send(Ok(accepted))
             .map_err(|_| Status::internal("stream closed"))?;
-        let stream_id = self.hub.attach(&hello.member_id, hello.incarnation, tx);
-        tracing::info!(member = %hello.member_id, incarnation = hello.incarnation, stream_id, "supervisor attached");
+        let stream_id = self.hub.attach(&hello.member_id, incarnation, tx);
+        tracing::info!(member = %hello.member_id, incarnation, process_id = hello.process_id, stream_id, "supervisor attached");
         tokio::spawn(serve_stream(
             self.hub.clone(),
             inbound,
             hello.member_id,
-            hello.incarnation,
+            incarnation,
             stream_id,
         ));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))

@@ -31,15 +31,18 @@ async fn attach_with(node: &Gateway, first: SupervisorMessage) -> tonic::Status 
     }
 }
 
-fn hello(member: &str, capacity: u32, incarnation: u64, credential: &str) -> SupervisorMessage {
+/// A hello of process `process_id` (0 is malformed) asking for a new
+/// incarnation.
+fn hello(member: &str, capacity: u32, process_id: u64, credential: &str) -> SupervisorMessage {
     SupervisorMessage {
         message: Some(supervisor_message::Message::Hello(HostHello {
             member_id: member.into(),
             member_uid: "uid".into(),
             advertise_address: "127.0.0.1:1".into(),
             capacity,
-            incarnation,
             credential: credential.into(),
+            process_id,
+            ..HostHello::default()
         })),
     }
 }

@@ -25,9 +25,10 @@ fn main() {
             &Command::Join(Join {
                 member: format!("member-{i}"),
                 uid: format!("uid-{i}"),
-                incarnation: 1,
                 address: format!("10.0.{}.{}:7000", i / 256, i % 256),
                 capacity: 100,
+                process_id: i as u64 + 1,
+                ..Join::default()
             }),
         );
     }
@@ -114,9 +115,10 @@ fn main() {
         &Command::Join(Join {
             member: "member-new".into(),
             uid: "uid-new".into(),
-            incarnation: 1,
             address: "10.9.9.9:7000".into(),
             capacity: 100,
+            process_id: u64::MAX,
+            ..Join::default()
         }),
     );
     apply(

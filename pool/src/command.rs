@@ -95,7 +95,9 @@ pub struct LeaderChanged {
     pub raft_term: u64,
 }
 
-/// A supervisor process start joins the pool.
+/// A supervisor process joins the pool (or re-joins through another
+/// gateway). The log orders incarnations (docs/design/0002): apply assigns
+/// them, and the effect returns the one the process holds from then on.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, prost::Message)]
 pub struct Join {
     /// Member id (stable across restarts).
@@ -104,7 +106,10 @@ pub struct Join {
     /// Member uid (e.g. the pod uid).
     #[prost(string, tag = "2")]
     pub uid: String,
-    /// Incarnation: one per supervisor process start, increasing.
+    /// Legacy (only with `process_id` 0, i.e. entries written before 0002
+    /// and supervisors that predate it): an incarnation the process chose
+    /// itself, compared with the current one (higher supersedes). Kept so
+    /// old logs replay to the same state.
     #[prost(uint64, tag = "3")]
     pub incarnation: u64,
     /// Advertise address.
@@ -113,6 +118,15 @@ pub struct Join {
     /// Sandbox slots; must be > 0.
     #[prost(uint32, tag = "5")]
     pub capacity: u32,
+    /// Random per-process id (never 0): identifies a process so a retried
+    /// hello does not join twice; never compared for order. 0 selects the
+    /// legacy rule of `incarnation`.
+    #[prost(uint64, tag = "6")]
+    pub process_id: u64,
+    /// The incarnation the pool last granted this process; 0 asks for a new
+    /// one (a fresh process, or one told its incarnation was retired).
+    #[prost(uint64, tag = "7")]
+    pub known_incarnation: u64,
 }
 
 /// One member's heartbeat inside a batch.

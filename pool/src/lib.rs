@@ -37,8 +37,8 @@
 //!     state.apply(index, &Command::decode(&bytes).expect("own encoding"))
 //! };
 //! apply(&mut state, Command::Join(Join {
-//!     member: "sup-a".into(), uid: "u1".into(), incarnation: 1,
-//!     address: "10.0.0.1:7000".into(), capacity: 4,
+//!     member: "sup-a".into(), uid: "u1".into(), address: "10.0.0.1:7000".into(),
+//!     capacity: 4, process_id: 7, known_incarnation: 0, ..Join::default()
 //! }));
 //! apply(&mut state, Command::Launch(Launch {
 //!     launch_id: "l1".into(), sandbox: "sb1".into(), material_ref: "obj/1".into(),

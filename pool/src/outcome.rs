@@ -200,9 +200,16 @@ pub enum Effect {
     Joined {
         /// The incarnation it superseded, if any.
         superseded: Option<u64>,
+        /// The incarnation the process holds from now on.
+        #[serde(default)]
+        incarnation: u64,
     },
     /// Idempotent repeat of a join; nothing changed.
-    AlreadyJoined,
+    AlreadyJoined {
+        /// The incarnation the process holds.
+        #[serde(default)]
+        incarnation: u64,
+    },
     /// Heartbeat batch applied.
     Heartbeats {
         /// Entries accepted.

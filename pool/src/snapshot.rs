@@ -128,6 +128,9 @@ pub struct MemberRecord {
     /// Down since.
     #[prost(uint64, optional, tag = "9")]
     pub down_since_tick: Option<u64>,
+    /// Process id of the current incarnation (absent before 0002: 0).
+    #[prost(uint64, tag = "10")]
+    pub process_id: u64,
 }
 
 /// Owner of a sandbox.
@@ -385,6 +388,7 @@ pub fn member_to_record(m: &Member) -> MemberRecord {
         state: member_state_to(m.state) as i32,
         last_heartbeat_tick: m.last_heartbeat_tick,
         down_since_tick: m.down_since_tick,
+        process_id: m.process_id,
     }
 }
 
@@ -395,6 +399,7 @@ pub fn member_from_record(r: MemberRecord) -> Result<Member, DecodeError> {
         id: r.id,
         uid: r.uid,
         incarnation: r.incarnation,
+        process_id: r.process_id,
         address: r.address,
         capacity: r.capacity,
         charged: r.charged,

@@ -58,8 +58,12 @@ pub struct Member {
     pub id: String,
     /// Member uid.
     pub uid: String,
-    /// Current incarnation (process start).
+    /// Current incarnation: assigned in apply, +1 per superseding join
+    /// (log-ordered; legacy joins may have set a process-chosen value).
     pub incarnation: u64,
+    /// Process id of the current incarnation (0 for a legacy join): a join
+    /// from this process is a retry, never a new incarnation.
+    pub process_id: u64,
     /// Advertise address.
     pub address: String,
     /// Slots.

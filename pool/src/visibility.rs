@@ -541,6 +541,7 @@ mod tests {
                 incarnation,
                 address: format!("{member}:1"),
                 capacity: 8,
+                ..Join::default()
             }));
             assert!(!outcome.is_rejected(), "{outcome:?}");
         }
@@ -856,6 +857,9 @@ mod tests {
                 incarnation: incarnation + rng.next(2),
                 address: "x:1".into(),
                 capacity: 8,
+                // 0: a legacy join; else a process of the log-ordered rule.
+                process_id: rng.next(3),
+                known_incarnation: incarnation * rng.next(2),
             }),
             1 => Command::Launch(Launch {
                 launch_id: format!("{sandbox}-{}", rng.next(1000)),

@@ -30,10 +30,13 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 
 /// The `HostHello` that opens a member's stream (`member_uid` is
-/// `uid-<member>`; no credential).
+/// `uid-<member>`; no credential): process `process_id` (never 0), which
+/// last held `known_incarnation` (0 asks the pool for a new one; the pool
+/// assigns incarnations in log order, docs/design/0002).
 pub fn hello(
     member: &str,
-    incarnation: u64,
+    process_id: u64,
+    known_incarnation: u64,
     capacity: u32,
     advertise_address: String,
 ) -> SupervisorMessage {
@@ -43,8 +46,10 @@ pub fn hello(
             member_uid: format!("uid-{member}"),
             advertise_address,
             capacity,
-            incarnation,
             credential: String::new(),
+            process_id,
+            known_incarnation,
+            ..HostHello::default()
         })),
     }
 }
@@ -75,6 +80,9 @@ pub struct Attached {
     pub inbound: tonic::Streaming<GatewayMessage>,
     /// The accepting gateway's node id.
     pub gateway_node_id: u64,
+    /// The incarnation the pool assigned (`HelloAccepted`): grants name
+    /// it, and the next hello of this process sends it back.
+    pub incarnation: u64,
 }
 
 /// Opens a stream to `gateway` (`ip:port`), sends `hello` and waits for
@@ -114,6 +122,7 @@ pub async fn attach(
                 tx,
                 inbound,
                 gateway_node_id: a.gateway_node_id,
+                incarnation: a.incarnation,
             }),
             _ => Err(tonic::Status::internal(
                 "first message is not HelloAccepted",
@@ -150,6 +159,9 @@ pub struct Seen {
     pub assignments: BTreeMap<String, SandboxInstanceAssignment>,
     /// Gateways it attached to, in order.
     pub attached_to: Vec<String>,
+    /// The incarnation the pool granted; sent back as the known
+    /// incarnation when it re-attaches.
+    pub incarnation: u64,
 }
 
 /// A running scripted member; dropping it stops it.
@@ -166,16 +178,18 @@ pub struct ScriptedMember {
 #[derive(Clone, Debug)]
 struct Script {
     member: String,
-    incarnation: u64,
+    /// The process id its hellos carry.
+    process_id: u64,
     capacity: u32,
     ack_delay: Duration,
 }
 
 impl ScriptedMember {
-    /// Starts it: attaches to `gateways` in turn from the first.
+    /// Starts it as process `process_id` (never 0; the pool assigns the
+    /// incarnation): attaches to `gateways` in turn from the first.
     pub fn start(
         member: &str,
-        incarnation: u64,
+        process_id: u64,
         capacity: u32,
         gateways: Vec<String>,
         ack_delay: Duration,
@@ -184,7 +198,7 @@ impl ScriptedMember {
         let stop = Arc::new(AtomicBool::new(false));
         let script = Script {
             member: member.to_string(),
-            incarnation,
+            process_id,
             capacity,
             ack_delay,
         };
@@ -236,20 +250,26 @@ async fn attach_once(
     gateway: &str,
     seen: &Arc<Mutex<Seen>>,
 ) -> Result<(), tonic::Status> {
-    let advertise = format!("127.0.0.1:1{:04}", script.incarnation);
+    let advertise = format!("127.0.0.1:1{:04}", script.process_id % 10_000);
+    let known = seen.lock().unwrap_or_else(|p| p.into_inner()).incarnation;
     let hello = hello(
         &script.member,
-        script.incarnation,
+        script.process_id,
+        known,
         script.capacity,
         advertise,
     );
     let Attached {
-        tx, mut inbound, ..
+        tx,
+        mut inbound,
+        incarnation,
+        ..
     } = attach(gateway, Duration::from_millis(300), hello, 64).await?;
-    seen.lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .attached_to
-        .push(gateway.to_string());
+    {
+        let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+        seen.attached_to.push(gateway.to_string());
+        seen.incarnation = incarnation;
+    }
     // Never paused: the sender lives as long as the pinger needs it.
     let (_never_paused, paused) = watch::channel(false);
     let pinger = spawn_pinger(tx.clone(), Duration::from_millis(100), paused);

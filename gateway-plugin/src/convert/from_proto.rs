@@ -21,6 +21,8 @@ pub fn join(hello: &HostHello) -> pool::Join {
         incarnation: hello.incarnation,
         address: hello.advertise_address.clone(),
         capacity: hello.capacity,
+        process_id: hello.process_id,
+        known_incarnation: hello.known_incarnation,
     }
 }
 

@@ -60,15 +60,18 @@ pub fn operation_phase_name(phase: OperationPhase) -> &'static str {
     }
 }
 
-/// The stream's first gateway message: the accepted hello with the timing
-/// the supervisor follows and the key grants are signed with.
+/// The stream's first gateway message: the accepted hello with the
+/// incarnation the pool assigned, the timing the supervisor follows and the
+/// key grants are signed with.
 pub fn hello_accepted(
     node_id: u64,
     settings: &PoolSettings,
     cluster_public_key: String,
+    incarnation: u64,
 ) -> GatewayMessage {
     GatewayMessage {
         message: Some(gateway_message::Message::Accepted(HelloAccepted {
+            incarnation,
             gateway_node_id: node_id,
             status_interval_ms: u64::try_from(settings.status_interval.as_millis()).unwrap_or(250),
             cluster_public_key,

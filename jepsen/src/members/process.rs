@@ -10,9 +10,10 @@
 //! accepted).
 //!
 //! Faults are real signals: pause is SIGSTOP/SIGCONT, kill is `kill -9`
-//! followed by a restart (a new incarnation: the process's start time in
-//! ms). A supervisor whose incarnation the pool retired (it was silent past
-//! the TTL) re-joins as a new incarnation by itself.
+//! followed by a restart (a new process, which the pool gives the next
+//! incarnation in log order). A supervisor whose incarnation the pool
+//! retired (it was silent past the TTL) re-joins as a new incarnation by
+//! itself.
 //!
 //! The runtimes linger 2 s after their workload stops (instead of 5
 //! minutes), so a long run does not pile up finished runtimes.

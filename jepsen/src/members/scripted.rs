@@ -9,10 +9,13 @@
 //! every 250 ms (its liveness), records every assignment it is streamed
 //! (`grant`), acknowledges every unacknowledged term at once (`ack`, standing
 //! in for the grant handshake with the sandbox runtime) and reports once per
-//! acknowledged term (`report`). When the stream breaks it re-attaches to
-//! another gateway with the same incarnation; when the gateway says the
-//! incarnation is retired (expired) it starts a new one, as a restarted
-//! process would.
+//! acknowledged term (`report`). Its hello names a process id and the
+//! incarnation the pool last granted it (0 asks for a new one); the pool
+//! assigns incarnations in log order (docs/design/0002) and `HelloAccepted`
+//! says which. When the stream breaks it re-attaches to another gateway as
+//! the same process; when the gateway says the incarnation is retired
+//! (expired) or superseded it starts a new one (new process id, known 0),
+//! as a restarted process would.
 //!
 //! Faults: [`ScriptedSupervisor::pause`] stops everything (statuses, acks,
 //! reports, reading the stream), like SIGSTOP; on resume it first reports
@@ -54,6 +57,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     }
 }
 
+/// Process ids, unique across the harness's scripted supervisors (never 0).
+static NEXT_PROCESS_ID: AtomicU64 = AtomicU64::new(1);
+
 /// An ack sent and not yet answered.
 struct PendingAck {
     process: u64,
@@ -65,7 +71,11 @@ struct PendingAck {
 struct Inner {
     member: String,
     capacity: u32,
+    /// The incarnation the pool granted (0 before the first grant and after
+    /// a restart or refusal).
     incarnation: AtomicU64,
+    /// The process id its hellos carry (identity only; new per start).
+    process_id: AtomicU64,
     /// The supervisor's own process number (join, grant).
     process: AtomicU64,
     /// Ack process numbers free for reuse (after `ok`).
@@ -102,6 +112,7 @@ impl ScriptedSupervisor {
                 member: member.to_string(),
                 capacity,
                 incarnation: AtomicU64::new(0),
+                process_id: AtomicU64::new(0),
                 process: AtomicU64::new(process),
                 free: Mutex::new(Vec::new()),
                 pending: Mutex::new(BTreeMap::new()),
@@ -121,7 +132,7 @@ impl ScriptedSupervisor {
         &self.inner.member
     }
 
-    /// Current incarnation (0 before the first start).
+    /// The incarnation the pool granted (0 before a grant).
     pub fn incarnation(&self) -> u64 {
         self.inner.incarnation.load(Ordering::Relaxed)
     }
@@ -139,7 +150,7 @@ impl ScriptedSupervisor {
     /// Starts a new incarnation (kills the running one first).
     pub fn restart(&self, seed: u64) {
         self.kill();
-        self.inner.incarnation.fetch_add(1, Ordering::Relaxed);
+        self.inner.renew();
         self.inner.paused.send_replace(false);
         self.inner.alive.store(true, Ordering::Relaxed);
         let inner = self.inner.clone();
@@ -279,8 +290,8 @@ impl Inner {
             let node = format!("n{}", (next - 1) % self.gateways.len() + 1);
             match self.attach_once(&gateway, &node).await {
                 End::Retired => {
-                    let inc = self.incarnation.fetch_add(1, Ordering::Relaxed) + 1;
-                    tracing::info!(member = %self.member, inc, "incarnation retired; new incarnation");
+                    let old = self.renew();
+                    tracing::info!(member = %self.member, old, "incarnation refused; new incarnation");
                 }
                 End::Broken => {}
             }
@@ -340,16 +351,30 @@ impl Inner {
         );
     }
 
-    /// `join`: attaches as the current incarnation and records the outcome;
-    /// the open stream, or how the attempt ended.
+    /// Continues as a new process: a new process id, known incarnation 0.
+    /// Returns the incarnation it held.
+    fn renew(&self) -> u64 {
+        self.process_id.store(
+            NEXT_PROCESS_ID.fetch_add(1, Ordering::Relaxed),
+            Ordering::Relaxed,
+        );
+        self.incarnation.swap(0, Ordering::Relaxed)
+    }
+
+    /// `join`: attaches as the current process (naming the incarnation it
+    /// was granted, 0 for none) and records the outcome; the open stream
+    /// (under the incarnation the pool assigned), or how the attempt ended.
     async fn join(&self, gateway: &str, node: &str) -> Result<(Attached, Session), End> {
-        let incarnation = self.incarnation.load(Ordering::Relaxed);
+        let known = self.incarnation.load(Ordering::Relaxed);
+        let process_id = self.process_id.load(Ordering::Relaxed);
         let process = self.process.load(Ordering::Relaxed);
         let member = self.member.clone();
         let mut join = Join {
             member: member.clone(),
-            incarnation,
+            known_incarnation: known,
+            process_id,
             capacity: self.capacity,
+            incarnation: None,
             gateway_node_id: None,
         };
         self.record(
@@ -361,11 +386,16 @@ impl Inner {
             node,
             None,
         );
-        let advertise = format!("10.0.0.1:{}", 20000 + incarnation % 10000);
-        let hello = hello(&member, incarnation, self.capacity, advertise);
+        let advertise = format!("10.0.0.1:{}", 20000 + process_id % 10000);
+        let hello = hello(&member, process_id, known, self.capacity, advertise);
         let attach = attach(gateway, Duration::from_millis(1000), hello, 256);
         match tokio::time::timeout(Duration::from_secs(8), attach).await {
             Ok(Ok(attached)) => {
+                // Grants name the assigned incarnation; acks and reports go
+                // out under it.
+                let incarnation = attached.incarnation;
+                self.incarnation.store(incarnation, Ordering::Relaxed);
+                join.incarnation = Some(incarnation);
                 join.gateway_node_id = Some(attached.gateway_node_id);
                 self.record(
                     OpType::Ok,
@@ -395,7 +425,7 @@ impl Inner {
                         | tonic::Code::Unauthenticated
                 ) || text.contains("connection refused");
                 // Retired or superseded: either way this scripted member
-                // continues as a new incarnation.
+                // continues as a new process (new process id, known 0).
                 let retired = proto::attach::refusal_of(&status).is_some();
                 let kind = if certain { OpType::Fail } else { OpType::Info };
                 self.record(

@@ -211,10 +211,15 @@ pub struct Drain {
 pub struct Join {
     /// Member id.
     pub member: String,
-    /// Incarnation.
-    pub incarnation: u64,
+    /// The incarnation it last held (0 asks the pool for a new one).
+    pub known_incarnation: u64,
+    /// Its process id (identity only; new per start).
+    pub process_id: u64,
     /// Slots.
     pub capacity: u32,
+    /// `ok` only: the incarnation the pool assigned (log-ordered).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incarnation: Option<u64>,
     /// `ok` only: the accepting gateway.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gateway_node_id: Option<u64>,

@@ -67,64 +67,30 @@ impl PoolState {
         Ok(Effect::GraceGranted { members: n })
     }
 
-    /// Joins a member incarnation. A higher incarnation supersedes the old
-    /// one: the member keeps its charged sandboxes, but they now belong to a
-    /// dead incarnation and become eligible for takeover (I4), by the new
-    /// incarnation or others, through the normal `Takeover` path (new term
-    /// and epoch, I1/I2). Capacity may never drop below the slots still
-    /// charged (I5).
+    /// Joins a member incarnation, numbered by the log (docs/design/0002):
+    /// a process asking for a new incarnation gets the member's current one
+    /// plus one (1 for a new member), whatever any clock says. A newer
+    /// incarnation supersedes the old one: the member keeps its charged
+    /// sandboxes, but they now belong to a dead incarnation and become
+    /// eligible for takeover (I4), by the new incarnation or others, through
+    /// the normal `Takeover` path (new term and epoch, I1/I2). Capacity may
+    /// never drop below the slots still charged (I5).
     pub(super) fn apply_join(&mut self, c: &Join) -> R<Effect> {
         check_id(&c.member)?;
         if c.capacity == 0 {
             return Err(Reason::ZeroCapacity);
         }
         let now = self.now_tick;
-        match self.members.get(&c.member) {
-            Some(m) if c.incarnation < m.incarnation => Err(Reason::StaleIncarnation {
-                given: c.incarnation,
-                current: m.incarnation,
-            }),
-            Some(m) if c.incarnation == m.incarnation => {
-                if matches!(m.state, MemberState::Expired | MemberState::Leaving) {
-                    Err(Reason::IncarnationRetired)
-                } else {
-                    Ok(Effect::AlreadyJoined)
-                }
-            }
-            Some(m) => {
-                if c.capacity < m.charged {
-                    return Err(Reason::CapacityBelowCharge {
-                        capacity: c.capacity,
-                        charged: m.charged,
-                    });
-                }
-                let drained = self.drain_holds(&c.member);
-                let Some(m) = self.members.get_mut(&c.member) else {
-                    unreachable!("member {} vanished", c.member)
-                };
-                let old = m.incarnation;
-                m.uid = c.uid.clone();
-                m.incarnation = c.incarnation;
-                m.address = c.address.clone();
-                m.capacity = c.capacity;
-                m.state = if drained {
-                    MemberState::Draining
-                } else {
-                    MemberState::Active
-                };
-                m.last_heartbeat_tick = now;
-                m.down_since_tick = Some(now);
-                Ok(Effect::Joined {
-                    superseded: Some(old),
-                })
-            }
+        let incarnation = match self.members.get(&c.member) {
             None => {
+                let incarnation = if c.process_id == 0 { c.incarnation } else { 1 };
                 self.members.insert(
                     c.member.clone(),
                     Member {
                         id: c.member.clone(),
                         uid: c.uid.clone(),
-                        incarnation: c.incarnation,
+                        incarnation,
+                        process_id: c.process_id,
                         address: c.address.clone(),
                         capacity: c.capacity,
                         charged: 0,
@@ -134,9 +100,50 @@ impl PoolState {
                     },
                 );
                 self.ring.add(&c.member);
-                Ok(Effect::Joined { superseded: None })
+                return Ok(Effect::Joined {
+                    superseded: None,
+                    incarnation,
+                });
             }
+            Some(m) => match join_rule(m, c)? {
+                JoinRule::Already => {
+                    return Ok(Effect::AlreadyJoined {
+                        incarnation: m.incarnation,
+                    })
+                }
+                JoinRule::Supersede(incarnation) => incarnation,
+            },
+        };
+        let Some(m) = self.members.get(&c.member) else {
+            unreachable!("member {} vanished", c.member)
+        };
+        if c.capacity < m.charged {
+            return Err(Reason::CapacityBelowCharge {
+                capacity: c.capacity,
+                charged: m.charged,
+            });
         }
+        let drained = self.drain_holds(&c.member);
+        let Some(m) = self.members.get_mut(&c.member) else {
+            unreachable!("member {} vanished", c.member)
+        };
+        let old = m.incarnation;
+        m.uid = c.uid.clone();
+        m.incarnation = incarnation;
+        m.process_id = c.process_id;
+        m.address = c.address.clone();
+        m.capacity = c.capacity;
+        m.state = if drained {
+            MemberState::Draining
+        } else {
+            MemberState::Active
+        };
+        m.last_heartbeat_tick = now;
+        m.down_since_tick = Some(now);
+        Ok(Effect::Joined {
+            superseded: Some(old),
+            incarnation,
+        })
     }
 
     /// True if a running or succeeded drain holds this member out of service.
@@ -230,5 +237,53 @@ impl PoolState {
         m.state = MemberState::Expired;
         m.down_since_tick = Some(now);
         Ok(Effect::Expired)
+    }
+}
+
+/// What a join of an existing member does.
+enum JoinRule {
+    /// The process already holds the current, live incarnation.
+    Already,
+    /// It supersedes the current incarnation with this one.
+    Supersede(u64),
+}
+
+/// The join rule of docs/design/0002, against member `m`'s record.
+///
+/// * Legacy join (`process_id` 0): the process chose `incarnation`; lower
+///   than the current one is stale, equal is a repeat, higher supersedes.
+/// * The member's current process (a retried hello, or a reconnect through
+///   another gateway): a repeat, whatever it names; never a second bump.
+/// * Another process naming a granted incarnation `k > 0`: `k` below the
+///   current one was superseded (stale, for good); equal is a repeat.
+/// * Another process asking for a new one (`known_incarnation` 0, or a `k`
+///   above the current one, which only a restored state can show): the
+///   current one plus one.
+///
+/// A repeat of an expired or leaving incarnation is `IncarnationRetired`:
+/// the process asks again for a new one.
+fn join_rule(m: &Member, c: &Join) -> R<JoinRule> {
+    let claimed = if c.process_id == 0 {
+        c.incarnation
+    } else if c.process_id == m.process_id {
+        m.incarnation
+    } else if c.known_incarnation == 0 || c.known_incarnation > m.incarnation {
+        return Ok(JoinRule::Supersede(m.incarnation.saturating_add(1)));
+    } else {
+        c.known_incarnation
+    };
+    if claimed < m.incarnation {
+        return Err(Reason::StaleIncarnation {
+            given: claimed,
+            current: m.incarnation,
+        });
+    }
+    if claimed > m.incarnation {
+        return Ok(JoinRule::Supersede(claimed));
+    }
+    if matches!(m.state, MemberState::Expired | MemberState::Leaving) {
+        Err(Reason::IncarnationRetired)
+    } else {
+        Ok(JoinRule::Already)
     }
 }

@@ -147,6 +147,8 @@ impl H {
     }
 }
 
+/// A legacy join (process id 0): the process names its incarnation, as
+/// entries written before docs/design/0002 do.
 pub fn join(m: &str, inc: u64, cap: u32) -> Command {
     Command::Join(Join {
         member: m.to_string(),
@@ -154,6 +156,21 @@ pub fn join(m: &str, inc: u64, cap: u32) -> Command {
         incarnation: inc,
         address: format!("{m}:7000"),
         capacity: cap,
+        ..Join::default()
+    })
+}
+
+/// A join of process `pid` that last held incarnation `known` (0: asks
+/// for a new one); the pool assigns the incarnation.
+pub fn join_process(m: &str, pid: u64, known: u64, cap: u32) -> Command {
+    Command::Join(Join {
+        member: m.to_string(),
+        uid: format!("uid-{m}-{pid}"),
+        address: format!("{m}:7000"),
+        capacity: cap,
+        process_id: pid,
+        known_incarnation: known,
+        ..Join::default()
     })
 }
 

@@ -1,6 +1,7 @@
 //! `/healthz` (liveness: the process serves HTTP, whatever the gateways do)
 //! and `/readyz` (a gateway accepted the authenticated stream and the member
-//! is not draining; 503 with the reason otherwise).
+//! is not draining, with the incarnation the pool granted; 503 with the
+//! reason otherwise).
 
 use std::sync::Arc;
 
@@ -24,7 +25,10 @@ pub async fn serve(listener: tokio::net::TcpListener, agent: Arc<Agent>) {
 
 async fn readyz(State(agent): State<Arc<Agent>>) -> (StatusCode, String) {
     match agent.readiness() {
-        Ok(()) => (StatusCode::OK, "ready\n".into()),
+        Ok(incarnation) => (
+            StatusCode::OK,
+            format!("ready: incarnation {incarnation}\n"),
+        ),
         Err(reason) => (
             StatusCode::SERVICE_UNAVAILABLE,
             format!("not ready: {reason}\n"),

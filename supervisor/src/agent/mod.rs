@@ -32,8 +32,8 @@ use proto::client::{self, Role};
 use proto::supervisor_host::supervisor_control_server::SupervisorControlServer;
 use proto::supervisor_host::supervisor_host_client::SupervisorHostClient;
 use proto::supervisor_host::{
-    gateway_message, supervisor_message, AssignmentSnapshot, AttachRefusal, HostHello, HostStatus,
-    SupervisorMessage,
+    gateway_message, supervisor_message, AssignmentSnapshot, AttachRefusal, HelloAccepted,
+    HostHello, HostStatus, SupervisorMessage,
 };
 use rand::Rng;
 use tokio::sync::mpsc;
@@ -45,8 +45,15 @@ use session::Session;
 /// Shared state of one supervisor process.
 pub struct Agent {
     config: AgentConfig,
-    /// Milliseconds since the Unix epoch at start; renewed (see
-    /// [`Agent::renew_incarnation`]) when the gateways retired it.
+    /// Random, never 0, sent in every hello: tells the pool a retried hello
+    /// of this process from another process of the member id (identity
+    /// only, never order). Renewed with the incarnation.
+    process_id: AtomicU64,
+    /// The incarnation the pool granted (`HelloAccepted`), 0 before the
+    /// first grant and after a retirement (see
+    /// [`Agent::renew_incarnation`]). The log orders incarnations: no clock
+    /// of this host decides whether this process is newer
+    /// (docs/design/0002).
     incarnation: AtomicU64,
     /// ip:port of the control server, announced in HostHello.
     advertise_address: String,
@@ -81,15 +88,16 @@ impl Agent {
         m.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Whether /readyz succeeds, and why not.
-    pub fn readiness(&self) -> Result<(), String> {
+    /// Whether /readyz succeeds (with the incarnation the pool granted),
+    /// and why not.
+    pub fn readiness(&self) -> Result<u64, String> {
         if !self.attached.load(Ordering::SeqCst) {
             return Err(Self::lock(&self.not_ready_reason).clone());
         }
         if self.draining.load(Ordering::SeqCst) {
             return Err("draining: this member takes no new work".into());
         }
-        Ok(())
+        Ok(self.incarnation.load(Ordering::SeqCst))
     }
 
     fn set_not_ready(&self, reason: String) {
@@ -111,33 +119,45 @@ impl Agent {
         Self::lock(&self.sessions).keys().cloned().collect()
     }
 
+    /// Takes what a gateway's `HelloAccepted` says: the incarnation the pool
+    /// assigned this process (log-ordered), the cluster key and the
+    /// recovery deadline for new runtimes.
+    fn accept(&self, accepted: &HelloAccepted) -> anyhow::Result<()> {
+        if accepted.incarnation == 0 {
+            anyhow::bail!(
+                "the gateway assigned no incarnation (a gateway older than this supervisor)"
+            );
+        }
+        self.incarnation
+            .store(accepted.incarnation, Ordering::SeqCst);
+        *Self::lock(&self.cluster_key) = accepted.cluster_public_key.clone();
+        self.recovery_deadline_ms
+            .store(accepted.recovery_deadline_ms, Ordering::SeqCst);
+        Ok(())
+    }
+
     /// After the gateways said the pool retired this incarnation (it
     /// expired while we were paused or cut off, or it left): continue as a
-    /// new incarnation, as a restarted process would. Sessions of the old
-    /// incarnation end when their runtimes fence them (their sandboxes were
-    /// taken over). A *stale* incarnation (another process of this member
-    /// id joined with a newer one) is not renewed: two processes sharing a
-    /// member id would otherwise take the member from each other in turn.
+    /// new incarnation, as a restarted process would: a new process id and
+    /// known incarnation 0, so the next join asks the pool for the next
+    /// number. Sessions of the old incarnation end when their runtimes
+    /// fence them (their sandboxes were taken over). A *superseded*
+    /// incarnation (another process of this member id joined later) is not
+    /// renewed: two processes sharing a member id would otherwise take the
+    /// member from each other in turn.
     fn renew_incarnation(&self) {
-        let old = self.incarnation.load(Ordering::SeqCst);
-        let next = now_ms().max(old + 1);
-        self.incarnation.store(next, Ordering::SeqCst);
+        let old = self.incarnation.swap(0, Ordering::SeqCst);
+        self.process_id.store(new_process_id(), Ordering::SeqCst);
         tracing::warn!(
             old,
-            new = next,
             "the pool retired this incarnation; re-joining as a new one"
         );
     }
 }
 
-/// Milliseconds since the Unix epoch (at least 1).
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .ok()
-        .and_then(|d| u64::try_from(d.as_millis()).ok())
-        .unwrap_or(1)
-        .max(1)
+/// A random process id, never 0 (0 marks a legacy hello).
+fn new_process_id() -> u64 {
+    rand::thread_rng().gen_range(1..=u64::MAX)
 }
 
 /// Whether a gateway's refusal says the pool retired this incarnation
@@ -158,7 +178,7 @@ pub async fn run(
     config: AgentConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let incarnation = now_ms();
+    let process_id = new_process_id();
     std::fs::create_dir_all(&config.runtime_dir).with_context(|| {
         format!(
             "creating the runtime directory {}",
@@ -173,7 +193,8 @@ pub async fn run(
         .context("reading the control address")?;
     let advertise_address = format!("{}:{}", config.advertise_ip, control_addr.port());
     let agent = Arc::new(Agent {
-        incarnation: AtomicU64::new(incarnation),
+        process_id: AtomicU64::new(process_id),
+        incarnation: AtomicU64::new(0),
         advertise_address,
         attached: AtomicBool::new(false),
         draining: AtomicBool::new(false),
@@ -190,7 +211,7 @@ pub async fn run(
     });
     tracing::info!(
         member = %agent.config.member_id,
-        incarnation,
+        process_id,
         control = %agent.advertise_address,
         gateways = ?agent.config.gateways,
         "supervisor starting"
@@ -272,8 +293,11 @@ async fn attach_once(agent: &Arc<Agent>, gateway: &str) -> anyhow::Result<()> {
         member_uid: agent.config.member_uid.clone(),
         advertise_address: agent.advertise_address.clone(),
         capacity: agent.config.capacity,
-        incarnation: agent.incarnation.load(Ordering::SeqCst),
         credential: agent.config.credential.clone(),
+        process_id: agent.process_id.load(Ordering::SeqCst),
+        known_incarnation: agent.incarnation.load(Ordering::SeqCst),
+        // The legacy, clock-chosen incarnation: never sent.
+        incarnation: 0,
     };
     tx.send(SupervisorMessage {
         message: Some(supervisor_message::Message::Hello(hello)),
@@ -295,13 +319,10 @@ async fn attach_once(agent: &Arc<Agent>, gateway: &str) -> anyhow::Result<()> {
         },
         None => anyhow::bail!("the gateway closed the stream"),
     };
-    *Agent::lock(&agent.cluster_key) = accepted.cluster_public_key.clone();
-    agent
-        .recovery_deadline_ms
-        .store(accepted.recovery_deadline_ms, Ordering::SeqCst);
+    agent.accept(&accepted)?;
     *Agent::lock(&agent.outbound) = Some(tx.clone());
     agent.attached.store(true, Ordering::SeqCst);
-    tracing::info!(%gateway, gateway_node = accepted.gateway_node_id, "attached");
+    tracing::info!(%gateway, gateway_node = accepted.gateway_node_id, incarnation = accepted.incarnation, "attached");
     let interval = Duration::from_millis(accepted.status_interval_ms.clamp(10, 10_000));
     let status_task = {
         let agent = agent.clone();

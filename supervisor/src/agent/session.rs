@@ -255,9 +255,12 @@ pub fn reconcile(agent: &Arc<Agent>, snapshot: &AssignmentSnapshot) {
 }
 
 /// Presents the grant to the runtime and starts the session.
+#[tracing::instrument(
+    name = "activate",
+    skip_all,
+    fields(sandbox = %a.sandbox_id, term = a.term, credential_epoch = a.credential_epoch)
+)]
 async fn activate(agent: &Arc<Agent>, a: &SandboxInstanceAssignment) -> Result<(), String> {
-    let span = tracing::info_span!("activate", sandbox = %a.sandbox_id, term = a.term, credential_epoch = a.credential_epoch);
-    let _enter = span.enter();
     let grant = signed(a).ok_or("the assignment carries no valid grant")?;
     let addr = match locate_runtime(agent, &a.sandbox_id).await {
         Some(addr) => addr,

@@ -53,7 +53,8 @@
 //!
 //! Scripted supervisors only (see [`crate::members::scripted`]; process members
 //! leave no events of their own): `join` (invoke `{"member",
-//! "incarnation", "capacity"}`, `ok` adds `gateway_node_id`), `grant` (an
+//! "known_incarnation", "process_id", "capacity"}`, `ok` adds the
+//! `incarnation` the pool assigned and `gateway_node_id`), `grant` (an
 //! assignment streamed to it, recorded as an invoke/ok pair at receipt:
 //! `{"sandbox", "generation", "term", "credential_epoch", "acknowledged", "phase",
 //! "member", "incarnation", "log_index", "grant_bytes"}`), `ack` (`TermAck`:

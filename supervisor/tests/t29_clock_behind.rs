@@ -91,6 +91,9 @@ async fn a_supervisor_restarted_with_its_clock_an_hour_behind_rejoins_and_serves
                     && sb.phase() == SandboxPhase::Assigned
                     && sb.acknowledged
                     && sb.last_report_index > before.last_report_index
+                    // The first report of a new session may precede the
+                    // workload facts; wait for one that carries them.
+                    && sb.pid != 0
             })
         },
     )

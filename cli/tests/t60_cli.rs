@@ -83,7 +83,15 @@ async fn cli_drives_the_dev_cluster_membership_and_backup_restore() -> TestResul
     let got = json_until(&e, &["sandbox", "get", &id], "new sandbox running", |v| {
         v["phase"] == "assigned" && v["pid"].is_u64()
     });
-    for key in ["id", "owner", "term", "epoch", "phase", "pid", "started_at"] {
+    for key in [
+        "id",
+        "owner",
+        "term",
+        "credential_epoch",
+        "phase",
+        "pid",
+        "started_at",
+    ] {
         assert!(!got[key].is_null(), "sandbox get lacks {key}: {got}");
     }
     assert_eq!(

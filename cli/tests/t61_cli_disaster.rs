@@ -48,7 +48,7 @@ async fn force_new_cluster_recovers_every_committed_entry() -> TestResult {
         "recover failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    // Start it again without --initial-members: it leads alone.
+    // Start it again without --initial-voters: it leads alone.
     let node = cluster.node(survivor);
     node.extra_args.clear();
     node.start();

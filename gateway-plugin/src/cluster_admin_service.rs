@@ -103,7 +103,7 @@ impl ClusterAdmin for ClusterAdminService {
         request: Request<InitializeRequest>,
     ) -> Result<Response<MembershipReply>, Status> {
         self.allow(&request, Role::PlatformAdmin)?;
-        let list = from_proto::initial_members(request.get_ref());
+        let list = from_proto::initial_voters(request.get_ref());
         self.node
             .initialize(list)
             .await
@@ -117,12 +117,12 @@ impl ClusterAdmin for ClusterAdminService {
         request: Request<AddLearnerRequest>,
     ) -> Result<Response<MembershipReply>, Status> {
         self.allow(&request, Role::PlatformAdmin)?;
-        let Some(member) = request.get_ref().member.clone() else {
-            return Err(Status::invalid_argument("member is required"));
+        let Some(node) = request.get_ref().node.clone() else {
+            return Err(Status::invalid_argument("node is required"));
         };
         let local = self
             .node
-            .add_learner(member.id, &member.addr, request.get_ref().blocking)
+            .add_learner(node.id, &node.addr, request.get_ref().blocking)
             .await;
         on_leader!(self, request, local.map(membership_reply), add_learner)
     }

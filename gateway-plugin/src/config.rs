@@ -8,7 +8,7 @@
 //! advertise_addr = "127.0.0.1:7001"
 //! data_dir = "/var/lib/openshell/gateway"
 //! cluster_id = "openshell"
-//! initial_members = ["1=127.0.0.1:7001", "2=127.0.0.1:7002", "3=127.0.0.1:7003"]
+//! initial_voters = ["1=127.0.0.1:7001", "2=127.0.0.1:7002", "3=127.0.0.1:7003"]
 //!
 //! [openshell.gateway.raft]
 //! heartbeat_interval_ms = 50
@@ -132,7 +132,9 @@ pub struct GatewaySection {
     /// Cluster id (default "openshell").
     pub cluster_id: Option<String>,
     /// Voters of a new cluster, `id=host:port`; the lowest id bootstraps it.
-    pub initial_members: Option<Vec<String>>,
+    /// `initial_members` is the former name, still read.
+    #[serde(alias = "initial_members")]
+    pub initial_voters: Option<Vec<String>>,
     /// Raft timing and snapshot policy.
     pub raft: Option<RaftSection>,
     /// Pool timing.
@@ -196,7 +198,7 @@ impl GatewaySection {
             advertise_addr,
             data_dir,
             cluster_id,
-            initial_members,
+            initial_voters,
             signing_key_file,
             http_listen_addr
         );
@@ -253,7 +255,7 @@ pub struct GatewayConfig {
     /// Address the gRPC server binds.
     pub listen_addr: SocketAddr,
     /// Voters of a new cluster (empty: join an existing one as a learner).
-    pub initial_members: Vec<(u64, String)>,
+    pub initial_voters: Vec<(u64, String)>,
     /// Pool timing and supervisor credential.
     pub pool: crate::hub::PoolSettings,
     /// Signs takeover grants.
@@ -278,8 +280,8 @@ fn in_range(key: &'static str, value: u64, lo: u64, hi: u64) -> Result<u64, Conf
     }
 }
 
-/// Parses `id=host:port`.
-pub fn parse_member(text: &str) -> Result<(u64, String), String> {
+/// Parses a raft node, `id=host:port`.
+pub fn parse_node(text: &str) -> Result<(u64, String), String> {
     let (id, addr) = text
         .split_once('=')
         .ok_or_else(|| format!("{text:?} is not id=host:port"))?;
@@ -345,14 +347,14 @@ impl GatewaySection {
                 problem: "must be 1 to 128 characters".into(),
             });
         }
-        let mut initial_members = Vec::new();
-        for m in self.initial_members.unwrap_or_default() {
-            let member = parse_member(&m).map_err(|problem| ConfigError::Invalid {
-                key: "openshell.gateway.initial_members",
+        let mut initial_voters = Vec::new();
+        for m in self.initial_voters.unwrap_or_default() {
+            let voter = parse_node(&m).map_err(|problem| ConfigError::Invalid {
+                key: "openshell.gateway.initial_voters",
                 value: m.clone(),
                 problem,
             })?;
-            initial_members.push(member);
+            initial_voters.push(voter);
         }
         let mut node = NodeConfig::new(node_id, &advertise, data_dir, &cluster_id);
         validate_raft(&mut node, self.raft.unwrap_or_default())?;
@@ -376,7 +378,7 @@ impl GatewaySection {
         Ok(GatewayConfig {
             node,
             listen_addr,
-            initial_members,
+            initial_voters,
             pool,
             signer,
             insecure_signing_key,
@@ -555,13 +557,13 @@ mod tests {
             .unwrap_or_default();
         assert!(e.contains("openshell.gateway.node_id is required"), "{e}");
         let mut s = base();
-        s.initial_members = Some(vec!["x=1".into()]);
+        s.initial_voters = Some(vec!["x=1".into()]);
         let e = s
             .validate()
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default();
-        assert!(e.contains("openshell.gateway.initial_members"), "{e}");
+        assert!(e.contains("openshell.gateway.initial_voters"), "{e}");
     }
 
     #[test]
@@ -588,5 +590,24 @@ mod tests {
             .map(|e| e.to_string())
             .unwrap_or_default();
         assert!(e.contains("node_idd"), "{e}");
+    }
+
+    #[test]
+    fn initial_voters_are_read_under_their_former_name_too() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("gw.toml");
+        for key in ["initial_voters", "initial_members"] {
+            std::fs::write(
+                &path,
+                format!("[openshell.gateway]\n{key} = [\"1=127.0.0.1:7001\"]\n"),
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+            let file = read_file(&path).unwrap_or_else(|e| panic!("{key}: {e}"));
+            assert_eq!(
+                file.initial_voters,
+                Some(vec!["1=127.0.0.1:7001".to_string()]),
+                "{key}"
+            );
+        }
     }
 }

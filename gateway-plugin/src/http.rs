@@ -16,6 +16,7 @@ use axum::routing::get;
 use axum::Router;
 use raft_store::RaftNode;
 
+use crate::convert::to_proto;
 use crate::health::Health;
 use crate::hub::Hub;
 use crate::metrics::Metrics;
@@ -101,14 +102,14 @@ async fn metrics_text(State(http): State<Http>) -> String {
         m.pool_now_tick.set(pool_status.now_tick as i64);
         m.pool_members.reset();
         for view in &pool_status.members {
-            let label = format!("{:?}", view.member.state).to_ascii_lowercase();
-            m.pool_members.with_label_values(&[label.as_str()]).inc();
+            let label = to_proto::member_state(view.member.state).name();
+            m.pool_members.with_label_values(&[label]).inc();
         }
         m.pool_sandboxes.reset();
         for (phase, count) in &pool_status.sandboxes_by_phase {
-            let label = phase.to_ascii_lowercase();
+            let label = to_proto::sandbox_phase(*phase).name();
             m.pool_sandboxes
-                .with_label_values(&[label.as_str()])
+                .with_label_values(&[label])
                 .set(*count as i64);
         }
     });

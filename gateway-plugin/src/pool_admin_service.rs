@@ -23,7 +23,7 @@ use tonic::{Request, Response, Status};
 
 use crate::auth::{Auth, Role};
 use crate::convert::from_proto;
-use crate::convert::to_proto::{self, phase_name};
+use crate::convert::to_proto::{self, sandbox_phase};
 use crate::hub::Hub;
 use crate::state::GatewayState;
 use crate::status::pool_rejection as rejection;
@@ -268,7 +268,7 @@ impl PoolAdmin for PoolAdminService {
         if !acknowledged || !matches!(phase, pool::Phase::Assigned) {
             return Err(Status::failed_precondition(format!(
                 "sandbox {id} has no active supervisor (phase {}); retry once it is assigned",
-                phase_name(phase)
+                sandbox_phase(phase).name()
             )));
         }
         let config = ClientConfig::for_role(ClientRole::GatewayToSupervisor);

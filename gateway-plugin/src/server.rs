@@ -176,11 +176,11 @@ fn warn_insecure_defaults(config: &GatewayConfig) {
     }
 }
 
-/// A node listed first (lowest id) among the initial members bootstraps the
+/// The node listed first (lowest id) among the initial voters bootstraps the
 /// cluster if its log is empty; the others wait to be contacted.
 fn bootstrap(node: &RaftNode<GatewayState>, config: &GatewayConfig) {
-    let members = config.initial_members.clone();
-    let lowest = members.iter().map(|(id, _)| *id).min();
+    let voters = config.initial_voters.clone();
+    let lowest = voters.iter().map(|(id, _)| *id).min();
     if lowest != Some(node.id()) {
         return;
     }
@@ -195,9 +195,9 @@ fn bootstrap(node: &RaftNode<GatewayState>, config: &GatewayConfig) {
             }
         }
         for attempt in 1..=10 {
-            match node.initialize(members.clone()).await {
+            match node.initialize(voters.clone()).await {
                 Ok(_) => {
-                    tracing::info!(?members, "bootstrapped a new cluster");
+                    tracing::info!(?voters, "bootstrapped a new cluster");
                     return;
                 }
                 Err(e) => {

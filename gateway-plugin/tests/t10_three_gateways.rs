@@ -9,7 +9,7 @@
 //!   right after a write on another node sees it, and the learner caught up by
 //!   snapshot
 
-use proto::cluster::{AddLearnerRequest, Member, PromoteRequest, RemoveRequest, StatusRequest};
+use proto::cluster::{AddLearnerRequest, Node, PromoteRequest, RemoveRequest, StatusRequest};
 use testkit::gateway::*;
 use testkit::TestResult;
 
@@ -102,7 +102,7 @@ async fn three_gateways_survive_leader_kill_and_membership_changes() -> TestResu
                 .admin()
                 .await?
                 .add_learner(AddLearnerRequest {
-                    member: Some(Member { id: 4, addr: addr4 }),
+                    node: Some(Node { id: 4, addr: addr4 }),
                     blocking: true,
                 })
                 .await?

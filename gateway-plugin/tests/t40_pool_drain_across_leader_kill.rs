@@ -20,6 +20,7 @@ use proto::pool_admin::{
     start_supervisor_pool_operation_request, CreateSandboxRequest, GetSupervisorPoolStatusRequest,
     StartSupervisorPoolOperationRequest, SupervisorPoolStatus,
 };
+use proto::pool_types::{MemberState, SandboxPhase};
 use testkit::gateway::*;
 use testkit::member::ScriptedMember;
 use testkit::TestResult;
@@ -102,7 +103,11 @@ async fn drain_completes_across_leader_kill_without_relaunch() -> TestResult {
         })
         .collect();
     wait_pool(&cluster, "three active members", |s| {
-        s.members.iter().filter(|m| m.state == "active").count() == 3
+        s.members
+            .iter()
+            .filter(|m| m.state() == MemberState::Active)
+            .count()
+            == 3
     })
     .await;
 
@@ -127,7 +132,10 @@ async fn drain_completes_across_leader_kill_without_relaunch() -> TestResult {
         .await;
     }
     let before = wait_pool(&cluster, "all sandboxes assigned", |s| {
-        s.sandboxes.len() == 8 && s.sandboxes.iter().all(|sb| sb.phase == "assigned")
+        s.sandboxes.len() == 8
+            && s.sandboxes
+                .iter()
+                .all(|sb| sb.phase() == SandboxPhase::Assigned)
     })
     .await;
     let mut per_member: BTreeMap<String, usize> = BTreeMap::new();
@@ -189,7 +197,9 @@ async fn drain_completes_across_leader_kill_without_relaunch() -> TestResult {
         s.operations
             .iter()
             .any(|o| o.id == "drain-1" && o.phase == "succeeded")
-            && s.sandboxes.iter().all(|sb| sb.phase == "assigned")
+            && s.sandboxes
+                .iter()
+                .all(|sb| sb.phase() == SandboxPhase::Assigned)
     })
     .await;
     let op_after = after
@@ -217,7 +227,7 @@ async fn drain_completes_across_leader_kill_without_relaunch() -> TestResult {
             .members
             .iter()
             .find(|m| m.id == victim)
-            .map(|m| m.state.as_str()),
+            .map(|m| MemberState::name_of(m.state)),
         Some("draining")
     );
     assert!(supervisors

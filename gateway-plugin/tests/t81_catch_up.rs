@@ -11,7 +11,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use proto::cluster::{AddLearnerRequest, Member, PromoteRequest, StatusRequest};
+use proto::cluster::{AddLearnerRequest, Node, PromoteRequest, StatusRequest};
 use proto::objects::PutRequest;
 use testkit::gateway::{object, Cluster, Gateway};
 use testkit::ports::free_port;
@@ -158,7 +158,7 @@ async fn a_learner_behind_a_100_mb_log_catches_up_and_is_promoted() -> TestResul
     let mut admin = cluster.get(leader).admin().await?;
     admin
         .add_learner(AddLearnerRequest {
-            member: Some(Member { id: 4, addr }),
+            node: Some(Node { id: 4, addr }),
             blocking: false,
         })
         .await?;
@@ -242,14 +242,14 @@ async fn a_follower_whose_disk_filled_is_unhealthy_then_recovers() -> TestResult
         .map(|id| Gateway::new(id, root.path(), http_args(id)))
         .collect();
     nodes[2].data_dir = disk_dir.join("node-3");
-    let members = nodes
+    let voters = nodes
         .iter()
         .map(|g| format!("{}={}", g.id, g.addr))
         .collect::<Vec<_>>()
         .join(",");
     for node in &mut nodes {
-        node.extra_args.push("--initial-members".into());
-        node.extra_args.push(members.clone());
+        node.extra_args.push("--initial-voters".into());
+        node.extra_args.push(voters.clone());
         node.start();
     }
     let mut cluster = Cluster {

@@ -72,7 +72,7 @@ pub struct Node {
     pub clock_file: PathBuf,
     /// The running process.
     child: ChildProcess,
-    /// Start with `--initial-members` (false once wiped and re-joined as a
+    /// Start with `--initial-voters` (false once wiped and re-joined as a
     /// learner by the membership nemesis).
     initial: Mutex<bool>,
     /// A lazily connected channel (reconnects after restarts).
@@ -169,7 +169,7 @@ impl Node {
     }
 
     /// Wipes the data directory (the node must be stopped) and marks it to
-    /// start without `--initial-members`, to be added back as a learner.
+    /// start without `--initial-voters`, to be added back as a learner.
     ///
     /// # Errors
     /// When running, or the directory cannot be removed.
@@ -196,7 +196,7 @@ pub struct Cluster {
     /// Nodes, index i is node i+1.
     pub nodes: Vec<Node>,
     /// `id=ip:port,...`.
-    pub members: String,
+    pub voters: String,
     /// Gateway settings.
     pub options: GatewayOptions,
     /// The network (dropped after the processes are killed).
@@ -248,7 +248,7 @@ impl Cluster {
                 channel,
             });
         }
-        let members = nodes
+        let voters = nodes
             .iter()
             .map(|n| format!("{}={}", n.id, n.addr))
             .collect::<Vec<_>>()
@@ -256,7 +256,7 @@ impl Cluster {
         Ok(Cluster {
             dir: dir.to_path_buf(),
             nodes,
-            members,
+            voters,
             options,
             net,
         })
@@ -295,7 +295,7 @@ impl Cluster {
             .args(["--election-min-ms", &self.options.election_ms.0.to_string()])
             .args(["--election-max-ms", &self.options.election_ms.1.to_string()]);
         if initial {
-            cmd.args(["--initial-members", &self.members]);
+            cmd.args(["--initial-voters", &self.voters]);
         }
         cmd.args(&self.options.extra_args);
         cmd.env("RUST_LOG", "info,openraft=warn");

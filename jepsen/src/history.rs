@@ -358,7 +358,7 @@ mod tests {
 
     #[test]
     fn a_value_with_a_missing_field_is_a_typed_error_naming_the_event() {
-        let line = r#"{"index":12,"type":"ok","process":3,"f":"grant","key":"sb1","value":{"sandbox":"sb1","generation":1,"epoch":1,"acknowledged":false,"phase":"assigned","member":"s1","incarnation":1,"log_index":40,"grant_bytes":64},"time":9}"#;
+        let line = r#"{"index":12,"type":"ok","process":3,"f":"grant","key":"sb1","value":{"sandbox":"sb1","generation":1,"credential_epoch":1,"acknowledged":false,"phase":"assigned","member":"s1","incarnation":1,"log_index":40,"grant_bytes":64},"time":9}"#;
         let event = parse_line(Path::new("h"), 13, line).unwrap_or_else(|e| panic!("{e}"));
         let err = crate::ops::decode::<crate::ops::pool::Grant>(&event)
             .err()

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use proto::cluster::{AddLearnerRequest, Member, PromoteRequest, RemoveRequest};
+use proto::cluster::{AddLearnerRequest, Node, PromoteRequest, RemoveRequest};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::Rng;
@@ -592,7 +592,7 @@ impl Nemesis {
                 let r = node
                     .admin()
                     .add_learner(AddLearnerRequest {
-                        member: Some(Member {
+                        node: Some(Node {
                             id: k as u64,
                             addr: addr.clone(),
                         }),

@@ -92,7 +92,7 @@ pub struct Configure {
 pub struct LeaderChanged {
     /// The raft term of the new leader; must exceed the last one applied.
     #[prost(uint64, tag = "1")]
-    pub leader_term: u64,
+    pub raft_term: u64,
 }
 
 /// A supervisor process joins the pool (or re-joins through another

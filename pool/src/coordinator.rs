@@ -35,17 +35,17 @@ use crate::state::*;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CoordinatorConfig {
     /// The raft term this node leads.
-    pub leader_term: u64,
+    pub raft_term: u64,
     /// A proposed command not reflected in state is re-proposed after this
     /// many ticks.
     pub retry_after_ticks: u64,
 }
 
 impl CoordinatorConfig {
-    /// Defaults for a leader of `leader_term`.
-    pub fn new(leader_term: u64) -> Self {
+    /// Defaults for a leader of `raft_term`.
+    pub fn new(raft_term: u64) -> Self {
         CoordinatorConfig {
-            leader_term,
+            raft_term,
             retry_after_ticks: 2,
         }
     }
@@ -90,12 +90,12 @@ impl Coordinator {
                 expected_now_tick: now,
             }));
         }
-        if state.leader_term() < self.cfg.leader_term {
+        if state.raft_term() < self.cfg.raft_term {
             self.offer(
                 &mut out,
                 now,
                 Command::LeaderChanged(LeaderChanged {
-                    leader_term: self.cfg.leader_term,
+                    raft_term: self.cfg.raft_term,
                 }),
             );
             return out;

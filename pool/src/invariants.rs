@@ -45,8 +45,11 @@ impl PoolState {
             .collect();
         for s in self.sandboxes.values() {
             let o = &s.owner;
-            if s.generation == 0 || o.term == 0 || o.epoch == 0 {
-                return fail("I1", format!("{}: zero generation/term/epoch", s.id));
+            if s.generation == 0 || o.term == 0 || o.credential_epoch == 0 {
+                return fail(
+                    "I1",
+                    format!("{}: zero generation/term/credential_epoch", s.id),
+                );
             }
             let Some(m) = self.members.get(&o.member) else {
                 return fail(
@@ -209,7 +212,7 @@ struct SandboxSeen {
     member: String,
     incarnation: u64,
     term: u64,
-    epoch: u64,
+    credential_epoch: u64,
 }
 
 /// Checks invariants across steps: terms and epochs strictly increase on
@@ -256,7 +259,7 @@ impl InvariantTracker {
                         member: s.owner.member.clone(),
                         incarnation: s.owner.incarnation,
                         term: s.owner.term,
-                        epoch: s.owner.epoch,
+                        credential_epoch: s.owner.credential_epoch,
                     },
                 )
             })
@@ -312,13 +315,15 @@ impl InvariantTracker {
             {
                 return fail("I8", format!("{id}: stopping sandbox recovered or moved"));
             }
-            if s.owner.term < prev.term || s.owner.epoch < prev.epoch {
-                return fail("I1", format!("{id}: term or epoch went back"));
+            if s.owner.term < prev.term || s.owner.credential_epoch < prev.credential_epoch {
+                return fail("I1", format!("{id}: term or credential epoch went back"));
             }
-            if owner_changed && (s.owner.term <= prev.term || s.owner.epoch <= prev.epoch) {
+            if owner_changed
+                && (s.owner.term <= prev.term || s.owner.credential_epoch <= prev.credential_epoch)
+            {
                 return fail(
                     "I2",
-                    format!("{id}: owner changed without term and epoch bump"),
+                    format!("{id}: owner changed without term and credential epoch bump"),
                 );
             }
             if owner_changed {

@@ -50,11 +50,12 @@ pub enum Reason {
         current: u64,
     },
     /// `LeaderChanged` for a term not newer than the last one.
-    #[error("stale leader term {given} (last {current})")]
-    StaleLeaderTerm {
-        /// The command's leader term.
+    #[error("stale raft term {given} (last {current})")]
+    #[serde(alias = "StaleLeaderTerm")]
+    StaleRaftTerm {
+        /// The raft term of the command's leader.
         given: u64,
-        /// The last applied leader term.
+        /// The raft term of the last applied LeaderChanged.
         current: u64,
     },
     /// `Expire` precondition: the heartbeat tick changed since the read.
@@ -174,8 +175,10 @@ pub struct Assignment {
     pub address: String,
     /// Ownership term.
     pub term: u64,
-    /// Credential epoch.
-    pub epoch: u64,
+    /// Credential epoch. The outcome travels as JSON in the log result; the
+    /// alias reads one encoded before the rename.
+    #[serde(alias = "epoch")]
+    pub credential_epoch: u64,
 }
 
 /// What an applied command did.

@@ -78,15 +78,15 @@ pub enum OperationPhaseWire {
     Cancelled = 5,
 }
 
-/// Meta record: clock, leader term, config.
+/// Meta record: clock, raft term, config.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct MetaRecord {
     /// Logical time.
     #[prost(uint64, tag = "1")]
     pub now_tick: u64,
-    /// Last leader term.
+    /// Raft term of the last applied LeaderChanged.
     #[prost(uint64, tag = "2")]
-    pub leader_term: u64,
+    pub raft_term: u64,
     /// Config.
     #[prost(uint64, tag = "3")]
     pub heartbeat_ttl_ticks: u64,
@@ -145,9 +145,9 @@ pub struct OwnerRecord {
     /// Term.
     #[prost(uint64, tag = "3")]
     pub term: u64,
-    /// Epoch.
+    /// Credential epoch.
     #[prost(uint64, tag = "4")]
-    pub epoch: u64,
+    pub credential_epoch: u64,
     /// Acknowledged.
     #[prost(bool, tag = "5")]
     pub acknowledged: bool,
@@ -418,7 +418,7 @@ pub fn sandbox_to_record(s: &Sandbox) -> SandboxRecord {
             member: s.owner.member.clone(),
             incarnation: s.owner.incarnation,
             term: s.owner.term,
-            epoch: s.owner.epoch,
+            credential_epoch: s.owner.credential_epoch,
             acknowledged: s.owner.acknowledged,
         }),
         recovery: s.recovery.as_ref().map(|r| RecoveryRecord {
@@ -452,7 +452,7 @@ pub fn sandbox_from_record(r: SandboxRecord) -> Result<Sandbox, DecodeError> {
             member: o.member,
             incarnation: o.incarnation,
             term: o.term,
-            epoch: o.epoch,
+            credential_epoch: o.credential_epoch,
             acknowledged: o.acknowledged,
         },
         recovery: r.recovery.map(|rc| Recovery {
@@ -570,7 +570,7 @@ impl PoolState {
         let mut push = |r: Record| records.push(RecordEnvelope { record: Some(r) });
         push(Record::Meta(MetaRecord {
             now_tick: self.now_tick,
-            leader_term: self.leader_term,
+            raft_term: self.raft_term,
             heartbeat_ttl_ticks: self.config.heartbeat_ttl_ticks,
             recovery_deadline_ticks: self.config.recovery_deadline_ticks,
             operation_deadline_ticks: self.config.operation_deadline_ticks,
@@ -608,7 +608,7 @@ impl PoolState {
                     }
                     meta_seen = true;
                     st.now_tick = m.now_tick;
-                    st.leader_term = m.leader_term;
+                    st.raft_term = m.raft_term;
                     st.config = Config {
                         heartbeat_ttl_ticks: m.heartbeat_ttl_ticks,
                         recovery_deadline_ticks: m.recovery_deadline_ticks,

@@ -130,7 +130,7 @@ pub struct Owner {
     /// Ownership term; +1 on every owner change (I1).
     pub term: u64,
     /// Credential epoch; +1 on every owner change (I2).
-    pub epoch: u64,
+    pub credential_epoch: u64,
     /// True once the owner acknowledged `term` (I3).
     pub acknowledged: bool,
 }
@@ -269,7 +269,7 @@ pub struct PoolState {
     /// Logical time.
     pub(crate) now_tick: u64,
     /// Highest applied `LeaderChanged` term.
-    pub(crate) leader_term: u64,
+    pub(crate) raft_term: u64,
     /// Timeouts.
     pub(crate) config: Config,
     /// Members by id.
@@ -331,7 +331,7 @@ pub struct PoolStatus {
     /// Members.
     pub members: Vec<MemberView>,
     /// Count of sandboxes per phase.
-    pub sandboxes_by_phase: BTreeMap<String, u64>,
+    pub sandboxes_by_phase: BTreeMap<Phase, u64>,
     /// Operations.
     pub operations: Vec<Operation>,
 }
@@ -341,7 +341,7 @@ impl PoolState {
     pub fn new() -> PoolState {
         PoolState {
             now_tick: 0,
-            leader_term: 0,
+            raft_term: 0,
             config: Config::default(),
             members: BTreeMap::new(),
             sandboxes: BTreeMap::new(),
@@ -356,9 +356,9 @@ impl PoolState {
         self.now_tick
     }
 
-    /// Highest applied leader term.
-    pub fn leader_term(&self) -> u64 {
-        self.leader_term
+    /// Raft term of the last applied LeaderChanged (the highest so far).
+    pub fn raft_term(&self) -> u64 {
+        self.raft_term
     }
 
     /// Config.
@@ -531,7 +531,7 @@ impl PoolState {
                 .map(|m| m.address.clone())
                 .unwrap_or_default(),
             term: s.owner.term,
-            epoch: s.owner.epoch,
+            credential_epoch: s.owner.credential_epoch,
         }
     }
 
@@ -553,7 +553,7 @@ impl PoolState {
     pub fn status(&self) -> PoolStatus {
         let mut by_phase = BTreeMap::new();
         for s in self.sandboxes.values() {
-            *by_phase.entry(format!("{:?}", s.phase)).or_insert(0) += 1;
+            *by_phase.entry(s.phase).or_insert(0) += 1;
         }
         PoolStatus {
             now_tick: self.now_tick,

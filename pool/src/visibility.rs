@@ -63,7 +63,7 @@ impl SandboxView {
             generation: s.generation,
             phase: s.phase,
             term: s.owner.term,
-            credential_epoch: s.owner.epoch,
+            credential_epoch: s.owner.credential_epoch,
             acknowledged: s.owner.acknowledged,
             material_ref: if s.phase.is_charged() {
                 s.material_ref.clone()

@@ -18,7 +18,11 @@ fn launch_acknowledge_report() {
     };
     assert!(!replay);
     assert_eq!(
-        (assignment.term, assignment.epoch, assignment.generation),
+        (
+            assignment.term,
+            assignment.credential_epoch,
+            assignment.generation
+        ),
         (1, 1, 1)
     );
     assert_eq!(h.st.observed_status("s1"), Some(ObservedStatus::Pending));
@@ -240,7 +244,7 @@ fn command_wire_round_trip() {
             recovery_deadline_ticks: 2,
             operation_deadline_ticks: 3,
         }),
-        Command::LeaderChanged(LeaderChanged { leader_term: 9 }),
+        Command::LeaderChanged(LeaderChanged { raft_term: 9 }),
         join("a", 1, 2),
         Command::Heartbeat(Heartbeat {
             beats: vec![Beat {
@@ -326,7 +330,7 @@ fn snapshot_round_trip_meta() {
     let s = PoolState::decode_snapshot(&h.snapshot()).unwrap();
     assert_eq!(s.now_tick(), h.st.now_tick());
     assert_eq!(s.config(), h.st.config());
-    assert_eq!(s.leader_term(), h.st.leader_term());
+    assert_eq!(s.raft_term(), h.st.raft_term());
     assert_eq!(s.encode_snapshot(), h.snapshot());
 }
 

@@ -42,7 +42,7 @@ fn owner_that_joined_between_reads_is_never_taken_over() {
         assert_eq!(h.rejected(c), Reason::OwnerAlive);
     }
     let o = h.owner("sc");
-    assert_eq!((o.member.as_str(), o.term, o.epoch), ("c", 1, 1));
+    assert_eq!((o.member.as_str(), o.term, o.credential_epoch), ("c", 1, 1));
     // The coordinator, reading one consistent state, proposes no takeover.
     let cmds = plan(&h.st, 0);
     assert!(
@@ -229,7 +229,7 @@ fn superseded_incarnation_is_taken_over() {
         panic!("{e:?}")
     };
     assert_eq!(
-        (a.member.as_str(), a.incarnation, a.term, a.epoch),
+        (a.member.as_str(), a.incarnation, a.term, a.credential_epoch),
         ("a", 2, 2, 2)
     );
     assert_eq!(h.st.member("a").unwrap().charged, 1);

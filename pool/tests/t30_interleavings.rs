@@ -147,7 +147,7 @@ fn run(actions: Vec<Action>) {
     let mut readers: Vec<PoolState> = vec![PoolState::new(); READERS];
     let mut incarnations = [0u64; MEMBERS];
     let mut op_ids: Vec<String> = Vec::new();
-    let mut leader_term = 0;
+    let mut raft_term = 0;
     for (n, a) in actions.into_iter().enumerate() {
         match a {
             Action::Join { m: i, bump, cap } => {
@@ -260,8 +260,8 @@ fn run(actions: Vec<Action>) {
                 }));
             }
             Action::LeaderChanged => {
-                leader_term += 1;
-                h.ok(Command::LeaderChanged(LeaderChanged { leader_term }));
+                raft_term += 1;
+                h.ok(Command::LeaderChanged(LeaderChanged { raft_term }));
             }
         }
     }

@@ -105,7 +105,7 @@ fn expired_owner_is_taken_over() {
     });
     for v in &victims {
         let o = sim.h.owner(v);
-        assert_eq!((o.term, o.epoch), (2, 2));
+        assert_eq!((o.term, o.credential_epoch), (2, 2));
     }
     assert_eq!(sim.h.st.member("a").unwrap().charged, 0);
     sim.h.assert_replay_identical();
@@ -125,7 +125,7 @@ fn new_leader_grants_a_full_ttl_of_grace() {
     let first = coord.step(&h.st);
     assert_eq!(
         first,
-        vec![Command::LeaderChanged(LeaderChanged { leader_term: 7 })]
+        vec![Command::LeaderChanged(LeaderChanged { raft_term: 7 })]
     );
     // Not applied yet: nothing else is proposed, the same command not twice.
     assert!(coord.step(&h.st).is_empty());
@@ -148,8 +148,8 @@ fn new_leader_grants_a_full_ttl_of_grace() {
     );
     // A deposed leader's LeaderChanged is rejected.
     assert_eq!(
-        h.rejected(Command::LeaderChanged(LeaderChanged { leader_term: 3 })),
-        Reason::StaleLeaderTerm {
+        h.rejected(Command::LeaderChanged(LeaderChanged { raft_term: 3 })),
+        Reason::StaleRaftTerm {
             given: 3,
             current: 7
         }

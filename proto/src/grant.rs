@@ -129,14 +129,14 @@ impl GrantVerifier {
 mod tests {
     use super::*;
 
-    fn grant(epoch: u64) -> Grant {
+    fn grant(credential_epoch: u64) -> Grant {
         Grant {
             sandbox_id: "sb".into(),
             generation: 1,
             member_id: "m1".into(),
             incarnation: 7,
             term: 2,
-            credential_epoch: epoch,
+            credential_epoch,
             log_index: 42,
             release: false,
         }

@@ -9,6 +9,9 @@
 //!   and its raft log records.
 //! - [`supervisor_host`]: `openshell.supervisor_host.v1.SupervisorHost`, the
 //!   supervisor stream.
+//! - [`pool_types`]: `openshell.pool_types.v1`, the pool enums both the
+//!   supervisor stream and the operator surface carry (`SandboxPhase`,
+//!   `MemberState`); [`names`] spells their lowercase names.
 //! - [`pool_admin`]: `openshell.pool_admin.v1.PoolAdmin`, the operator surface.
 //! - [`sandbox_runtime`]: `openshell.sandbox_runtime.v1.SandboxRuntime` and
 //!   the signed `Grant`; [`grant`] signs and verifies grants.
@@ -49,6 +52,13 @@ pub mod openshell {
             tonic::include_proto!("openshell.objects.v1");
         }
     }
+    /// `openshell.pool_types.*`
+    pub mod pool_types {
+        /// `openshell.pool_types.v1`
+        pub mod v1 {
+            tonic::include_proto!("openshell.pool_types.v1");
+        }
+    }
     /// `openshell.supervisor_host.*`
     pub mod supervisor_host {
         /// `openshell.supervisor_host.v1`
@@ -83,6 +93,7 @@ pub use openshell::cluster::v1 as cluster;
 pub use openshell::gateway::v1 as gateway;
 pub use openshell::objects::v1 as objects;
 pub use openshell::pool_admin::v1 as pool_admin;
+pub use openshell::pool_types::v1 as pool_types;
 pub use openshell::raft::v1 as raft;
 pub use openshell::sandbox_runtime::v1 as sandbox_runtime;
 pub use openshell::supervisor_host::v1 as supervisor_host;
@@ -92,3 +103,4 @@ pub mod backup;
 pub mod client;
 pub mod grant;
 pub mod metadata;
+pub mod names;

@@ -125,8 +125,8 @@ pub enum AdminError {
     /// No leader is known.
     #[error("no leader is known; wait for an election or check quorum")]
     NoLeader,
-    /// The node id is not a member of the cluster.
-    #[error("node {0} is not a member of the cluster")]
+    /// The node id is neither a voter nor a learner of the cluster.
+    #[error("node {0} is not in the cluster (neither voter nor learner)")]
     UnknownNode(NodeId),
     /// The request is invalid.
     #[error("invalid request: {0}")]

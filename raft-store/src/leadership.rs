@@ -20,7 +20,7 @@ use tracing::Instrument;
 
 use crate::batcher::Proposer;
 use crate::error::AdminError;
-use crate::membership::{matched_index, members, not_leader};
+use crate::membership::{matched_index, nodes, not_leader};
 use crate::network::client::{Channels, PeerCallError};
 use crate::types::typ::Raft;
 use crate::types::NodeId;
@@ -96,7 +96,7 @@ impl LeaderTransfer {
         if !is_leader {
             return Err(not_leader(&self.raft, self.me));
         }
-        let (voters, _) = members(&self.raft);
+        let (voters, _) = nodes(&self.raft);
         let target = match to {
             Some(id) if id == self.me => {
                 return Ok((id, self.raft.metrics().borrow().current_term))

@@ -30,7 +30,7 @@ pub struct MembershipChange {
 }
 
 /// Voters and learners by id, with their addresses.
-pub type Members = (BTreeMap<NodeId, String>, BTreeMap<NodeId, String>);
+pub type Nodes = (BTreeMap<NodeId, String>, BTreeMap<NodeId, String>);
 
 /// The leader `raft` knows of, with its address.
 pub fn leader(raft: &Raft) -> Option<(NodeId, String)> {
@@ -45,7 +45,7 @@ pub fn leader(raft: &Raft) -> Option<(NodeId, String)> {
 }
 
 /// The voters and the learners of the membership `raft` knows.
-pub fn members(raft: &Raft) -> Members {
+pub fn nodes(raft: &Raft) -> Nodes {
     let metrics = raft.metrics().borrow().clone();
     let membership = metrics.membership_config.membership();
     let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
@@ -103,7 +103,7 @@ pub(crate) struct MembershipAdmin {
 
 impl MembershipAdmin {
     fn change_result(&self, log_index: u64) -> MembershipChange {
-        let (voters, learners) = members(&self.raft);
+        let (voters, learners) = nodes(&self.raft);
         MembershipChange {
             log_index,
             voters: voters.into_iter().collect(),
@@ -125,7 +125,7 @@ impl MembershipAdmin {
         }
     }
 
-    /// Bootstraps a new cluster whose voters are `members` (id, address).
+    /// Bootstraps a new cluster whose voters are `wanted` (id, address).
     /// Calling it again with the same voters is a no-op.
     pub async fn initialize(
         &self,
@@ -133,7 +133,7 @@ impl MembershipAdmin {
     ) -> Result<MembershipChange, AdminError> {
         if wanted.is_empty() {
             return Err(AdminError::InvalidArgument(
-                "initialize needs at least one member".into(),
+                "initialize needs at least one voter".into(),
             ));
         }
         let wanted: BTreeMap<NodeId, BasicNode> = wanted
@@ -146,7 +146,7 @@ impl MembershipAdmin {
         match self.raft.initialize(wanted.clone()).await {
             Ok(()) => Ok(self.change_result(0)),
             Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {
-                let (voters, _) = members(&self.raft);
+                let (voters, _) = nodes(&self.raft);
                 let same = voters.keys().copied().collect::<BTreeSet<_>>()
                     == wanted.keys().copied().collect();
                 if same {
@@ -179,7 +179,7 @@ impl MembershipAdmin {
                 "address {addr:?} is not host:port"
             )));
         }
-        let (voters, _) = members(&self.raft);
+        let (voters, _) = nodes(&self.raft);
         if voters.contains_key(&id) {
             return Err(AdminError::InvalidArgument(format!(
                 "node {id} is already a voter"
@@ -197,7 +197,7 @@ impl MembershipAdmin {
 
     /// Promotes a learner to voter.
     pub async fn promote(&self, id: NodeId) -> Result<MembershipChange, AdminError> {
-        let (voters, learners) = members(&self.raft);
+        let (voters, learners) = nodes(&self.raft);
         if voters.contains_key(&id) {
             return Ok(self.change_result(0));
         }
@@ -210,7 +210,7 @@ impl MembershipAdmin {
 
     /// Removes a voter or a learner from the cluster.
     pub async fn remove(&self, id: NodeId) -> Result<MembershipChange, AdminError> {
-        let (voters, learners) = members(&self.raft);
+        let (voters, learners) = nodes(&self.raft);
         let change = if voters.contains_key(&id) {
             if voters.len() == 1 {
                 return Err(AdminError::InvalidArgument(format!(

@@ -399,13 +399,13 @@ impl<SM: StateMachine> RaftNode<SM> {
         Ok(self.read_local(f))
     }
 
-    /// Bootstraps a new cluster whose voters are `members` (id, address).
+    /// Bootstraps a new cluster whose voters are `voters` (id, address).
     /// Calling it again with the same voters is a no-op.
     pub async fn initialize(
         &self,
-        members: Vec<(NodeId, String)>,
+        voters: Vec<(NodeId, String)>,
     ) -> Result<MembershipChange, AdminError> {
-        self.inner.admin.initialize(members).await
+        self.inner.admin.initialize(voters).await
     }
 
     /// Adds a learner. With `blocking`, returns once it caught up with the
@@ -474,7 +474,7 @@ impl<SM: StateMachine> RaftNode<SM> {
     /// replication lag.
     pub fn status(&self) -> ClusterStatus {
         let metrics = self.inner.raft.metrics().borrow().clone();
-        let (voters, learners) = membership::members(&self.inner.raft);
+        let (voters, learners) = membership::nodes(&self.inner.raft);
         let last = metrics.last_log_index.unwrap_or(0);
         let is_leader = metrics.current_leader == Some(self.id());
         let node = |id: NodeId, addr: String, voter: bool| {

@@ -1,5 +1,5 @@
 //! Offline tools on a stopped node's data directory: seed a new one-voter
-//! cluster from a backup, and force a surviving member into a one-voter
+//! cluster from a backup, and force a surviving node into a one-voter
 //! cluster when quorum is lost for good.
 //!
 //! Both end the same way: a snapshot file holding the state as of a log id,
@@ -138,7 +138,7 @@ pub fn seed_single_voter<SM: StateMachine>(
     })
 }
 
-/// Turns a stopped member's data directory into a one-voter cluster holding
+/// Turns a stopped node's data directory into a one-voter cluster holding
 /// every entry in its log: the snapshot plus all entries after it are
 /// applied, written as a new snapshot whose membership is this node alone.
 ///

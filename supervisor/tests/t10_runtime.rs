@@ -23,15 +23,15 @@ fn signer() -> GrantSigner {
     GrantSigner::from_seed_hex(&"42".repeat(32)).unwrap_or_else(|e| panic!("{e}"))
 }
 
-fn grant(member: &str, incarnation: u64, epoch: u64) -> Grant {
+fn grant(member: &str, incarnation: u64, credential_epoch: u64) -> Grant {
     Grant {
         sandbox_id: SANDBOX.into(),
         generation: 1,
         member_id: member.into(),
         incarnation,
-        term: epoch * 10,
-        credential_epoch: epoch,
-        log_index: 100 + epoch,
+        term: credential_epoch * 10,
+        credential_epoch,
+        log_index: 100 + credential_epoch,
         release: false,
     }
 }

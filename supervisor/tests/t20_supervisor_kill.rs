@@ -11,6 +11,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use proto::pool_types::{MemberState, SandboxPhase};
 use testkit::supervisor::*;
 use testkit::TestResult;
 
@@ -28,7 +29,13 @@ async fn killed_supervisor_sessions_move_with_workloads_intact() -> TestResult {
         &cluster,
         "two active members",
         Duration::from_secs(20),
-        |s| s.members.iter().filter(|m| m.state == "active").count() == 2,
+        |s| {
+            s.members
+                .iter()
+                .filter(|m| m.state() == MemberState::Active)
+                .count()
+                == 2
+        },
     )
     .await;
 
@@ -44,7 +51,7 @@ async fn killed_supervisor_sessions_move_with_workloads_intact() -> TestResult {
             s.sandboxes.len() == 3
                 && s.sandboxes
                     .iter()
-                    .all(|sb| sb.phase == "assigned" && sb.pid != 0)
+                    .all(|sb| sb.phase() == SandboxPhase::Assigned && sb.pid != 0)
         },
     )
     .await;
@@ -78,7 +85,11 @@ async fn killed_supervisor_sessions_move_with_workloads_intact() -> TestResult {
         |s| {
             moved.iter().all(|id| {
                 sandbox(s, id)
-                    .map(|sb| sb.owner == survivor && sb.phase == "assigned" && sb.acknowledged)
+                    .map(|sb| {
+                        sb.owner == survivor
+                            && sb.phase() == SandboxPhase::Assigned
+                            && sb.acknowledged
+                    })
                     .unwrap_or(false)
             })
         },
@@ -96,8 +107,8 @@ async fn killed_supervisor_sessions_move_with_workloads_intact() -> TestResult {
         let (b, a) = (sandbox(&before, id), sandbox(&after, id));
         let (b, a) = (b.ok_or("missing")?, a.ok_or("missing")?);
         assert!(
-            a.term > b.term && a.epoch > b.epoch,
-            "{id}: term/epoch did not advance: {b:?} -> {a:?}"
+            a.term > b.term && a.credential_epoch > b.credential_epoch,
+            "{id}: term/credential_epoch did not advance: {b:?} -> {a:?}"
         );
         assert_eq!(a.generation, b.generation, "{id} was relaunched");
         let a = wait_pool(

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use proto::pool_admin::{
     start_supervisor_pool_operation_request, StartSupervisorPoolOperationRequest,
 };
+use proto::pool_types::{MemberState, SandboxPhase};
 use testkit::gateway::*;
 use testkit::supervisor::*;
 use testkit::TestResult;
@@ -23,7 +24,7 @@ async fn sessions_move_by_drain_with_pids_intact() -> TestResult {
     wait_pool(&cluster, "s1 active", Duration::from_secs(20), |s| {
         s.members
             .iter()
-            .any(|m| m.id == "s1" && m.state == "active")
+            .any(|m| m.id == "s1" && m.state() == MemberState::Active)
     })
     .await;
     create_sandbox(&cluster, "a").await;
@@ -34,9 +35,9 @@ async fn sessions_move_by_drain_with_pids_intact() -> TestResult {
         Duration::from_secs(30),
         |s| {
             s.sandboxes.len() == 2
-                && s.sandboxes
-                    .iter()
-                    .all(|sb| sb.owner == "s1" && sb.phase == "assigned" && sb.pid != 0)
+                && s.sandboxes.iter().all(|sb| {
+                    sb.owner == "s1" && sb.phase() == SandboxPhase::Assigned && sb.pid != 0
+                })
         },
     )
     .await;
@@ -47,7 +48,7 @@ async fn sessions_move_by_drain_with_pids_intact() -> TestResult {
     wait_pool(&cluster, "s2 active", Duration::from_secs(20), |s| {
         s.members
             .iter()
-            .any(|m| m.id == "s2" && m.state == "active")
+            .any(|m| m.id == "s2" && m.state() == MemberState::Active)
     })
     .await;
 
@@ -109,7 +110,7 @@ async fn sessions_move_by_drain_with_pids_intact() -> TestResult {
     create_sandbox(&cluster, "c").await;
     wait_pool(&cluster, "c assigned on s2", Duration::from_secs(30), |s| {
         sandbox(s, "c")
-            .map(|sb| sb.owner == "s2" && sb.phase == "assigned" && sb.pid != 0)
+            .map(|sb| sb.owner == "s2" && sb.phase() == SandboxPhase::Assigned && sb.pid != 0)
             .unwrap_or(false)
     })
     .await;

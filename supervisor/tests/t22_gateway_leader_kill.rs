@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use proto::pool_types::{MemberState, SandboxPhase};
 use proto::sandbox_runtime::sandbox_runtime_client::SandboxRuntimeClient;
 use proto::sandbox_runtime::RuntimeStatusRequest;
 use testkit::gateway::*;
@@ -54,13 +55,19 @@ async fn leader_gateway_kill_does_not_disturb_workloads() -> TestResult {
         &cluster,
         "two active members",
         Duration::from_secs(20),
-        |s| s.members.iter().filter(|m| m.state == "active").count() == 2,
+        |s| {
+            s.members
+                .iter()
+                .filter(|m| m.state() == MemberState::Active)
+                .count()
+                == 2
+        },
     )
     .await;
     create_sandbox(&cluster, "w").await;
     wait_pool(&cluster, "w assigned", Duration::from_secs(30), |s| {
         sandbox(s, "w")
-            .map(|sb| sb.phase == "assigned" && sb.pid != 0)
+            .map(|sb| sb.phase() == SandboxPhase::Assigned && sb.pid != 0)
             .unwrap_or(false)
     })
     .await;
@@ -134,10 +141,10 @@ async fn leader_gateway_kill_does_not_disturb_workloads() -> TestResult {
         Duration::from_secs(30),
         |s| {
             sandbox(s, "after")
-                .map(|sb| sb.phase == "assigned")
+                .map(|sb| sb.phase() == SandboxPhase::Assigned)
                 .unwrap_or(false)
                 && sandbox(s, "w")
-                    .map(|sb| sb.phase == "assigned")
+                    .map(|sb| sb.phase() == SandboxPhase::Assigned)
                     .unwrap_or(false)
         },
     )

@@ -12,6 +12,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use proto::pool_types::SandboxPhase;
 use testkit::gateway::*;
 use testkit::ports::free_port;
 use testkit::supervisor::*;
@@ -75,7 +76,7 @@ async fn bad_credential_or_endpoint_stays_unready_without_disturbing_sessions() 
             s.sandboxes.len() == 3
                 && s.sandboxes
                     .iter()
-                    .all(|sb| sb.phase == "assigned" && sb.pid != 0)
+                    .all(|sb| sb.phase() == SandboxPhase::Assigned && sb.pid != 0)
         },
     )
     .await;
@@ -148,7 +149,7 @@ async fn bad_credential_or_endpoint_stays_unready_without_disturbing_sessions() 
             Duration::from_secs(30),
             |s| {
                 sandbox(s, &id)
-                    .map(|sb| sb.phase == "assigned" && sb.pid != 0)
+                    .map(|sb| sb.phase() == SandboxPhase::Assigned && sb.pid != 0)
                     .unwrap_or(false)
             },
         )

@@ -8,6 +8,7 @@
 
 use std::time::{Duration, Instant};
 
+use proto::pool_types::SandboxPhase;
 use testkit::supervisor::*;
 use testkit::TestResult;
 
@@ -29,7 +30,7 @@ async fn workload_stops_and_failure_shows_after_the_deadline() -> TestResult {
         Duration::from_secs(20),
         |s| {
             sandbox(s, "lonely")
-                .map(|sb| sb.phase == "failed")
+                .map(|sb| sb.phase() == SandboxPhase::Failed)
                 .unwrap_or(false)
         },
     )

@@ -10,6 +10,7 @@
 use std::time::Duration;
 
 use proto::grant::GrantSigner;
+use proto::pool_types::{MemberState, SandboxPhase};
 use proto::sandbox_runtime::sandbox_runtime_client::SandboxRuntimeClient;
 use proto::sandbox_runtime::{ActivateRequest, Grant, RuntimeStatusRequest};
 use testkit::supervisor::*;
@@ -29,13 +30,19 @@ async fn resumed_owner_is_fenced_everywhere() -> TestResult {
         &cluster,
         "two active members",
         Duration::from_secs(20),
-        |s| s.members.iter().filter(|m| m.state == "active").count() == 2,
+        |s| {
+            s.members
+                .iter()
+                .filter(|m| m.state() == MemberState::Active)
+                .count()
+                == 2
+        },
     )
     .await;
     create_sandbox(&cluster, "p").await;
     let before = wait_pool(&cluster, "p running", Duration::from_secs(30), |s| {
         sandbox(s, "p")
-            .map(|sb| sb.phase == "assigned" && sb.pid != 0)
+            .map(|sb| sb.phase() == SandboxPhase::Assigned && sb.pid != 0)
             .unwrap_or(false)
     })
     .await;
@@ -53,12 +60,12 @@ async fn resumed_owner_is_fenced_everywhere() -> TestResult {
     owner.signal("-STOP");
     let taken = wait_pool(&cluster, "taken over", Duration::from_secs(20), |s| {
         sandbox(s, "p")
-            .map(|sb| sb.owner == other && sb.phase == "assigned" && sb.acknowledged)
+            .map(|sb| sb.owner == other && sb.phase() == SandboxPhase::Assigned && sb.acknowledged)
             .unwrap_or(false)
     })
     .await;
     let new = sandbox(&taken, "p").cloned().ok_or("missing")?;
-    assert!(new.epoch > old.epoch && new.term > old.term);
+    assert!(new.credential_epoch > old.credential_epoch && new.term > old.term);
 
     eprintln!("--- step: resume it (kill -CONT)");
     owner.signal("-CONT");
@@ -71,7 +78,7 @@ async fn resumed_owner_is_fenced_everywhere() -> TestResult {
     let mut runtime = SandboxRuntimeClient::connect(format!("http://{addr}")).await?;
     let status = runtime.status(RuntimeStatusRequest {}).await?.into_inner();
     assert_eq!(status.active_member, other, "{status:?}");
-    assert_eq!(status.credential_epoch, new.epoch);
+    assert_eq!(status.credential_epoch, new.credential_epoch);
     // The gateways of cluster "test" sign with its development key; re-sign
     // the old owner's grant exactly as it was.
     let signer = GrantSigner::insecure_development_key("test");
@@ -81,7 +88,7 @@ async fn resumed_owner_is_fenced_everywhere() -> TestResult {
         member_id: old.owner.clone(),
         incarnation: old.owner_incarnation,
         term: old.term,
-        credential_epoch: old.epoch,
+        credential_epoch: old.credential_epoch,
         log_index: 0,
         release: false,
     });
@@ -101,8 +108,8 @@ async fn resumed_owner_is_fenced_everywhere() -> TestResult {
     let after = pool_status(&cluster).await?;
     let now = sandbox(&after, "p").ok_or("missing")?;
     assert_eq!(
-        (now.owner.as_str(), now.term, now.epoch),
-        (other, new.term, new.epoch)
+        (now.owner.as_str(), now.term, now.credential_epoch),
+        (other, new.term, new.credential_epoch)
     );
     assert_eq!(
         (now.pid, now.started_at_unix_ms),
@@ -114,7 +121,9 @@ async fn resumed_owner_is_fenced_everywhere() -> TestResult {
     eprintln!("--- step: the resumed supervisor re-joins as a new incarnation");
     let rejoined = wait_pool(&cluster, "re-joined", Duration::from_secs(20), |s| {
         s.members.iter().any(|m| {
-            m.id == old.owner && m.state == "active" && m.incarnation > old.owner_incarnation
+            m.id == old.owner
+                && m.state() == MemberState::Active
+                && m.incarnation > old.owner_incarnation
         })
     })
     .await;

@@ -10,6 +10,7 @@
 use std::time::{Duration, Instant};
 
 use proto::pool_admin::DeleteSandboxRequest;
+use proto::pool_types::SandboxPhase;
 use testkit::supervisor::*;
 use testkit::TestResult;
 
@@ -37,7 +38,7 @@ async fn deleted_sandbox_is_never_revived() -> TestResult {
         })
         .await?
         .into_inner();
-    assert_eq!(deleted.phase, "deleted");
+    assert_eq!(deleted.phase(), SandboxPhase::Deleted);
 
     eprintln!("--- step: a new supervisor joins; nothing revives the sandbox");
     let mut s2 = Supervisor::new("s2", gateways, cluster.root.path());
@@ -54,7 +55,7 @@ async fn deleted_sandbox_is_never_revived() -> TestResult {
     tokio::time::sleep(Duration::from_secs(1)).await;
     let after = pool_status(&cluster).await?;
     let d = sandbox(&after, "d").ok_or("missing")?;
-    assert_eq!(d.phase, "deleted", "{d:?}");
+    assert_eq!(d.phase(), SandboxPhase::Deleted, "{d:?}");
     assert_ne!(
         d.owner, "s2",
         "the deleted sandbox was given to the new member"

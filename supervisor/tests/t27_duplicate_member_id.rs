@@ -10,6 +10,7 @@
 
 use std::time::Duration;
 
+use proto::pool_types::MemberState;
 use testkit::supervisor::*;
 use testkit::TestResult;
 
@@ -41,7 +42,7 @@ async fn the_newer_process_keeps_the_member_without_flapping() -> TestResult {
         let s = pool_status(&cluster).await?;
         let m = member(&s, "s1").ok_or("s1 missing")?;
         assert_eq!(
-            (m.incarnation, m.state.as_str()),
+            (m.incarnation, MemberState::name_of(m.state)),
             (b_incarnation, "active"),
             "the member changed hands: {m:?}\nA's log:\n{}",
             a.log()

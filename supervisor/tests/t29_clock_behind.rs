@@ -13,6 +13,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use proto::pool_types::{MemberState, SandboxPhase};
 use testkit::gateway::eventually;
 use testkit::supervisor::*;
 use testkit::TestResult;
@@ -69,7 +70,11 @@ async fn a_supervisor_restarted_with_its_clock_an_hour_behind_rejoins_and_serves
         &cluster,
         "s1 active as a newer incarnation",
         Duration::from_secs(20),
-        |s| member(s, "s1").is_some_and(|m| m.state == "active" && m.incarnation > old_incarnation),
+        |s| {
+            member(s, "s1").is_some_and(|m| {
+                m.state() == MemberState::Active && m.incarnation > old_incarnation
+            })
+        },
     )
     .await;
     let new_incarnation = member(&rejoined, "s1").ok_or("s1 missing")?.incarnation;
@@ -83,7 +88,7 @@ async fn a_supervisor_restarted_with_its_clock_an_hour_behind_rejoins_and_serves
             sandbox(s, "sb-0").is_some_and(|sb| {
                 sb.owner == "s1"
                     && sb.owner_incarnation == new_incarnation
-                    && sb.phase == "assigned"
+                    && sb.phase() == SandboxPhase::Assigned
                     && sb.acknowledged
                     && sb.last_report_index > before.last_report_index
                     // The first report of a new session may precede the

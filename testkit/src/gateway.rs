@@ -151,14 +151,14 @@ impl Cluster {
                 Gateway::new(id, root.path(), args)
             })
             .collect();
-        let members = nodes
+        let voters = nodes
             .iter()
             .map(|g| format!("{}={}", g.id, g.addr))
             .collect::<Vec<_>>()
             .join(",");
         for node in &mut nodes {
-            node.extra_args.push("--initial-members".into());
-            node.extra_args.push(members.clone());
+            node.extra_args.push("--initial-voters".into());
+            node.extra_args.push(voters.clone());
             node.start();
         }
         Cluster { root, nodes }

@@ -17,6 +17,7 @@ use proto::pool_admin::{
     CreateSandboxRequest, ExecSandboxRequest, GetSupervisorPoolStatusRequest, PoolMember, Sandbox,
     SupervisorPoolStatus,
 };
+use proto::pool_types::{MemberState, SandboxPhase};
 use tonic::transport::Channel;
 
 /// The gateway flags a test asks for, or none when `OPENSHELL_BENCH_DEFAULTS`
@@ -317,7 +318,9 @@ pub fn alive(pid: u32) -> bool {
 pub async fn wait_member(cluster: &Cluster, id: &str, state: &str) {
     let why = format!("member {id} {state}");
     wait_pool(cluster, &why, Duration::from_secs(20), |s| {
-        s.members.iter().any(|m| m.id == id && m.state == state)
+        s.members
+            .iter()
+            .any(|m| m.id == id && MemberState::name_of(m.state) == state)
     })
     .await;
 }
@@ -332,7 +335,7 @@ pub async fn running_sandbox(cluster: &Cluster, id: &str) -> Sandbox {
         Duration::from_secs(30),
         |s| {
             sandbox(s, id)
-                .map(|sb| sb.phase == "assigned" && sb.pid != 0)
+                .map(|sb| sb.phase() == SandboxPhase::Assigned && sb.pid != 0)
                 .unwrap_or(false)
         },
     )

@@ -9,6 +9,7 @@ use proto::pool_admin::{
     GetSupervisorPoolStatusRequest, StartSupervisorPoolOperationRequest, SupervisorPoolOperation,
     SupervisorPoolStatus,
 };
+use proto::pool_types::MemberState;
 use serde_json::{json, Value};
 
 use super::sandbox::{sandbox_json, sandbox_rows};
@@ -26,7 +27,7 @@ fn pool_json(s: &SupervisorPoolStatus) -> Value {
         "now_tick": s.now_tick,
         "applied_index": s.applied_index,
         "members": s.members.iter().map(|m| json!({"id": m.id, "uid": m.uid, "incarnation": m.incarnation,
-            "address": m.address, "state": m.state, "capacity": m.capacity, "used": m.used,
+            "address": m.address, "state": MemberState::name_of(m.state), "capacity": m.capacity, "used": m.used,
             "ticks_since_heartbeat": m.ticks_since_heartbeat, "eligible": m.eligible})).collect::<Vec<_>>(),
         "sandboxes": s.sandboxes.iter().map(sandbox_json).collect::<Vec<_>>(),
         "operations": s.operations.iter().map(operation_json).collect::<Vec<_>>(),
@@ -92,7 +93,7 @@ fn status_table(s: &SupervisorPoolStatus) -> String {
             .map(|m| {
                 vec![
                     m.id.clone(),
-                    m.state.clone(),
+                    MemberState::name_of(m.state).to_string(),
                     m.capacity.to_string(),
                     m.used.to_string(),
                     m.incarnation.to_string(),

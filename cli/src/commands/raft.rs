@@ -3,7 +3,7 @@
 
 use proto::cluster::cluster_admin_client::ClusterAdminClient;
 use proto::cluster::{
-    AddLearnerRequest, ClusterStatus, Member, MembershipReply, PromoteRequest, RemoveRequest,
+    AddLearnerRequest, ClusterStatus, MembershipReply, Node, PromoteRequest, RemoveRequest,
     StatusRequest, TransferLeaderRequest, TriggerSnapshotRequest,
 };
 use serde_json::{json, Value};
@@ -30,19 +30,19 @@ fn raft_json(s: &ClusterStatus) -> Value {
 }
 
 fn membership_json(r: &MembershipReply) -> Value {
-    let members = |list: &[Member]| {
+    let nodes = |list: &[Node]| {
         list.iter()
-            .map(|m| json!({"id": m.id, "addr": m.addr}))
+            .map(|n| json!({"id": n.id, "addr": n.addr}))
             .collect::<Vec<_>>()
     };
-    json!({"log_index": r.log_index, "voters": members(&r.voters), "learners": members(&r.learners),
+    json!({"log_index": r.log_index, "voters": nodes(&r.voters), "learners": nodes(&r.learners),
            "learner_matched": r.learner_matched, "leader_last_index": r.leader_last_index})
 }
 
 fn membership_table(r: &MembershipReply) -> String {
-    let ids = |list: &[Member]| {
+    let ids = |list: &[Node]| {
         list.iter()
-            .map(|m| m.id.to_string())
+            .map(|n| n.id.to_string())
             .collect::<Vec<_>>()
             .join(",")
     };
@@ -97,14 +97,14 @@ pub async fn raft(gw: &Gateway, output: Output, command: RaftCommand) -> Result<
         RaftCommand::AddLearner { id, addr, no_wait } => {
             let r = gw
                 .call(|c| {
-                    let member = Some(Member {
+                    let node = Some(Node {
                         id,
                         addr: addr.clone(),
                     });
                     async move {
                         ClusterAdminClient::new(c)
                             .add_learner(AddLearnerRequest {
-                                member,
+                                node,
                                 blocking: !no_wait,
                             })
                             .await

@@ -7,6 +7,7 @@ use proto::pool_admin::{
     CreateSandboxRequest, DeleteSandboxRequest, ExecSandboxRequest, GetSandboxRequest,
     ListSandboxesRequest, Sandbox,
 };
+use proto::pool_types::SandboxPhase;
 use serde_json::{json, Value};
 
 use super::{emit, table};
@@ -14,8 +15,8 @@ use crate::{CliError, Gateway, Output, SandboxCommand};
 
 pub(crate) fn sandbox_json(s: &Sandbox) -> Value {
     json!({
-        "id": s.id, "generation": s.generation, "phase": s.phase, "owner": s.owner,
-        "owner_incarnation": s.owner_incarnation, "term": s.term, "epoch": s.epoch,
+        "id": s.id, "generation": s.generation, "phase": SandboxPhase::name_of(s.phase), "owner": s.owner,
+        "owner_incarnation": s.owner_incarnation, "term": s.term, "credential_epoch": s.credential_epoch,
         "acknowledged": s.acknowledged, "observed_status": s.observed_status,
         "pid": if s.pid == 0 { Value::Null } else { json!(s.pid) },
         "started_at": if s.started_at_unix_ms == 0 { Value::Null } else { json!(s.started_at_unix_ms) },
@@ -29,10 +30,10 @@ pub(crate) fn sandbox_rows(list: &[Sandbox]) -> String {
         .map(|s| {
             vec![
                 s.id.clone(),
-                s.phase.clone(),
+                SandboxPhase::name_of(s.phase).to_string(),
                 s.owner.clone(),
                 s.term.to_string(),
-                s.epoch.to_string(),
+                s.credential_epoch.to_string(),
                 if s.pid == 0 {
                     "-".into()
                 } else {
@@ -47,7 +48,15 @@ pub(crate) fn sandbox_rows(list: &[Sandbox]) -> String {
         })
         .collect();
     table(
-        &["ID", "PHASE", "OWNER", "TERM", "EPOCH", "PID", "FAILURE"],
+        &[
+            "ID",
+            "PHASE",
+            "OWNER",
+            "TERM",
+            "CREDENTIAL_EPOCH",
+            "PID",
+            "FAILURE",
+        ],
         rows,
     )
 }

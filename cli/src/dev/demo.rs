@@ -5,6 +5,7 @@ use proto::pool_admin::{
     CreateSandboxRequest, DeleteSandboxRequest, GetSupervisorPoolStatusRequest,
     SupervisorPoolStatus,
 };
+use proto::pool_types::SandboxPhase;
 
 use crate::{CliError, Gateway};
 
@@ -32,10 +33,11 @@ pub(super) async fn launch_sandboxes(gw: &Gateway, count: u32) -> Result<(), Cli
         .unwrap_or(0);
     for n in 1..=count {
         let sandbox_id = format!("demo-{n}");
-        let live = existing
-            .sandboxes
-            .iter()
-            .any(|s| s.id == sandbox_id && s.phase != "deleted" && s.phase != "failed");
+        let live = existing.sandboxes.iter().any(|s| {
+            s.id == sandbox_id
+                && s.phase() != SandboxPhase::Deleted
+                && s.phase() != SandboxPhase::Failed
+        });
         if live {
             gw.call(|c| {
                 let sandbox_id = sandbox_id.clone();

@@ -19,6 +19,7 @@ use proto::cluster::cluster_admin_client::ClusterAdminClient;
 use proto::cluster::StatusRequest;
 use proto::pool_admin::pool_admin_client::PoolAdminClient;
 use proto::pool_admin::GetSupervisorPoolStatusRequest;
+use proto::pool_types::{MemberState, SandboxPhase};
 
 use crate::{CliError, Gateway};
 use children::Children;
@@ -151,7 +152,7 @@ pub async fn run(args: DevArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-/// Starts the three gateways (on the first run with the initial members).
+/// Starts the three gateways (on the first run with the initial voters).
 fn start_gateways(
     args: &DevArgs,
     dir: &Path,
@@ -159,7 +160,7 @@ fn start_gateways(
     gateway_bin: &Path,
     children: &mut Children,
 ) -> Result<(), CliError> {
-    let members = (0..3u16)
+    let voters = (0..3u16)
         .map(|i| format!("{}={}", i + 1, port(args, i)))
         .collect::<Vec<_>>()
         .join(",");
@@ -178,7 +179,7 @@ fn start_gateways(
             "openshell-dev".into(),
         ];
         if first_run {
-            gw_args.extend(["--initial-members".to_string(), members.clone()]);
+            gw_args.extend(["--initial-voters".to_string(), voters.clone()]);
         }
         children.spawn(
             format!("gateway {id}"),
@@ -249,7 +250,7 @@ async fn bring_up(
     .await?;
     start_supervisors(args, dir, endpoints, bins, children)?;
     wait_until("both supervisors attached", Duration::from_secs(30), || async {
-        matches!(demo::pool_status(&gw).await, Ok(s) if s.members.iter().filter(|m| m.state == "active" || m.state == "draining")
+        matches!(demo::pool_status(&gw).await, Ok(s) if s.members.iter().filter(|m| m.state() == MemberState::Active || m.state() == MemberState::Draining)
             .filter(|m| m.ticks_since_heartbeat <= 2).count() >= 2)
     })
     .await?;
@@ -263,8 +264,8 @@ async fn bring_up(
             })
             .await;
         matches!(s, Ok(r) if r.get_ref().sandboxes.iter()
-            .filter(|sb| sb.id.starts_with("demo-") && sb.phase != "deleted" && sb.phase != "failed")
-            .all(|sb| sb.phase == "assigned" && sb.pid != 0))
+            .filter(|sb| sb.id.starts_with("demo-") && sb.phase() != SandboxPhase::Deleted && sb.phase() != SandboxPhase::Failed)
+            .all(|sb| sb.phase() == SandboxPhase::Assigned && sb.pid != 0))
     })
     .await
 }

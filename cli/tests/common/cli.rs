@@ -194,7 +194,7 @@ pub fn sandbox_key(v: &Value) -> Vec<(String, String, u64, u64, String)> {
                         s["id"].as_str().unwrap_or_default().to_string(),
                         s["owner"].as_str().unwrap_or_default().to_string(),
                         s["term"].as_u64().unwrap_or(0),
-                        s["epoch"].as_u64().unwrap_or(0),
+                        s["credential_epoch"].as_u64().unwrap_or(0),
                         s["phase"].as_str().unwrap_or_default().to_string(),
                     )
                 })

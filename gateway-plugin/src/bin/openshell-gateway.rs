@@ -38,9 +38,15 @@ struct Args {
     /// Cluster id; a data directory or peer of another cluster is refused.
     #[arg(long, env = "OPENSHELL_CLUSTER_ID")]
     cluster_id: Option<String>,
-    /// Voters of a new cluster, comma-separated id=host:port.
-    #[arg(long, env = "OPENSHELL_INITIAL_MEMBERS", value_delimiter = ',')]
-    initial_members: Option<Vec<String>>,
+    /// Voters of a new cluster, comma-separated id=host:port
+    /// (`--initial-members` is the former name).
+    #[arg(
+        long,
+        alias = "initial-members",
+        env = "OPENSHELL_INITIAL_VOTERS",
+        value_delimiter = ','
+    )]
+    initial_voters: Option<Vec<String>>,
     /// Raft heartbeat interval in ms.
     #[arg(long)]
     heartbeat_ms: Option<u64>,
@@ -98,7 +104,7 @@ struct Args {
 enum Offline {
     /// Seeds the data directory of a new one-voter cluster from a backup
     /// file (`openshell-pool backup save`). Start the gateway on it next,
-    /// without --initial-members, then add members back.
+    /// without --initial-voters, then add the other nodes back.
     Restore {
         /// The backup file.
         #[arg(long = "from")]
@@ -162,7 +168,7 @@ fn offline(command: Offline) -> anyhow::Result<()> {
             .with_context(|| format!("restoring {} into {}", from.display(), data_dir.display()))?;
             println!(
                 "restored {} (log index {}) into {} as node {node_id} of cluster {cluster_id:?}; start the gateway \
-                 on it without --initial-members, then add members",
+                 on it without --initial-voters, then add the other nodes",
                 from.display(),
                 seeded.last_index,
                 data_dir.display()
@@ -224,7 +230,7 @@ fn run() -> anyhow::Result<()> {
         advertise_addr: args.advertise,
         data_dir: args.data_dir,
         cluster_id: args.cluster_id,
-        initial_members: args.initial_members,
+        initial_voters: args.initial_voters,
         raft: Some(RaftSection {
             heartbeat_interval_ms: args.heartbeat_ms,
             election_timeout_min_ms: args.election_min_ms,

@@ -131,9 +131,9 @@ pub fn launch(request: CreateSandboxRequest, fresh_id: impl FnOnce() -> String) 
 }
 
 /// The initial voters of an initialize request, (node id, address).
-pub fn initial_members(request: &InitializeRequest) -> Vec<(u64, String)> {
+pub fn initial_voters(request: &InitializeRequest) -> Vec<(u64, String)> {
     request
-        .members
+        .voters
         .iter()
         .map(|m| (m.id, m.addr.clone()))
         .collect()

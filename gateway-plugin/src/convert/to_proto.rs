@@ -2,19 +2,20 @@
 //! `HelloAccepted` and `AssignmentSnapshot` (with the grant of each
 //! assignment), the typed `AttachRefusal`, the operator views of
 //! `openshell.pool_admin.v1`, and the cluster replies of
-//! `openshell.cluster.v1` and the object store's list page. Every wire name of a pool enum (phase, member
-//! state, operation kind and phase) is spelled here and nowhere else.
+//! `openshell.cluster.v1` and the object store's list page. Every wire value of a pool enum (sandbox
+//! phase, member state, operation kind and phase) is chosen here and nowhere else.
 
 use std::collections::BTreeMap;
 
 use pool::visibility::{GrantClaims, Push, Retirement, SandboxView};
 use pool::{MemberState, ObservedStatus, OperationKind, OperationPhase, Phase, PoolState, Reason};
 use proto::cluster::{
-    BackupReply, ClusterStatus as PbStatus, Member, MembershipReply, NodeStatus as PbNode,
+    BackupReply, ClusterStatus as PbStatus, MembershipReply, Node, NodeStatus as PbNode,
     StateDigestReply, TransferLeaderReply,
 };
 use proto::objects::ListResponse;
 use proto::pool_admin::{PoolMember, Sandbox, SupervisorPoolOperation, SupervisorPoolStatus};
+use proto::pool_types::{MemberState as PbMemberState, SandboxPhase};
 use proto::sandbox_runtime::Grant;
 use proto::supervisor_host::{
     gateway_message, AssignmentSnapshot, AttachRefusal, GatewayMessage, HelloAccepted,
@@ -24,25 +25,27 @@ use raft_store::node::MembershipChange;
 
 use crate::hub::PoolSettings;
 
-/// The wire name of a sandbox phase.
-pub fn phase_name(phase: Phase) -> &'static str {
+/// The wire enum of a sandbox phase (its lowercase name is
+/// [`proto::pool_types::SandboxPhase::name`]).
+pub fn sandbox_phase(phase: Phase) -> SandboxPhase {
     match phase {
-        Phase::Admitting => "admitting",
-        Phase::Assigned => "assigned",
-        Phase::Recovering => "recovering",
-        Phase::Stopping => "stopping",
-        Phase::Deleted => "deleted",
-        Phase::Failed => "failed",
+        Phase::Admitting => SandboxPhase::Admitting,
+        Phase::Assigned => SandboxPhase::Assigned,
+        Phase::Recovering => SandboxPhase::Recovering,
+        Phase::Stopping => SandboxPhase::Stopping,
+        Phase::Deleted => SandboxPhase::Deleted,
+        Phase::Failed => SandboxPhase::Failed,
     }
 }
 
-/// The wire name of a member state.
-pub fn member_state_name(state: MemberState) -> &'static str {
+/// The wire enum of a member state (its lowercase name is
+/// [`proto::pool_types::MemberState::name`]).
+pub fn member_state(state: MemberState) -> PbMemberState {
     match state {
-        MemberState::Active => "active",
-        MemberState::Draining => "draining",
-        MemberState::Leaving => "leaving",
-        MemberState::Expired => "expired",
+        MemberState::Active => PbMemberState::Active,
+        MemberState::Draining => PbMemberState::Draining,
+        MemberState::Leaving => PbMemberState::Leaving,
+        MemberState::Expired => PbMemberState::Expired,
     }
 }
 
@@ -88,7 +91,7 @@ pub fn assignment(s: &SandboxView) -> SandboxInstanceAssignment {
         term: s.term,
         credential_epoch: s.credential_epoch,
         acknowledged: s.acknowledged,
-        phase: phase_name(s.phase).to_string(),
+        phase: sandbox_phase(s.phase).into(),
         material_ref: s.material_ref.clone(),
         grant: Vec::new(),
     }
@@ -178,11 +181,11 @@ pub fn sandbox(state: &PoolState, s: &pool::Sandbox) -> Sandbox {
         started_at_unix_ms: field("started_at_unix_ms"),
         id: s.id.clone(),
         generation: s.generation,
-        phase: phase_name(s.phase).to_string(),
+        phase: sandbox_phase(s.phase).into(),
         owner: s.owner.member.clone(),
         owner_incarnation: s.owner.incarnation,
         term: s.owner.term,
-        epoch: s.owner.epoch,
+        credential_epoch: s.owner.credential_epoch,
         acknowledged: s.owner.acknowledged,
         observed_status: observed,
         last_report_index: s.last_report.as_ref().map(|r| r.index).unwrap_or(0),
@@ -225,7 +228,7 @@ pub fn pool_status(state: &PoolState, applied_index: u64) -> SupervisorPoolStatu
                 uid: v.member.uid.clone(),
                 incarnation: v.member.incarnation,
                 address: v.member.address.clone(),
-                state: member_state_name(v.member.state).to_string(),
+                state: member_state(v.member.state).into(),
                 capacity: v.member.capacity,
                 used: v.member.charged,
                 ticks_since_heartbeat: v.ticks_since_heartbeat,
@@ -243,9 +246,9 @@ pub fn pool_status(state: &PoolState, applied_index: u64) -> SupervisorPoolStatu
     }
 }
 
-fn members(list: Vec<(u64, String)>) -> Vec<Member> {
+fn nodes(list: Vec<(u64, String)>) -> Vec<Node> {
     list.into_iter()
-        .map(|(id, addr)| Member { id, addr })
+        .map(|(id, addr)| Node { id, addr })
         .collect()
 }
 
@@ -253,8 +256,8 @@ fn members(list: Vec<(u64, String)>) -> Vec<Member> {
 pub fn membership_reply(change: MembershipChange) -> MembershipReply {
     MembershipReply {
         log_index: change.log_index,
-        voters: members(change.voters),
-        learners: members(change.learners),
+        voters: nodes(change.voters),
+        learners: nodes(change.learners),
         learner_matched: change.learner_matched,
         leader_last_index: change.leader_last_index,
     }

@@ -67,7 +67,7 @@ impl Hub {
                     && config.operation_deadline_ticks == wanted.operation_deadline_ticks;
                 (coordinator.step(&state.pool), configured)
             });
-            if !configured && state_has_leader_term(&self.node, term) {
+            if !configured && state_has_raft_term(&self.node, term) {
                 commands.push(Command::Configure(wanted.clone()));
             }
             self.propose_all(commands).await;
@@ -100,6 +100,6 @@ impl Hub {
 
 /// Whether the pool state already recorded `term`'s LeaderChanged (so the
 /// configuration is proposed after the grace command, not before).
-fn state_has_leader_term(node: &RaftNode<GatewayState>, term: u64) -> bool {
-    node.read_local(|state, _| state.pool.leader_term() >= term)
+fn state_has_raft_term(node: &RaftNode<GatewayState>, term: u64) -> bool {
+    node.read_local(|state, _| state.pool.raft_term() >= term)
 }

@@ -75,16 +75,16 @@ fn check_activations(
     for a in &log.activations {
         accepted += 1;
         if let Some(prev) = last {
-            let same_epoch_other_owner = a.epoch == prev.epoch
+            let same_epoch_other_owner = a.credential_epoch == prev.credential_epoch
                 && (a.member != prev.member
                     || a.incarnation != prev.incarnation
                     || a.term != prev.term);
-            if a.epoch < prev.epoch || same_epoch_other_owner {
+            if a.credential_epoch < prev.credential_epoch || same_epoch_other_owner {
                 violations.push((
                     format!(
                         "{sandbox}: runtime accepted {}#{} term {} epoch {} after {}#{} term {} epoch {} (runtimes/{sandbox}.log)",
-                        a.member, a.incarnation, a.term, a.epoch,
-                        prev.member, prev.incarnation, prev.term, prev.epoch
+                        a.member, a.incarnation, a.term, a.credential_epoch,
+                        prev.member, prev.incarnation, prev.term, prev.credential_epoch
                     ),
                     views.to_vec(),
                 ));
@@ -99,12 +99,12 @@ fn check_activations(
         let Some(seen) = owners.get(&(sandbox.to_string(), a.term)) else {
             continue;
         };
-        let mine = (a.member.clone(), a.incarnation, a.epoch);
+        let mine = (a.member.clone(), a.incarnation, a.credential_epoch);
         if seen.keys().any(|k| *k != mine) {
             violations.push((
                 format!(
                     "{sandbox} term {}: runtime accepted a grant for {}#{} epoch {}, the log's views show {:?}",
-                    a.term, a.member, a.incarnation, a.epoch,
+                    a.term, a.member, a.incarnation, a.credential_epoch,
                     seen.keys().collect::<Vec<_>>()
                 ),
                 seen.values().copied().collect(),
@@ -146,7 +146,7 @@ impl Checker for WorkloadContinuity {
             owners
                 .entry((o.sandbox.clone(), o.term))
                 .or_default()
-                .entry((o.member.clone(), o.incarnation, o.epoch))
+                .entry((o.member.clone(), o.incarnation, o.credential_epoch))
                 .or_insert(o.i_done);
             let Some(w) = o.observed.as_deref().and_then(workload_of) else {
                 continue;
@@ -242,7 +242,7 @@ mod tests {
         r.record(spec(
             OpType::Ok,
             json!({"sandbox": "sb1", "generation": 1, "phase": "assigned", "owner": owner,
-                   "incarnation": 1, "term": term, "epoch": term, "acknowledged": true,
+                   "incarnation": 1, "term": term, "credential_epoch": term, "acknowledged": true,
                    "observed": observed}),
         ))
         .index
@@ -273,7 +273,7 @@ mod tests {
             member: member.into(),
             incarnation: 1,
             term,
-            epoch,
+            credential_epoch: epoch,
         }
     }
 

@@ -26,7 +26,7 @@ pub struct Activation {
     /// Ownership term.
     pub term: u64,
     /// Credential epoch.
-    pub epoch: u64,
+    pub credential_epoch: u64,
 }
 
 /// The line without ANSI colour sequences (`ESC [ ... m`).
@@ -63,17 +63,17 @@ pub fn parse_runtime_log(text: &str) -> RuntimeLog {
             log.starts += 1;
         } else if line.contains(" activated") {
             let number = |k: &str| field(line, k).and_then(|v| v.parse::<u64>().ok());
-            if let (Some(member), Some(incarnation), Some(term), Some(epoch)) = (
+            if let (Some(member), Some(incarnation), Some(term), Some(credential_epoch)) = (
                 field(line, "member"),
                 number("incarnation"),
                 number("term"),
-                number("epoch"),
+                number("credential_epoch"),
             ) {
                 log.activations.push(Activation {
                     member: member.to_string(),
                     incarnation,
                     term,
-                    epoch,
+                    credential_epoch,
                 });
             }
         }
@@ -99,9 +99,9 @@ mod tests {
     #[test]
     fn runtime_logs_are_parsed_with_or_without_colour() {
         let text = "2026-11-29T13:19:34.695864Z  INFO supervisor::runtime: serving SandboxRuntime sandbox=sb32 addr=127.0.0.1:35319
-2026-11-29T13:19:34.714752Z  INFO Activate{sandbox=sb32}: supervisor::runtime::service: activated member=s3 incarnation=17 term=1 epoch=1
+2026-11-29T13:19:34.714752Z  INFO Activate{sandbox=sb32}: supervisor::runtime::service: activated member=s3 incarnation=17 term=1 credential_epoch=1
 2026-11-29T13:20:02.028537Z  WARN Activate{sandbox=sb32}: supervisor::runtime::service: refused: credential epoch 2 is older than the current epoch 3 code=PermissionDenied
-\u{1b}[2m2026\u{1b}[0m  INFO Activate: activated \u{1b}[3mmember\u{1b}[0m\u{1b}[2m=\u{1b}[0ms4 incarnation=18 term=3 epoch=3\u{1b}[0m
+\u{1b}[2m2026\u{1b}[0m  INFO Activate: activated \u{1b}[3mmember\u{1b}[0m\u{1b}[2m=\u{1b}[0ms4 incarnation=18 term=3 credential_epoch=3\u{1b}[0m
 ";
         let log = parse_runtime_log(text);
         assert_eq!(log.starts, 1);
@@ -111,7 +111,7 @@ mod tests {
                 member: "s3".into(),
                 incarnation: 17,
                 term: 1,
-                epoch: 1
+                credential_epoch: 1
             }
         );
         assert_eq!(
@@ -120,7 +120,7 @@ mod tests {
                 member: "s4".into(),
                 incarnation: 18,
                 term: 3,
-                epoch: 3
+                credential_epoch: 3
             }
         );
         assert_eq!(log.activations.len(), 2, "{log:?}");

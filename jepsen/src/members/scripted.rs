@@ -37,6 +37,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use proto::pool_types::SandboxPhase;
 use proto::supervisor_host::{
     gateway_message, supervisor_message, AssignmentSnapshot, SandboxInstanceAssignment,
     SandboxReport, SupervisorMessage,
@@ -202,9 +203,9 @@ fn grant_value(
         sandbox: a.sandbox_id.clone(),
         generation: a.generation,
         term: a.term,
-        epoch: a.credential_epoch,
+        credential_epoch: a.credential_epoch,
         acknowledged: a.acknowledged,
-        phase: a.phase.clone(),
+        phase: SandboxPhase::name_of(a.phase).to_string(),
         member: member.to_string(),
         incarnation,
         log_index,
@@ -605,7 +606,7 @@ impl Inner {
             sandbox: a.sandbox_id.clone(),
             generation: a.generation,
             term: a.term,
-            epoch: a.credential_epoch,
+            credential_epoch: a.credential_epoch,
             member: self.member.clone(),
             incarnation: session.incarnation,
             log_index: None,

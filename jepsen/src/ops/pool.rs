@@ -3,6 +3,7 @@
 //! defaults: the workload writes exactly these, and a checker reading a
 //! history that lacks one of them fails naming the event.
 
+use proto::pool_types::{MemberState, SandboxPhase};
 use serde::{Deserialize, Serialize};
 
 /// A sandbox view: the gateway's `Sandbox` message (`launch`, `delete`,
@@ -22,8 +23,9 @@ pub struct SandboxView {
     pub incarnation: u64,
     /// Ownership term.
     pub term: u64,
-    /// Credential epoch.
-    pub epoch: u64,
+    /// Credential epoch (`epoch` in histories written before the rename).
+    #[serde(alias = "epoch")]
+    pub credential_epoch: u64,
     /// Term acknowledged by the owner.
     pub acknowledged: bool,
     /// Fenced observed status.
@@ -35,11 +37,11 @@ impl From<&proto::pool_admin::Sandbox> for SandboxView {
         SandboxView {
             sandbox: s.id.clone(),
             generation: s.generation,
-            phase: s.phase.clone(),
+            phase: SandboxPhase::name_of(s.phase).to_string(),
             owner: s.owner.clone(),
             incarnation: s.owner_incarnation,
             term: s.term,
-            epoch: s.epoch,
+            credential_epoch: s.credential_epoch,
             acknowledged: s.acknowledged,
             observed: s.observed_status.clone(),
         }
@@ -139,7 +141,7 @@ impl From<&proto::pool_admin::SupervisorPoolStatus> for StatusRead {
                 .map(|m| MemberRow {
                     id: m.id.clone(),
                     incarnation: m.incarnation,
-                    state: m.state.clone(),
+                    state: MemberState::name_of(m.state).to_string(),
                     capacity: u64::from(m.capacity),
                     used: u64::from(m.used),
                     ticks_since_heartbeat: Some(m.ticks_since_heartbeat),
@@ -233,8 +235,9 @@ pub struct Grant {
     pub generation: u64,
     /// Ownership term.
     pub term: u64,
-    /// Credential epoch.
-    pub epoch: u64,
+    /// Credential epoch (`epoch` in histories written before the rename).
+    #[serde(alias = "epoch")]
+    pub credential_epoch: u64,
     /// Term acknowledged.
     pub acknowledged: bool,
     /// Phase.
@@ -259,8 +262,9 @@ pub struct Ack {
     pub generation: u64,
     /// Term acknowledged.
     pub term: u64,
-    /// Credential epoch.
-    pub epoch: u64,
+    /// Credential epoch (`epoch` in histories written before the rename).
+    #[serde(alias = "epoch")]
+    pub credential_epoch: u64,
     /// The member.
     pub member: String,
     /// Its incarnation.

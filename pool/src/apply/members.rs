@@ -49,13 +49,13 @@ impl PoolState {
     /// pass, and its healthy sandboxes taken over. With it, no member
     /// expires sooner than one TTL after the new leader starts.
     pub(super) fn apply_leader_changed(&mut self, c: &LeaderChanged) -> R<Effect> {
-        if c.leader_term <= self.leader_term {
-            return Err(Reason::StaleLeaderTerm {
-                given: c.leader_term,
-                current: self.leader_term,
+        if c.raft_term <= self.raft_term {
+            return Err(Reason::StaleRaftTerm {
+                given: c.raft_term,
+                current: self.raft_term,
             });
         }
-        self.leader_term = c.leader_term;
+        self.raft_term = c.raft_term;
         let now = self.now_tick;
         let mut n = 0;
         for m in self.members.values_mut() {

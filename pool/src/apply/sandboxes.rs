@@ -66,7 +66,7 @@ impl PoolState {
                 member,
                 incarnation,
                 term: 1,
-                epoch: 1,
+                credential_epoch: 1,
                 acknowledged: false,
             },
             recovery: None,
@@ -195,7 +195,7 @@ impl PoolState {
             member,
             incarnation,
             term: s.owner.term + 1,
-            epoch: s.owner.epoch + 1,
+            credential_epoch: s.owner.credential_epoch + 1,
             acknowledged: false,
         };
         s.phase = Phase::Recovering;

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use prost::Message;
 use proto::client::{self, ClientConfig, ClientError, Role};
+use proto::pool_types::SandboxPhase;
 use proto::sandbox_runtime::sandbox_runtime_client::SandboxRuntimeClient;
 use proto::sandbox_runtime::{
     ActivateRequest, ReleaseRequest, RuntimeStatusRequest, SessionRequest, SignedGrant,
@@ -265,7 +266,9 @@ async fn activate(agent: &Arc<Agent>, a: &SandboxInstanceAssignment) -> Result<(
         Some(addr) => addr,
         // Only the first owner of a fresh launch starts the runtime; a
         // takeover never starts a second workload.
-        None if a.term == 1 && a.phase == "admitting" => start_runtime(agent, a).await?,
+        None if a.term == 1 && a.phase() == SandboxPhase::Admitting => {
+            start_runtime(agent, a).await?
+        }
         None => return Err("no runtime answers for this sandbox".into()),
     };
     let mut client = runtime_client(&addr, &agent.config.runtime_client)

@@ -41,9 +41,9 @@
 //!   key, or the grant bytes do not decode -> `UNAUTHENTICATED`;
 //!   `grant.sandbox_id` is not ours -> `PERMISSION_DENIED`; `release = true`
 //!   (or no member) -> `INVALID_ARGUMENT`; workload stopped ->
-//!   `FAILED_PRECONDITION`; epoch below the current one -> `PERMISSION_DENIED`
+//!   `FAILED_PRECONDITION`; `credential_epoch` below the current one -> `PERMISSION_DENIED`
 //!   naming both epochs (I2: a credential of an earlier epoch is refused
-//!   everywhere); epoch equal to the current one -> accepted only from the
+//!   everywhere); `credential_epoch` equal to the current one -> accepted only from the
 //!   member incarnation that holds it (re-attach after a reconnect: a new
 //!   token, the old token is invalid), else `PERMISSION_DENIED`; a higher
 //!   epoch fences the previous session (its token becomes invalid) and
@@ -57,7 +57,7 @@
 //!   keeps running (same pid); unsupervised time starts. The holder may
 //!   re-activate at the same epoch; anyone else needs a higher one.
 //! - **Release(SignedGrant, release = true)**: grant checks as for Activate,
-//!   `release = false` -> `INVALID_ARGUMENT`, epoch below current ->
+//!   `release = false` -> `INVALID_ARGUMENT`, `credential_epoch` below current ->
 //!   `PERMISSION_DENIED`. Stops the workload (state `stopped`, stop_reason
 //!   `released`) and answers once the process is gone. Idempotent. Nothing
 //!   revives a stopped workload: every later Activate gets
@@ -75,7 +75,7 @@
 //!   [ADDR]`, which prints the demo counter (from `$OPENSHELL_WORKLOAD_ADDR`
 //!   when no ADDR is given).
 //! - **Status** (no session): sandbox id, `WorkloadInfo`, active member and
-//!   incarnation (empty / 0 unless supervised), current epoch and the term of
+//!   incarnation (empty / 0 unless supervised), current credential epoch and the term of
 //!   the grant that set it, state `supervised` | `unsupervised` | `stopped`,
 //!   `unsupervised_ms` (0 unless unsupervised), `stop_reason`.
 //!

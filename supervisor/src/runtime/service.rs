@@ -204,7 +204,7 @@ impl Shared {
                 member = %grant.member_id,
                 incarnation = grant.incarnation,
                 term = grant.term,
-                epoch = grant.credential_epoch,
+                credential_epoch = grant.credential_epoch,
                 "activated"
             );
             Ok(ActivateResponse {
@@ -251,7 +251,7 @@ impl Shared {
         let stopped_now =
             logged(self.decide(|core, _| core.release(&grant).map_err(session_status)))?;
         if stopped_now {
-            info!(epoch = grant.credential_epoch, member = %grant.member_id, "released: stopping the workload");
+            info!(credential_epoch = grant.credential_epoch, member = %grant.member_id, "released: stopping the workload");
         }
         if !self.wait_exited(RELEASE_WAIT).await {
             warn!(

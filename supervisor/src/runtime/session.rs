@@ -29,12 +29,12 @@ pub enum SessionError {
     },
     /// The current epoch belongs to another member incarnation.
     #[error(
-        "credential epoch {epoch} is held by member {member} incarnation {incarnation}; \
+        "credential epoch {credential_epoch} is held by member {member} incarnation {incarnation}; \
          another supervisor needs a higher epoch"
     )]
     EpochHeld {
         /// The current epoch.
-        epoch: u64,
+        credential_epoch: u64,
         /// Member that holds it.
         member: String,
         /// Its incarnation.
@@ -83,7 +83,7 @@ struct Session {
 pub struct Core {
     heartbeat_timeout: Duration,
     recovery_deadline: Duration,
-    epoch: u64,
+    credential_epoch: u64,
     term: u64,
     /// Member incarnation that holds the current epoch (set by activation,
     /// kept across relinquish so that holder may re-attach).
@@ -106,7 +106,7 @@ impl Core {
         Core {
             heartbeat_timeout,
             recovery_deadline,
-            epoch: 0,
+            credential_epoch: 0,
             term: 0,
             holder: None,
             session: None,
@@ -178,24 +178,24 @@ impl Core {
                 reason: reason.clone(),
             });
         }
-        if grant.credential_epoch < self.epoch {
+        if grant.credential_epoch < self.credential_epoch {
             return Err(SessionError::StaleEpoch {
                 presented: grant.credential_epoch,
-                current: self.epoch,
+                current: self.credential_epoch,
             });
         }
-        if grant.credential_epoch == self.epoch {
+        if grant.credential_epoch == self.credential_epoch {
             if let Some((member, incarnation)) = &self.holder {
                 if *member != grant.member_id || *incarnation != grant.incarnation {
                     return Err(SessionError::EpochHeld {
-                        epoch: self.epoch,
+                        credential_epoch: self.credential_epoch,
                         member: member.clone(),
                         incarnation: *incarnation,
                     });
                 }
             }
         }
-        self.epoch = grant.credential_epoch;
+        self.credential_epoch = grant.credential_epoch;
         self.term = grant.term;
         self.holder = Some((grant.member_id.clone(), grant.incarnation));
         self.session = Some(Session {
@@ -262,10 +262,10 @@ impl Core {
     /// # Errors
     /// [`SessionError::StaleEpoch`] for a grant older than the current epoch.
     pub fn release(&mut self, grant: &Grant) -> Result<bool, SessionError> {
-        if grant.credential_epoch < self.epoch {
+        if grant.credential_epoch < self.credential_epoch {
             return Err(SessionError::StaleEpoch {
                 presented: grant.credential_epoch,
-                current: self.epoch,
+                current: self.credential_epoch,
             });
         }
         if self.stop_reason.is_some() {
@@ -299,7 +299,7 @@ impl Core {
             state: "supervised",
             active_member: String::new(),
             active_incarnation: 0,
-            credential_epoch: self.epoch,
+            credential_epoch: self.credential_epoch,
             term: self.term,
             unsupervised_ms: 0,
             stop_reason: self.stop_reason.clone().unwrap_or_default(),
@@ -325,14 +325,14 @@ mod tests {
     const HB: Duration = Duration::from_millis(1000);
     const DEADLINE: Duration = Duration::from_millis(5000);
 
-    fn grant(member: &str, incarnation: u64, epoch: u64) -> Grant {
+    fn grant(member: &str, incarnation: u64, credential_epoch: u64) -> Grant {
         Grant {
             sandbox_id: "sb".into(),
             generation: 1,
             member_id: member.into(),
             incarnation,
-            term: epoch + 10,
-            credential_epoch: epoch,
+            term: credential_epoch + 10,
+            credential_epoch,
             log_index: 1,
             release: false,
         }

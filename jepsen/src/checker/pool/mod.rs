@@ -7,7 +7,7 @@
 //! # Observations
 //!
 //! An *observation* is one sandbox generation's owner as some event saw it:
-//! `(sandbox, generation, term, epoch, member, incarnation, acknowledged,
+//! `(sandbox, generation, term, credential_epoch, member, incarnation, acknowledged,
 //! phase, observed status)`. Sources: every `grant` a supervisor was
 //! streamed (stamped with the snapshot's raft `log_index`; served from a
 //! gateway's local state, so possibly stale in real time), and the views in
@@ -23,9 +23,9 @@
 //!   (member, incarnation); at increasing log positions the term never
 //!   decreases; a linearizable read never shows an older term than one that
 //!   completed before it was invoked.
-//! * **I2** (epochs increase with every takeover; no older epoch after a
-//!   newer one): every term has one epoch; a higher term has a strictly
-//!   higher epoch; no `ack` is confirmed (snapshot showing the term
+//! * **I2** (credential epochs increase with every takeover; no older one
+//!   after a newer one): every term has one credential epoch; a higher term
+//!   has a strictly higher one; no `ack` is confirmed (snapshot showing the term
 //!   acknowledged at log position L) when a `status` at an earlier position
 //!   than L already showed a newer term.
 //! * **I3** (reports count only from the current owner after it
@@ -144,7 +144,7 @@ impl Invariant {
     pub fn name(self) -> &'static str {
         match self {
             Invariant::I1 => "pool-i1-owner-term",
-            Invariant::I2 => "pool-i2-epoch",
+            Invariant::I2 => "pool-i2-credential-epoch",
             Invariant::I3 => "pool-i3-fenced-status",
             Invariant::I4 => "pool-i4-takeover-dead-owner",
             Invariant::I5 => "pool-i5-capacity",
@@ -284,7 +284,7 @@ mod tests {
 
     fn view(owner: &str, inc: u64, term: u64, epoch: u64) -> Value {
         json!({"sandbox": "sb1", "generation": 1, "phase": "assigned", "owner": owner,
-               "incarnation": inc, "term": term, "epoch": epoch, "acknowledged": false,
+               "incarnation": inc, "term": term, "credential_epoch": epoch, "acknowledged": false,
                "observed": "pending"})
     }
 
@@ -407,7 +407,7 @@ mod tests {
         op(&r, 1, "get", json!({"sandbox": "sb1"}), view("s2", 1, 2, 1));
         let v = run(&r.snapshot(), None);
         assert_eq!(v["pool-i1-owner-term"], Validity::Invalid);
-        assert_eq!(v["pool-i2-epoch"], Validity::Invalid);
+        assert_eq!(v["pool-i2-credential-epoch"], Validity::Invalid);
         assert_eq!(v["pool-i7-acknowledged"], Validity::Unknown);
     }
 

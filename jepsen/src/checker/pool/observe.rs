@@ -21,7 +21,7 @@ pub struct Obs {
     /// Ownership term.
     pub term: u64,
     /// Credential epoch.
-    pub epoch: u64,
+    pub credential_epoch: u64,
     /// Owner member.
     pub member: String,
     /// Owner incarnation.
@@ -117,7 +117,7 @@ fn view_obs(v: SandboxView, op: &Op<'_>, log_index: Option<u64>) -> Obs {
         sandbox: v.sandbox,
         generation: v.generation,
         term: v.term,
-        epoch: v.epoch,
+        credential_epoch: v.credential_epoch,
         member: v.owner,
         incarnation: v.incarnation,
         acknowledged: v.acknowledged,
@@ -137,7 +137,7 @@ fn grant_obs(g: Grant, op: &Op<'_>) -> Obs {
         sandbox: g.sandbox,
         generation: g.generation,
         term: g.term,
-        epoch: g.epoch,
+        credential_epoch: g.credential_epoch,
         member: g.member,
         incarnation: g.incarnation,
         acknowledged: g.acknowledged,

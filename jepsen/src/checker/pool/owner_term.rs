@@ -88,12 +88,12 @@ pub(super) fn check_i2(p: &Parsed<'_>) -> Vec<Violation> {
         for o in list {
             match epochs.get(&o.term) {
                 None => {
-                    epochs.insert(o.term, (o.epoch, o.i_done));
+                    epochs.insert(o.term, (o.credential_epoch, o.i_done));
                 }
-                Some((e, at)) if *e != o.epoch => out.push(v(
+                Some((e, at)) if *e != o.credential_epoch => out.push(v(
                     format!(
                         "{sb} gen {g} term {}: epochs {e} (event {at}) and {} (event {})",
-                        o.term, o.epoch, o.i_done
+                        o.term, o.credential_epoch, o.i_done
                     ),
                     vec![*at, o.i_done],
                 )),

@@ -12,6 +12,7 @@ use proto::pool_admin::{
     CreateSandboxRequest, DeleteSandboxRequest, GetSandboxRequest, GetSupervisorPoolStatusRequest,
     StartSupervisorPoolOperationRequest, SupervisorPoolOperation,
 };
+use proto::pool_types::MemberState;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
@@ -231,7 +232,11 @@ impl Shared {
                     let r = r.into_inner();
                     let mut expired = lock(&self.expired);
                     expired.clear();
-                    for m in r.members.iter().filter(|m| m.state == "expired") {
+                    for m in r
+                        .members
+                        .iter()
+                        .filter(|m| m.state() == MemberState::Expired)
+                    {
                         expired.insert(m.id.clone(), m.incarnation);
                     }
                     Outcome::Ok(to_value(&StatusRead::from(&r)))

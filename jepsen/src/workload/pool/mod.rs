@@ -25,7 +25,7 @@
 //! Every pool event's `key` is the sandbox id (`sb<n>`), or the member id
 //! (`s<n>`) for `join`; `node` is the gateway (`n<i>`) the call went to.
 //! A *sandbox view* is `{"sandbox", "generation", "phase", "owner",
-//! "incarnation", "term", "epoch", "acknowledged", "observed"}` (the
+//! "incarnation", "term", "credential_epoch", "acknowledged", "observed"}` (the
 //! gateway's `Sandbox` message; `observed` is the fenced observed status).
 //!
 //! Clients (`process` = client number):
@@ -56,9 +56,9 @@
 //! "known_incarnation", "process_id", "capacity"}`, `ok` adds the
 //! `incarnation` the pool assigned and `gateway_node_id`), `grant` (an
 //! assignment streamed to it, recorded as an invoke/ok pair at receipt:
-//! `{"sandbox", "generation", "term", "epoch", "acknowledged", "phase",
+//! `{"sandbox", "generation", "term", "credential_epoch", "acknowledged", "phase",
 //! "member", "incarnation", "log_index", "grant_bytes"}`), `ack` (`TermAck`:
-//! `{"sandbox", "generation", "term", "epoch", "member", "incarnation"}`,
+//! `{"sandbox", "generation", "term", "credential_epoch", "member", "incarnation"}`,
 //! `ok` with `log_index` once a snapshot shows the term acknowledged),
 //! `report` (`SandboxReport`, status `r:<member>:<incarnation>:<term>:<seq>`,
 //! always `info`).

@@ -1,7 +1,8 @@
 //! t15: the register workload's own-version cas mode (a cas puts matching
 //! the version the client's own last read or write returned, no read first)
 //! stays linearizable, with one resource version per write, on the correct
-//! gateway (about 30 s; t55 proves the same run catches shared versions).
+//! gateway (20 s of ops, 22-48 s in all here; t55 proves the same run catches
+//! shared versions).
 //!
 //! - given: 3 gateways in their own network namespaces
 //! - when: 16 clients read/write/cas 2 registers, 0-5 ms apart, for 20 s,

@@ -209,6 +209,13 @@ fn main() {
 
 fn run() -> anyhow::Result<()> {
     let args = Args::parse();
+    // The variable's former name: refuse it rather than start a node that
+    // silently waits to be added as a learner.
+    if std::env::var_os("OPENSHELL_INITIAL_MEMBERS").is_some() {
+        anyhow::bail!(
+            "OPENSHELL_INITIAL_MEMBERS was renamed OPENSHELL_INITIAL_VOTERS (same value: comma-separated id=host:port); set that instead"
+        );
+    }
     if let Some(command) = args.command {
         return offline(command);
     }

@@ -24,12 +24,8 @@ const READY_WITHIN: Duration = Duration::from_secs(5);
 
 /// The HTTP address each node was given (`--http-listen`).
 fn http_addr(node: &Gateway) -> String {
-    let i = node
-        .extra_args
-        .iter()
-        .position(|a| a == "--http-listen")
-        .unwrap_or_else(|| panic!("node {} has no --http-listen", node.id));
-    node.extra_args[i + 1].clone()
+    node.http_addr()
+        .unwrap_or_else(|| panic!("node {} has no --http-listen", node.id))
 }
 
 /// Waits for `/readyz` 200 and returns how long it took from `since`.

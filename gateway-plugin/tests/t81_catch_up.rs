@@ -25,12 +25,8 @@ fn http_args(_: u64) -> Vec<String> {
 }
 
 fn http_addr(node: &Gateway) -> String {
-    let i = node
-        .extra_args
-        .iter()
-        .position(|a| a == "--http-listen")
-        .unwrap_or_else(|| panic!("node {} has no --http-listen", node.id));
-    node.extra_args[i + 1].clone()
+    node.http_addr()
+        .unwrap_or_else(|| panic!("node {} has no --http-listen", node.id))
 }
 
 /// Writes `count` objects of 30 KB through `node` with `writers` concurrent
@@ -242,20 +238,7 @@ async fn a_follower_whose_disk_filled_is_unhealthy_then_recovers() -> TestResult
         .map(|id| Gateway::new(id, root.path(), http_args(id)))
         .collect();
     nodes[2].data_dir = disk_dir.join("node-3");
-    let voters = nodes
-        .iter()
-        .map(|g| format!("{}={}", g.id, g.addr))
-        .collect::<Vec<_>>()
-        .join(",");
-    for node in &mut nodes {
-        node.extra_args.push("--initial-voters".into());
-        node.extra_args.push(voters.clone());
-        node.start();
-    }
-    let mut cluster = Cluster {
-        root: tempfile::tempdir()?,
-        nodes,
-    };
+    let mut cluster = Cluster::bootstrap(tempfile::tempdir()?, nodes);
     let leader = cluster.wait_leader("bootstrap").await;
     if leader == 3 {
         let mut admin = cluster.get(3).admin().await?;

@@ -11,12 +11,12 @@
 //!   users send), batched by the leader
 //! - then: every write is acknowledged, and `raft/blobs/` holds no file
 
+mod common;
+
 use std::path::Path;
-use std::time::Duration;
 
 use prost::Message;
-use raft_store::objects::{object_command, Object, ObjectCommand, Objects, PutRequest};
-use raft_store::{NodeConfig, RaftNode};
+use raft_store::objects::{object_command, Object, ObjectCommand, PutRequest};
 
 const WRITERS: usize = 64;
 const WRITES_PER_WRITER: usize = 12;
@@ -55,19 +55,7 @@ fn blob_files(data_dir: &Path) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_concurrent_writes_leave_no_blob_file() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
-    // A single voter needs no peer; the address is only recorded.
-    let addr = "127.0.0.1:1";
-    let node: RaftNode<Objects> =
-        RaftNode::start(NodeConfig::new(1, addr, dir.path(), "blob-test")).await?;
-    node.initialize(vec![(1, addr.to_string())]).await?;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !node.is_leader() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "a single voter did not become leader within 10 s"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let node = common::one_voter(dir.path(), "blob-test").await?;
 
     eprintln!("--- step: {WRITERS} writers x {WRITES_PER_WRITER} puts of {PAYLOAD_BYTES} bytes");
     let mut writers = Vec::new();

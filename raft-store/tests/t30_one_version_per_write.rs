@@ -11,15 +11,15 @@
 //!   the writes share raft entries (so the test can catch the old rule), and a
 //!   CAS on any superseded version is refused
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use prost::Message;
 use raft_store::objects::{
-    object_command, object_result, precondition, Object, ObjectCommand, ObjectResult, Objects,
-    Precondition, PutRequest,
+    object_command, object_result, precondition, Object, ObjectCommand, ObjectResult, Precondition,
+    PutRequest,
 };
-use raft_store::{NodeConfig, RaftNode};
 
 const WRITERS: usize = 32;
 const WRITES_PER_WRITER: usize = 50;
@@ -44,18 +44,7 @@ fn put(id: &str, writer: usize, precondition: Option<precondition::Kind>) -> Vec
 async fn concurrent_writes_never_share_a_resource_version() -> Result<(), Box<dyn std::error::Error>>
 {
     let dir = tempfile::tempdir()?;
-    let addr = "127.0.0.1:1";
-    let node: RaftNode<Objects> =
-        RaftNode::start(NodeConfig::new(1, addr, dir.path(), "rv-test")).await?;
-    node.initialize(vec![(1, addr.to_string())]).await?;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !node.is_leader() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "a single voter did not become leader within 10 s"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let node = common::one_voter(dir.path(), "rv-test").await?;
 
     eprintln!(
         "--- step: {WRITERS} writers x {WRITES_PER_WRITER} unconditional puts on {OBJECTS} objects"

@@ -84,6 +84,12 @@ impl Gateway {
         }
     }
 
+    /// The HTTP address (`--http-listen`) this gateway was given, if any.
+    pub fn http_addr(&self) -> Option<String> {
+        let i = self.extra_args.iter().position(|a| a == "--http-listen")?;
+        self.extra_args.get(i + 1).cloned()
+    }
+
     pub fn is_running(&self) -> bool {
         self.child.is_some()
     }
@@ -144,13 +150,20 @@ impl Cluster {
     /// Like [`Cluster::start`], with flags that differ per node id.
     pub fn start_each(n: u64, extra: &[&str], per_node: impl Fn(u64) -> Vec<String>) -> Cluster {
         let root = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let mut nodes: Vec<Gateway> = (1..=n)
+        let nodes: Vec<Gateway> = (1..=n)
             .map(|id| {
                 let mut args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
                 args.extend(per_node(id));
                 Gateway::new(id, root.path(), args)
             })
             .collect();
+        Self::bootstrap(root, nodes)
+    }
+
+    /// Starts `nodes` (made with [`Gateway::new`] under `root`, and changed
+    /// as a test needs, e.g. a data directory elsewhere) as the voters of a
+    /// new cluster.
+    pub fn bootstrap(root: tempfile::TempDir, mut nodes: Vec<Gateway>) -> Cluster {
         let voters = nodes
             .iter()
             .map(|g| format!("{}={}", g.id, g.addr))

@@ -171,8 +171,14 @@ impl Health {
             ticker.tick().await;
             let fatal = node.fatal_error();
             let leader_commit = if fatal.is_none() {
-                let deadline = Instant::now() + CHECK_INTERVAL.max(Duration::from_secs(1));
-                node.leader_read_index(deadline).await.ok()
+                let wait = CHECK_INTERVAL.max(Duration::from_secs(1));
+                let deadline = Instant::now() + wait;
+                // Bounded twice over: the verdict must never stick because
+                // one call did not return.
+                tokio::time::timeout(wait * 2, node.leader_read_index(deadline))
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
             } else {
                 None
             };

@@ -357,10 +357,13 @@ impl<SM: StateMachine> RaftNode<SM> {
         let started = Instant::now();
         loop {
             let index = if self.is_leader() {
-                match self.inner.raft.get_read_log_id().await {
-                    Ok((read, _)) => Some(read.map(|l| l.index).unwrap_or(0)),
-                    Err(RaftError::APIError(_)) => None,
-                    Err(RaftError::Fatal(e)) => return Err(ReadError::Fatal(e.to_string())),
+                // A leader cut off from its quorum cannot confirm its
+                // leadership; never wait for it past the deadline.
+                let remaining = deadline.saturating_duration_since(Instant::now());
+                match tokio::time::timeout(remaining, self.inner.raft.get_read_log_id()).await {
+                    Ok(Ok((read, _))) => Some(read.map(|l| l.index).unwrap_or(0)),
+                    Ok(Err(RaftError::APIError(_))) | Err(_) => None,
+                    Ok(Err(RaftError::Fatal(e))) => return Err(ReadError::Fatal(e.to_string())),
                 }
             } else if let Some((leader, addr)) = self.leader() {
                 self.inner

@@ -14,7 +14,9 @@
 //! [`UNREADY_LAG_ENTRIES`] behind, or stays more than `READY_LAG_ENTRIES`
 //! behind (or without a leader) for [`UNREADY_AFTER`]: the gap between the
 //! two thresholds keeps a follower that is briefly behind under load from
-//! flapping in and out of the Service.
+//! flapping in and out of the Service. A leader that no majority
+//! acknowledged within the election timeout is not ready at once: it can
+//! commit nothing.
 
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -65,6 +67,9 @@ pub struct Observation {
     pub applied: u64,
     /// The commit index this node found at start-up.
     pub commit_at_start: u64,
+    /// This node is the leader but no quorum acknowledged it within the
+    /// election timeout: it cannot commit anything.
+    pub leader_without_quorum: bool,
 }
 
 /// The hysteresis memory between evaluations.
@@ -85,6 +90,17 @@ pub fn next(memory: &mut Memory, seen: &Observation, now: Instant) -> Verdict {
             fatal: Some(fatal.clone()),
             ready: false,
             reason: format!("not live: raft stopped: {fatal}"),
+        };
+    }
+    if seen.leader_without_quorum {
+        memory.ready = false;
+        memory.behind_since = None;
+        return Verdict {
+            fatal: None,
+            ready: false,
+            reason:
+                "not ready: this leader has not heard from a majority within the election timeout"
+                    .into(),
         };
     }
     let lag = seen
@@ -183,7 +199,10 @@ impl Health {
                 None
             };
             let status = node.status();
+            let is_leader = status.leader.as_ref().map(|(id, _)| *id) == Some(status.node_id);
+            let election_timeout = node.config().election_timeout_max;
             let seen = Observation {
+                leader_without_quorum: is_leader && !status.leads_with_quorum(election_timeout),
                 fatal,
                 leader: status.leader.map(|(id, _)| id),
                 leader_commit,
@@ -219,6 +238,7 @@ mod tests {
             leader_commit,
             applied,
             commit_at_start: 0,
+            leader_without_quorum: false,
         }
     }
 
@@ -274,5 +294,28 @@ mod tests {
         alone.leader = None;
         assert!(next(&mut m, &alone, t + Duration::from_secs(1)).ready);
         assert!(!next(&mut m, &alone, t + Duration::from_secs(6)).ready);
+    }
+}
+
+#[cfg(test)]
+mod quorum_tests {
+    use super::*;
+
+    #[test]
+    fn a_leader_without_quorum_is_not_ready_at_once() {
+        let mut m = Memory::default();
+        let t = Instant::now();
+        let mut seen = Observation {
+            fatal: None,
+            leader: Some(1),
+            leader_commit: Some(10),
+            applied: 10,
+            commit_at_start: 0,
+            leader_without_quorum: false,
+        };
+        assert!(next(&mut m, &seen, t).ready);
+        seen.leader_without_quorum = true;
+        let v = next(&mut m, &seen, t);
+        assert!(!v.ready && v.reason.contains("majority"), "{v:?}");
     }
 }

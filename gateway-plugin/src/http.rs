@@ -91,8 +91,10 @@ async fn metrics_text(State(http): State<Http>) -> String {
     let status = http.node.status();
     let m = &http.metrics;
     m.raft_term.set(status.term as i64);
+    // Counted as leader only while a majority acknowledged it within the
+    // election timeout: a leader cut off from its quorum commits nothing.
     m.raft_is_leader.set(i64::from(
-        status.leader.as_ref().map(|(id, _)| *id) == Some(status.node_id),
+        status.leads_with_quorum(http.node.config().election_timeout_max),
     ));
     m.raft_commit_index.set(status.commit_index as i64);
     m.raft_applied_index.set(status.applied_index as i64);

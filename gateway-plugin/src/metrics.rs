@@ -68,7 +68,7 @@ impl Metrics {
             raft_term: gauge("openshell_raft_term", "Current raft term"),
             raft_is_leader: gauge(
                 "openshell_raft_is_leader",
-                "1 if this gateway is the raft leader",
+                "1 if this gateway is the raft leader and a majority acknowledged it within the election timeout",
             ),
             raft_commit_index: gauge(
                 "openshell_raft_commit_index",

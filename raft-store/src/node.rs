@@ -83,6 +83,21 @@ pub struct ClusterStatus {
     pub nodes: Vec<NodeStatus>,
     /// The cluster id.
     pub cluster_id: String,
+    /// On the leader: milliseconds since a quorum last acknowledged it;
+    /// `None` on other nodes, or while no quorum acknowledged this leader.
+    pub quorum_ack_ms: Option<u64>,
+}
+
+impl ClusterStatus {
+    /// Whether this node leads with a quorum heard from within `within`:
+    /// a leader cut off from its majority is still `leader` in raft's view
+    /// until it steps down, but cannot commit anything.
+    pub fn leads_with_quorum(&self, within: Duration) -> bool {
+        self.leader.as_ref().map(|(id, _)| *id) == Some(self.node_id)
+            && self
+                .quorum_ack_ms
+                .is_some_and(|ms| u128::from(ms) <= within.as_millis())
+    }
 }
 
 struct Inner<SM: StateMachine> {
@@ -522,6 +537,11 @@ impl<SM: StateMachine> RaftNode<SM> {
             .to_string(),
             nodes,
             cluster_id: self.cluster_id().to_string(),
+            quorum_ack_ms: if is_leader {
+                metrics.millis_since_quorum_ack
+            } else {
+                None
+            },
         }
     }
 

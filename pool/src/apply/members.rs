@@ -186,22 +186,29 @@ impl PoolState {
         Ok(Effect::Heartbeats { accepted, skipped })
     }
 
-    /// The member leaves; its sandboxes become eligible for takeover (I4).
-    pub(super) fn apply_leave(&mut self, c: &Leave) -> R<Effect> {
-        let now = self.now_tick;
+    /// The record of `member` if `incarnation` is its current, live one
+    /// (neither expired nor leaving); the typed refusal otherwise.
+    fn live_member_mut(&mut self, member: &str, incarnation: u64) -> R<&mut Member> {
         let m = self
             .members
-            .get_mut(&c.member)
-            .ok_or_else(|| Reason::UnknownMember(c.member.clone()))?;
-        if m.incarnation != c.incarnation {
+            .get_mut(member)
+            .ok_or_else(|| Reason::UnknownMember(member.to_string()))?;
+        if m.incarnation != incarnation {
             return Err(Reason::StaleIncarnation {
-                given: c.incarnation,
+                given: incarnation,
                 current: m.incarnation,
             });
         }
         if matches!(m.state, MemberState::Expired | MemberState::Leaving) {
             return Err(Reason::IncarnationRetired);
         }
+        Ok(m)
+    }
+
+    /// The member leaves; its sandboxes become eligible for takeover (I4).
+    pub(super) fn apply_leave(&mut self, c: &Leave) -> R<Effect> {
+        let now = self.now_tick;
+        let m = self.live_member_mut(&c.member, c.incarnation)?;
         m.state = MemberState::Leaving;
         m.down_since_tick = Some(now);
         Ok(Effect::Left)
@@ -212,19 +219,7 @@ impl PoolState {
     pub(super) fn apply_expire(&mut self, c: &Expire) -> R<Effect> {
         let now = self.now_tick;
         let ttl = self.config.heartbeat_ttl_ticks;
-        let m = self
-            .members
-            .get_mut(&c.member)
-            .ok_or_else(|| Reason::UnknownMember(c.member.clone()))?;
-        if m.incarnation != c.incarnation {
-            return Err(Reason::StaleIncarnation {
-                given: c.incarnation,
-                current: m.incarnation,
-            });
-        }
-        if matches!(m.state, MemberState::Expired | MemberState::Leaving) {
-            return Err(Reason::IncarnationRetired);
-        }
+        let m = self.live_member_mut(&c.member, c.incarnation)?;
         if m.last_heartbeat_tick != c.last_heartbeat_tick {
             return Err(Reason::StaleHeartbeat {
                 expected: c.last_heartbeat_tick,

@@ -274,9 +274,12 @@ pub fn object(id: &str, value: &str) -> Object {
 
 /// Puts unconditionally; returns the resource version.
 pub async fn put(node: &Gateway, id: &str, value: &str) -> TestResult<u64> {
-    let reply = node
-        .objects()
-        .await?
+    put_at(&node.addr, id, value).await
+}
+
+/// [`put`] through the gateway at `addr`.
+pub async fn put_at(addr: &str, id: &str, value: &str) -> TestResult<u64> {
+    let reply = ObjectStoreClient::new(test_channel(addr, 500).await?)
         .put(PutRequest {
             object: Some(object(id, value)),
             precondition: Some(Precondition {

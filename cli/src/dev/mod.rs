@@ -17,8 +17,6 @@ use std::time::Duration;
 
 use proto::cluster::cluster_admin_client::ClusterAdminClient;
 use proto::cluster::StatusRequest;
-use proto::pool_admin::pool_admin_client::PoolAdminClient;
-use proto::pool_admin::GetSupervisorPoolStatusRequest;
 use proto::pool_types::{MemberState, SandboxPhase};
 
 use crate::{CliError, Gateway};
@@ -256,14 +254,7 @@ async fn bring_up(
     .await?;
     demo::launch_sandboxes(&gw, args.sandboxes).await?;
     wait_until("demo sandboxes running", Duration::from_secs(30), || async {
-        let s = gw
-            .call(|c| async move {
-                PoolAdminClient::new(c)
-                    .get_supervisor_pool_status(GetSupervisorPoolStatusRequest { stale: false })
-                    .await
-            })
-            .await;
-        matches!(s, Ok(r) if r.get_ref().sandboxes.iter()
+        matches!(demo::pool_status(&gw).await, Ok(s) if s.sandboxes.iter()
             .filter(|sb| sb.id.starts_with("demo-") && sb.phase() != SandboxPhase::Deleted && sb.phase() != SandboxPhase::Failed)
             .all(|sb| sb.phase() == SandboxPhase::Assigned && sb.pid != 0))
     })

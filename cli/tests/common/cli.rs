@@ -151,20 +151,7 @@ pub fn processes_under(dir: &Path) -> usize {
 }
 
 pub async fn put_object(addr: &str, id: &str, value: &str) -> TestResult<u64> {
-    let mut client = ObjectStoreClient::connect(format!("http://{addr}")).await?;
-    let reply = client
-        .put(PutRequest {
-            object: Some(object(id, value)),
-            precondition: Some(Precondition {
-                kind: Some(precondition::Kind::Unconditional(true)),
-            }),
-        })
-        .await?;
-    Ok(reply
-        .into_inner()
-        .object
-        .map(|o| o.resource_version)
-        .unwrap_or(0))
+    testkit::gateway::put_at(addr, id, value).await
 }
 
 pub async fn objects_at(addr: &str) -> TestResult<Vec<(String, Vec<u8>, u64)>> {

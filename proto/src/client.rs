@@ -187,7 +187,10 @@ pub enum ClientError {
 
 /// A channel to `addr` (`host:port`) for `role`, configured by `config`.
 ///
-/// The one place the workspace builds a tonic channel (tests aside).
+/// The one place the workspace builds a tonic channel (tests aside). Every
+/// channel is plaintext today, as every gateway port is; transport security
+/// (rustls, mutual TLS between gateways) is added here and in `ClientConfig`
+/// by the security issue, for every role at once.
 ///
 /// # Errors
 /// [`ClientError::InvalidAddress`] for an address that is not `host:port`;

@@ -21,6 +21,9 @@ use jepsen::nemesis::{parse_faults, Schedule};
 use jepsen::run::RunOptions;
 use jepsen::workload::{CasMode, MemberKind, PoolOptions, RegisterOptions};
 
+/// Longest pause between one client's operations that `--delay-ms` takes.
+const MAX_DELAY_MS: u64 = 60_000;
+
 #[derive(Parser)]
 #[command(
     name = "openshell-jepsen",
@@ -241,9 +244,13 @@ fn options(c: &Common) -> Result<RunOptions, String> {
             keys: c.keys.max(1),
             ops_per_key: c.ops_per_key.max(1),
             delay_ms: match c.delay_ms.as_slice() {
-                [a] => (*a, *a),
-                [a, b] if b >= a => (*a, *b),
-                _ => return Err("--delay-ms takes min,max".into()),
+                [a] if *a <= MAX_DELAY_MS => (*a, *a),
+                [a, b] if b >= a && *b <= MAX_DELAY_MS => (*a, *b),
+                _ => {
+                    return Err(format!(
+                        "--delay-ms takes min,max with min <= max <= {MAX_DELAY_MS}"
+                    ))
+                }
             },
             cas_mode: c.cas_mode,
         },

@@ -338,26 +338,13 @@ impl Shared {
             }
             return Outcome::Fail(format!("register holds {current:?}"));
         }
-        match self
-            .put(
-                node,
-                key,
-                new,
-                precondition::Kind::MatchResourceVersion(version),
-            )
+        self.cas_own_version(node, key, expected, new, version)
             .await
-        {
-            Ok(version) => {
-                lock(&self.seen).insert(key.to_string(), new);
-                Outcome::Ok(json!([expected, new]), version)
-            }
-            Err(s) if certainly_not_applied(&s) => Outcome::Fail(short(&s)),
-            Err(s) => Outcome::Info(short(&s)),
-        }
     }
 
     /// `cas [e n]` of [`CasMode::OwnVersion`]: one put matching `version`,
-    /// the version the client's own last op of `key` returned with `e`.
+    /// the version the client's own last op of `key` returned with `e`. (The
+    /// read-then-put mode ends with the same put, on the version it read.)
     async fn cas_own_version(
         &self,
         node: usize,

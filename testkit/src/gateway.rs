@@ -84,6 +84,21 @@ impl Gateway {
         }
     }
 
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Sends `signal` (as `kill` spells it: `-STOP`, `-CONT`, `-TERM`) to
+    /// the process, if it runs.
+    pub fn signal(&self, signal: &str) {
+        if let Some(pid) = self.pid() {
+            let _ = Command::new("kill")
+                .args([signal, &pid.to_string()])
+                .status();
+        }
+    }
+
     /// The HTTP address (`--http-listen`) this gateway was given, if any.
     pub fn http_addr(&self) -> Option<String> {
         let i = self.extra_args.iter().position(|a| a == "--http-listen")?;

@@ -1,6 +1,6 @@
 //! A forwarded write follows leadership.
 //!
-//! - given: three gateways with a slow election (1–1.5 s), so that a write
+//! - given: three gateways with a slow election (0.5–0.75 s), so that a write
 //!   reaches a follower while it still believes in the old leader
 //! - when: the leader is paused (`kill -STOP`) and a client puts through a
 //!   follower at once
@@ -17,10 +17,7 @@ use testkit::TestResult;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forward_to_a_paused_leader_is_abandoned_with_an_unknown_outcome() -> TestResult {
-    let cluster = Cluster::start(
-        3,
-        &["--election-min-ms", "1000", "--election-max-ms", "1500"],
-    );
+    let cluster = Cluster::start(3, &["--election-min-ms", "500", "--election-max-ms", "750"]);
     let leader = cluster.wait_leader("bootstrap").await;
     let follower = cluster
         .nodes

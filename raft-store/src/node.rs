@@ -9,7 +9,8 @@
 //!   this node's raft metrics show another leader or a newer term, and its
 //!   unknown outcome is reported, or, for an idempotent command
 //!   ([`Resend::Idempotent`], e.g. a heartbeat), the command is sent again
-//!   to the new leader.
+//!   to the new leader. The write path lives in the child module `write`
+//!   (`node/write.rs`).
 //! - Linearizable reads on every node through read-index: the leader confirms
 //!   its leadership with a quorum and names its commit index; the reading node
 //!   waits until it applied that index, then reads locally.
@@ -28,24 +29,27 @@ use openraft::error::RaftError;
 use openraft::ServerState;
 use proto::raft::raft_transport_server::RaftTransportServer;
 
-use crate::batcher::{check_size, Proposer};
+use crate::batcher::Proposer;
 use crate::codec::MAX_MESSAGE_BYTES;
 use crate::db::DataDir;
-use crate::error::{AdminError, Error, ReadError, Result, WriteError};
+use crate::error::{AdminError, Error, ReadError, Result};
 use crate::leadership::{ElectionHold, LeaderTransfer};
 use crate::log_store::LogStore;
 use crate::membership::{self, MembershipAdmin};
-use crate::network::client::{Channels, Forwarded, NetworkFactory};
+use crate::network::client::{Channels, NetworkFactory};
 use crate::network::server::{PeerAuthenticator, TransportService};
 use crate::state_machine::{Applied as AppliedState, StateMachine, StateMachineStore};
 use crate::types::typ::Raft;
 use crate::types::NodeId;
+
+mod write;
 
 // The types of this API that now live below it keep their `node::` paths.
 pub use crate::batcher::Proposed;
 pub use crate::config::NodeConfig;
 pub use crate::membership::MembershipChange;
 pub use crate::types::Applied;
+pub use write::Resend;
 
 /// One node in [`ClusterStatus`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -102,23 +106,6 @@ impl ClusterStatus {
                 .quorum_ack_ms
                 .is_some_and(|ms| u128::from(ms) <= within.as_millis())
     }
-}
-
-/// Whether a write may be sent again after an attempt whose outcome is
-/// unknown (a forward abandoned when leadership moved, or cut off after it
-/// was sent).
-///
-/// A resent command may apply twice: the first attempt may still commit
-/// through the deposed leader, or may already have. Only a command whose
-/// effect is the same however often it applies may be resent; any other
-/// write reports the unknown outcome to its caller, who decides (an
-/// object-store put can be retried with a resource-version precondition).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Resend {
-    /// Never resend: an unknown outcome is [`WriteError::Unknown`].
-    Never,
-    /// Resend until the deadline: the command is idempotent in effect.
-    Idempotent,
 }
 
 struct Inner<SM: StateMachine> {
@@ -287,152 +274,6 @@ impl<SM: StateMachine> RaftNode<SM> {
         self.inner.state_machine.read(|a: &AppliedState<SM>| {
             f(&a.machine, a.last_applied.map(|l| l.index).unwrap_or(0))
         })
-    }
-
-    /// Proposes `command` (in the state machine's wire format), forwarding to
-    /// the leader when this node is not it, within
-    /// [`NodeConfig::write_timeout`]. A forward that is in flight when
-    /// leadership moves is abandoned and reported as
-    /// [`WriteError::Unknown`] (the deposed leader may still have appended
-    /// it), never resent: see [`Resend`].
-    ///
-    /// # Errors
-    /// [`WriteError::Rejected`] for a malformed command, [`WriteError::NoLeader`]
-    /// when no leader took it within the write timeout (certainly not applied),
-    /// [`WriteError::Unknown`] when it was sent but its outcome is unknown,
-    /// [`WriteError::ReplyMismatch`] when it applied but its response is lost.
-    pub async fn write(&self, command: Vec<u8>) -> Result<Applied, WriteError> {
-        let timeout = self.inner.config.write_timeout;
-        self.write_with(command, timeout, Resend::Never).await
-    }
-
-    /// Proposes a command whose effect is the same however many times it
-    /// applies (a liveness heartbeat, say), within `timeout`: a forward
-    /// abandoned because leadership moved, or whose outcome is unknown, is
-    /// sent again to the leader this node now knows ([`Resend::Idempotent`]).
-    ///
-    /// # Errors
-    /// As [`RaftNode::write`]; [`WriteError::Unknown`] only when the last
-    /// attempt's outcome is unknown at `timeout`.
-    pub async fn write_idempotent(
-        &self,
-        command: Vec<u8>,
-        timeout: Duration,
-    ) -> Result<Applied, WriteError> {
-        self.write_with(command, timeout, Resend::Idempotent).await
-    }
-
-    /// Proposes `command` within `timeout`; `resend` says whether an
-    /// attempt whose outcome is unknown may be sent again.
-    ///
-    /// # Errors
-    /// As [`RaftNode::write`].
-    pub async fn write_with(
-        &self,
-        command: Vec<u8>,
-        timeout: Duration,
-        resend: Resend,
-    ) -> Result<Applied, WriteError> {
-        check_size(&command).map_err(|e| WriteError::Rejected(e.to_string()))?;
-        SM::validate(&command).map_err(|e| WriteError::Rejected(e.to_string()))?;
-        let started = Instant::now();
-        let deadline = started + timeout;
-        let waited_ms = || u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let mut unknown = None;
-        loop {
-            let hint = {
-                let remaining = deadline.saturating_duration_since(Instant::now());
-                let attempt = tokio::time::timeout(remaining, self.propose_local(command.clone()));
-                match attempt.await {
-                    Err(_) => {
-                        return Err(WriteError::Unknown(format!(
-                            "no commit within {} ms",
-                            waited_ms()
-                        )))
-                    }
-                    Ok(Ok(applied)) => return Ok(applied),
-                    Ok(Err(Proposed::NotLeader(hint))) => hint.filter(|(id, _)| *id != self.id()),
-                    Ok(Err(Proposed::Fatal(e))) => return Err(WriteError::Fatal(e)),
-                    Ok(Err(Proposed::ReplyMismatch {
-                        log_index,
-                        commands,
-                        replies,
-                    })) => {
-                        return Err(WriteError::ReplyMismatch {
-                            log_index,
-                            commands,
-                            replies,
-                        })
-                    }
-                }
-            };
-            if let Some((leader, node)) = hint {
-                match self.forward(leader, &node.addr, &command, deadline).await {
-                    Ok(Forwarded::Applied(applied)) => return Ok(applied),
-                    Ok(Forwarded::Retry) => {}
-                    Err(WriteError::Unknown(why)) if resend == Resend::Idempotent => {
-                        unknown = Some(why);
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
-            if Instant::now() >= deadline {
-                return Err(match unknown {
-                    Some(why) => WriteError::Unknown(why),
-                    None => WriteError::NoLeader {
-                        waited_ms: waited_ms(),
-                    },
-                });
-            }
-            tokio::time::sleep(self.retry_pause()).await;
-        }
-    }
-
-    /// Forwards `command` to `leader` at `addr`, following leadership: the
-    /// call is abandoned as soon as this node's raft metrics show another
-    /// leader or a newer term than when it started (a deposed leader, paused
-    /// or cut off, may hold it until the deadline). An abandoned forward may
-    /// still have been appended by the deposed leader, so it is
-    /// [`WriteError::Unknown`]; a forward not started because leadership
-    /// already moved is [`Forwarded::Retry`] (certainly not sent).
-    async fn forward(
-        &self,
-        leader: NodeId,
-        addr: &str,
-        command: &[u8],
-        deadline: Instant,
-    ) -> Result<Forwarded, WriteError> {
-        let mut metrics = self.inner.raft.metrics();
-        let term = metrics.borrow_and_update().current_term;
-        let moved = |m: &openraft::RaftMetrics<NodeId, openraft::BasicNode>| {
-            m.current_term != term || m.current_leader.is_some_and(|l| l != leader)
-        };
-        if moved(&metrics.borrow()) {
-            return Ok(Forwarded::Retry);
-        }
-        let leadership_moved = async {
-            loop {
-                if metrics.changed().await.is_err() {
-                    // Raft stopped: let the call end on its own.
-                    std::future::pending::<()>().await;
-                }
-                let m = metrics.borrow_and_update();
-                if moved(&m) {
-                    return (m.current_leader, m.current_term);
-                }
-            }
-        };
-        tokio::select! {
-            biased;
-            forwarded = self.inner.channels.forward(leader, addr, command, deadline) => forwarded,
-            (now, now_term) = leadership_moved => {
-                tracing::debug!(leader, term, ?now, now_term, "forward abandoned: leadership moved");
-                Err(WriteError::Unknown(format!(
-                    "the forward to leader {leader} (term {term}) was abandoned when leadership \
-                     moved (leader {now:?}, term {now_term}); the deposed leader may still commit it"
-                )))
-            }
-        }
     }
 
     /// Proposes `command` through this node's raft, batched with other

@@ -40,7 +40,7 @@ pub enum Resend {
 impl<SM: StateMachine> RaftNode<SM> {
     /// Proposes `command` (in the state machine's wire format), forwarding to
     /// the leader when this node is not it, within
-    /// [`NodeConfig::write_timeout`]. A forward that is in flight when
+    /// [`crate::NodeConfig::write_timeout`]. A forward that is in flight when
     /// leadership moves is abandoned and reported as
     /// [`WriteError::Unknown`] (the deposed leader may still have appended
     /// it), never resent: see [`Resend`].

@@ -10,6 +10,15 @@
 //!   changed incarnation, and no sandbox changed owner, term or credential
 //!   epoch (no takeover storm). The followers' heartbeats left the paused
 //!   leader for the new one as soon as it was elected.
+//!
+//! And, as deployed (every supervisor lists every gateway):
+//!
+//! - given: the same cluster, three supervisors listing all three gateways
+//!   in order, two of them starting with the leader (attached to it)
+//! - when: the leader is paused 3 s, then the new leader 10 s
+//! - then: the supervisors of the paused gateway notice it within the
+//!   keep-alive timeout and attach elsewhere before the grace runs out: no
+//!   member expired, no sandbox moved
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -20,6 +29,9 @@ use proto::pool_types::{MemberState, SandboxPhase};
 use testkit::gateway::*;
 use testkit::supervisor::*;
 use testkit::TestResult;
+
+/// The two scenarios each start many processes: one at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The default pool timing, spelled out: the numbers.
 const DEFAULT_TIMING: &[&str] = &["--tick-interval-ms", "250", "--heartbeat-ttl-ms", "2000"];
@@ -124,6 +136,7 @@ async fn pause_leader(cluster: &Cluster, leader: u64, pause: Duration, before: &
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_pause_expires_no_member_on_a_follower() -> TestResult {
+    let _serial = SERIAL.lock().await;
     let (cluster, _gateways, _cleanup) = three_gateways(&timing(DEFAULT_TIMING)).await;
     let leader = cluster.wait_leader("bootstrap").await;
     let followers: Vec<String> = cluster
@@ -209,5 +222,80 @@ async fn a_leader_pause_expires_no_member_on_a_follower() -> TestResult {
     for s in &supervisors {
         assert_eq!(s.readyz().await.0, 200, "{} not ready", s.member);
     }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn supervisors_of_a_paused_leader_move_before_they_expire() -> TestResult {
+    let _serial = SERIAL.lock().await;
+    let (cluster, _gateways, _cleanup) = three_gateways(&timing(DEFAULT_TIMING)).await;
+    let leader = cluster.wait_leader("bootstrap").await;
+    let mut order: Vec<String> = vec![cluster.get(leader).addr.clone()];
+    order.extend(
+        cluster
+            .nodes
+            .iter()
+            .filter(|n| n.id != leader)
+            .map(|n| n.addr.clone()),
+    );
+    eprintln!("--- step: three supervisors listing every gateway, two on the leader");
+    let mut supervisors: Vec<Supervisor> = ["s1", "s2", "s3"]
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let mut listed = order.clone();
+            if i == 2 {
+                listed.rotate_left(1);
+            }
+            let mut s = Supervisor::new(m, listed, cluster.root.path());
+            s.listed_order = true;
+            s
+        })
+        .collect();
+    for s in &mut supervisors {
+        s.start();
+    }
+    let _logs = LogsOnFailure(&supervisors);
+    wait_pool(
+        &cluster,
+        "three active members",
+        Duration::from_secs(30),
+        |s| {
+            s.members
+                .iter()
+                .filter(|m| m.state() == MemberState::Active)
+                .count()
+                == 3
+        },
+    )
+    .await;
+    for i in 0..4 {
+        create_sandbox(&cluster, &format!("q{i}")).await;
+    }
+    let settled = wait_pool(
+        &cluster,
+        "four sandboxes running and acknowledged",
+        Duration::from_secs(60),
+        |s| {
+            (0..4).all(|i| {
+                sandbox(s, &format!("q{i}")).is_some_and(|sb| {
+                    sb.phase() == SandboxPhase::Assigned && sb.pid != 0 && sb.acknowledged
+                })
+            })
+        },
+    )
+    .await;
+    let before = view(&settled);
+
+    pause_leader(&cluster, leader, Duration::from_secs(3), &before).await;
+    for s in &supervisors[..2] {
+        assert!(
+            s.log().matches("attached").count() >= 2,
+            "{} did not leave the paused gateway",
+            s.member
+        );
+    }
+    let leader = cluster.wait_leader("before the second pause").await;
+    pause_leader(&cluster, leader, Duration::from_secs(10), &before).await;
     Ok(())
 }

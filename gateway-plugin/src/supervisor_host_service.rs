@@ -9,6 +9,10 @@
 //! `TermAck` and `SandboxReport` (proposed with the incarnation the join
 //! assigned, so apply fences stale ones). A newer stream of the same member supersedes
 //! the older one.
+//!
+//! A stopping gateway refuses new streams (UNAVAILABLE, refusal
+//! `GATEWAY_LEAVING`) and ends the attached ones with `GatewayLeaving`
+//! ([`Hub::move_supervisors`]): their supervisors attach elsewhere at once.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -130,6 +134,9 @@ impl SupervisorHost for SupervisorHostService {
         &self,
         request: Request<Streaming<SupervisorMessage>>,
     ) -> Result<Response<Self::AttachStream>, Status> {
+        if self.hub.is_leaving() {
+            return Err(self.hub.leaving_status());
+        }
         let mut inbound = request.into_inner();
         let first = inbound
             .message()
@@ -150,7 +157,7 @@ impl SupervisorHost for SupervisorHostService {
         );
         tx.try_send(Ok(accepted))
             .map_err(|_| Status::internal("stream closed"))?;
-        let stream_id = self.hub.attach(&hello.member_id, incarnation, tx);
+        let stream_id = self.hub.attach(&hello.member_id, incarnation, tx)?;
         tracing::info!(member = %hello.member_id, incarnation, process_id = hello.process_id, stream_id, "supervisor attached");
         tokio::spawn(serve_stream(
             self.hub.clone(),
@@ -182,7 +189,11 @@ async fn serve_stream(
             None => break,
         };
         if !hub.is_current(&member, stream_id) {
-            tracing::info!(%member, stream_id, "message on a superseded stream ignored");
+            if hub.is_leaving() {
+                tracing::info!(%member, stream_id, "gateway leaving: stream no longer served");
+            } else {
+                tracing::info!(%member, stream_id, "message on a superseded stream ignored");
+            }
             break;
         }
         let command = match from_proto::stream_input(message.message, &member, incarnation) {

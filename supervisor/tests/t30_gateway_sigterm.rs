@@ -2,7 +2,7 @@
 //! it, as Kubernetes stops a gateway Pod in a rolling upgrade.
 //!
 //! - given: three gateways (each with /readyz), two supervisors attached to
-//!   the same gateway (listed order), six running sandboxes; a watcher
+//!   the same gateway (listed order), four running sandboxes; a watcher
 //!   samples the pool every 100 ms from start to end
 //! - when: that gateway gets SIGTERM while it is a follower; it is started
 //!   again; the supervisors are then attached to the leader, which gets
@@ -32,7 +32,7 @@ use testkit::TestResult;
 
 /// The bound the runbook promises for a gateway's stop.
 const STOP_BOUND: Duration = Duration::from_secs(10);
-const SANDBOXES: usize = 6;
+const SANDBOXES: usize = 4;
 
 /// member -> incarnation, sandbox -> (term, credential epoch).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -240,7 +240,7 @@ async fn sigterm_moves_supervisors_and_exits_in_time() -> TestResult {
     wait_member(&cluster, "s1", "active").await;
     wait_member(&cluster, "s2", "active").await;
     for i in 0..SANDBOXES {
-        create_sandbox(&cluster, &format!("w{i}")).await;
+        running_sandbox(&cluster, &format!("w{i}")).await;
     }
     let status = wait_pool(
         &cluster,

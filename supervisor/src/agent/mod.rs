@@ -2,7 +2,10 @@
 //!
 //! It attaches to one gateway of a list (failing over to the next with
 //! bounded, jittered backoff), hosts one session per assigned sandbox, and
-//! serves readiness.
+//! serves readiness. A gateway that is stopping says so (`GatewayLeaving`,
+//! or a hello refused with `GATEWAY_LEAVING`): the supervisor then attaches
+//! to the next gateway of its list at once, without backoff and with the
+//! incarnation it has, so its heartbeats go on and its member never expires.
 //!
 //! For each assignment in an `AssignmentSnapshot` it locates the sandbox's
 //! runtime (starting it for a fresh launch), presents the signed grant, and
@@ -170,6 +173,22 @@ fn is_retired(status: &tonic::Status) -> bool {
     proto::attach::refusal_of(status) == Some(AttachRefusal::IncarnationRetired)
 }
 
+/// Whether a gateway's refusal says the gateway itself is stopping (not a
+/// verdict on this supervisor): attach elsewhere at once.
+fn is_gateway_leaving(status: &tonic::Status) -> bool {
+    proto::attach::refusal_of(status) == Some(AttachRefusal::GatewayLeaving)
+}
+
+/// How a stream to a gateway ended, which decides when the next attach
+/// happens.
+#[derive(Debug, PartialEq, Eq)]
+enum Ended {
+    /// The gateway closed the stream: the next gateway after the backoff.
+    Closed,
+    /// The gateway is stopping (with its reason): the next gateway at once.
+    GatewayLeaving(String),
+}
+
 /// Runs the supervisor until `shutdown` completes.
 ///
 /// # Errors
@@ -244,7 +263,9 @@ pub async fn run(
 }
 
 /// Attaches to gateways forever: one at a time, next on failure, with
-/// exponential backoff (bounded, ±50% jitter).
+/// exponential backoff (bounded, ±50% jitter). A gateway that is leaving
+/// sends us to the next one at once; only when every gateway of the list
+/// said so in a row does the backoff apply again.
 async fn attach_loop(agent: Arc<Agent>) {
     let gateways = agent.config.gateways.clone();
     let mut next = if agent.config.listed_order {
@@ -253,16 +274,32 @@ async fn attach_loop(agent: Arc<Agent>) {
         rand::thread_rng().gen_range(0..gateways.len())
     };
     let mut failures: u32 = 0;
+    let mut leaving_in_a_row: usize = 0;
     loop {
         let gateway = gateways[next % gateways.len()].clone();
         next += 1;
         match attach_once(&agent, &gateway).await {
-            Ok(()) => {
+            Ok(Ended::Closed) => {
                 failures = 0;
+                leaving_in_a_row = 0;
                 agent.set_not_ready(format!("stream to gateway {gateway} ended; re-attaching"));
+            }
+            Ok(Ended::GatewayLeaving(reason)) => {
+                failures = 0;
+                leaving_in_a_row += 1;
+                let to = &gateways[next % gateways.len()];
+                tracing::info!(%gateway, %reason, next = %to, "gateway leaving: attaching to the next one at once");
+                agent.set_not_ready(format!(
+                    "gateway {gateway} is leaving ({reason}); attaching to {to}"
+                ));
+                *Agent::lock(&agent.outbound) = None;
+                if leaving_in_a_row < gateways.len() {
+                    continue;
+                }
             }
             Err(e) => {
                 failures = failures.saturating_add(1);
+                leaving_in_a_row = 0;
                 tracing::warn!(%gateway, error = %e, "attach failed");
                 agent.set_not_ready(format!("not attached: gateway {gateway}: {e}"));
             }
@@ -278,7 +315,7 @@ async fn attach_loop(agent: Arc<Agent>) {
     }
 }
 
-async fn attach_once(agent: &Arc<Agent>, gateway: &str) -> anyhow::Result<()> {
+async fn attach_once(agent: &Arc<Agent>, gateway: &str) -> anyhow::Result<Ended> {
     let channel = client::connect(
         Role::SupervisorToGateway,
         gateway,
@@ -305,6 +342,9 @@ async fn attach_once(agent: &Arc<Agent>, gateway: &str) -> anyhow::Result<()> {
     .await?;
     let mut inbound = match client.attach(ReceiverStream::new(rx)).await {
         Ok(response) => response.into_inner(),
+        Err(status) if is_gateway_leaving(&status) => {
+            return Ok(Ended::GatewayLeaving(status.message().to_string()))
+        }
         Err(status) => {
             if is_retired(&status) {
                 agent.renew_incarnation();
@@ -312,7 +352,13 @@ async fn attach_once(agent: &Arc<Agent>, gateway: &str) -> anyhow::Result<()> {
             return Err(describe(status));
         }
     };
-    let accepted = match inbound.message().await.map_err(describe)? {
+    let accepted = match inbound.message().await {
+        Err(status) if is_gateway_leaving(&status) => {
+            return Ok(Ended::GatewayLeaving(status.message().to_string()))
+        }
+        other => other.map_err(describe)?,
+    };
+    let accepted = match accepted {
         Some(m) => match m.message {
             Some(gateway_message::Message::Accepted(a)) => a,
             _ => anyhow::bail!("the gateway did not accept the hello"),
@@ -349,19 +395,32 @@ async fn attach_once(agent: &Arc<Agent>, gateway: &str) -> anyhow::Result<()> {
         loop {
             tokio::select! {
                 message = inbound.message() => {
-                    let message = message.map_err(|status| {
-                        if is_retired(&status) {
-                            agent.renew_incarnation();
+                    let message = match message {
+                        Err(status) if is_gateway_leaving(&status) => {
+                            return Ok(Ended::GatewayLeaving(status.message().to_string()))
                         }
-                        describe(status)
-                    })?;
-                    match message {
-                        None => return Ok(()),
-                        Some(m) => if let Some(gateway_message::Message::Snapshot(snapshot)) = m.message {
+                        other => other.map_err(|status| {
+                            if is_retired(&status) {
+                                agent.renew_incarnation();
+                            }
+                            describe(status)
+                        })?,
+                    };
+                    let Some(message) = message else {
+                        return Ok(Ended::Closed);
+                    };
+                    match message.message {
+                        Some(gateway_message::Message::Leaving(leaving)) => {
+                            return Ok(Ended::GatewayLeaving(leaving.reason))
+                        }
+                        Some(gateway_message::Message::Snapshot(snapshot)) => {
                             agent.draining.store(snapshot.draining, Ordering::SeqCst);
                             *Agent::lock(&agent.last_snapshot) = Some(snapshot.clone());
                             session::reconcile(agent, &snapshot);
                         }
+                        // A second HelloAccepted, or a message of a newer
+                        // gateway this supervisor does not know: ignored.
+                        Some(gateway_message::Message::Accepted(_)) | None => {}
                     }
                 }
                 _ = reconcile.tick() => {

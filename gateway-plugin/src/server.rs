@@ -64,7 +64,9 @@ pub enum ServeError {
     },
     /// The gRPC port could not be bound (checked before the data directory
     /// is created or opened).
-    #[error("--listen (listen_addr) {addr}: cannot bind the gRPC port (is another process using it?)")]
+    #[error(
+        "--listen (listen_addr) {addr}: cannot bind the gRPC port (is another process using it?)"
+    )]
     Bind {
         /// The listen address.
         addr: SocketAddr,
@@ -191,12 +193,9 @@ pub async fn run(
     let _abort = AbortOnDrop(aborts);
     let (stop_serving, serving_stopped) = tokio::sync::oneshot::channel::<()>();
     let mut serving = tokio::spawn(
-        grpc_router(&node, &hub, &config, &metrics).serve_with_incoming_shutdown(
-            incoming,
-            async {
-                let _ = serving_stopped.await;
-            },
-        ),
+        grpc_router(&node, &hub, &config, &metrics).serve_with_incoming_shutdown(incoming, async {
+            let _ = serving_stopped.await;
+        }),
     );
     tokio::select! {
         served = &mut serving => {
@@ -282,8 +281,11 @@ impl Stopping {
             "told the attached supervisors to move to another gateway"
         );
         let _ = self.stop_serving.send(());
-        let result = match tokio::time::timeout_at(deadline - RAFT_SHUTDOWN_BOUND, &mut self.serving)
-            .await
+        let result = match tokio::time::timeout_at(
+            deadline - RAFT_SHUTDOWN_BOUND,
+            &mut self.serving,
+        )
+        .await
         {
             Ok(Ok(served)) => served.map_err(ServeError::Serve),
             Ok(Err(e)) => {

@@ -208,10 +208,7 @@ async fn wait_moved(cluster: &Cluster, supervisors: &[Supervisor], left: u64) {
 async fn sigterm_moves_supervisors_and_exits_in_time() -> TestResult {
     let timing_flags = timing(&["--tick-interval-ms", "100", "--heartbeat-ttl-ms", "1500"]);
     let mut cluster = Cluster::start_each(3, &timing_flags, |_| {
-        vec![
-            "--http-listen".into(),
-            format!("127.0.0.1:{}", free_port()),
-        ]
+        vec!["--http-listen".into(), format!("127.0.0.1:{}", free_port())]
     });
     let _cleanup = KillUnder(cluster.root.path().to_path_buf());
     let leader = cluster.wait_leader("bootstrap").await;
@@ -248,10 +245,9 @@ async fn sigterm_moves_supervisors_and_exits_in_time() -> TestResult {
         Duration::from_secs(60),
         |s| {
             s.sandboxes.len() == SANDBOXES
-                && s
-                    .sandboxes
-                    .iter()
-                    .all(|sb| sb.phase() == SandboxPhase::Assigned && sb.pid != 0 && sb.acknowledged)
+                && s.sandboxes.iter().all(|sb| {
+                    sb.phase() == SandboxPhase::Assigned && sb.pid != 0 && sb.acknowledged
+                })
         },
     )
     .await;
@@ -259,7 +255,12 @@ async fn sigterm_moves_supervisors_and_exits_in_time() -> TestResult {
     println!("baseline: {base:?}");
     wait_moved(&cluster, &supervisors, 0).await;
     for s in &supervisors {
-        assert_eq!(attached_node(s), Some(follower), "{} not on the follower", s.member);
+        assert_eq!(
+            attached_node(s),
+            Some(follower),
+            "{} not on the follower",
+            s.member
+        );
     }
     let stop = Arc::new(AtomicBool::new(false));
     let watcher = spawn_watcher(addrs, base.clone(), stop.clone());
@@ -280,7 +281,12 @@ async fn sigterm_moves_supervisors_and_exits_in_time() -> TestResult {
 
     let attached_to = attached_node(&supervisors[0]).unwrap_or(0);
     for s in &supervisors {
-        assert_eq!(attached_node(s), Some(attached_to), "{} elsewhere", s.member);
+        assert_eq!(
+            attached_node(s),
+            Some(attached_to),
+            "{} elsewhere",
+            s.member
+        );
     }
     let current = cluster.wait_leader("before the leader's stop").await;
     if current != attached_to {
@@ -311,8 +317,14 @@ async fn sigterm_moves_supervisors_and_exits_in_time() -> TestResult {
     let (samples, seen) = watcher.await?;
     let last = pool_status(&cluster).await?;
     println!("watcher took {samples} samples");
-    assert!(samples > 20, "the watcher saw the pool only {samples} times");
-    assert!(seen.is_empty(), "the pool moved during the stops: {seen:#?}");
+    assert!(
+        samples > 20,
+        "the watcher saw the pool only {samples} times"
+    );
+    assert!(
+        seen.is_empty(),
+        "the pool moved during the stops: {seen:#?}"
+    );
     assert_eq!(departures(&base, &last), Vec::<String>::new());
     Ok(())
 }
@@ -350,13 +362,18 @@ async fn a_second_signal_exits_at_once() -> TestResult {
     eprintln!("--- step: SIGINT: exits at once");
     let started = Instant::now();
     cluster.get(leader).signal("-INT");
-    let status = cluster.node(leader).wait_exit(Duration::from_secs(10)).await;
+    let status = cluster
+        .node(leader)
+        .wait_exit(Duration::from_secs(10))
+        .await;
     let took = started.elapsed();
     for id in &followers {
         cluster.get(*id).signal("-CONT");
     }
     let _ = write.await;
-    println!("first SIGTERM: {still:?} after 1 s; second signal: exited {took:?} later with {status:?}");
+    println!(
+        "first SIGTERM: {still:?} after 1 s; second signal: exited {took:?} later with {status:?}"
+    );
     let Some(status) = status else {
         panic!("the leader still runs 10 s after the second signal");
     };

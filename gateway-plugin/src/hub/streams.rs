@@ -186,7 +186,11 @@ impl Hub {
         let count = moved.len();
         let reason = format!("gateway {} is shutting down", self.node.id());
         for (member, attached) in &moved {
-            tracing::info!(member, stream_id = attached.stream_id, "telling the supervisor to move");
+            tracing::info!(
+                member,
+                stream_id = attached.stream_id,
+                "telling the supervisor to move"
+            );
         }
         for (_, attached) in moved {
             let message = GatewayMessage {
@@ -197,7 +201,8 @@ impl Hub {
             // The sender is dropped after the message is queued: the stream
             // then ends once the supervisor has read it.
             tokio::spawn(async move {
-                let _ = tokio::time::timeout(LEAVING_SEND_TIMEOUT, attached.tx.send(Ok(message))).await;
+                let _ =
+                    tokio::time::timeout(LEAVING_SEND_TIMEOUT, attached.tx.send(Ok(message))).await;
             });
         }
         count

@@ -315,6 +315,8 @@ async fn attach_loop(agent: Arc<Agent>) {
     }
 }
 
+/// One stream to `gateway`: hello, `HelloAccepted`, then snapshots until
+/// the stream ends. Returns how it ended.
 async fn attach_once(agent: &Arc<Agent>, gateway: &str) -> anyhow::Result<Ended> {
     let channel = client::connect(
         Role::SupervisorToGateway,
@@ -342,99 +344,101 @@ async fn attach_once(agent: &Arc<Agent>, gateway: &str) -> anyhow::Result<Ended>
     .await?;
     let mut inbound = match client.attach(ReceiverStream::new(rx)).await {
         Ok(response) => response.into_inner(),
-        Err(status) if is_gateway_leaving(&status) => {
-            return Ok(Ended::GatewayLeaving(status.message().to_string()))
-        }
-        Err(status) => {
-            if is_retired(&status) {
-                agent.renew_incarnation();
-            }
-            return Err(describe(status));
-        }
+        Err(status) => return stream_error(agent, status),
     };
     let accepted = match inbound.message().await {
-        Err(status) if is_gateway_leaving(&status) => {
-            return Ok(Ended::GatewayLeaving(status.message().to_string()))
-        }
-        other => other.map_err(describe)?,
-    };
-    let accepted = match accepted {
-        Some(m) => match m.message {
+        Ok(Some(m)) => match m.message {
             Some(gateway_message::Message::Accepted(a)) => a,
             _ => anyhow::bail!("the gateway did not accept the hello"),
         },
-        None => anyhow::bail!("the gateway closed the stream"),
+        Ok(None) => anyhow::bail!("the gateway closed the stream"),
+        Err(status) => return stream_error(agent, status),
     };
     agent.accept(&accepted)?;
     *Agent::lock(&agent.outbound) = Some(tx.clone());
     agent.attached.store(true, Ordering::SeqCst);
     tracing::info!(%gateway, gateway_node = accepted.gateway_node_id, incarnation = accepted.incarnation, "attached");
     let interval = Duration::from_millis(accepted.status_interval_ms.clamp(10, 10_000));
-    let status_task = {
-        let agent = agent.clone();
-        let tx = tx.clone();
-        tokio::spawn(async move {
-            let mut ticker = tokio::time::interval(interval);
-            loop {
-                ticker.tick().await;
-                let status = HostStatus {
-                    draining: agent.draining.load(Ordering::SeqCst),
-                    active_sandboxes: agent.session_ids(),
-                };
-                let message = SupervisorMessage {
-                    message: Some(supervisor_message::Message::Status(status)),
-                };
-                if tx.send(message).await.is_err() {
-                    return;
-                }
-            }
-        })
-    };
-    let result = async {
-        let mut reconcile = tokio::time::interval(Duration::from_secs(1));
+    let status_task = spawn_status(agent.clone(), tx, interval);
+    let result = follow(agent, &mut inbound).await;
+    status_task.abort();
+    result
+}
+
+/// Sends `HostStatus` on `tx` every `interval` until the stream closes.
+fn spawn_status(
+    agent: Arc<Agent>,
+    tx: mpsc::Sender<SupervisorMessage>,
+    interval: Duration,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut ticker = tokio::time::interval(interval);
         loop {
-            tokio::select! {
-                message = inbound.message() => {
-                    let message = match message {
-                        Err(status) if is_gateway_leaving(&status) => {
-                            return Ok(Ended::GatewayLeaving(status.message().to_string()))
-                        }
-                        other => other.map_err(|status| {
-                            if is_retired(&status) {
-                                agent.renew_incarnation();
-                            }
-                            describe(status)
-                        })?,
-                    };
-                    let Some(message) = message else {
-                        return Ok(Ended::Closed);
-                    };
-                    match message.message {
-                        Some(gateway_message::Message::Leaving(leaving)) => {
-                            return Ok(Ended::GatewayLeaving(leaving.reason))
-                        }
-                        Some(gateway_message::Message::Snapshot(snapshot)) => {
-                            agent.draining.store(snapshot.draining, Ordering::SeqCst);
-                            *Agent::lock(&agent.last_snapshot) = Some(snapshot.clone());
-                            session::reconcile(agent, &snapshot);
-                        }
-                        // A second HelloAccepted, or a message of a newer
-                        // gateway this supervisor does not know: ignored.
-                        Some(gateway_message::Message::Accepted(_)) | None => {}
+            ticker.tick().await;
+            let status = HostStatus {
+                draining: agent.draining.load(Ordering::SeqCst),
+                active_sandboxes: agent.session_ids(),
+            };
+            let message = SupervisorMessage {
+                message: Some(supervisor_message::Message::Status(status)),
+            };
+            if tx.send(message).await.is_err() {
+                return;
+            }
+        }
+    })
+}
+
+/// Follows an accepted stream: reconciles every snapshot (and the last one
+/// every second) until the stream ends, fails or the gateway leaves.
+async fn follow(
+    agent: &Arc<Agent>,
+    inbound: &mut tonic::Streaming<proto::supervisor_host::GatewayMessage>,
+) -> anyhow::Result<Ended> {
+    let mut reconcile = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            message = inbound.message() => {
+                let message = match message {
+                    Ok(Some(message)) => message,
+                    Ok(None) => return Ok(Ended::Closed),
+                    Err(status) => return stream_error(agent, status),
+                };
+                match message.message {
+                    Some(gateway_message::Message::Leaving(leaving)) => {
+                        return Ok(Ended::GatewayLeaving(leaving.reason))
                     }
-                }
-                _ = reconcile.tick() => {
-                    let last = Agent::lock(&agent.last_snapshot).clone();
-                    if let Some(snapshot) = last {
+                    Some(gateway_message::Message::Snapshot(snapshot)) => {
+                        agent.draining.store(snapshot.draining, Ordering::SeqCst);
+                        *Agent::lock(&agent.last_snapshot) = Some(snapshot.clone());
                         session::reconcile(agent, &snapshot);
                     }
+                    // A second HelloAccepted, or a message of a newer
+                    // gateway this supervisor does not know: ignored.
+                    Some(gateway_message::Message::Accepted(_)) | None => {}
+                }
+            }
+            _ = reconcile.tick() => {
+                let last = Agent::lock(&agent.last_snapshot).clone();
+                if let Some(snapshot) = last {
+                    session::reconcile(agent, &snapshot);
                 }
             }
         }
     }
-    .await;
-    status_task.abort();
-    result
+}
+
+/// What a gateway's error status means for the attach loop: a leaving
+/// gateway sends us elsewhere at once; a retired incarnation is renewed
+/// (then the error, like every other, goes through the backoff).
+fn stream_error(agent: &Agent, status: tonic::Status) -> anyhow::Result<Ended> {
+    if is_gateway_leaving(&status) {
+        return Ok(Ended::GatewayLeaving(status.message().to_string()));
+    }
+    if is_retired(&status) {
+        agent.renew_incarnation();
+    }
+    Err(describe(status))
 }
 
 /// A gRPC status as an error that reads well in /readyz.
@@ -444,7 +448,7 @@ fn describe(status: tonic::Status) -> anyhow::Error {
 
 #[cfg(test)]
 mod tests {
-    use super::is_retired;
+    use super::{is_gateway_leaving, is_retired};
     use proto::attach::refusal_status;
     use proto::supervisor_host::AttachRefusal;
     use tonic::{Code, Status};
@@ -470,5 +474,23 @@ mod tests {
         ] {
             assert!(!is_retired(&other), "{other}");
         }
+    }
+
+    #[test]
+    fn a_leaving_gateway_is_no_verdict_on_the_incarnation() {
+        let leaving = refusal_status(
+            Code::Unavailable,
+            "gateway 2 is shutting down; attach to another gateway",
+            AttachRefusal::GatewayLeaving,
+        );
+        assert!(is_gateway_leaving(&leaving));
+        assert!(!is_retired(&leaving));
+        let retired = refusal_status(
+            Code::FailedPrecondition,
+            "join rejected: incarnation retired (expired or left)",
+            AttachRefusal::IncarnationRetired,
+        );
+        assert!(!is_gateway_leaving(&retired));
+        assert!(!is_gateway_leaving(&Status::unavailable("shutting down")));
     }
 }

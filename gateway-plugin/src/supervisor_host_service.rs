@@ -29,10 +29,16 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::convert::from_proto::{self, StreamInput};
 use crate::convert::to_proto;
+use crate::hub::streams::StopPhase;
 use crate::hub::Hub;
 
 /// Longest member id, uid or address.
 const MAX_ID_BYTES: usize = 256;
+/// Once the gateway is leaving, how long a stream's supervisor has to close
+/// its side after `GatewayLeaving` (it does so at once unless it is paused
+/// or cut off); then the stream is dropped, so that no stream holds the
+/// gateway's stop up to its bound.
+const LEAVING_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The supervisor host service of one gateway.
 pub struct SupervisorHostService {
@@ -170,8 +176,40 @@ impl SupervisorHost for SupervisorHostService {
     }
 }
 
+/// The next message of `inbound`. Once the gateway moved its supervisors
+/// away, only until [`LEAVING_GRACE`] after that (then `None`: the stream is
+/// dropped).
+async fn next_message(
+    inbound: &mut Streaming<SupervisorMessage>,
+    leaving: &mut tokio::sync::watch::Receiver<StopPhase>,
+    until: &mut Option<tokio::time::Instant>,
+) -> Option<Result<SupervisorMessage, Status>> {
+    loop {
+        match *until {
+            None => tokio::select! {
+                message = inbound.next() => return message,
+                _ = leaving.wait_for(|phase| *phase == StopPhase::Moved) => {
+                    *until = Some(tokio::time::Instant::now() + LEAVING_GRACE);
+                }
+            },
+            Some(until) => {
+                return match tokio::time::timeout_at(until, inbound.next()).await {
+                    Ok(message) => message,
+                    Err(_) => {
+                        tracing::info!(
+                            "the supervisor did not close its stream after GatewayLeaving: dropped"
+                        );
+                        None
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Serves the messages of one attached stream until it ends, fails or is
-/// superseded; then detaches it.
+/// superseded, or (the gateway leaving) its supervisor closes it or the
+/// grace runs out; then detaches it.
 async fn serve_stream(
     hub: Arc<Hub>,
     mut inbound: Streaming<SupervisorMessage>,
@@ -179,8 +217,10 @@ async fn serve_stream(
     incarnation: u64,
     stream_id: u64,
 ) {
+    let mut leaving = hub.stop_phase();
+    let mut leaving_until = None;
     loop {
-        let message = match inbound.next().await {
+        let message = match next_message(&mut inbound, &mut leaving, &mut leaving_until).await {
             Some(Ok(m)) => m,
             Some(Err(status)) => {
                 tracing::info!(%member, %status, "supervisor stream failed");
@@ -190,10 +230,12 @@ async fn serve_stream(
         };
         if !hub.is_current(&member, stream_id) {
             if hub.is_leaving() {
-                tracing::info!(%member, stream_id, "gateway leaving: stream no longer served");
-            } else {
-                tracing::info!(%member, stream_id, "message on a superseded stream ignored");
+                // Told to move: its messages go to its next gateway; wait
+                // (within the grace) for it to close this stream, so that
+                // `GatewayLeaving` is delivered before the stream goes.
+                continue;
             }
+            tracing::info!(%member, stream_id, "message on a superseded stream ignored");
             break;
         }
         let command = match from_proto::stream_input(message.message, &member, incarnation) {

@@ -7,14 +7,14 @@
 //! every attached supervisor is told `GatewayLeaving` and its stream ends).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use pool::visibility::{IncarnationView, Viewer};
 use proto::attach::refusal_status;
 use proto::supervisor_host::{gateway_message, AttachRefusal, GatewayLeaving, GatewayMessage};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tonic::Status;
 
 use super::Hub;
@@ -64,8 +64,10 @@ pub(super) struct Streams {
     next_stream_id: AtomicU64,
     /// The gateway is stopping: no new stream is registered. Written and
     /// read under the `map` lock where it matters (registration against
-    /// [`Hub::move_supervisors`]), so no stream slips in after the move.
-    leaving: AtomicBool,
+    /// [`Hub::move_supervisors`]), so no stream slips in after the move; a
+    /// watch so that stream tasks can wait for the move
+    /// ([`Hub::stop_phase`]).
+    leaving: watch::Sender<StopPhase>,
 }
 
 impl Default for Streams {
@@ -73,9 +75,20 @@ impl Default for Streams {
         Streams {
             map: Mutex::new(BTreeMap::new()),
             next_stream_id: AtomicU64::new(1),
-            leaving: AtomicBool::new(false),
+            leaving: watch::Sender::new(StopPhase::Serving),
         }
     }
+}
+
+/// Where a gateway's stop is, as its supervisor streams see it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopPhase {
+    /// Not stopping.
+    Serving,
+    /// New streams are refused; attached ones are served as before.
+    Refusing,
+    /// Attached streams were told `GatewayLeaving` and unregistered.
+    Moved,
 }
 
 /// How long a stopping gateway waits to queue `GatewayLeaving` on a stream
@@ -115,7 +128,7 @@ impl Hub {
         let stream_id = self.streams.next_stream_id.fetch_add(1, Ordering::Relaxed);
         let old = {
             let mut streams = self.streams.lock();
-            if self.streams.leaving.load(Ordering::SeqCst) {
+            if *self.streams.leaving.borrow() != StopPhase::Serving {
                 return Err(self.leaving_status());
             }
             streams.insert(
@@ -148,7 +161,13 @@ impl Hub {
 
     /// Whether the gateway is stopping (no new stream is accepted).
     pub fn is_leaving(&self) -> bool {
-        self.streams.leaving.load(Ordering::SeqCst)
+        *self.streams.leaving.borrow() != StopPhase::Serving
+    }
+
+    /// Where the gateway's stop is, as a watch (stream tasks wait for
+    /// [`StopPhase::Moved`]).
+    pub fn stop_phase(&self) -> watch::Receiver<StopPhase> {
+        self.streams.leaving.subscribe()
     }
 
     /// What a stopping gateway answers a new stream: UNAVAILABLE with the
@@ -169,7 +188,13 @@ impl Hub {
     /// ([`Hub::leaving_status`]); attached ones keep being served.
     pub fn begin_leaving(&self) {
         let _streams = self.streams.lock();
-        self.streams.leaving.store(true, Ordering::SeqCst);
+        self.streams.leaving.send_if_modified(|phase| {
+            let serving = *phase == StopPhase::Serving;
+            if serving {
+                *phase = StopPhase::Refusing;
+            }
+            serving
+        });
     }
 
     /// The second step of a stop: every attached stream is unregistered, sent
@@ -180,7 +205,7 @@ impl Hub {
     pub fn move_supervisors(&self) -> usize {
         let moved: Vec<(String, Attached)> = {
             let mut streams = self.streams.lock();
-            self.streams.leaving.store(true, Ordering::SeqCst);
+            self.streams.leaving.send_replace(StopPhase::Moved);
             std::mem::take(&mut *streams).into_iter().collect()
         };
         let count = moved.len();

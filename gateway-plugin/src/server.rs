@@ -94,7 +94,9 @@ pub enum ServeError {
 /// Both listeners, bound before anything touches the data directory: a busy
 /// port leaves nothing behind.
 struct Listeners {
+    /// `--listen`: every gRPC service.
     grpc: tokio::net::TcpListener,
+    /// `--http-listen`, if given: the probes and metrics.
     http: Option<(SocketAddr, tokio::net::TcpListener)>,
 }
 
@@ -254,8 +256,11 @@ fn grpc_router(
 
 /// A gateway between `shutdown` and the return of [`run`].
 struct Stopping {
+    /// Hands leadership over, then stops.
     node: RaftNode<GatewayState>,
+    /// Refuses new streams, then moves the attached ones.
     hub: std::sync::Arc<Hub>,
+    /// Turns not ready at once.
     health: Health,
     /// The gRPC server's task.
     serving: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
@@ -416,7 +421,9 @@ pub async fn shutdown_signal() {
 /// SIGTERM and SIGINT, listened to for the life of the process: the first
 /// one starts the stop, a second one exits at once.
 pub struct Signals {
+    /// SIGTERM, unless it could not be listened to.
     term: Option<tokio::signal::unix::Signal>,
+    /// SIGINT, unless it could not be listened to.
     int: Option<tokio::signal::unix::Signal>,
 }
 

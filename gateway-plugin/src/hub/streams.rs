@@ -67,7 +67,7 @@ pub(super) struct Streams {
     /// [`Hub::move_supervisors`]), so no stream slips in after the move; a
     /// watch so that stream tasks can wait for the move
     /// ([`Hub::stop_phase`]).
-    leaving: watch::Sender<StopPhase>,
+    phase: watch::Sender<StopPhase>,
 }
 
 impl Default for Streams {
@@ -75,7 +75,7 @@ impl Default for Streams {
         Streams {
             map: Mutex::new(BTreeMap::new()),
             next_stream_id: AtomicU64::new(1),
-            leaving: watch::Sender::new(StopPhase::Serving),
+            phase: watch::Sender::new(StopPhase::Serving),
         }
     }
 }
@@ -128,7 +128,7 @@ impl Hub {
         let stream_id = self.streams.next_stream_id.fetch_add(1, Ordering::Relaxed);
         let old = {
             let mut streams = self.streams.lock();
-            if *self.streams.leaving.borrow() != StopPhase::Serving {
+            if *self.streams.phase.borrow() != StopPhase::Serving {
                 return Err(self.leaving_status());
             }
             streams.insert(
@@ -161,13 +161,13 @@ impl Hub {
 
     /// Whether the gateway is stopping (no new stream is accepted).
     pub fn is_leaving(&self) -> bool {
-        *self.streams.leaving.borrow() != StopPhase::Serving
+        *self.streams.phase.borrow() != StopPhase::Serving
     }
 
     /// Where the gateway's stop is, as a watch (stream tasks wait for
     /// [`StopPhase::Moved`]).
     pub fn stop_phase(&self) -> watch::Receiver<StopPhase> {
-        self.streams.leaving.subscribe()
+        self.streams.phase.subscribe()
     }
 
     /// What a stopping gateway answers a new stream: UNAVAILABLE with the
@@ -188,7 +188,7 @@ impl Hub {
     /// ([`Hub::leaving_status`]); attached ones keep being served.
     pub fn begin_leaving(&self) {
         let _streams = self.streams.lock();
-        self.streams.leaving.send_if_modified(|phase| {
+        self.streams.phase.send_if_modified(|phase| {
             let serving = *phase == StopPhase::Serving;
             if serving {
                 *phase = StopPhase::Refusing;
@@ -205,7 +205,7 @@ impl Hub {
     pub fn move_supervisors(&self) -> usize {
         let moved: Vec<(String, Attached)> = {
             let mut streams = self.streams.lock();
-            self.streams.leaving.send_replace(StopPhase::Moved);
+            self.streams.phase.send_replace(StopPhase::Moved);
             std::mem::take(&mut *streams).into_iter().collect()
         };
         let count = moved.len();

@@ -34,8 +34,8 @@
 //!   leader, with hysteresis), evaluated continuously for the probes.
 //! - [`status`]: error-to-`Status` mapping (raft-store errors with leader
 //!   hints, pool rejections, object-store rejections).
-//! - [`server`]: wiring and the serve loop ([`server::run`], whose errors are
-//!   [`server::ServeError`]).
+//! - [`server`]: wiring, the serve loop and the bounded stop ([`server::run`],
+//!   whose errors are [`server::ServeError`]; [`server::Signals`]).
 
 pub mod auth;
 pub mod cluster_admin_service;

@@ -180,7 +180,10 @@ impl DataDir {
 /// Probes sled's lock on `<path>/raft/db` with a non-blocking shared `flock`
 /// on a read-only handle, released at once: it conflicts only with a holder's
 /// exclusive lock (a running node, an offline tool), never with another
-/// probe, and it writes nothing. An absent database is not in use.
+/// probe, and it writes nothing. An absent database is not in use. A lock
+/// still held after [`IN_USE_PATIENCE`] counts: a holder that is just
+/// closing the database (a process exiting, or this process's own flusher
+/// thread after a `DataDir` was dropped) gets that long to release it.
 ///
 /// # Errors
 /// [`Error::InUse`] naming the directory (and the holder's pid when
@@ -205,24 +208,33 @@ pub fn refuse_if_in_use(path: &Path) -> Result<()> {
             })
         }
     };
-    // SAFETY: flock on a file descriptor this function owns for the call.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) };
-    if rc == 0 {
-        // Closing `file` (dropped here) releases the probe's lock.
-        return Ok(());
+    let give_up = std::time::Instant::now() + IN_USE_PATIENCE;
+    loop {
+        // SAFETY: flock on a file descriptor this function owns for the call.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) };
+        if rc == 0 {
+            // Closing `file` (dropped here) releases the probe's lock.
+            return Ok(());
+        }
+        let error = io::Error::last_os_error();
+        if error.raw_os_error() != Some(libc::EWOULDBLOCK) {
+            return Err(Error::Io {
+                path: db_file,
+                source: error,
+            });
+        }
+        if std::time::Instant::now() >= give_up {
+            return Err(Error::InUse {
+                path: path.to_path_buf(),
+                holder: lock_holder(&file),
+            });
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    let error = io::Error::last_os_error();
-    if error.raw_os_error() == Some(libc::EWOULDBLOCK) {
-        return Err(Error::InUse {
-            path: path.to_path_buf(),
-            holder: lock_holder(&file),
-        });
-    }
-    Err(Error::Io {
-        path: db_file,
-        source: error,
-    })
 }
+
+/// How long [`refuse_if_in_use`] waits for a held lock to be released.
+pub const IN_USE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The pid `/proc/locks` names as holding a `flock` on `file`, if any.
 fn lock_holder(file: &File) -> Option<u32> {

@@ -597,6 +597,26 @@ mod tests {
     }
 
     #[test]
+    fn initial_voters_name_each_id_and_address_once() {
+        let refused = |voters: &[&str]| {
+            let mut s = base();
+            s.initial_voters = Some(voters.iter().map(|v| v.to_string()).collect());
+            s.validate()
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+        };
+        let e = refused(&["1=127.0.0.1:7001", "1=127.0.0.1:7002"]);
+        assert!(e.contains("node id 1 is listed twice"), "{e}");
+        let e = refused(&["1=127.0.0.1:7001", "2=127.0.0.1:7001"]);
+        assert!(
+            e.contains("address 127.0.0.1:7001 is listed for node ids 1 and 2"),
+            "{e}"
+        );
+        assert_eq!(refused(&["1=127.0.0.1:7001", "2=127.0.0.1:7002"]), "");
+    }
+
+    #[test]
     fn flags_override_file_and_unknown_keys_fail() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let path = dir.path().join("gw.toml");

@@ -158,8 +158,10 @@ async fn exec(
     command: Vec<String>,
     timeout_ms: u64,
 ) -> Result<(), CliError> {
+    // The CLI's own deadline outlasts the command's timeout.
+    let deadline = std::time::Duration::from_millis(timeout_ms + 15_000);
     let r = gw
-        .call(|c| {
+        .call_within(Some(deadline), |c| {
             let request = ExecSandboxRequest {
                 sandbox_id: id.clone(),
                 argv: command.clone(),

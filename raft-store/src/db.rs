@@ -251,7 +251,10 @@ fn lock_holder(file: &File) -> Option<u32> {
     locks.lines().find_map(|line| {
         let fields: Vec<&str> = line.split_whitespace().collect();
         match fields.as_slice() {
-            [_, "FLOCK", _, "WRITE", pid, inode, ..] if *inode == wanted => pid.parse().ok(),
+            // A holder outside this pid namespace shows as pid 0: unknown.
+            [_, "FLOCK", _, "WRITE", pid, inode, ..] if *inode == wanted => {
+                pid.parse().ok().filter(|pid| *pid > 0)
+            }
             _ => None,
         }
     })
@@ -578,6 +581,24 @@ pub fn sync_dir(path: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A directory whose database is open is in use, naming this process;
+    /// once closed it is not, and an absent one never is.
+    #[test]
+    fn an_open_database_is_in_use_with_its_holder_named() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        assert!(refuse_if_in_use(&tmp.path().join("absent")).is_ok());
+        let dir = DataDir::open(tmp.path(), "c", 1, 1024 * 1024).expect("open");
+        match refuse_if_in_use(tmp.path()) {
+            Err(Error::InUse { path, holder }) => {
+                assert_eq!(path, tmp.path());
+                assert_eq!(holder, Some(std::process::id()));
+            }
+            other => panic!("not in use: {other:?}"),
+        }
+        drop(dir);
+        assert!(refuse_if_in_use(tmp.path()).is_ok(), "released on drop");
+    }
 
     /// A database keeps the segment size it was created with (sled refuses
     /// another); a new one gets [`SEGMENT_SIZE`].

@@ -36,8 +36,8 @@
 //!   membership names another address than the one it advertises.
 //! - [`status`]: error-to-`Status` mapping (raft-store errors with leader
 //!   hints, pool rejections, object-store rejections).
-//! - [`server`]: wiring and the serve loop ([`server::run`], whose errors are
-//!   [`server::ServeError`]).
+//! - [`server`]: wiring, the serve loop and the bounded stop ([`server::run`],
+//!   whose errors are [`server::ServeError`]; [`server::Signals`]).
 
 pub mod address_check;
 pub mod auth;

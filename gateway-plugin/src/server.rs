@@ -167,6 +167,10 @@ pub async fn run(
         tokio::spawn(hub.clone().run_heartbeats()),
         tokio::spawn(hub.clone().run_snapshot_pusher()),
         tokio::spawn(hub.clone().run_coordinator()),
+        tokio::spawn(crate::address_check::watch(
+            node.clone(),
+            config.node.advertise_addr.clone(),
+        )),
         health_task,
     ];
     let mut aborts: Vec<tokio::task::AbortHandle> =

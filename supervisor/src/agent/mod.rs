@@ -181,12 +181,22 @@ fn is_gateway_leaving(status: &tonic::Status) -> bool {
 
 /// How a stream to a gateway ended, which decides when the next attach
 /// happens.
-#[derive(Debug, PartialEq, Eq)]
+/// How long an accepted stream must have served for its failure to count
+/// as a fresh one (re-attach at once) rather than one more in a row.
+const BROKEN_AFTER_SERVING: Duration = Duration::from_secs(10);
+
+#[derive(Debug)]
 enum Ended {
     /// The gateway closed the stream: the next gateway after the backoff.
     Closed,
     /// The gateway is stopping (with its reason): the next gateway at once.
     GatewayLeaving(String),
+    /// An accepted stream failed (the gateway died, stalled past the
+    /// keep-alive, or closed it with an error): the next gateway at once,
+    /// since every heartbeat interval spent backing off eats into the
+    /// member's TTL. Only once per gateway in a row: a gateway that accepts
+    /// and fails at once gets the backoff.
+    Broken(anyhow::Error),
 }
 
 /// Runs the supervisor until `shutdown` completes.
@@ -275,17 +285,21 @@ async fn attach_loop(agent: Arc<Agent>) {
     };
     let mut failures: u32 = 0;
     let mut leaving_in_a_row: usize = 0;
+    let mut broken_in_a_row: usize = 0;
     loop {
         let gateway = gateways[next % gateways.len()].clone();
         next += 1;
+        let started = std::time::Instant::now();
         match attach_once(&agent, &gateway).await {
             Ok(Ended::Closed) => {
                 failures = 0;
                 leaving_in_a_row = 0;
+                broken_in_a_row = 0;
                 agent.set_not_ready(format!("stream to gateway {gateway} ended; re-attaching"));
             }
             Ok(Ended::GatewayLeaving(reason)) => {
                 failures = 0;
+                broken_in_a_row = 0;
                 leaving_in_a_row += 1;
                 let to = &gateways[next % gateways.len()];
                 tracing::info!(%gateway, %reason, next = %to, "gateway leaving: attaching to the next one at once");
@@ -297,9 +311,29 @@ async fn attach_loop(agent: Arc<Agent>) {
                     continue;
                 }
             }
+            Ok(Ended::Broken(e)) => {
+                failures = 0;
+                leaving_in_a_row = 0;
+                // A stream that served a while is no sign of a gateway
+                // that fails at once: the count starts again.
+                if started.elapsed() >= BROKEN_AFTER_SERVING {
+                    broken_in_a_row = 0;
+                }
+                broken_in_a_row += 1;
+                let to = &gateways[next % gateways.len()];
+                tracing::warn!(%gateway, error = %e, next = %to, "attached stream failed: attaching to the next gateway at once");
+                agent.set_not_ready(format!(
+                    "stream to gateway {gateway} failed ({e}); attaching to {to}"
+                ));
+                *Agent::lock(&agent.outbound) = None;
+                if broken_in_a_row < gateways.len() {
+                    continue;
+                }
+            }
             Err(e) => {
                 failures = failures.saturating_add(1);
                 leaving_in_a_row = 0;
+                broken_in_a_row = 0;
                 tracing::warn!(%gateway, error = %e, "attach failed");
                 agent.set_not_ready(format!("not attached: gateway {gateway}: {e}"));
             }
@@ -362,7 +396,7 @@ async fn attach_once(agent: &Arc<Agent>, gateway: &str) -> anyhow::Result<Ended>
     let status_task = spawn_status(agent.clone(), tx, interval);
     let result = follow(agent, &mut inbound).await;
     status_task.abort();
-    result
+    Ok(result.unwrap_or_else(Ended::Broken))
 }
 
 /// Sends `HostStatus` on `tx` every `interval` until the stream closes.

@@ -442,9 +442,10 @@ const KEEP: usize = 4096;
 /// changes only from the first entry it records.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ChangeLog {
-    /// Touching entries by log index (entries that touched nothing are not
-    /// kept).
-    entries: BTreeMap<u64, Touch>,
+    /// What the touching commands of each log index touched, in apply order
+    /// (one entry can carry several commands; entries that touched nothing
+    /// are not kept).
+    entries: BTreeMap<u64, Vec<Touch>>,
     /// Every touching entry after this index is in `entries` (None: no
     /// entry recorded yet).
     complete_after: Option<u64>,
@@ -457,17 +458,17 @@ impl ChangeLog {
     }
 
     /// Records the command applied at `index` with its outcome. Indexes
-    /// must increase; entries that are not pool commands need no record
-    /// (they change no sandbox).
+    /// never decrease; every command of one log entry (a batch) applies at
+    /// the entry's index, so the touches of one index add up (a later
+    /// command never hides an earlier one's). Entries that are not pool
+    /// commands need no record (they change no sandbox).
     pub fn record(&mut self, index: u64, command: &Command, outcome: &Outcome) {
         if self.complete_after.is_none() {
             self.complete_after = Some(index.saturating_sub(1));
         }
         match touched_by(command, outcome) {
             Touch::Nothing => {}
-            touch => {
-                self.entries.insert(index, touch);
-            }
+            touch => self.entries.entry(index).or_default().push(touch),
         }
         while self.entries.len() > KEEP {
             if let Some((forgotten, _)) = self.entries.pop_first() {
@@ -488,7 +489,7 @@ impl ChangeLog {
         for touch in self
             .entries
             .range(index.saturating_add(1)..)
-            .map(|(_, t)| t)
+            .flat_map(|(_, t)| t)
         {
             match touch {
                 Touch::Nothing => {}
@@ -529,6 +530,14 @@ mod tests {
 
         fn apply(&mut self, command: Command) -> Outcome {
             self.index += 1;
+            let outcome = self.state.apply(self.index, &command);
+            self.log.record(self.index, &command, &outcome);
+            outcome
+        }
+
+        /// Applies `command` in the entry applied last (at its index), as
+        /// one more command of a batch.
+        fn apply_in_last_entry(&mut self, command: Command) -> Outcome {
             let outcome = self.state.apply(self.index, &command);
             self.log.record(self.index, &command, &outcome);
             outcome
@@ -921,6 +930,53 @@ mod tests {
     /// `Changes::Unknown`).
     #[test]
     fn following_the_journal_matches_a_full_scan_on_random_histories() {
+        check_random_histories(1);
+    }
+
+    /// The same with several commands per log entry, as the leader's write
+    /// batcher makes them (every command of an entry applies at the entry's
+    /// index): t31 saw a sandbox launched in the same entry as another
+    /// sandbox's acknowledgement never reach its owner's stream.
+    #[test]
+    fn following_the_journal_matches_a_full_scan_with_batched_entries() {
+        check_random_histories(4);
+    }
+
+    /// Two sandboxes touched by commands of one log entry are both known
+    /// to have changed since the entry before it.
+    #[test]
+    fn every_command_of_one_entry_is_journaled() {
+        let mut log = ChangeLog::new();
+        let applied = Outcome::Applied(crate::Effect::Stopping);
+        let launch = |sandbox: &str| {
+            Command::Launch(Launch {
+                launch_id: sandbox.into(),
+                sandbox: sandbox.into(),
+                material_ref: String::new(),
+            })
+        };
+        log.record(10, &launch("q3"), &applied);
+        log.record(10, &launch("q2"), &applied);
+        assert_eq!(
+            log.since(9),
+            Changes::Since {
+                index: 9,
+                sandboxes: BTreeSet::from(["q2".to_string(), "q3".to_string()])
+            }
+        );
+        let drain = Command::StartDrain(crate::StartDrain {
+            operation_id: "op".into(),
+            member: "a".into(),
+            max_parallel: 1,
+        });
+        log.record(11, &drain, &applied);
+        log.record(11, &launch("q4"), &applied);
+        assert_eq!(log.since(10), Changes::Unknown);
+    }
+
+    /// Random histories of `max_batch` commands at most per log entry,
+    /// planned every few entries, incremental against full.
+    fn check_random_histories(max_batch: u64) {
         for seed in 0..40 {
             let mut rng = Lcg(seed);
             let mut pool = Pool::new();
@@ -929,6 +985,12 @@ mod tests {
             for step in 0..150 {
                 let command = random_command(&mut rng, &pool.state);
                 pool.apply(command);
+                if max_batch > 1 {
+                    for _ in 0..rng.next(max_batch) {
+                        let command = random_command(&mut rng, &pool.state);
+                        pool.apply_in_last_entry(command);
+                    }
+                }
                 if rng.next(3) != 0 {
                     continue;
                 }

@@ -12,7 +12,19 @@ use super::{emit, table};
 use crate::{CliError, Gateway, Output, RaftCommand};
 
 fn raft_json(s: &ClusterStatus) -> Value {
-    let node = |n: &proto::cluster::NodeStatus| json!({"id": n.id, "addr": n.addr, "voter": n.voter, "matched_index": n.matched_index, "lag": n.lag});
+    // Unknown progress is null, never 0 (0 would read as caught up).
+    let known = |n: &proto::cluster::NodeStatus, v: u64| {
+        if n.progress_known {
+            json!(v)
+        } else {
+            Value::Null
+        }
+    };
+    let node = |n: &proto::cluster::NodeStatus| {
+        json!({"id": n.id, "addr": n.addr, "voter": n.voter,
+               "matched_index": known(n, n.matched_index), "lag": known(n, n.lag),
+               "last_ack_ms": n.last_ack_ms})
+    };
     json!({
         "cluster_id": s.cluster_id,
         "leader": if s.leader_id == 0 { Value::Null } else { json!(s.leader_id) },
@@ -68,16 +80,28 @@ fn status_table(s: &ClusterStatus) -> String {
         .nodes
         .iter()
         .map(|n| {
+            let known = |v: u64| {
+                if n.progress_known {
+                    v.to_string()
+                } else {
+                    "unknown".to_string()
+                }
+            };
             vec![
                 n.id.to_string(),
                 n.addr.clone(),
                 if n.voter { "voter" } else { "learner" }.to_string(),
-                n.matched_index.to_string(),
-                n.lag.to_string(),
+                known(n.matched_index),
+                known(n.lag),
+                n.last_ack_ms
+                    .map_or("-".to_string(), |ms| format!("{ms} ms ago")),
             ]
         })
         .collect();
-    head + &table(&["ID", "ADDRESS", "ROLE", "MATCHED", "LAG"], rows)
+    head + &table(
+        &["ID", "ADDRESS", "ROLE", "MATCHED", "LAG", "LAST ACK"],
+        rows,
+    )
 }
 
 /// `raft ...`
@@ -114,11 +138,11 @@ pub async fn raft(gw: &Gateway, output: Output, command: RaftCommand) -> Result<
                 .into_inner();
             emit(output, membership_json(&r), || membership_table(&r));
         }
-        RaftCommand::Promote { id } => {
+        RaftCommand::Promote { id, force } => {
             let r = gw
                 .call(|c| async move {
                     ClusterAdminClient::new(c)
-                        .promote(PromoteRequest { id })
+                        .promote(PromoteRequest { id, force })
                         .await
                 })
                 .await?

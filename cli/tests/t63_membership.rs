@@ -35,6 +35,18 @@ fn voters(endpoints: &str) -> Vec<u64> {
     ids
 }
 
+/// The voters a half-done membership change leads to, as `raft status -o
+/// json` shows them through `endpoints` (empty when none).
+fn unfinished(endpoints: &str) -> Vec<u64> {
+    let status = json(endpoints, &["raft", "status"]);
+    let mut ids: Vec<u64> = status["unfinished_change_to_voters"]
+        .as_array()
+        .map(|v| v.iter().filter_map(Value::as_u64).collect())
+        .unwrap_or_default();
+    ids.sort_unstable();
+    ids
+}
+
 /// `raft remove ID` with both followers down: rc 6 within the bound.
 fn remove_fails_without_quorum(endpoints: &str, id: u64) {
     let started = Instant::now();
@@ -68,12 +80,17 @@ async fn remove_without_quorum_fails_fast_and_completes_once_quorum_returns() ->
     cluster.node(f1).kill9();
     cluster.node(f2).kill9();
     remove_fails_without_quorum(&all, f1);
+    let mut want = vec![leader, f2];
+    want.sort_unstable();
+    assert_eq!(
+        unfinished(&all),
+        want,
+        "raft status shows the change in flight"
+    );
 
     eprintln!("--- step: follower {f2} returns; the removal completes by itself");
     cluster.node(f2).start();
     let deadline = Instant::now() + Duration::from_secs(30);
-    let mut want = vec![leader, f2];
-    want.sort_unstable();
     loop {
         let (code, out, _) = pool(&all, &["-o", "json", "raft", "status"]);
         let done = code == 0
@@ -127,18 +144,20 @@ async fn a_change_left_half_done_is_finished_by_rerunning_it() -> TestResult {
     cluster.node(leader).start();
     cluster.node(f2).start();
     let leader = cluster.wait_leader("leader and f2 back").await;
+    let mut want = vec![leader, f2];
+    want.sort_unstable();
+    want.dedup();
+    assert_eq!(
+        unfinished(&all),
+        want,
+        "raft status shows the change left half done"
+    );
 
     eprintln!("--- step: re-running raft remove {f1} finishes the change");
     let (code, out, err) = pool(&all, &["-o", "json", "raft", "remove", &f1.to_string()]);
     assert_eq!(code, 0, "re-running the change: {out} {err}");
-    let mut want = [leader, f2]
-        .iter()
-        .copied()
-        .filter(|id| *id != f1)
-        .collect::<Vec<_>>();
-    want.sort_unstable();
-    want.dedup();
     assert_eq!(voters(&all), want);
+    assert!(unfinished(&all).is_empty(), "the change is finished");
     put(cluster.get(leader), "after", "x").await?;
     Ok(())
 }

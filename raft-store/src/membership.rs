@@ -124,6 +124,15 @@ pub fn unfinished_change(raft: &Raft) -> Option<BTreeSet<NodeId>> {
     }
 }
 
+/// The log index of the membership entry `raft` runs under when that entry
+/// is not applied yet (a change still in flight); `None` once applied.
+fn membership_in_flight(raft: &Raft) -> Option<u64> {
+    let metrics = raft.metrics().borrow().clone();
+    let at = metrics.membership_config.log_id().map(|l| l.index)?;
+    let applied = metrics.last_applied.map(|l| l.index).unwrap_or(0);
+    (at > applied).then_some(at)
+}
+
 /// Membership administration through one node's raft.
 pub(crate) struct MembershipAdmin {
     /// The node's raft handle.
@@ -406,6 +415,11 @@ impl MembershipAdmin {
         if self.raft.metrics().borrow().current_leader != Some(self.me) {
             return Err(not_leader(&self.raft, self.me));
         }
+        if unfinished_change(&self.raft).is_none() {
+            return Ok(());
+        }
+        // Its proposer may still be driving it: let that step commit first.
+        self.wait_in_flight(deadline).await?;
         let Some(target) = unfinished_change(&self.raft) else {
             return Ok(());
         };
@@ -413,6 +427,22 @@ impl MembershipAdmin {
         self.change_membership(ChangeMembers::ReplaceAllVoters(target), deadline)
             .await
             .map(|_| ())
+    }
+
+    /// Waits (until `deadline`) until no membership change is in flight.
+    async fn wait_in_flight(&self, deadline: Instant) -> Result<(), AdminError> {
+        while let Some(at) = membership_in_flight(&self.raft) {
+            if Instant::now() >= deadline {
+                return Err(AdminError::NoQuorum(format!(
+                    "an earlier membership change (log index {at}) is still not committed \
+                     after {} ms; a majority of the voters must be up and reachable for it \
+                     to complete",
+                    self.write_timeout.as_millis()
+                )));
+            }
+            tokio::time::sleep(self.retry_pause).await;
+        }
+        Ok(())
     }
 
     /// Proposes a membership change, waiting (until `deadline`) for a change
@@ -428,6 +458,9 @@ impl MembershipAdmin {
         deadline: Instant,
     ) -> Result<MembershipChange, AdminError> {
         loop {
+            // Wait here for a change still in flight rather than have
+            // openraft refuse (and log) every retry.
+            self.wait_in_flight(deadline).await?;
             let raft = self.raft.clone();
             let proposal = change.clone();
             let task = tokio::spawn(async move { raft.change_membership(proposal, false).await });

@@ -86,6 +86,9 @@ pub struct ClusterStatus {
     pub nodes: Vec<NodeStatus>,
     /// The cluster id.
     pub cluster_id: String,
+    /// A membership change half done (joint configuration): the voters it
+    /// leads to.
+    pub unfinished_change: Option<Vec<NodeId>>,
     /// On the leader: milliseconds since a quorum last acknowledged it;
     /// `None` on other nodes, or while no quorum acknowledged this leader.
     pub quorum_ack_ms: Option<u64>,
@@ -550,6 +553,8 @@ impl<SM: StateMachine> RaftNode<SM> {
             .to_string(),
             nodes,
             cluster_id: self.cluster_id().to_string(),
+            unfinished_change: membership::unfinished_change(&self.inner.raft)
+                .map(|voters| voters.into_iter().collect()),
             quorum_ack_ms: if is_leader {
                 metrics.millis_since_quorum_ack
             } else {

@@ -38,6 +38,12 @@ fn raft_json(s: &ClusterStatus) -> Value {
         "voters": s.nodes.iter().filter(|n| n.voter).map(|n| json!({"id": n.id, "addr": n.addr})).collect::<Vec<_>>(),
         "learners": s.nodes.iter().filter(|n| !n.voter).map(|n| json!({"id": n.id, "addr": n.addr})).collect::<Vec<_>>(),
         "nodes": s.nodes.iter().map(node).collect::<Vec<_>>(),
+        // Voters a half-done membership change leads to; null when none.
+        "unfinished_change_to_voters": if s.unfinished_change_to_voters.is_empty() {
+            Value::Null
+        } else {
+            json!(s.unfinished_change_to_voters)
+        },
     })
 }
 
@@ -72,10 +78,23 @@ fn status_table(s: &ClusterStatus) -> String {
     } else {
         format!("{} ({})", s.leader_id, s.leader_addr)
     };
-    let head = format!(
-        "leader: {leader}\nterm: {}\ncommit index: {}\napplied index: {}\n\n",
+    let mut head = format!(
+        "leader: {leader}\nterm: {}\ncommit index: {}\napplied index: {}\n",
         s.term, s.commit_index, s.applied_index
     );
+    if !s.unfinished_change_to_voters.is_empty() {
+        let to = s
+            .unfinished_change_to_voters
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        head += &format!(
+            "membership change unfinished: voters -> {to} (completes once a majority is up; \
+             re-run it to finish it after a leader change)\n"
+        );
+    }
+    head += "\n";
     let rows = s
         .nodes
         .iter()

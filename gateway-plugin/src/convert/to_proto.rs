@@ -291,6 +291,7 @@ pub fn cluster_status(s: raft_store::ClusterStatus) -> PbStatus {
             .collect(),
         state: s.state,
         cluster_id: s.cluster_id,
+        unfinished_change_to_voters: s.unfinished_change.unwrap_or_default(),
     }
 }
 

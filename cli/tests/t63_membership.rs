@@ -53,7 +53,10 @@ fn remove_fails_without_quorum(endpoints: &str, id: u64) {
     let (code, out, err) = pool(endpoints, &["raft", "remove", &id.to_string()]);
     let took = started.elapsed();
     eprintln!("raft remove {id} without quorum: rc {code} after {took:?}: {err}");
-    assert_eq!(code, 6, "no quorum is exit code 6: stdout {out} stderr {err}");
+    assert_eq!(
+        code, 6,
+        "no quorum is exit code 6: stdout {out} stderr {err}"
+    );
     assert!(
         err.contains("no quorum") && err.lines().count() == 1,
         "one line saying no quorum: {err}"

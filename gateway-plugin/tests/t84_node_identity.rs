@@ -197,7 +197,10 @@ async fn a_node_answering_at_a_learners_address_refuses_its_traffic() -> TestRes
         .get(leader)
         .admin()
         .await?
-        .promote(PromoteRequest { id: 4, force: false })
+        .promote(PromoteRequest {
+            id: 4,
+            force: false,
+        })
         .await;
     let status = match refused {
         Ok(reply) => panic!("node 4 was promoted with node {other} at its address: {reply:?}"),
@@ -207,8 +210,7 @@ async fn a_node_answering_at_a_learners_address_refuses_its_traffic() -> TestRes
     let view = leader_view(&cluster, leader).await?;
     let four = view.nodes.iter().find(|n| n.id == 4);
     assert!(
-        four.is_some_and(|n| !n.voter
-            && n.last_ack_ms.is_none_or(|ms| ms > 1_000)),
+        four.is_some_and(|n| !n.voter && n.last_ack_ms.is_none_or(|ms| ms > 1_000)),
         "node 4 stays a learner that has not answered lately: {view:?}"
     );
     Ok(())

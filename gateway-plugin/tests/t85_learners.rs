@@ -61,7 +61,10 @@ async fn a_learner_nobody_answers_for_is_not_added() -> TestResult<()> {
         Ok(reply) => panic!("a learner nobody answers for was added: {reply:?}"),
         Err(status) => status,
     };
-    eprintln!("refused after {} ms: {status}", started.elapsed().as_millis());
+    eprintln!(
+        "refused after {} ms: {status}",
+        started.elapsed().as_millis()
+    );
     assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{status}");
     assert!(
         status.message().contains(&nowhere) && status.message().contains("nothing changed"),
@@ -118,7 +121,10 @@ async fn a_dead_learner_is_not_promoted_and_its_lag_is_unknown() -> TestResult<(
         .get(leader)
         .admin()
         .await?
-        .promote(PromoteRequest { id: 4, force: false })
+        .promote(PromoteRequest {
+            id: 4,
+            force: false,
+        })
         .await;
     let status = match refused {
         Ok(reply) => panic!("a dead learner was promoted: {reply:?}"),

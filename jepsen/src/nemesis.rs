@@ -611,10 +611,14 @@ impl Nemesis {
                     }
                 }
             }
-            match node.admin().promote(PromoteRequest {
+            match node
+                .admin()
+                .promote(PromoteRequest {
                     id: k as u64,
                     force: false,
-                }).await {
+                })
+                .await
+            {
                 Ok(_) => {
                     self.note("promote", format!("n{k} via n{via}"));
                     return;

@@ -157,12 +157,15 @@ impl LeaderTransfer {
         self.raft.runtime_config().heartbeat(false);
         // Let every follower's leader lease (election_timeout_max) run out.
         tokio::time::sleep(election_max + election_max / 2).await;
-        self.channels.campaign(target, addr).await.map_err(|e| match e {
-            PeerCallError::BadAddress(e) => AdminError::InvalidArgument(e.to_string()),
-            PeerCallError::Failed(s) => {
-                AdminError::Failed(format!("node {target} could not campaign: {}", s.message()))
-            }
-        })?;
+        self.channels
+            .campaign(target, addr)
+            .await
+            .map_err(|e| match e {
+                PeerCallError::BadAddress(e) => AdminError::InvalidArgument(e.to_string()),
+                PeerCallError::Failed(s) => {
+                    AdminError::Failed(format!("node {target} could not campaign: {}", s.message()))
+                }
+            })?;
         let metrics = self
             .raft
             .wait(Some(self.write_timeout))

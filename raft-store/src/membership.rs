@@ -468,7 +468,9 @@ impl MembershipAdmin {
             let outcome = match tokio::time::timeout(left, task).await {
                 Ok(Ok(outcome)) => outcome,
                 Ok(Err(join)) => {
-                    return Err(AdminError::Failed(format!("membership change task: {join}")))
+                    return Err(AdminError::Failed(format!(
+                        "membership change task: {join}"
+                    )))
                 }
                 Err(_) => {
                     return Err(AdminError::NoQuorum(format!(

@@ -156,7 +156,11 @@ impl<SM: StateMachine> TransportService<SM> {
         what: &str,
     ) -> Result<T, Status> {
         let payload = request.get_ref();
-        self.check_peer(request.metadata(), &payload.cluster_id, payload.target_node_id)?;
+        self.check_peer(
+            request.metadata(),
+            &payload.cluster_id,
+            payload.target_node_id,
+        )?;
         if payload.encoding != codec::ENCODING_V1 {
             return Err(Status::invalid_argument(format!(
                 "{what}: encoding {} is not supported (this node speaks {})",
@@ -389,9 +393,15 @@ mod tests {
     #[test]
     fn calls_meant_for_another_node_are_refused() {
         assert!(refuse_other_node(3, 3).is_ok());
-        assert!(refuse_other_node(3, 0).is_ok(), "an older sender names no node");
+        assert!(
+            refuse_other_node(3, 0).is_ok(),
+            "an older sender names no node"
+        );
         let refused = refuse_other_node(3, 4).map_err(|s| {
-            let id = s.metadata().get(NODE_ID).and_then(|v| v.to_str().ok().map(str::to_string));
+            let id = s
+                .metadata()
+                .get(NODE_ID)
+                .and_then(|v| v.to_str().ok().map(str::to_string));
             (s.code(), id)
         });
         assert_eq!(

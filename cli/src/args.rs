@@ -65,8 +65,9 @@ pub enum RaftCommand {
     /// Leader, term, commit and applied index, voters, learners, lag.
     Status,
     /// Add a gateway as a non-voting learner. Refused (nothing changes)
-    /// unless the gateway at ADDR answers as node ID; then waits up to 30 s
-    /// until it caught up (exit 1 if it did not: it stays a learner).
+    /// unless the gateway at ADDR answers as node ID within 5 s; then waits
+    /// up to 30 s until it caught up (exit 1 if it did not: it stays a
+    /// learner).
     AddLearner {
         /// Its node id.
         id: u64,

@@ -9,6 +9,9 @@
 //! - given: 3 gateways
 //! - when: a learner is added at an address where nothing listens
 //! - then: the call is refused and nothing changes
+//! - when: it is added there without waiting (`blocking: false`)
+//! - then: it is added, its progress is unknown (not lag 0), promoting it
+//!   is refused, and removing it is quick
 //! - when: a real learner 4 is added (waiting until caught up), then killed
 //! - then: its progress is known while it is up; once dead, `promote` is
 //!   refused (it has not acknowledged the leader recently), and a new leader,
@@ -74,6 +77,43 @@ async fn a_learner_nobody_answers_for_is_not_added() -> TestResult<()> {
     assert!(
         view.nodes.iter().all(|n| n.id != 9),
         "nothing changed: {view:?}"
+    );
+
+    eprintln!("--- step: added without waiting, its progress is unknown and it is not promoted");
+    let mut admin = cluster.get(leader).admin().await?;
+    admin
+        .add_learner(AddLearnerRequest {
+            node: Some(Node {
+                id: 9,
+                addr: nowhere,
+            }),
+            blocking: false,
+        })
+        .await?;
+    let view = leader_view(&cluster, leader).await?;
+    let nine = view.nodes.iter().find(|n| n.id == 9);
+    assert!(
+        nine.is_some_and(|n| !n.voter && !n.progress_known && n.last_ack_ms.is_none()),
+        "a learner nobody answers for has unknown progress: {view:?}"
+    );
+    let refused = admin
+        .promote(PromoteRequest {
+            id: 9,
+            force: false,
+        })
+        .await
+        .map(|r| r.into_inner());
+    assert_eq!(
+        refused.map_err(|s| s.code()),
+        Err(tonic::Code::FailedPrecondition),
+        "a learner nobody answers for is not promoted"
+    );
+    let started = Instant::now();
+    admin.remove(RemoveRequest { id: 9 }).await?;
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "remove took {:?}",
+        started.elapsed()
     );
     Ok(())
 }

@@ -8,8 +8,9 @@
 //!
 //! - Adding a learner first asks its address which node answers there
 //!   (the `Identify` RPC): another node, or none, is refused before the
-//!   membership changes. A blocking add then waits at most
-//!   [`LEARNER_CATCH_UP`] for the learner to match the leader's log.
+//!   membership changes (none only for a blocking add: a non-blocking one
+//!   adds a learner that does not answer yet). A blocking add then waits at
+//!   most [`LEARNER_CATCH_UP`] for the learner to match the leader's log.
 //! - A promotion is refused unless the learner acknowledged the leader's
 //!   appends within [`MembershipAdmin::recent_ack`] and matched its commit
 //!   index ([`AppendAcks`], kept by the raft network client), unless forced.
@@ -34,8 +35,12 @@ use crate::types::NodeId;
 /// How long a blocking add-learner waits for the learner to catch up.
 pub const LEARNER_CATCH_UP: Duration = Duration::from_secs(30);
 
-/// How long the leader waits for an address to say which node it is.
-const IDENTIFY_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long one `Identify` call may take.
+const IDENTIFY_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long the leader keeps asking an address that does not answer (a
+/// gateway just started may not listen yet).
+const IDENTIFY_WITHIN: Duration = Duration::from_secs(5);
 
 /// Result of a membership change.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -260,7 +265,7 @@ impl MembershipAdmin {
         if self.raft.metrics().borrow().current_leader != Some(self.me) {
             return Err(not_leader(&self.raft, self.me));
         }
-        self.check_identity(id, addr).await?;
+        self.check_identity(id, addr, blocking).await?;
         let written = self
             .raft
             .add_learner(id, BasicNode::new(addr), false)
@@ -274,9 +279,42 @@ impl MembershipAdmin {
         Ok(change)
     }
 
-    /// Asks `addr` which node answers there; refuses anything but `id`.
-    async fn check_identity(&self, id: NodeId, addr: &str) -> Result<(), AdminError> {
-        match self.channels.identify(addr, IDENTIFY_TIMEOUT).await {
+    /// Asks `addr` which node answers there, for up to [`IDENTIFY_WITHIN`]
+    /// while nothing answers; refuses anything but `id`. When nothing
+    /// answers at all, a non-`blocking` add goes ahead (the operator chose
+    /// not to wait for the node; the transport still refuses to let another
+    /// node answer for it later), a blocking one is refused.
+    async fn check_identity(
+        &self,
+        id: NodeId,
+        addr: &str,
+        blocking: bool,
+    ) -> Result<(), AdminError> {
+        let deadline = Instant::now() + IDENTIFY_WITHIN;
+        let answer = loop {
+            match self.channels.identify(addr, IDENTIFY_TIMEOUT).await {
+                Err(PeerCallError::Failed(status))
+                    if matches!(
+                        status.code(),
+                        tonic::Code::Unavailable | tonic::Code::DeadlineExceeded
+                    ) && Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(PeerCallError::Failed(status))
+                    if !blocking
+                        && matches!(
+                            status.code(),
+                            tonic::Code::Unavailable | tonic::Code::DeadlineExceeded
+                        ) =>
+                {
+                    tracing::warn!(node = id, addr, %status, "adding a learner nothing answers for (--no-wait): its progress stays unknown until it does");
+                    return Ok(());
+                }
+                answer => break answer,
+            }
+        };
+        match answer {
             Ok(answered) if answered == id => Ok(()),
             Ok(answered) => Err(AdminError::Refused(format!(
                 "the gateway at {addr} is node {answered}, not node {id}; \

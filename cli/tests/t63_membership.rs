@@ -9,7 +9,8 @@
 //! - given: 3 gateways, both followers killed
 //! - when: `raft remove F1` runs against the leader
 //! - then: it exits 6 within the write timeout (5 s) plus a margin, saying
-//!   no quorum, and does not try the other endpoints for another round
+//!   no quorum, and does not try the other endpoints for another round;
+//!   `raft add-learner` of a live gateway does the same
 //! - when: follower F2 comes back
 //! - then: the removal completes by itself (voters: leader and F2) and the
 //!   next membership command works
@@ -90,6 +91,17 @@ async fn remove_without_quorum_fails_fast_and_completes_once_quorum_returns() ->
         want,
         "raft status shows the change in flight"
     );
+    cluster.add_node(4, &[]);
+    let addr4 = cluster.get(4).addr.clone();
+    eventually("node 4 serves", || cluster.get(4).status()).await;
+    let started = Instant::now();
+    let (code, _, err) = pool(&all, &["raft", "add-learner", "4", &addr4]);
+    assert_eq!(code, 6, "add-learner without quorum: {err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "add-learner without quorum took {:?}",
+        started.elapsed()
+    );
 
     eprintln!("--- step: follower {f2} returns; the removal completes by itself");
     cluster.node(f2).start();
@@ -116,9 +128,6 @@ async fn remove_without_quorum_fails_fast_and_completes_once_quorum_returns() ->
     }
 
     eprintln!("--- step: the next membership command works");
-    cluster.add_node(4, &[]);
-    let addr4 = cluster.get(4).addr.clone();
-    eventually("node 4 serves", || cluster.get(4).status()).await;
     json(&all, &["raft", "add-learner", "4", &addr4]);
     json(&all, &["raft", "promote", "4"]);
     let mut want = vec![leader, f2, 4];

@@ -19,7 +19,7 @@
 //!   keeps running in the background, so it completes by itself once a
 //!   majority is back. A change left half-done (a joint configuration,
 //!   e.g. after the leader changed) is finished by the next promote or
-//!   remove before it proposes its own change.
+//!   remove (or add-learner) before it proposes its own change.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -266,16 +266,17 @@ impl MembershipAdmin {
             return Err(not_leader(&self.raft, self.me));
         }
         self.check_identity(id, addr, blocking).await?;
-        let written = self
-            .raft
-            .add_learner(id, BasicNode::new(addr), false)
-            .await
-            .map_err(|e| self.admin_error(e))?;
+        // openraft's `add_learner` without blocking is this change; here it
+        // is bounded by the write timeout like every other.
+        let deadline = Instant::now() + self.write_timeout;
+        self.finish_unfinished(deadline).await?;
+        let add = ChangeMembers::AddNodes(BTreeMap::from([(id, BasicNode::new(addr))]));
+        let mut change = self.change_membership(add, deadline).await?;
         if blocking {
-            self.wait_caught_up(id, written.log_id.index).await?;
+            self.wait_caught_up(id, change.log_index).await?;
         }
-        let mut change = self.change_result(written.log_id.index);
         change.learner_matched = matched_index(&self.raft, self.me, id).unwrap_or(0);
+        change.leader_last_index = self.raft.metrics().borrow().last_log_index.unwrap_or(0);
         Ok(change)
     }
 

@@ -237,6 +237,9 @@ impl Channels {
                 Err(WriteError::Rejected(status.message().to_string()))
             }
             Err(status) if never_sent(&status) => Ok(Forwarded::Retry),
+            // Another node answers at the leader's address: it refused the
+            // call before looking at it, so nothing was appended.
+            Err(status) if status.metadata().contains_key(NODE_ID) => Ok(Forwarded::Retry),
             Err(status) => Err(WriteError::Unknown(format!(
                 "forwarding to leader {leader} at {addr}: {status}"
             ))),

@@ -52,6 +52,14 @@ pub enum Command {
     /// Backups of the replicated state.
     #[command(subcommand)]
     Backup(BackupCommand),
+    /// What a stopped gateway's data directory holds (read-only, offline):
+    /// node and cluster id, last log index, committed and snapshot index,
+    /// membership, vote. Refuses a directory a running process holds.
+    LocalStatus {
+        /// The gateway's data directory.
+        #[arg(long)]
+        data_dir: std::path::PathBuf,
+    },
     /// Print shell completions.
     Completions {
         /// The shell.
@@ -158,14 +166,20 @@ pub enum SandboxCommand {
     /// Every sandbox.
     List,
     /// Run a command inside a sandbox (through its supervisor).
+    ///
+    /// stdout and stderr are kept up to 1 MiB each; past that the output is
+    /// cut, a line on stderr says so, and `-o json` sets `stdout_truncated` /
+    /// `stderr_truncated`. A command still running at the timeout is killed.
     Exec {
         /// Sandbox id.
         id: String,
         /// The command.
         #[arg(last = true, required = true)]
         command: Vec<String>,
-        /// Timeout in ms (default 10000).
-        #[arg(long, default_value_t = 10_000)]
+        /// Timeout in ms, 1..=60000 (the cap: a longer one is refused, not
+        /// shortened).
+        #[arg(long, default_value_t = 10_000,
+              value_parser = clap::value_parser!(u64).range(1..=proto::exec::MAX_TIMEOUT_MS))]
         timeout_ms: u64,
     },
 }

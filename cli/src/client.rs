@@ -1,6 +1,8 @@
 //! Connecting to any gateway, bearer tokens, leader hints, and the errors a
 //! user sees.
 
+use std::time::Duration;
+
 use proto::client::{self, ClientConfig, Role};
 use proto::metadata::{LEADER_ADDR, NO_QUORUM};
 use tonic::metadata::AsciiMetadataValue;
@@ -113,12 +115,14 @@ impl Gateway {
     }
 
     /// An eager channel to `addr` with the CLI's deadlines
-    /// ([`ClientConfig::for_role`]`(`[`Role::Cli`]`)`), or `None` when it
-    /// does not answer.
-    async fn connect(addr: &str) -> Option<Channel> {
-        client::connect(Role::Cli, addr, &ClientConfig::for_role(Role::Cli))
-            .await
-            .ok()
+    /// ([`ClientConfig::for_role`]`(`[`Role::Cli`]`)`), the request deadline
+    /// replaced by `deadline` when given, or `None` when it does not answer.
+    async fn connect(addr: &str, deadline: Option<Duration>) -> Option<Channel> {
+        let mut config = ClientConfig::for_role(Role::Cli);
+        if let Some(deadline) = deadline {
+            config = config.with_request_timeout(deadline);
+        }
+        client::connect(Role::Cli, addr, &config).await.ok()
     }
 
     /// A channel to the first endpoint that answers.
@@ -127,7 +131,7 @@ impl Gateway {
     /// [`CliError::Unreachable`] when none does.
     pub async fn channel(&self) -> Result<InterceptedService<Channel, Bearer>, CliError> {
         for addr in &self.endpoints {
-            if let Some(channel) = Self::connect(addr).await {
+            if let Some(channel) = Self::connect(addr, None).await {
                 return Ok(InterceptedService::new(channel, self.bearer()?));
             }
         }
@@ -146,9 +150,27 @@ impl Gateway {
         F: Fn(Authed) -> Fut,
         Fut: std::future::Future<Output = Result<T, Status>>,
     {
+        self.call_within(None, call).await
+    }
+
+    /// [`Gateway::call`] with a request deadline of `deadline` instead of
+    /// the CLI's default (`sandbox exec`: its own timeout plus a margin, so
+    /// the CLI never gives up before the command's timeout).
+    ///
+    /// # Errors
+    /// The last error, mapped for the user.
+    pub async fn call_within<T, F, Fut>(
+        &self,
+        deadline: Option<Duration>,
+        call: F,
+    ) -> Result<T, CliError>
+    where
+        F: Fn(Authed) -> Fut,
+        Fut: std::future::Future<Output = Result<T, Status>>,
+    {
         let mut last: Option<CliError> = None;
         for addr in &self.endpoints {
-            let Some(channel) = Self::connect(addr).await else {
+            let Some(channel) = Self::connect(addr, deadline).await else {
                 continue;
             };
             match call(InterceptedService::new(channel, self.bearer()?)).await {
@@ -162,7 +184,7 @@ impl Gateway {
                     let Some(leader) = hint else {
                         return Err(status.into());
                     };
-                    match Self::connect(&leader).await {
+                    match Self::connect(&leader, deadline).await {
                         Some(channel) => {
                             return Ok(call(InterceptedService::new(channel, self.bearer()?)).await?)
                         }

@@ -8,14 +8,17 @@
 //!
 //! The CLI talks to gateways only over gRPC (the `proto` crate); it shares
 //! no code with `gateway-plugin`, so a gateway that embeds that library does
-//! not carry the CLI.
+//! not carry the CLI. `local-status` reads a data directory through
+//! `raft-store`, the storage layer, without a gateway.
 //!
 //! # Layout
 //! - [`args`]: the flags and commands ([`Cli`]).
 //! - [`client`]: connecting to any gateway, bearer tokens, leader hints, and
 //!   [`CliError`] with its exit codes.
 //! - [`commands`]: `raft`, `pool`, `sandbox` and `backup`, one module each,
-//!   and the table/JSON output they share.
+//!   and the table/JSON output they share; `local-status`, the one command
+//!   that reads a stopped gateway's data directory (through `raft-store`)
+//!   instead of calling a gateway.
 //! - [`dev`]: `openshell-pool dev`, the local cluster launcher, and the
 //!   processes it owns.
 //!
@@ -47,6 +50,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Pool(c) => commands::pool(&gw, cli.output, c).await,
         Command::Sandbox(c) => commands::sandbox(&gw, cli.output, c).await,
         Command::Backup(c) => commands::backup(&gw, cli.output, c).await,
+        Command::LocalStatus { data_dir } => commands::local_status(cli.output, &data_dir),
         Command::Completions { shell } => {
             use clap::CommandFactory;
             clap_complete::generate(

@@ -356,6 +356,7 @@ impl GatewaySection {
             })?;
             initial_voters.push(voter);
         }
+        check_distinct_voters(&initial_voters)?;
         let mut node = NodeConfig::new(node_id, &advertise, data_dir, &cluster_id);
         validate_raft(&mut node, self.raft.unwrap_or_default())?;
         let pool = validate_pool(self.supervisor_pool.unwrap_or_default())?;
@@ -386,6 +387,35 @@ impl GatewaySection {
             auth,
         })
     }
+}
+
+/// Refuses initial voters that name one node id twice, or one address under
+/// two ids (one process would count as two voters).
+fn check_distinct_voters(voters: &[(u64, String)]) -> Result<(), ConfigError> {
+    for (i, (id, addr)) in voters.iter().enumerate() {
+        for (other_id, other_addr) in &voters[..i] {
+            let problem = if other_id == id {
+                format!("node id {id} is listed twice ({other_addr} and {addr}); give each voter its own id")
+            } else if other_addr == addr {
+                format!(
+                    "address {addr} is listed for node ids {other_id} and {id}; one gateway process is one \
+                     voter: give each voter its own address"
+                )
+            } else {
+                continue;
+            };
+            return Err(ConfigError::Invalid {
+                key: "openshell.gateway.initial_voters",
+                value: voters
+                    .iter()
+                    .map(|(id, addr)| format!("{id}={addr}"))
+                    .collect::<Vec<_>>()
+                    .join(","),
+                problem,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Validates `[openshell.gateway.raft]` into `node`.
@@ -564,6 +594,26 @@ mod tests {
             .map(|e| e.to_string())
             .unwrap_or_default();
         assert!(e.contains("openshell.gateway.initial_voters"), "{e}");
+    }
+
+    #[test]
+    fn initial_voters_name_each_id_and_address_once() {
+        let refused = |voters: &[&str]| {
+            let mut s = base();
+            s.initial_voters = Some(voters.iter().map(|v| v.to_string()).collect());
+            s.validate()
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+        };
+        let e = refused(&["1=127.0.0.1:7001", "1=127.0.0.1:7002"]);
+        assert!(e.contains("node id 1 is listed twice"), "{e}");
+        let e = refused(&["1=127.0.0.1:7001", "2=127.0.0.1:7001"]);
+        assert!(
+            e.contains("address 127.0.0.1:7001 is listed for node ids 1 and 2"),
+            "{e}"
+        );
+        assert_eq!(refused(&["1=127.0.0.1:7001", "2=127.0.0.1:7002"]), "");
     }
 
     #[test]

@@ -17,7 +17,13 @@
 //! flapping in and out of the Service. A leader that no majority
 //! acknowledged within the election timeout is not ready at once: it can
 //! commit nothing.
+//!
+//! **Leaving**: from the first SIGTERM or SIGINT on ([`Health::set_leaving`])
+//! the gateway is not ready ("shutting down"), whatever raft says, so that
+//! the Service stops sending it new clients while it stops. Liveness is not
+//! affected.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -41,6 +47,8 @@ pub struct Health {
     /// Written only by the evaluation task; a std lock because it is held
     /// for a copy, never across an await.
     state: Arc<RwLock<Verdict>>,
+    /// The gateway is stopping: not ready, whatever the verdict says.
+    leaving: Arc<AtomicBool>,
 }
 
 /// What the probes answer.
@@ -165,6 +173,7 @@ impl Health {
                 ready: false,
                 reason: "not ready: starting".into(),
             })),
+            leaving: Arc::new(AtomicBool::new(false)),
         };
         let task = tokio::spawn(health.clone().run(node, commit_at_start));
         (health, task)
@@ -172,10 +181,24 @@ impl Health {
 
     /// The current verdict.
     pub fn verdict(&self) -> Verdict {
-        match self.state.read() {
+        let verdict = match self.state.read() {
             Ok(v) => v.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
+        };
+        if self.leaving.load(Ordering::SeqCst) && verdict.fatal.is_none() {
+            return Verdict {
+                fatal: None,
+                ready: false,
+                reason: "not ready: shutting down".into(),
+            };
         }
+        verdict
+    }
+
+    /// The gateway is stopping: `/readyz` answers 503 "shutting down" from
+    /// now on.
+    pub fn set_leaving(&self) {
+        self.leaving.store(true, Ordering::SeqCst);
     }
 
     async fn run(self, node: RaftNode<GatewayState>, commit_at_start: u64) {
@@ -317,5 +340,29 @@ mod quorum_tests {
         seen.leader_without_quorum = true;
         let v = next(&mut m, &seen, t);
         assert!(!v.ready && v.reason.contains("majority"), "{v:?}");
+    }
+}
+
+#[cfg(test)]
+mod leaving_tests {
+    use super::*;
+
+    #[test]
+    fn a_leaving_gateway_is_not_ready_but_stays_live() {
+        let health = Health {
+            state: Arc::new(RwLock::new(Verdict {
+                fatal: None,
+                ready: true,
+                reason: "ready: leader 1, applied 10, 0 behind".into(),
+            })),
+            leaving: Arc::new(AtomicBool::new(false)),
+        };
+        assert!(health.verdict().ready);
+        health.set_leaving();
+        let v = health.verdict();
+        assert!(
+            !v.ready && v.fatal.is_none() && v.reason == "not ready: shutting down",
+            "{v:?}"
+        );
     }
 }

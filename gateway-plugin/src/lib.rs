@@ -32,11 +32,14 @@
 //! - [`metrics`], [`http`]: Prometheus metrics, `/healthz`, `/readyz`, `/metrics`.
 //! - [`health`]: liveness (raft running) and readiness (caught up with the
 //!   leader, with hysteresis), evaluated continuously for the probes.
+//! - [`address_check`]: the warning when this gateway's entry in the
+//!   membership names another address than the one it advertises.
 //! - [`status`]: error-to-`Status` mapping (raft-store errors with leader
 //!   hints, pool rejections, object-store rejections).
-//! - [`server`]: wiring and the serve loop ([`server::run`], whose errors are
-//!   [`server::ServeError`]).
+//! - [`server`]: wiring, the serve loop and the bounded stop ([`server::run`],
+//!   whose errors are [`server::ServeError`]; [`server::Signals`]).
 
+pub mod address_check;
 pub mod auth;
 pub mod cluster_admin_service;
 pub mod config;

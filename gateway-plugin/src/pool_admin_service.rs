@@ -244,6 +244,7 @@ impl PoolAdmin for PoolAdminService {
                 "sandbox_id and a command are required",
             ));
         }
+        proto::exec::check_timeout_ms(request.timeout_ms).map_err(Status::invalid_argument)?;
         let id = request.sandbox_id.clone();
         let owner = self
             .read(false, |s, _| {
@@ -301,6 +302,8 @@ impl PoolAdmin for PoolAdminService {
             stderr: reply.stderr,
             executed_by: member,
             term,
+            stdout_truncated: reply.stdout_truncated,
+            stderr_truncated: reply.stderr_truncated,
         }))
     }
 }

@@ -1,5 +1,21 @@
 //! Wiring: one raft node, every gRPC service on one port, bootstrap of a new
-//! cluster, graceful shutdown.
+//! cluster, and the bounded stop.
+//!
+//! # Stopping
+//! When `shutdown` completes (the binary: the first SIGTERM or SIGINT),
+//! [`run`] stops in at most [`STOP_BOUND`]:
+//!
+//! 1. `/readyz` answers 503 "shutting down" and new supervisor streams are
+//!    refused (UNAVAILABLE, refusal `GATEWAY_LEAVING`);
+//! 2. a leader hands leadership over to a caught-up voter (within
+//!    [`HANDOVER_BOUND`]; skipped when no voter is caught up);
+//! 3. every attached supervisor is sent `GatewayLeaving` and its stream
+//!    ends: it attaches to another gateway at once, keeping its incarnation;
+//! 4. the gRPC server stops accepting and waits for the calls in flight,
+//!    until the bound; connections still open then are dropped;
+//! 5. raft stops.
+//!
+//! A second signal exits at once ([`Signals`], used by the binary).
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -22,6 +38,17 @@ use crate::pool_admin_service::PoolAdminService;
 use crate::state::GatewayState;
 use crate::supervisor_host_service::SupervisorHostService;
 
+/// The longest a stop takes, from `shutdown` completing to [`run`]
+/// returning (the runbook promises an exit within 10 s).
+pub const STOP_BOUND: Duration = Duration::from_secs(9);
+/// The longest a stopping leader spends handing leadership over.
+pub const HANDOVER_BOUND: Duration = Duration::from_secs(4);
+/// Kept at the end of [`STOP_BOUND`] for raft's own shutdown.
+const RAFT_SHUTDOWN_BOUND: Duration = Duration::from_secs(1);
+/// A voter at most this many entries behind the leader counts as caught up
+/// (a candidate for the hand-over).
+const HANDOVER_MAX_LAG: u64 = 100;
+
 /// Why a gateway could not start or stopped serving. Each variant names
 /// what failed; its source says why (the binary prints the chain).
 #[derive(Debug, thiserror::Error)]
@@ -35,8 +62,11 @@ pub enum ServeError {
         #[source]
         source: raft_store::Error,
     },
-    /// The gRPC port could not be bound.
-    #[error("binding {addr} (is another process using the port?)")]
+    /// The gRPC port could not be bound (checked before the data directory
+    /// is created or opened).
+    #[error(
+        "--listen (listen_addr) {addr}: cannot bind the gRPC port (is another process using it?)"
+    )]
     Bind {
         /// The listen address.
         addr: SocketAddr,
@@ -44,8 +74,11 @@ pub enum ServeError {
         #[source]
         source: std::io::Error,
     },
-    /// The HTTP endpoints' port could not be bound.
-    #[error("binding the HTTP endpoints on {addr}")]
+    /// The HTTP endpoints' port could not be bound (checked before the data
+    /// directory is created or opened).
+    #[error(
+        "--http-listen (http_listen_addr) {addr}: cannot bind the HTTP endpoints' port (is another process using it?)"
+    )]
     BindHttp {
         /// The HTTP listen address.
         addr: SocketAddr,
@@ -58,15 +91,47 @@ pub enum ServeError {
     Serve(#[source] tonic::transport::Error),
 }
 
-/// Runs a gateway until `shutdown` completes.
+/// Both listeners, bound before anything touches the data directory: a busy
+/// port leaves nothing behind.
+struct Listeners {
+    /// `--listen`: every gRPC service.
+    grpc: tokio::net::TcpListener,
+    /// `--http-listen`, if given: the probes and metrics.
+    http: Option<(SocketAddr, tokio::net::TcpListener)>,
+}
+
+impl Listeners {
+    async fn bind(config: &GatewayConfig) -> Result<Self, ServeError> {
+        let grpc = tokio::net::TcpListener::bind(config.listen_addr)
+            .await
+            .map_err(|source| ServeError::Bind {
+                addr: config.listen_addr,
+                source,
+            })?;
+        let http = match config.http_listen {
+            Some(addr) => Some((
+                addr,
+                crate::http::bind(addr)
+                    .await
+                    .map_err(|source| ServeError::BindHttp { addr, source })?,
+            )),
+            None => None,
+        };
+        Ok(Listeners { grpc, http })
+    }
+}
+
+/// Runs a gateway until `shutdown` completes, then stops within
+/// [`STOP_BOUND`] (see the module doc).
 ///
 /// # Errors
-/// When the node cannot start (bad data directory, port in use) or the server
-/// fails.
+/// When a port is in use (nothing is created then), the node cannot start
+/// (bad data directory), or the server fails.
 pub async fn run(
     config: GatewayConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
+    let listeners = Listeners::bind(&config).await?;
     let node: RaftNode<GatewayState> =
         RaftNode::start(config.node.clone())
             .await
@@ -74,13 +139,8 @@ pub async fn run(
                 node_id: config.node.node_id,
                 source,
             })?;
-    let listener = tokio::net::TcpListener::bind(config.listen_addr)
-        .await
-        .map_err(|source| ServeError::Bind {
-            addr: config.listen_addr,
-            source,
-        })?;
-    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    let incoming =
+        tonic::transport::server::TcpIncoming::from(listeners.grpc).with_nodelay(Some(true));
     tracing::info!(
         node = config.node.node_id,
         listen = %config.listen_addr,
@@ -107,21 +167,24 @@ pub async fn run(
         tokio::spawn(hub.clone().run_heartbeats()),
         tokio::spawn(hub.clone().run_snapshot_pusher()),
         tokio::spawn(hub.clone().run_coordinator()),
+        tokio::spawn(crate::address_check::watch(
+            node.clone(),
+            config.node.advertise_addr.clone(),
+        )),
         health_task,
     ];
     let mut aborts: Vec<tokio::task::AbortHandle> =
         tasks.iter().map(|t| t.abort_handle()).collect();
-    if let Some(addr) = config.http_listen {
-        let listener = crate::http::bind(addr)
-            .await
-            .map_err(|source| ServeError::BindHttp { addr, source })?;
+    if let Some((addr, listener)) = listeners.http {
         tracing::info!(%addr, "HTTP endpoints listening (/healthz /readyz /metrics)");
+        // Served until the process exits: probes see "shutting down"
+        // throughout a stop.
         let serve = crate::http::serve(
             listener,
             node.clone(),
             hub.clone(),
             metrics.clone(),
-            health,
+            health.clone(),
             std::future::pending(),
         );
         aborts.push(
@@ -134,7 +197,44 @@ pub async fn run(
         );
     }
     let _abort = AbortOnDrop(aborts);
-    let result = tonic::transport::Server::builder()
+    let (stop_serving, serving_stopped) = tokio::sync::oneshot::channel::<()>();
+    let mut serving = tokio::spawn(
+        grpc_router(&node, &hub, &config, &metrics).serve_with_incoming_shutdown(incoming, async {
+            let _ = serving_stopped.await;
+        }),
+    );
+    tokio::select! {
+        served = &mut serving => {
+            // The server failed before any stop was asked for.
+            node.shutdown().await;
+            return match served {
+                Ok(result) => result.map_err(ServeError::Serve),
+                Err(e) => {
+                    tracing::error!(error = %e, "gRPC server task ended");
+                    Ok(())
+                }
+            };
+        }
+        () = shutdown => {}
+    }
+    let stopping = Stopping {
+        node,
+        hub,
+        health,
+        serving,
+        stop_serving,
+    };
+    stopping.run().await
+}
+
+/// Every gRPC service of the gateway.
+fn grpc_router(
+    node: &RaftNode<GatewayState>,
+    hub: &std::sync::Arc<Hub>,
+    config: &GatewayConfig,
+    metrics: &Metrics,
+) -> tonic::transport::server::Router {
+    tonic::transport::Server::builder()
         .add_service(node.transport_service())
         .add_service(
             ClusterAdminServer::new(ClusterAdminService::new(
@@ -156,11 +256,108 @@ pub async fn run(
             hub.clone(),
             config.auth.clone(),
         )))
-        .serve_with_incoming_shutdown(incoming, shutdown)
+}
+
+/// A gateway between `shutdown` and the return of [`run`].
+struct Stopping {
+    /// Hands leadership over, then stops.
+    node: RaftNode<GatewayState>,
+    /// Refuses new streams, then moves the attached ones.
+    hub: std::sync::Arc<Hub>,
+    /// Turns not ready at once.
+    health: Health,
+    /// The gRPC server's task.
+    serving: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+    /// Tells the gRPC server to stop accepting and drain.
+    stop_serving: tokio::sync::oneshot::Sender<()>,
+}
+
+impl Stopping {
+    /// The stop of the module doc, bounded by [`STOP_BOUND`].
+    async fn run(mut self) -> Result<(), ServeError> {
+        let started = tokio::time::Instant::now();
+        let deadline = started + STOP_BOUND;
+        self.health.set_leaving();
+        self.hub.begin_leaving();
+        tracing::info!(
+            bound_ms = STOP_BOUND.as_millis() as u64,
+            "stopping: /readyz answers 503, new supervisor streams are refused"
+        );
+        self.hand_over_leadership().await;
+        let moved = self.hub.move_supervisors();
+        tracing::info!(
+            moved,
+            "told the attached supervisors to move to another gateway"
+        );
+        let _ = self.stop_serving.send(());
+        let result = match tokio::time::timeout_at(
+            deadline - RAFT_SHUTDOWN_BOUND,
+            &mut self.serving,
+        )
         .await
-        .map_err(ServeError::Serve);
-    node.shutdown().await;
-    result
+        {
+            Ok(Ok(served)) => served.map_err(ServeError::Serve),
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "gRPC server task ended");
+                Ok(())
+            }
+            Err(_) => {
+                tracing::warn!(
+                    "connections still open at the stop bound: dropping them and exiting anyway"
+                );
+                self.serving.abort();
+                Ok(())
+            }
+        };
+        let raft_bound = deadline
+            .saturating_duration_since(tokio::time::Instant::now())
+            .max(Duration::from_millis(100));
+        if tokio::time::timeout(raft_bound, self.node.shutdown())
+            .await
+            .is_err()
+        {
+            tracing::warn!("raft did not stop within the bound; exiting anyway");
+        }
+        tracing::info!(
+            took_ms = started.elapsed().as_millis() as u64,
+            "gateway stopped"
+        );
+        result
+    }
+
+    /// A leader moves leadership to the most caught-up voter (at most
+    /// [`HANDOVER_MAX_LAG`] entries behind), within [`HANDOVER_BOUND`], so
+    /// the cluster does not wait for an election timeout after it leaves.
+    /// Skipped when this node does not lead or no voter is caught up.
+    async fn hand_over_leadership(&self) {
+        let status = self.node.status();
+        if !self.node.is_leader() {
+            return;
+        }
+        let target = status
+            .nodes
+            .iter()
+            .filter(|n| n.voter && n.id != status.node_id)
+            .filter_map(|n| n.lag.map(|lag| (lag, n.id)))
+            .filter(|(lag, _)| *lag <= HANDOVER_MAX_LAG)
+            .min();
+        let Some((lag, to)) = target else {
+            tracing::warn!("leading, but no voter is caught up: leaving without a hand-over");
+            return;
+        };
+        tracing::info!(to, lag, "leading: handing leadership over before stopping");
+        match tokio::time::timeout(HANDOVER_BOUND, self.node.transfer_leader(Some(to))).await {
+            Ok(Ok((leader, term))) => {
+                tracing::info!(leader, term, "handed leadership over")
+            }
+            Ok(Err(e)) => tracing::warn!(to, error = %e, "leadership hand-over failed"),
+            Err(_) => tracing::warn!(
+                to,
+                bound_ms = HANDOVER_BOUND.as_millis() as u64,
+                "leadership hand-over did not finish within its bound"
+            ),
+        }
+    }
 }
 
 /// Says, at start-up, which development defaults leave this gateway open.
@@ -222,19 +419,56 @@ impl Drop for AbortOnDrop {
 
 /// Completes on SIGINT or SIGTERM (Kubernetes stops Pods with SIGTERM).
 pub async fn shutdown_signal() {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
+    Signals::new().next().await;
+}
+
+/// SIGTERM and SIGINT, listened to for the life of the process: the first
+/// one starts the stop, a second one exits at once.
+pub struct Signals {
+    /// SIGTERM, unless it could not be listened to.
+    term: Option<tokio::signal::unix::Signal>,
+    /// SIGINT, unless it could not be listened to.
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    /// Starts listening (inside a tokio runtime). A signal that cannot be
+    /// listened to is logged and never completes.
+    pub fn new() -> Self {
+        use tokio::signal::unix::{signal, SignalKind};
+        let listen = |kind: SignalKind, name: &str| match signal(kind) {
+            Ok(s) => Some(s),
             Err(e) => {
-                tracing::error!(error = %e, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
+                tracing::error!(error = %e, "cannot listen for {name}");
+                None
+            }
+        };
+        Signals {
+            term: listen(SignalKind::terminate(), "SIGTERM"),
+            int: listen(SignalKind::interrupt(), "SIGINT"),
+        }
+    }
+
+    /// The next SIGTERM or SIGINT; returns the exit code a process killed by
+    /// it would have (143 for SIGTERM, 130 for SIGINT).
+    pub async fn next(&mut self) -> i32 {
+        async fn recv(s: &mut Option<tokio::signal::unix::Signal>) {
+            match s {
+                Some(s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending().await,
             }
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {},
-        _ = term => {},
+        tokio::select! {
+            () = recv(&mut self.term) => 143,
+            () = recv(&mut self.int) => 130,
+        }
+    }
+}
+
+impl Default for Signals {
+    fn default() -> Self {
+        Self::new()
     }
 }

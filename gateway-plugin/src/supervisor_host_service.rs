@@ -9,6 +9,10 @@
 //! `TermAck` and `SandboxReport` (proposed with the incarnation the join
 //! assigned, so apply fences stale ones). A newer stream of the same member supersedes
 //! the older one.
+//!
+//! A stopping gateway refuses new streams (UNAVAILABLE, refusal
+//! `GATEWAY_LEAVING`) and ends the attached ones with `GatewayLeaving`
+//! ([`Hub::move_supervisors`]): their supervisors attach elsewhere at once.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -25,10 +29,16 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::convert::from_proto::{self, StreamInput};
 use crate::convert::to_proto;
+use crate::hub::streams::StopPhase;
 use crate::hub::Hub;
 
 /// Longest member id, uid or address.
 const MAX_ID_BYTES: usize = 256;
+/// Once the gateway is leaving, how long a stream's supervisor has to close
+/// its side after `GatewayLeaving` (it does so at once unless it is paused
+/// or cut off); then the stream is dropped, so that no stream holds the
+/// gateway's stop up to its bound.
+const LEAVING_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The supervisor host service of one gateway.
 pub struct SupervisorHostService {
@@ -130,6 +140,9 @@ impl SupervisorHost for SupervisorHostService {
         &self,
         request: Request<Streaming<SupervisorMessage>>,
     ) -> Result<Response<Self::AttachStream>, Status> {
+        if self.hub.is_leaving() {
+            return Err(self.hub.leaving_status());
+        }
         let mut inbound = request.into_inner();
         let first = inbound
             .message()
@@ -150,7 +163,7 @@ impl SupervisorHost for SupervisorHostService {
         );
         tx.try_send(Ok(accepted))
             .map_err(|_| Status::internal("stream closed"))?;
-        let stream_id = self.hub.attach(&hello.member_id, incarnation, tx);
+        let stream_id = self.hub.attach(&hello.member_id, incarnation, tx)?;
         tracing::info!(member = %hello.member_id, incarnation, process_id = hello.process_id, stream_id, "supervisor attached");
         tokio::spawn(serve_stream(
             self.hub.clone(),
@@ -163,8 +176,40 @@ impl SupervisorHost for SupervisorHostService {
     }
 }
 
+/// The next message of `inbound`. Once the gateway moved its supervisors
+/// away, only until [`LEAVING_GRACE`] after that (then `None`: the stream is
+/// dropped).
+async fn next_message(
+    inbound: &mut Streaming<SupervisorMessage>,
+    leaving: &mut tokio::sync::watch::Receiver<StopPhase>,
+    until: &mut Option<tokio::time::Instant>,
+) -> Option<Result<SupervisorMessage, Status>> {
+    loop {
+        match *until {
+            None => tokio::select! {
+                message = inbound.next() => return message,
+                _ = leaving.wait_for(|phase| *phase == StopPhase::Moved) => {
+                    *until = Some(tokio::time::Instant::now() + LEAVING_GRACE);
+                }
+            },
+            Some(until) => {
+                return match tokio::time::timeout_at(until, inbound.next()).await {
+                    Ok(message) => message,
+                    Err(_) => {
+                        tracing::info!(
+                            "the supervisor did not close its stream after GatewayLeaving: dropped"
+                        );
+                        None
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Serves the messages of one attached stream until it ends, fails or is
-/// superseded; then detaches it.
+/// superseded, or (the gateway leaving) its supervisor closes it or the
+/// grace runs out; then detaches it.
 async fn serve_stream(
     hub: Arc<Hub>,
     mut inbound: Streaming<SupervisorMessage>,
@@ -172,8 +217,10 @@ async fn serve_stream(
     incarnation: u64,
     stream_id: u64,
 ) {
+    let mut leaving = hub.stop_phase();
+    let mut leaving_until = None;
     loop {
-        let message = match inbound.next().await {
+        let message = match next_message(&mut inbound, &mut leaving, &mut leaving_until).await {
             Some(Ok(m)) => m,
             Some(Err(status)) => {
                 tracing::info!(%member, %status, "supervisor stream failed");
@@ -182,6 +229,12 @@ async fn serve_stream(
             None => break,
         };
         if !hub.is_current(&member, stream_id) {
+            if hub.is_leaving() {
+                // Told to move: its messages go to its next gateway; wait
+                // (within the grace) for it to close this stream, so that
+                // `GatewayLeaving` is delivered before the stream goes.
+                continue;
+            }
             tracing::info!(%member, stream_id, "message on a superseded stream ignored");
             break;
         }

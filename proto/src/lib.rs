@@ -21,6 +21,8 @@
 //!   channel, by [`client::Role`] and [`client::ClientConfig`].
 //! - [`attach`]: the typed refusal carried in a refused supervisor stream.
 //! - [`metadata`]: gRPC metadata keys (the leader hint, the forwarded mark).
+//! - [`exec`]: the bounds of `ExecSandbox` every hop enforces (timeout cap,
+//!   output cap).
 //! - [`backup`]: the backup file format (`openshell-pool backup save` writes
 //!   it, `openshell-gateway restore` reads it).
 //!
@@ -101,6 +103,7 @@ pub use openshell::supervisor_host::v1 as supervisor_host;
 pub mod attach;
 pub mod backup;
 pub mod client;
+pub mod exec;
 pub mod grant;
 pub mod metadata;
 pub mod names;

@@ -19,6 +19,13 @@
 //! Start-up refuses, with an error naming the path, a directory that is not a
 //! data directory, a database sled cannot open, a missing identity record, or an
 //! identity of another cluster or node. Nothing is reset or overwritten.
+//!
+//! Before any of that, [`refuse_if_in_use`] refuses a directory whose database
+//! another process holds open (sled takes an exclusive `flock` on `raft/db`):
+//! [`Error::InUse`], naming the path and, when `/proc/locks` says, the pid.
+//! Every opener (the node, the offline tools, the local status view) calls it
+//! first, so a second process on the same volume changes nothing and is never
+//! told the healthy data is damaged.
 
 use std::fs::File;
 use std::io;
@@ -38,7 +45,7 @@ pub use crate::watermark::{Marks, Watermark, WATERMARK_FILE};
 pub const STORAGE_FORMAT_V1: u32 = 1;
 
 /// Key of the identity record in the `meta` tree.
-const IDENTITY_KEY: &[u8] = b"identity";
+pub(crate) const IDENTITY_KEY: &[u8] = b"identity";
 
 /// Who a data directory belongs to. Written once when the directory is created.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -88,6 +95,7 @@ impl DataDir {
         node_id: NodeId,
         cache_capacity: u64,
     ) -> Result<Self> {
+        refuse_if_in_use(path)?;
         let fresh = is_absent_or_empty(path)?;
         let raft_dir = path.join("raft");
         let watermark_path = path.join(WATERMARK_FILE);
@@ -165,6 +173,91 @@ impl DataDir {
             watermark,
         })
     }
+}
+
+/// Refuses a data directory whose sled database another process holds open.
+///
+/// Probes sled's lock on `<path>/raft/db` with a non-blocking shared `flock`
+/// on a read-only handle, released at once: it conflicts only with a holder's
+/// exclusive lock (a running node, an offline tool), never with another
+/// probe, and it writes nothing. An absent database is not in use. A lock
+/// still held after [`IN_USE_PATIENCE`] counts: a holder that is just
+/// closing the database (a process exiting, or this process's own flusher
+/// thread after a `DataDir` was dropped) gets that long to release it.
+///
+/// # Errors
+/// [`Error::InUse`] naming the directory (and the holder's pid when
+/// `/proc/locks` names it); [`Error::Io`] when the file cannot be opened.
+pub fn refuse_if_in_use(path: &Path) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    let db_file = path.join("raft").join("db");
+    let file = match File::open(&db_file) {
+        Ok(file) => file,
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+            ) =>
+        {
+            return Ok(())
+        }
+        Err(source) => {
+            return Err(Error::Io {
+                path: db_file,
+                source,
+            })
+        }
+    };
+    let give_up = std::time::Instant::now() + IN_USE_PATIENCE;
+    loop {
+        // SAFETY: flock on a file descriptor this function owns for the call.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) };
+        if rc == 0 {
+            // Closing `file` (dropped here) releases the probe's lock.
+            return Ok(());
+        }
+        let error = io::Error::last_os_error();
+        if error.raw_os_error() != Some(libc::EWOULDBLOCK) {
+            return Err(Error::Io {
+                path: db_file,
+                source: error,
+            });
+        }
+        if std::time::Instant::now() >= give_up {
+            return Err(Error::InUse {
+                path: path.to_path_buf(),
+                holder: lock_holder(&file),
+            });
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// How long [`refuse_if_in_use`] waits for a held lock to be released.
+pub const IN_USE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The pid `/proc/locks` names as holding a `flock` on `file`, if any.
+fn lock_holder(file: &File) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = file.metadata().ok()?;
+    let dev = meta.dev();
+    // The Linux dev_t encoding (glibc's gnu_dev_major / gnu_dev_minor).
+    let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
+    let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
+    let wanted = format!("{major:02x}:{minor:02x}:{}", meta.ino());
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    // "1: FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF"; blocked waiters
+    // have a "->" field and are skipped.
+    locks.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        match fields.as_slice() {
+            // A holder outside this pid namespace shows as pid 0: unknown.
+            [_, "FLOCK", _, "WRITE", pid, inode, ..] if *inode == wanted => {
+                pid.parse().ok().filter(|pid| *pid > 0)
+            }
+            _ => None,
+        }
+    })
 }
 
 fn no_identity(raft_dir: &Path) -> Error {
@@ -296,7 +389,7 @@ fn rename_path(e: Error, original: &Path) -> Error {
     }
 }
 
-fn copy_dir(from: &Path, to: &Path) -> io::Result<()> {
+pub(crate) fn copy_dir(from: &Path, to: &Path) -> io::Result<()> {
     std::fs::create_dir_all(to)?;
     for entry in std::fs::read_dir(from)? {
         let entry = entry?;
@@ -410,7 +503,7 @@ fn is_absent_or_empty(path: &Path) -> Result<bool> {
 
 /// Opens sled, turning both its errors and its panics on damaged files into a
 /// [`Error::DataDir`] that names the directory.
-fn open_sled(dir: &Path, cache_capacity: u64) -> Result<sled::Db> {
+pub(crate) fn open_sled(dir: &Path, cache_capacity: u64) -> Result<sled::Db> {
     let config = sled::Config::new()
         .path(dir)
         .cache_capacity(cache_capacity)
@@ -431,6 +524,13 @@ fn open_sled(dir: &Path, cache_capacity: u64) -> Result<sled::Db> {
     };
     match opened {
         Ok(Ok(db)) => Ok(db),
+        // Taken between `refuse_if_in_use` and here: in use, not damaged.
+        Ok(Err(e)) if e.to_string().contains("could not acquire lock") => Err(Error::InUse {
+            path: dir.parent().unwrap_or(dir).to_path_buf(),
+            holder: File::open(dir.join("db"))
+                .ok()
+                .and_then(|f| lock_holder(&f)),
+        }),
         Ok(Err(e)) => Err(damaged(e.to_string())),
         Err(panic) => {
             let detail = panic
@@ -481,6 +581,24 @@ pub fn sync_dir(path: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A directory whose database is open is in use, naming this process;
+    /// once closed it is not, and an absent one never is.
+    #[test]
+    fn an_open_database_is_in_use_with_its_holder_named() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        assert!(refuse_if_in_use(&tmp.path().join("absent")).is_ok());
+        let dir = DataDir::open(tmp.path(), "c", 1, 1024 * 1024).expect("open");
+        match refuse_if_in_use(tmp.path()) {
+            Err(Error::InUse { path, holder }) => {
+                assert_eq!(path, tmp.path());
+                assert_eq!(holder, Some(std::process::id()));
+            }
+            other => panic!("not in use: {other:?}"),
+        }
+        drop(dir);
+        assert!(refuse_if_in_use(tmp.path()).is_ok(), "released on drop");
+    }
 
     /// A database keeps the segment size it was created with (sled refuses
     /// another); a new one gets [`SEGMENT_SIZE`].

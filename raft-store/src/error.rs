@@ -23,6 +23,22 @@ pub enum Error {
         /// What is wrong and what to do.
         problem: String,
     },
+    /// Another process holds the data directory's database open (sled's
+    /// file lock): another gateway, an old pod still holding the volume, or
+    /// an offline tool. Nothing in the directory was read or changed.
+    #[error(
+        "data directory {path} is in use by another process{}: its database is locked by a running \
+         openshell-gateway or offline tool; stop that process first (for a pod, wait until the old pod has \
+         terminated and released the volume) and retry; nothing was changed, and the data is intact (do not \
+         wipe or replace it)",
+        holder_text(.holder)
+    )]
+    InUse {
+        /// The data directory.
+        path: PathBuf,
+        /// The pid holding the lock, when `/proc/locks` names it.
+        holder: Option<u32>,
+    },
     /// An I/O error on a file of the data directory.
     #[error("I/O error on {path}: {source}")]
     Io {
@@ -50,6 +66,13 @@ pub enum Error {
     /// An administrative call failed.
     #[error(transparent)]
     Admin(#[from] AdminError),
+}
+
+/// " (pid N)" when the lock holder is known.
+fn holder_text(holder: &Option<u32>) -> String {
+    holder
+        .map(|pid| format!(" (pid {pid})"))
+        .unwrap_or_default()
 }
 
 /// Result of fallible node operations.

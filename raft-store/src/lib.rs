@@ -28,6 +28,8 @@
 //! - [`objects`]: the generic object store state machine.
 //! - [`seed`]: offline restore from a backup and forced recovery of a
 //!   one-voter cluster.
+//! - [`local_status`]: the read-only view of a stopped node's data
+//!   directory (`openshell-pool local-status`).
 //! - [`batcher`]: the write batcher; [`batcher::Proposer`] groups local
 //!   proposals into one log entry each and pauses them for a transfer.
 //! - [`membership`]: the membership view (leader, voters, learners,
@@ -68,6 +70,7 @@ pub mod db;
 pub mod durability;
 pub mod error;
 pub mod leadership;
+pub mod local_status;
 pub mod log_store;
 pub mod membership;
 pub mod network;

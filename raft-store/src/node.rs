@@ -140,6 +140,9 @@ impl<SM: StateMachine> Clone for RaftNode<SM> {
 fn open_storage<SM: StateMachine>(
     config: &NodeConfig,
 ) -> Result<(LogStore, StateMachineStore<SM>)> {
+    // A directory another process holds is refused before anything in it is
+    // touched (opening the snapshots removes temporary files).
+    crate::db::refuse_if_in_use(&config.data_dir)?;
     // A damaged snapshot is refused before the database is opened
     // (opening sled may rewrite its files).
     let snapshots_first = config.data_dir.join("snapshots").is_dir();

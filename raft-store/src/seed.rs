@@ -58,6 +58,27 @@ fn io_error(e: impl std::fmt::Display, path: &Path) -> Error {
     }
 }
 
+/// Refuses a node id or address the new membership could not use, before
+/// anything is written: node id 0 is reserved, and the address must be
+/// `host:port` (other gateways dial it).
+fn check_target(data_dir: &Path, node_id: NodeId, addr: &str) -> Result<()> {
+    let problem = if node_id == 0 {
+        "node id 0 is reserved: pass --node-id 1 or higher".to_string()
+    } else {
+        match addr.rsplit_once(':') {
+            Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => return Ok(()),
+            _ => format!(
+                "advertise address {addr:?} is not host:port (e.g. gw-1.gw.openshell.svc:7001): \
+                 the other gateways dial it"
+            ),
+        }
+    };
+    Err(Error::DataDir {
+        path: data_dir.to_path_buf(),
+        problem: format!("{problem}; nothing was written"),
+    })
+}
+
 /// Writes the snapshot, then purges the log behind it and records it as
 /// committed, durably.
 fn install(
@@ -95,8 +116,9 @@ fn install(
 /// term `term`. The directory must be absent or empty.
 ///
 /// # Errors
-/// [`Error::DataDir`] when the directory is not empty or the state does not
-/// decode as `SM`.
+/// [`Error::DataDir`] when the node id is 0, the address is not host:port,
+/// the directory is not empty or the state does not decode as `SM`;
+/// [`Error::InUse`] when another process holds the directory.
 pub fn seed_single_voter<SM: StateMachine>(
     data_dir: &Path,
     cluster_id: &str,
@@ -106,6 +128,8 @@ pub fn seed_single_voter<SM: StateMachine>(
     term: u64,
     index: u64,
 ) -> Result<Seeded> {
+    check_target(data_dir, node_id, addr)?;
+    crate::db::refuse_if_in_use(data_dir)?;
     if std::fs::read_dir(data_dir)
         .map(|mut d| d.next().is_some())
         .unwrap_or(false)
@@ -143,14 +167,28 @@ pub fn seed_single_voter<SM: StateMachine>(
 /// applied, written as a new snapshot whose membership is this node alone.
 ///
 /// # Errors
-/// [`Error::DataDir`] when the directory is damaged or foreign (it is
-/// verified as at start-up first).
+/// [`Error::DataDir`] when the node id is 0, the address is not host:port,
+/// the directory is missing, damaged or foreign (it is verified as at
+/// start-up first); [`Error::InUse`] when another process holds it.
 pub fn recover_single_voter<SM: StateMachine>(
     data_dir: &Path,
     cluster_id: &str,
     node_id: NodeId,
     addr: &str,
 ) -> Result<Seeded> {
+    check_target(data_dir, node_id, addr)?;
+    crate::db::refuse_if_in_use(data_dir)?;
+    // Recovery works on an existing node's data: refuse anything else before
+    // creating a file (opening the snapshots would create `snapshots/`).
+    if !data_dir.join("raft").join("db").is_file() {
+        return Err(Error::DataDir {
+            path: data_dir.to_path_buf(),
+            problem:
+                "is missing or holds no raft/db: recover needs the data directory of a surviving \
+                      node (check --data-dir); nothing was created"
+                    .into(),
+        });
+    }
     let sm = StateMachineStore::<SM>::open(data_dir)?;
     let dir = DataDir::open(data_dir, cluster_id, node_id, 8 * 1024 * 1024)?;
     let (mut machine, snapshot_last) = sm.read(|a| (a.machine.clone(), a.last_applied));

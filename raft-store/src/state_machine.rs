@@ -407,7 +407,9 @@ fn encode_snapshot_file(meta: &SnapshotMeta, data: &[u8]) -> Vec<u8> {
     out
 }
 
-fn decode_snapshot_file(bytes: &[u8]) -> std::result::Result<(SnapshotMeta, Vec<u8>), String> {
+pub(crate) fn decode_snapshot_file(
+    bytes: &[u8],
+) -> std::result::Result<(SnapshotMeta, Vec<u8>), String> {
     if bytes.len() < 8 + 4 + 8 + 4 || &bytes[..8] != MAGIC {
         return Err("snapshot file is truncated or not a snapshot (bad header)".into());
     }

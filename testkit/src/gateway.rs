@@ -361,3 +361,38 @@ where
         }
     }
 }
+
+/// Signals and exits of a running gateway, for the stop scenarios.
+impl Gateway {
+    /// The process id, while running.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// Sends `signal` (e.g. `-TERM`, `-INT`, `-STOP`) with kill(1).
+    pub fn signal(&self, signal: &str) {
+        if let Some(pid) = self.pid() {
+            let _ = Command::new("kill")
+                .args([signal, &pid.to_string()])
+                .status();
+        }
+    }
+
+    /// Waits up to `timeout` for the process to exit by itself. Returns its
+    /// exit status (the process is reaped, so [`Gateway::start`] may run it
+    /// again), or `None` while it still runs (it is left running).
+    pub async fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let child = self.child.as_mut()?;
+            if let Ok(Some(status)) = child.try_wait() {
+                self.child = None;
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}

@@ -2,10 +2,12 @@
 //! table or a JSON document.
 //!
 //! One module per command group: [`raft`](mod@raft), [`pool`](mod@pool),
-//! [`sandbox`](mod@sandbox), [`backup`](mod@backup); this module holds the
-//! output they share.
+//! [`sandbox`](mod@sandbox), [`backup`](mod@backup), and
+//! [`local_status`](mod@local_status) (offline, on a data directory); this
+//! module holds the output they share.
 
 pub mod backup;
+pub mod local_status;
 pub mod pool;
 pub mod raft;
 pub mod sandbox;
@@ -15,6 +17,7 @@ use serde_json::Value;
 use crate::Output;
 
 pub use backup::backup;
+pub use local_status::local_status;
 pub use pool::pool;
 pub use raft::raft;
 pub use sandbox::sandbox;

@@ -158,8 +158,10 @@ async fn exec(
     command: Vec<String>,
     timeout_ms: u64,
 ) -> Result<(), CliError> {
+    // The CLI's own deadline outlasts the command's timeout.
+    let deadline = std::time::Duration::from_millis(timeout_ms + 15_000);
     let r = gw
-        .call(|c| {
+        .call_within(Some(deadline), |c| {
             let request = ExecSandboxRequest {
                 sandbox_id: id.clone(),
                 argv: command.clone(),
@@ -173,13 +175,27 @@ async fn exec(
         Output::Json => emit(
             output,
             json!({"exit_code": r.exit_code, "stdout": String::from_utf8_lossy(&r.stdout),
-                   "stderr": String::from_utf8_lossy(&r.stderr), "executed_by": r.executed_by, "term": r.term}),
+                   "stderr": String::from_utf8_lossy(&r.stderr), "executed_by": r.executed_by, "term": r.term,
+                   "stdout_truncated": r.stdout_truncated, "stderr_truncated": r.stderr_truncated}),
             String::new,
         ),
         Output::Table => {
             use std::io::Write;
             let _ = std::io::stdout().write_all(&r.stdout);
             let _ = std::io::stderr().write_all(&r.stderr);
+        }
+    }
+    // After the output, so the line is the last one on stderr.
+    for (stream, truncated) in [
+        ("stdout", r.stdout_truncated),
+        ("stderr", r.stderr_truncated),
+    ] {
+        if truncated {
+            eprintln!(
+                "openshell-pool: the command's {stream} was cut at {} bytes (the cap of sandbox exec); \
+                 the rest was dropped",
+                proto::exec::OUTPUT_CAP
+            );
         }
     }
     if r.exit_code != 0 {

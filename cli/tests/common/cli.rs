@@ -191,3 +191,50 @@ pub fn sandbox_key(v: &Value) -> Vec<(String, String, u64, u64, String)> {
     out.sort();
     out
 }
+
+/// Every file under `dir` with its bytes.
+pub fn contents(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .flatten()
+        {
+            let p = entry.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push((p.clone(), std::fs::read(&p).unwrap_or_default()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Runs `cmd` to its end (20 s at most); returns (exit code, stderr).
+pub fn run_to_end(mut cmd: Command) -> (i32, String) {
+    let mut child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .env("RUST_BACKTRACE", "0")
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn: {e}"));
+    let started = Instant::now();
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            let mut err = String::new();
+            if let Some(mut s) = child.stderr.take() {
+                let _ = std::io::Read::read_to_string(&mut s, &mut err);
+            }
+            return (status.code().unwrap_or(-1), err);
+        }
+        if started.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            let _ = child.wait();
+            return (-1, "still running after 20 s: it did not refuse".into());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

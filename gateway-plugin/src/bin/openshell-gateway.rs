@@ -1,5 +1,7 @@
 //! `openshell-gateway`: one gateway replica. Parses flags and the config file,
-//! then runs the library's server until SIGINT or SIGTERM.
+//! then runs the library's server until SIGINT or SIGTERM. The first signal
+//! starts a bounded stop (exit 0 within 10 s); a second one exits at once
+//! (rc 143 after SIGTERM, 130 after SIGINT).
 
 use std::path::PathBuf;
 
@@ -10,6 +12,11 @@ use gateway_plugin::config::{
 };
 
 /// One replica of the OpenShell gateway's raft-replicated pool store.
+///
+/// SIGTERM or SIGINT stops it within 10 s: /readyz turns 503, attached
+/// supervisors are told to move to another gateway, a leader hands
+/// leadership over, then it exits 0. A second signal exits at once (rc 143
+/// after SIGTERM, 130 after SIGINT).
 #[derive(Parser, Debug)]
 #[command(
     name = "openshell-gateway",
@@ -264,9 +271,22 @@ fn run() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
     // The library's typed `ServeError` becomes anyhow here; its Display
     // names what failed and its source chain says why (printed by `main`).
-    runtime.block_on(gateway_plugin::server::run(config, async {
-        gateway_plugin::server::shutdown_signal().await;
-        tracing::info!("shutting down");
-    }))?;
+    let served = runtime.block_on(gateway_plugin::server::run(config, async {
+        let mut signals = gateway_plugin::server::Signals::new();
+        signals.next().await;
+        tracing::info!(
+            bound_ms = gateway_plugin::server::STOP_BOUND.as_millis() as u64,
+            "shutting down (a second SIGTERM or SIGINT exits at once)"
+        );
+        tokio::spawn(async move {
+            let code = signals.next().await;
+            tracing::warn!(code, "second signal: exiting at once");
+            std::process::exit(code);
+        });
+    }));
+    // Tasks still blocked (e.g. on a peer that does not answer) must not
+    // hold the exit past the stop's bound.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(200));
+    served?;
     Ok(())
 }

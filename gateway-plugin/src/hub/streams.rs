@@ -2,7 +2,9 @@
 //! member (a newer stream supersedes the older one), the incarnation it was
 //! attached for, when its last `HostStatus` arrived, and what it was last
 //! shown. [`Hub::attach`], [`Hub::detach`], [`Hub::is_current`] and
-//! [`Hub::touch`] are the service's view of it.
+//! [`Hub::touch`] are the service's view of it; [`Hub::begin_leaving`] and
+//! [`Hub::move_supervisors`] are the stopping gateway's (no new stream, then
+//! every attached supervisor is told `GatewayLeaving` and its stream ends).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,8 +12,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use pool::visibility::{IncarnationView, Viewer};
-use proto::supervisor_host::GatewayMessage;
-use tokio::sync::mpsc;
+use proto::attach::refusal_status;
+use proto::supervisor_host::{gateway_message, AttachRefusal, GatewayLeaving, GatewayMessage};
+use tokio::sync::{mpsc, watch};
 use tonic::Status;
 
 use super::Hub;
@@ -59,6 +62,12 @@ pub(super) struct Streams {
     map: Mutex<BTreeMap<String, Attached>>,
     /// The next stream id.
     next_stream_id: AtomicU64,
+    /// The gateway is stopping: no new stream is registered. Written and
+    /// read under the `map` lock where it matters (registration against
+    /// [`Hub::move_supervisors`]), so no stream slips in after the move; a
+    /// watch so that stream tasks can wait for the move
+    /// ([`Hub::stop_phase`]).
+    phase: watch::Sender<StopPhase>,
 }
 
 impl Default for Streams {
@@ -66,9 +75,25 @@ impl Default for Streams {
         Streams {
             map: Mutex::new(BTreeMap::new()),
             next_stream_id: AtomicU64::new(1),
+            phase: watch::Sender::new(StopPhase::Serving),
         }
     }
 }
+
+/// Where a gateway's stop is, as its supervisor streams see it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopPhase {
+    /// Not stopping.
+    Serving,
+    /// New streams are refused; attached ones are served as before.
+    Refusing,
+    /// Attached streams were told `GatewayLeaving` and unregistered.
+    Moved,
+}
+
+/// How long a stopping gateway waits to queue `GatewayLeaving` on a stream
+/// whose buffer is full; the stream ends either way.
+const LEAVING_SEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Streams {
     /// The map. A poisoned lock is recovered: the map holds no invariant a
@@ -96,20 +121,29 @@ pub(super) fn stream_of<'a>(
 impl Hub {
     /// Registers a stream of `member`; a stream already attached for the
     /// member (an older one) is closed with ABORTED. Returns the stream id.
-    pub fn attach(&self, member: &str, incarnation: u64, tx: StreamTx) -> u64 {
+    ///
+    /// # Errors
+    /// [`Hub::leaving_status`] once the gateway is stopping.
+    pub fn attach(&self, member: &str, incarnation: u64, tx: StreamTx) -> Result<u64, Status> {
         let stream_id = self.streams.next_stream_id.fetch_add(1, Ordering::Relaxed);
-        let old = self.streams.lock().insert(
-            member.to_string(),
-            Attached {
-                stream_id,
-                incarnation,
-                last_status: Instant::now(),
-                tx,
-                shown: None,
-                shown_at: 0,
-                sent_log_index: 0,
-            },
-        );
+        let old = {
+            let mut streams = self.streams.lock();
+            if *self.streams.phase.borrow() != StopPhase::Serving {
+                return Err(self.leaving_status());
+            }
+            streams.insert(
+                member.to_string(),
+                Attached {
+                    stream_id,
+                    incarnation,
+                    last_status: Instant::now(),
+                    tx,
+                    shown: None,
+                    shown_at: 0,
+                    sent_log_index: 0,
+                },
+            )
+        };
         if let Some(old) = old {
             tracing::info!(
                 member,
@@ -122,7 +156,81 @@ impl Hub {
             )));
         }
         self.push_snapshots();
-        stream_id
+        Ok(stream_id)
+    }
+
+    /// Whether the gateway is stopping (no new stream is accepted).
+    pub fn is_leaving(&self) -> bool {
+        *self.streams.phase.borrow() != StopPhase::Serving
+    }
+
+    /// Where the gateway's stop is, as a watch (stream tasks wait for
+    /// [`StopPhase::Moved`]).
+    pub fn stop_phase(&self) -> watch::Receiver<StopPhase> {
+        self.streams.phase.subscribe()
+    }
+
+    /// What a stopping gateway answers a new stream: UNAVAILABLE with the
+    /// typed refusal `GATEWAY_LEAVING`, which tells the supervisor to attach
+    /// to another gateway at once (it says nothing of the incarnation).
+    pub fn leaving_status(&self) -> Status {
+        refusal_status(
+            tonic::Code::Unavailable,
+            format!(
+                "gateway {} is shutting down; attach to another gateway",
+                self.node.id()
+            ),
+            AttachRefusal::GatewayLeaving,
+        )
+    }
+
+    /// The first step of a stop: new streams are refused from now on
+    /// ([`Hub::leaving_status`]); attached ones keep being served.
+    pub fn begin_leaving(&self) {
+        let _streams = self.streams.lock();
+        self.streams.phase.send_if_modified(|phase| {
+            let serving = *phase == StopPhase::Serving;
+            if serving {
+                *phase = StopPhase::Refusing;
+            }
+            serving
+        });
+    }
+
+    /// The second step of a stop: every attached stream is unregistered, sent
+    /// `GatewayLeaving` as its last message and ended (OK status), so its
+    /// supervisor attaches to another gateway at once with the incarnation
+    /// it has; new streams are refused. Nothing here touches the pool: no
+    /// member or incarnation is retired. Returns how many streams were told.
+    pub fn move_supervisors(&self) -> usize {
+        let moved: Vec<(String, Attached)> = {
+            let mut streams = self.streams.lock();
+            self.streams.phase.send_replace(StopPhase::Moved);
+            std::mem::take(&mut *streams).into_iter().collect()
+        };
+        let count = moved.len();
+        let reason = format!("gateway {} is shutting down", self.node.id());
+        for (member, attached) in &moved {
+            tracing::info!(
+                member,
+                stream_id = attached.stream_id,
+                "telling the supervisor to move"
+            );
+        }
+        for (_, attached) in moved {
+            let message = GatewayMessage {
+                message: Some(gateway_message::Message::Leaving(GatewayLeaving {
+                    reason: reason.clone(),
+                })),
+            };
+            // The sender is dropped after the message is queued: the stream
+            // then ends once the supervisor has read it.
+            tokio::spawn(async move {
+                let _ =
+                    tokio::time::timeout(LEAVING_SEND_TIMEOUT, attached.tx.send(Ok(message))).await;
+            });
+        }
+        count
     }
 
     /// Unregisters a stream (if it is still the member's current one).

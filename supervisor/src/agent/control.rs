@@ -50,6 +50,9 @@ impl SupervisorControl for ControlService {
         if request.argv.is_empty() {
             return Err(Status::invalid_argument("argv is empty"));
         }
+        // Refused here too (not only by the runtime): a timeout is never
+        // shortened silently at any hop.
+        proto::exec::check_timeout_ms(request.timeout_ms).map_err(Status::invalid_argument)?;
         let (addr, token, term) = {
             let sessions = Agent::lock(&self.agent.sessions);
             let session = sessions.get(&request.sandbox_id).ok_or_else(|| {
@@ -84,6 +87,8 @@ impl SupervisorControl for ControlService {
             exit_code: reply.exit_code,
             stdout: reply.stdout,
             stderr: reply.stderr,
+            stdout_truncated: reply.stdout_truncated,
+            stderr_truncated: reply.stderr_truncated,
         }))
     }
 }

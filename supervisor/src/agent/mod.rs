@@ -2,7 +2,10 @@
 //!
 //! It attaches to one gateway of a list (failing over to the next with
 //! bounded, jittered backoff), hosts one session per assigned sandbox, and
-//! serves readiness.
+//! serves readiness. A gateway that is stopping says so (`GatewayLeaving`,
+//! or a hello refused with `GATEWAY_LEAVING`): the supervisor then attaches
+//! to the next gateway of its list at once, without backoff and with the
+//! incarnation it has, so its heartbeats go on and its member never expires.
 //!
 //! For each assignment in an `AssignmentSnapshot` it locates the sandbox's
 //! runtime (starting it for a fresh launch), presents the signed grant, and
@@ -170,6 +173,22 @@ fn is_retired(status: &tonic::Status) -> bool {
     proto::attach::refusal_of(status) == Some(AttachRefusal::IncarnationRetired)
 }
 
+/// Whether a gateway's refusal says the gateway itself is stopping (not a
+/// verdict on this supervisor): attach elsewhere at once.
+fn is_gateway_leaving(status: &tonic::Status) -> bool {
+    proto::attach::refusal_of(status) == Some(AttachRefusal::GatewayLeaving)
+}
+
+/// How a stream to a gateway ended, which decides when the next attach
+/// happens.
+#[derive(Debug, PartialEq, Eq)]
+enum Ended {
+    /// The gateway closed the stream: the next gateway after the backoff.
+    Closed,
+    /// The gateway is stopping (with its reason): the next gateway at once.
+    GatewayLeaving(String),
+}
+
 /// Runs the supervisor until `shutdown` completes.
 ///
 /// # Errors
@@ -244,7 +263,9 @@ pub async fn run(
 }
 
 /// Attaches to gateways forever: one at a time, next on failure, with
-/// exponential backoff (bounded, ±50% jitter).
+/// exponential backoff (bounded, ±50% jitter). A gateway that is leaving
+/// sends us to the next one at once; only when every gateway of the list
+/// said so in a row does the backoff apply again.
 async fn attach_loop(agent: Arc<Agent>) {
     let gateways = agent.config.gateways.clone();
     let mut next = if agent.config.listed_order {
@@ -253,16 +274,32 @@ async fn attach_loop(agent: Arc<Agent>) {
         rand::thread_rng().gen_range(0..gateways.len())
     };
     let mut failures: u32 = 0;
+    let mut leaving_in_a_row: usize = 0;
     loop {
         let gateway = gateways[next % gateways.len()].clone();
         next += 1;
         match attach_once(&agent, &gateway).await {
-            Ok(()) => {
+            Ok(Ended::Closed) => {
                 failures = 0;
+                leaving_in_a_row = 0;
                 agent.set_not_ready(format!("stream to gateway {gateway} ended; re-attaching"));
+            }
+            Ok(Ended::GatewayLeaving(reason)) => {
+                failures = 0;
+                leaving_in_a_row += 1;
+                let to = &gateways[next % gateways.len()];
+                tracing::info!(%gateway, %reason, next = %to, "gateway leaving: attaching to the next one at once");
+                agent.set_not_ready(format!(
+                    "gateway {gateway} is leaving ({reason}); attaching to {to}"
+                ));
+                *Agent::lock(&agent.outbound) = None;
+                if leaving_in_a_row < gateways.len() {
+                    continue;
+                }
             }
             Err(e) => {
                 failures = failures.saturating_add(1);
+                leaving_in_a_row = 0;
                 tracing::warn!(%gateway, error = %e, "attach failed");
                 agent.set_not_ready(format!("not attached: gateway {gateway}: {e}"));
             }
@@ -278,7 +315,9 @@ async fn attach_loop(agent: Arc<Agent>) {
     }
 }
 
-async fn attach_once(agent: &Arc<Agent>, gateway: &str) -> anyhow::Result<()> {
+/// One stream to `gateway`: hello, `HelloAccepted`, then snapshots until
+/// the stream ends. Returns how it ended.
+async fn attach_once(agent: &Arc<Agent>, gateway: &str) -> anyhow::Result<Ended> {
     let channel = client::connect(
         Role::SupervisorToGateway,
         gateway,
@@ -305,77 +344,101 @@ async fn attach_once(agent: &Arc<Agent>, gateway: &str) -> anyhow::Result<()> {
     .await?;
     let mut inbound = match client.attach(ReceiverStream::new(rx)).await {
         Ok(response) => response.into_inner(),
-        Err(status) => {
-            if is_retired(&status) {
-                agent.renew_incarnation();
-            }
-            return Err(describe(status));
-        }
+        Err(status) => return stream_error(agent, status),
     };
-    let accepted = match inbound.message().await.map_err(describe)? {
-        Some(m) => match m.message {
+    let accepted = match inbound.message().await {
+        Ok(Some(m)) => match m.message {
             Some(gateway_message::Message::Accepted(a)) => a,
             _ => anyhow::bail!("the gateway did not accept the hello"),
         },
-        None => anyhow::bail!("the gateway closed the stream"),
+        Ok(None) => anyhow::bail!("the gateway closed the stream"),
+        Err(status) => return stream_error(agent, status),
     };
     agent.accept(&accepted)?;
     *Agent::lock(&agent.outbound) = Some(tx.clone());
     agent.attached.store(true, Ordering::SeqCst);
     tracing::info!(%gateway, gateway_node = accepted.gateway_node_id, incarnation = accepted.incarnation, "attached");
     let interval = Duration::from_millis(accepted.status_interval_ms.clamp(10, 10_000));
-    let status_task = {
-        let agent = agent.clone();
-        let tx = tx.clone();
-        tokio::spawn(async move {
-            let mut ticker = tokio::time::interval(interval);
-            loop {
-                ticker.tick().await;
-                let status = HostStatus {
-                    draining: agent.draining.load(Ordering::SeqCst),
-                    active_sandboxes: agent.session_ids(),
-                };
-                let message = SupervisorMessage {
-                    message: Some(supervisor_message::Message::Status(status)),
-                };
-                if tx.send(message).await.is_err() {
-                    return;
-                }
-            }
-        })
-    };
-    let result = async {
-        let mut reconcile = tokio::time::interval(Duration::from_secs(1));
+    let status_task = spawn_status(agent.clone(), tx, interval);
+    let result = follow(agent, &mut inbound).await;
+    status_task.abort();
+    result
+}
+
+/// Sends `HostStatus` on `tx` every `interval` until the stream closes.
+fn spawn_status(
+    agent: Arc<Agent>,
+    tx: mpsc::Sender<SupervisorMessage>,
+    interval: Duration,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut ticker = tokio::time::interval(interval);
         loop {
-            tokio::select! {
-                message = inbound.message() => {
-                    let message = message.map_err(|status| {
-                        if is_retired(&status) {
-                            agent.renew_incarnation();
-                        }
-                        describe(status)
-                    })?;
-                    match message {
-                        None => return Ok(()),
-                        Some(m) => if let Some(gateway_message::Message::Snapshot(snapshot)) = m.message {
-                            agent.draining.store(snapshot.draining, Ordering::SeqCst);
-                            *Agent::lock(&agent.last_snapshot) = Some(snapshot.clone());
-                            session::reconcile(agent, &snapshot);
-                        }
+            ticker.tick().await;
+            let status = HostStatus {
+                draining: agent.draining.load(Ordering::SeqCst),
+                active_sandboxes: agent.session_ids(),
+            };
+            let message = SupervisorMessage {
+                message: Some(supervisor_message::Message::Status(status)),
+            };
+            if tx.send(message).await.is_err() {
+                return;
+            }
+        }
+    })
+}
+
+/// Follows an accepted stream: reconciles every snapshot (and the last one
+/// every second) until the stream ends, fails or the gateway leaves.
+async fn follow(
+    agent: &Arc<Agent>,
+    inbound: &mut tonic::Streaming<proto::supervisor_host::GatewayMessage>,
+) -> anyhow::Result<Ended> {
+    let mut reconcile = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            message = inbound.message() => {
+                let message = match message {
+                    Ok(Some(message)) => message,
+                    Ok(None) => return Ok(Ended::Closed),
+                    Err(status) => return stream_error(agent, status),
+                };
+                match message.message {
+                    Some(gateway_message::Message::Leaving(leaving)) => {
+                        return Ok(Ended::GatewayLeaving(leaving.reason))
                     }
-                }
-                _ = reconcile.tick() => {
-                    let last = Agent::lock(&agent.last_snapshot).clone();
-                    if let Some(snapshot) = last {
+                    Some(gateway_message::Message::Snapshot(snapshot)) => {
+                        agent.draining.store(snapshot.draining, Ordering::SeqCst);
+                        *Agent::lock(&agent.last_snapshot) = Some(snapshot.clone());
                         session::reconcile(agent, &snapshot);
                     }
+                    // A second HelloAccepted, or a message of a newer
+                    // gateway this supervisor does not know: ignored.
+                    Some(gateway_message::Message::Accepted(_)) | None => {}
+                }
+            }
+            _ = reconcile.tick() => {
+                let last = Agent::lock(&agent.last_snapshot).clone();
+                if let Some(snapshot) = last {
+                    session::reconcile(agent, &snapshot);
                 }
             }
         }
     }
-    .await;
-    status_task.abort();
-    result
+}
+
+/// What a gateway's error status means for the attach loop: a leaving
+/// gateway sends us elsewhere at once; a retired incarnation is renewed
+/// (then the error, like every other, goes through the backoff).
+fn stream_error(agent: &Agent, status: tonic::Status) -> anyhow::Result<Ended> {
+    if is_gateway_leaving(&status) {
+        return Ok(Ended::GatewayLeaving(status.message().to_string()));
+    }
+    if is_retired(&status) {
+        agent.renew_incarnation();
+    }
+    Err(describe(status))
 }
 
 /// A gRPC status as an error that reads well in /readyz.
@@ -385,7 +448,7 @@ fn describe(status: tonic::Status) -> anyhow::Error {
 
 #[cfg(test)]
 mod tests {
-    use super::is_retired;
+    use super::{is_gateway_leaving, is_retired};
     use proto::attach::refusal_status;
     use proto::supervisor_host::AttachRefusal;
     use tonic::{Code, Status};
@@ -411,5 +474,23 @@ mod tests {
         ] {
             assert!(!is_retired(&other), "{other}");
         }
+    }
+
+    #[test]
+    fn a_leaving_gateway_is_no_verdict_on_the_incarnation() {
+        let leaving = refusal_status(
+            Code::Unavailable,
+            "gateway 2 is shutting down; attach to another gateway",
+            AttachRefusal::GatewayLeaving,
+        );
+        assert!(is_gateway_leaving(&leaving));
+        assert!(!is_retired(&leaving));
+        let retired = refusal_status(
+            Code::FailedPrecondition,
+            "join rejected: incarnation retired (expired or left)",
+            AttachRefusal::IncarnationRetired,
+        );
+        assert!(!is_gateway_leaving(&retired));
+        assert!(!is_gateway_leaving(&Status::unavailable("shutting down")));
     }
 }

@@ -1,5 +1,7 @@
 //! `Exec`: runs one command for the active supervisor with captured output
-//! and a timeout.
+//! and a timeout. The bounds are `proto::exec`'s, the same at every hop: a
+//! timeout above the cap is refused (never shortened), and output past the
+//! cap is cut with a flag saying so.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -9,12 +11,12 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 
 use super::workload::{isolated_command, kill_group};
 
-/// Output cap per stream; the rest is read and dropped.
-pub const OUTPUT_CAP: usize = 1 << 20;
+/// Output cap per stream; the rest is read and dropped (and flagged).
+pub const OUTPUT_CAP: usize = proto::exec::OUTPUT_CAP;
 /// Timeout when the request gives none.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Longest timeout a request may ask for (longer ones are clamped).
-pub const MAX_TIMEOUT: Duration = Duration::from_secs(60);
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(proto::exec::DEFAULT_TIMEOUT_MS);
+/// Longest timeout a request may ask for (longer ones are refused).
+pub const MAX_TIMEOUT: Duration = Duration::from_millis(proto::exec::MAX_TIMEOUT_MS);
 /// The argv[0] that runs `<current exe> demo-read`.
 pub const DEMO_READ: &str = "demo-read";
 
@@ -27,6 +29,10 @@ pub struct ExecOutput {
     pub stdout: Vec<u8>,
     /// Up to [`OUTPUT_CAP`] bytes of stderr.
     pub stderr: Vec<u8>,
+    /// stdout held more than [`OUTPUT_CAP`] bytes; the rest was dropped.
+    pub stdout_truncated: bool,
+    /// stderr held more than [`OUTPUT_CAP`] bytes; the rest was dropped.
+    pub stderr_truncated: bool,
 }
 
 /// Why a command produced no [`ExecOutput`].
@@ -35,6 +41,9 @@ pub enum ExecError {
     /// The argv is empty.
     #[error("argv is empty")]
     EmptyArgv,
+    /// The requested timeout is above [`MAX_TIMEOUT`].
+    #[error("{0}")]
+    TimeoutAboveCap(String),
     /// The program could not be started.
     #[error("cannot start {program:?}: {error}")]
     Spawn {
@@ -62,22 +71,27 @@ pub enum ExecError {
 }
 
 /// The effective timeout for a requested `timeout_ms` (0 = default).
-pub fn effective_timeout(timeout_ms: u64) -> Duration {
-    if timeout_ms == 0 {
-        DEFAULT_TIMEOUT
-    } else {
-        Duration::from_millis(timeout_ms).min(MAX_TIMEOUT)
-    }
+///
+/// # Errors
+/// [`ExecError::TimeoutAboveCap`] above [`MAX_TIMEOUT`], naming the cap.
+pub fn effective_timeout(timeout_ms: u64) -> Result<Duration, ExecError> {
+    proto::exec::check_timeout_ms(timeout_ms)
+        .map(Duration::from_millis)
+        .map_err(ExecError::TimeoutAboveCap)
 }
 
-async fn read_capped(mut pipe: impl AsyncRead + Unpin) -> Vec<u8> {
+/// Reads a pipe to its end, keeping [`OUTPUT_CAP`] bytes; `true` when more
+/// came (and was dropped).
+async fn read_capped(mut pipe: impl AsyncRead + Unpin) -> (Vec<u8>, bool) {
     let mut out = Vec::new();
+    let mut truncated = false;
     let mut chunk = [0u8; 8192];
     loop {
         match pipe.read(&mut chunk).await {
-            Ok(0) | Err(_) => return out,
+            Ok(0) | Err(_) => return (out, truncated),
             Ok(n) => {
                 let room = OUTPUT_CAP.saturating_sub(out.len());
+                truncated |= n > room;
                 out.extend_from_slice(&chunk[..n.min(room)]);
             }
         }
@@ -145,28 +159,31 @@ pub async fn run(
     let collect = async {
         let out = match stdout {
             Some(t) => t.await.unwrap_or_default(),
-            None => Vec::new(),
+            None => (Vec::new(), false),
         };
         let err = match stderr {
             Some(t) => t.await.unwrap_or_default(),
-            None => Vec::new(),
+            None => (Vec::new(), false),
         };
         (out, err)
     };
     tokio::pin!(collect);
-    let (stdout, stderr) = match tokio::time::timeout_at(deadline, &mut collect).await {
-        Ok(v) => v,
-        Err(_) => {
-            if let Some(pid) = pid {
-                kill_group(pid, libc::SIGKILL);
+    let ((stdout, stdout_truncated), (stderr, stderr_truncated)) =
+        match tokio::time::timeout_at(deadline, &mut collect).await {
+            Ok(v) => v,
+            Err(_) => {
+                if let Some(pid) = pid {
+                    kill_group(pid, libc::SIGKILL);
+                }
+                collect.await
             }
-            collect.await
-        }
-    };
+        };
     Ok(ExecOutput {
         exit_code: exit_code(status),
         stdout,
         stderr,
+        stdout_truncated,
+        stderr_truncated,
     })
 }
 
@@ -193,7 +210,9 @@ mod tests {
             ExecOutput {
                 exit_code: 3,
                 stdout: b"out 42\n".to_vec(),
-                stderr: b"err\n".to_vec()
+                stderr: b"err\n".to_vec(),
+                stdout_truncated: false,
+                stderr_truncated: false,
             }
         );
     }
@@ -209,6 +228,7 @@ mod tests {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(out.stdout.len(), OUTPUT_CAP);
+        assert!(out.stdout_truncated && !out.stderr_truncated);
         let started = std::time::Instant::now();
         let err = run(
             &argv(&["sleep", "5"]),
@@ -233,8 +253,12 @@ mod tests {
             .await,
             Err(ExecError::Spawn { .. })
         ));
-        assert_eq!(effective_timeout(0), DEFAULT_TIMEOUT);
-        assert_eq!(effective_timeout(600_000), MAX_TIMEOUT);
-        assert_eq!(effective_timeout(5), Duration::from_millis(5));
+        assert_eq!(effective_timeout(0).ok(), Some(DEFAULT_TIMEOUT));
+        assert!(matches!(
+            effective_timeout(600_000),
+            Err(ExecError::TimeoutAboveCap(_))
+        ));
+        assert_eq!(effective_timeout(60_000).ok(), Some(MAX_TIMEOUT));
+        assert_eq!(effective_timeout(5).ok(), Some(Duration::from_millis(5)));
     }
 }

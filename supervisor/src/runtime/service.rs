@@ -49,7 +49,9 @@ fn session_status(e: SessionError) -> Status {
 
 fn exec_status(e: ExecError) -> Status {
     match e {
-        ExecError::EmptyArgv => Status::invalid_argument(e.to_string()),
+        ExecError::EmptyArgv | ExecError::TimeoutAboveCap(_) => {
+            Status::invalid_argument(e.to_string())
+        }
         ExecError::Spawn { .. } => Status::failed_precondition(e.to_string()),
         ExecError::Timeout { .. } => Status::deadline_exceeded(e.to_string()),
         ExecError::Wait { .. } => Status::internal(e.to_string()),
@@ -266,7 +268,7 @@ impl Shared {
     async fn exec(&self, req: ExecRequest) -> Result<ExecResponse, Status> {
         logged(self.decide(|core, _| core.check_exec(&req.session_token).map_err(session_status)))?;
         let program = req.argv.first().cloned().unwrap_or_default();
-        let timeout = exec::effective_timeout(req.timeout_ms);
+        let timeout = logged(exec::effective_timeout(req.timeout_ms).map_err(exec_status))?;
         let env = [
             ("OPENSHELL_WORKLOAD_ADDR", self.workload_addr.clone()),
             ("OPENSHELL_WORKLOAD_PID", self.pid.to_string()),
@@ -282,6 +284,8 @@ impl Shared {
             exit_code: out.exit_code,
             stdout: out.stdout,
             stderr: out.stderr,
+            stdout_truncated: out.stdout_truncated,
+            stderr_truncated: out.stderr_truncated,
         })
     }
 

@@ -116,11 +116,14 @@ impl ClientConfig {
                 ..base
             },
             // The attach stream lives for the process; pings notice a
-            // gateway that vanished within a few seconds, so the supervisor
-            // re-attaches elsewhere before its heartbeat TTL runs out.
+            // gateway that vanished or stalled (paused, frozen) within
+            // 1.5 s, so the supervisor re-attaches elsewhere before its
+            // heartbeat TTL (2 s by default) runs out after the new
+            // leader's grace (docs/operations.md, "A paused or stalled
+            // gateway").
             Role::SupervisorToGateway => ClientConfig {
-                keepalive_interval: Some(Duration::from_secs(1)),
-                keepalive_timeout: Duration::from_secs(2),
+                keepalive_interval: Some(Duration::from_millis(500)),
+                keepalive_timeout: Duration::from_secs(1),
                 ..base
             },
             Role::GatewayToSupervisor => ClientConfig {

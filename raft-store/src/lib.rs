@@ -45,7 +45,9 @@
 //!   only the raft handle, the peer authenticator, the proposer and the
 //!   election hold, and refuses calls meant for another node.
 //! - [`node`]: [`RaftNode`], the embedding API that wires the above: start,
-//!   write (forwarded to the leader), linearizable read (read-index),
+//!   write (forwarded to the leader; its child module `node/write.rs`
+//!   abandons a forward when leadership moves and resends only idempotent
+//!   commands, [`node::Resend`]), linearizable read (read-index),
 //!   membership admin, leadership transfer and status.
 //!
 //! # Example

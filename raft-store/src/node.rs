@@ -5,7 +5,12 @@
 //!   [`crate::batcher`]; a follower forwards to the leader (one hop,
 //!   [`crate::network::client`]) and retries across an election within
 //!   [`NodeConfig::write_timeout`], retrying only when the write certainly was
-//!   not appended.
+//!   not appended. A forward follows leadership: it is abandoned as soon as
+//!   this node's raft metrics show another leader or a newer term, and its
+//!   unknown outcome is reported, or, for an idempotent command
+//!   ([`Resend::Idempotent`], e.g. a heartbeat), the command is sent again
+//!   to the new leader. The write path lives in the child module `write`
+//!   (`node/write.rs`).
 //! - Linearizable reads on every node through read-index: the leader confirms
 //!   its leadership with a quorum and names its commit index; the reading node
 //!   waits until it applied that index, then reads locally.
@@ -24,24 +29,27 @@ use openraft::error::RaftError;
 use openraft::ServerState;
 use proto::raft::raft_transport_server::RaftTransportServer;
 
-use crate::batcher::{check_size, Proposer};
+use crate::batcher::Proposer;
 use crate::codec::MAX_MESSAGE_BYTES;
 use crate::db::DataDir;
-use crate::error::{AdminError, Error, ReadError, Result, WriteError};
+use crate::error::{AdminError, Error, ReadError, Result};
 use crate::leadership::{ElectionHold, LeaderTransfer};
 use crate::log_store::LogStore;
 use crate::membership::{self, MembershipAdmin};
-use crate::network::client::{Channels, Forwarded, NetworkFactory};
+use crate::network::client::{Channels, NetworkFactory};
 use crate::network::server::{PeerAuthenticator, TransportService};
 use crate::state_machine::{Applied as AppliedState, StateMachine, StateMachineStore};
 use crate::types::typ::Raft;
 use crate::types::NodeId;
+
+mod write;
 
 // The types of this API that now live below it keep their `node::` paths.
 pub use crate::batcher::Proposed;
 pub use crate::config::NodeConfig;
 pub use crate::membership::MembershipChange;
 pub use crate::types::Applied;
+pub use write::Resend;
 
 /// One node in [`ClusterStatus`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -277,66 +285,6 @@ impl<SM: StateMachine> RaftNode<SM> {
         self.inner.state_machine.read(|a: &AppliedState<SM>| {
             f(&a.machine, a.last_applied.map(|l| l.index).unwrap_or(0))
         })
-    }
-
-    /// Proposes `command` (in the state machine's wire format), forwarding to
-    /// the leader when this node is not it.
-    ///
-    /// # Errors
-    /// [`WriteError::Rejected`] for a malformed command, [`WriteError::NoLeader`]
-    /// when no leader took it within the write timeout (certainly not applied),
-    /// [`WriteError::Unknown`] when it was sent but its outcome is unknown,
-    /// [`WriteError::ReplyMismatch`] when it applied but its response is lost.
-    pub async fn write(&self, command: Vec<u8>) -> Result<Applied, WriteError> {
-        check_size(&command).map_err(|e| WriteError::Rejected(e.to_string()))?;
-        SM::validate(&command).map_err(|e| WriteError::Rejected(e.to_string()))?;
-        let started = Instant::now();
-        let deadline = started + self.inner.config.write_timeout;
-        let waited_ms = || u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        loop {
-            let hint = {
-                let remaining = deadline.saturating_duration_since(Instant::now());
-                let attempt = tokio::time::timeout(remaining, self.propose_local(command.clone()));
-                match attempt.await {
-                    Err(_) => {
-                        return Err(WriteError::Unknown(format!(
-                            "no commit within {} ms",
-                            waited_ms()
-                        )))
-                    }
-                    Ok(Ok(applied)) => return Ok(applied),
-                    Ok(Err(Proposed::NotLeader(hint))) => hint.filter(|(id, _)| *id != self.id()),
-                    Ok(Err(Proposed::Fatal(e))) => return Err(WriteError::Fatal(e)),
-                    Ok(Err(Proposed::ReplyMismatch {
-                        log_index,
-                        commands,
-                        replies,
-                    })) => {
-                        return Err(WriteError::ReplyMismatch {
-                            log_index,
-                            commands,
-                            replies,
-                        })
-                    }
-                }
-            };
-            if let Some((leader, node)) = hint {
-                let forwarded = self
-                    .inner
-                    .channels
-                    .forward(leader, &node.addr, &command, deadline);
-                match forwarded.await? {
-                    Forwarded::Applied(applied) => return Ok(applied),
-                    Forwarded::Retry => {}
-                }
-            }
-            if Instant::now() >= deadline {
-                return Err(WriteError::NoLeader {
-                    waited_ms: waited_ms(),
-                });
-            }
-            tokio::time::sleep(self.retry_pause()).await;
-        }
     }
 
     /// Proposes `command` through this node's raft, batched with other

@@ -2,7 +2,20 @@
 //! command naming each attached member incarnation whose `HostStatus`
 //! arrived recently (this gateway's monotonic clock decides "recently"; the
 //! member's freshness is then counted in ticks inside apply).
+//!
+//! A batch never waits behind an earlier one: each tick's batch is its own
+//! task, at most [`HEARTBEATS_IN_FLIGHT`] run at once (the oldest is dropped
+//! for the newest), and each has a deadline of half the heartbeat TTL
+//! ([`heartbeat_deadline`]). A batch is idempotent in effect (apply sets the
+//! member's last heartbeat tick to the current tick), so it is proposed with
+//! `RaftNode::write_idempotent`: a forward to a leader that was deposed
+//! while the batch was in flight (paused, cut off) is abandoned as soon as
+//! this node sees the new leader or term, and the batch is sent to the new
+//! leader at once. The new leader's `LeaderChanged` grace then has the
+//! whole TTL minus about one tick of margin (see `docs/operations.md`, "A
+//! paused or stalled gateway").
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,12 +24,29 @@ use prost::Message;
 use tracing::Instrument;
 
 use super::Hub;
+use crate::state::GatewayState;
 
 /// Most encoded bytes of beats in one `Heartbeat` command: well under the
 /// store's command limit (`raft_store::batcher::MAX_COMMAND_BYTES`), so a
 /// gateway with thousands of attached members proposes several commands a
 /// tick instead of one the store refuses (which would expire them all).
 pub const HEARTBEAT_CHUNK_BYTES: usize = 32 * 1024;
+
+/// Heartbeat batches of earlier ticks still being proposed at a tick; when
+/// a new batch would exceed it, the oldest is dropped (the newest batch
+/// names every member the older ones did, and a beat counts at the tick it
+/// applies, so the newest wins).
+pub const HEARTBEATS_IN_FLIGHT: usize = 4;
+
+/// How long one tick's heartbeat batch may take to commit: half the
+/// heartbeat TTL, and at least one tick. A batch sampled at a tick must
+/// apply well within the TTL or not at all: a late one would keep a member
+/// that stopped since looking alive, and one stuck in a forward to a
+/// stalled leader must not hold back the next ticks.
+pub fn heartbeat_deadline(tick_interval: Duration, heartbeat_ttl_ticks: u64) -> Duration {
+    let ttl = tick_interval.saturating_mul(u32::try_from(heartbeat_ttl_ticks).unwrap_or(u32::MAX));
+    (ttl / 2).max(tick_interval)
+}
 
 /// Splits `beats` into runs of at most [`HEARTBEAT_CHUNK_BYTES`] encoded
 /// bytes each (at least one beat per run).
@@ -53,26 +83,49 @@ impl Hub {
     }
 
     /// Every tick interval: one heartbeat batch for the members whose
-    /// status arrived within two and a half status intervals.
+    /// status arrived within two and a half status intervals, proposed in
+    /// its own task (see the module doc: never behind an earlier batch).
     pub async fn run_heartbeats(self: Arc<Self>) {
         let mut ticker = tokio::time::interval(self.settings.tick_interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let fresh_within = self.settings.status_interval * 2 + self.settings.status_interval / 2;
+        let deadline = heartbeat_deadline(
+            self.settings.tick_interval,
+            self.settings.heartbeat_ttl_ticks,
+        );
+        // Batches of earlier ticks still proposing, oldest first. Aborting
+        // one drops its forward or its wait for the batcher: harmless for
+        // an idempotent command.
+        let mut in_flight: VecDeque<tokio::task::JoinHandle<()>> = VecDeque::new();
         loop {
             ticker.tick().await;
+            in_flight.retain(|batch| !batch.is_finished());
             let beats = self.fresh_beats(fresh_within);
             if beats.is_empty() {
                 continue;
             }
-            for beats in chunks(beats) {
-                let span = tracing::debug_span!("heartbeat_batch", beats = beats.len());
-                let proposed = self
-                    .propose(&Command::Heartbeat(pool::Heartbeat { beats }))
-                    .instrument(span.clone())
-                    .await;
-                if let Err(status) = proposed {
-                    span.in_scope(|| tracing::debug!(%status, "heartbeat batch not applied"));
+            while in_flight.len() >= HEARTBEATS_IN_FLIGHT {
+                if let Some(oldest) = in_flight.pop_front() {
+                    tracing::debug!("a heartbeat batch of an earlier tick dropped for a newer one");
+                    oldest.abort();
                 }
+            }
+            let span = tracing::debug_span!("heartbeat_batch", beats = beats.len());
+            let hub = self.clone();
+            in_flight.push_back(tokio::spawn(
+                async move { hub.propose_beats(beats, deadline).await }.instrument(span),
+            ));
+        }
+    }
+
+    /// Proposes one tick's beats (in chunks under the command bound), each
+    /// chunk as an idempotent write within `deadline`.
+    async fn propose_beats(&self, beats: Vec<pool::Beat>, deadline: Duration) {
+        for beats in chunks(beats) {
+            let command =
+                GatewayState::pool_command(&Command::Heartbeat(pool::Heartbeat { beats }));
+            if let Err(e) = self.node.write_idempotent(command, deadline).await {
+                tracing::debug!(error = %e, "heartbeat batch not applied");
             }
         }
     }
@@ -91,6 +144,18 @@ mod tests {
 
     /// Thousands of members with long ids: every command stays under the
     /// chunk bound, and every beat is sent exactly once, in order.
+    #[test]
+    fn a_heartbeat_batch_gets_half_the_ttl_and_at_least_a_tick() {
+        let tick = Duration::from_millis(250);
+        assert_eq!(heartbeat_deadline(tick, 8), Duration::from_secs(1));
+        assert_eq!(heartbeat_deadline(tick, 1), tick);
+        assert_eq!(heartbeat_deadline(tick, 0), tick);
+        assert_eq!(
+            heartbeat_deadline(Duration::from_millis(100), 10),
+            Duration::from_millis(500)
+        );
+    }
+
     #[test]
     fn a_large_pool_heartbeats_in_commands_under_the_bound() {
         let beats: Vec<_> = (0..3000).map(beat).collect();

@@ -33,6 +33,12 @@ impl Hub {
             tracing::info!(term, node = self.node.id(), "pool coordinator active");
             self.lead(term).await;
             tracing::info!(term, node = self.node.id(), "pool coordinator stopped");
+            // Raft shut down: its last metrics still name this node leader,
+            // so looping would start and stop the coordinator at full speed
+            // until the process exits.
+            if metrics.has_changed().is_err() {
+                return;
+            }
         }
     }
 

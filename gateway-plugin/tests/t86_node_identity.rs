@@ -192,7 +192,22 @@ async fn a_node_answering_at_a_learners_address_refuses_its_traffic() -> TestRes
     )
     .await;
 
-    eprintln!("--- step: node 4 is not promoted");
+    eprintln!("--- step: node 4 is not promoted once its last real acknowledgement is stale");
+    // Node 4 answered the leader until it was killed; a promotion within
+    // about a second of that would still count it as live.
+    let started = Instant::now();
+    loop {
+        let view = leader_view(&cluster, leader).await?;
+        let four = view.nodes.iter().find(|n| n.id == 4);
+        if four.is_some_and(|n| n.last_ack_ms.is_none_or(|ms| ms > 2_000)) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "node {other} at node 4's address keeps acknowledging for it: {view:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     let refused = cluster
         .get(leader)
         .admin()

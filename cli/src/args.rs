@@ -72,7 +72,10 @@ pub enum Command {
 pub enum RaftCommand {
     /// Leader, term, commit and applied index, voters, learners, lag.
     Status,
-    /// Add a gateway as a non-voting learner (waits until it caught up).
+    /// Add a gateway as a non-voting learner. Refused (nothing changes)
+    /// unless the gateway at ADDR answers as node ID within 5 s; then waits
+    /// up to 30 s until it caught up (exit 1 if it did not: it stays a
+    /// learner).
     AddLearner {
         /// Its node id.
         id: u64,
@@ -82,10 +85,15 @@ pub enum RaftCommand {
         #[arg(long)]
         no_wait: bool,
     },
-    /// Promote a learner to voter.
+    /// Promote a learner to voter (refused unless it acknowledged the
+    /// leader's appends within the last second or so and caught up).
     Promote {
         /// Its node id.
         id: u64,
+        /// Promote even a learner that is down or behind (it then counts
+        /// toward quorum without answering).
+        #[arg(long)]
+        force: bool,
     },
     /// Remove a voter or learner.
     Remove {

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use proto::client::{self, ClientConfig, Role};
-use proto::metadata::LEADER_ADDR;
+use proto::metadata::{LEADER_ADDR, NO_QUORUM};
 use tonic::metadata::AsciiMetadataValue;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
@@ -27,6 +27,10 @@ pub enum CliError {
         "no leader: {0}; check that a majority of gateways is up (`openshell-pool raft status`)"
     )]
     NoLeader(String),
+    /// A leader is known but could not commit the change: no majority of
+    /// the voters is reachable (same exit code as no leader).
+    #[error("{0}; check that a majority of gateways is up (`openshell-pool raft status`)")]
+    NoQuorum(String),
     /// The request was refused.
     #[error("{0}")]
     Refused(String),
@@ -40,15 +44,15 @@ pub enum CliError {
 
 impl CliError {
     /// The process exit code: 1 refused, 2 usage (clap), 3 unreachable,
-    /// 4 unauthorized, 5 not found, 6 no leader; `sandbox exec` passes the
-    /// command's own status through.
+    /// 4 unauthorized, 5 not found, 6 no leader or no quorum; `sandbox exec`
+    /// passes the command's own status through.
     pub fn exit_code(&self) -> i32 {
         match self {
             CliError::Refused(_) | CliError::Local(_) => 1,
             CliError::Unreachable(_) => 3,
             CliError::Unauthorized(_) => 4,
             CliError::NotFound(_) => 5,
-            CliError::NoLeader(_) => 6,
+            CliError::NoLeader(_) | CliError::NoQuorum(_) => 6,
             CliError::ExitStatus(code) => *code,
         }
     }
@@ -59,6 +63,9 @@ impl From<Status> for CliError {
         let message = status.message().to_string();
         match status.code() {
             Code::Unauthenticated | Code::PermissionDenied => CliError::Unauthorized(message),
+            Code::Unavailable if status.metadata().contains_key(NO_QUORUM) => {
+                CliError::NoQuorum(message)
+            }
             Code::NotFound => CliError::NotFound(message),
             Code::Unavailable if message.contains("leader") => CliError::NoLeader(message),
             Code::Unavailable => CliError::Unreachable(message),
@@ -183,6 +190,10 @@ impl Gateway {
                         }
                         None => last = Some(CliError::Unreachable(leader)),
                     }
+                }
+                // No quorum: every gateway would reach the same leader.
+                Err(status) if status.metadata().contains_key(NO_QUORUM) => {
+                    return Err(status.into())
                 }
                 Err(status) if status.code() == Code::Unavailable => last = Some(status.into()),
                 Err(status) => return Err(status.into()),

@@ -133,7 +133,10 @@ impl ClusterAdmin for ClusterAdminService {
         request: Request<PromoteRequest>,
     ) -> Result<Response<MembershipReply>, Status> {
         self.allow(&request, Role::PlatformAdmin)?;
-        let local = self.node.promote(request.get_ref().id).await;
+        let local = self
+            .node
+            .promote(request.get_ref().id, request.get_ref().force)
+            .await;
         on_leader!(self, request, local.map(membership_reply), promote)
     }
 

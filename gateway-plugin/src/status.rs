@@ -1,7 +1,8 @@
 //! One mapping from each boundary's errors to gRPC `Status`: raft-store's
 //! admin, write and read errors (with the leader hint in metadata,
 //! `x-openshell-leader-id` and `x-openshell-leader-addr`, when the call must
-//! go to the leader), a pool command's typed rejection, and an object-store
+//! go to the leader; `x-openshell-no-quorum` on a membership change the
+//! leader could not commit), a pool command's typed rejection, and an object-store
 //! precondition failure (with the current resource version).
 
 use proto::objects::{RejectReason, Rejection};
@@ -9,7 +10,7 @@ use raft_store::{AdminError, ReadError, WriteError};
 use tonic::metadata::MetadataValue;
 use tonic::Status;
 
-pub use proto::metadata::{FORWARDED, LEADER_ADDR, LEADER_ID};
+pub use proto::metadata::{FORWARDED, LEADER_ADDR, LEADER_ID, NO_QUORUM};
 
 /// Metadata key of the current resource version in an object-store
 /// rejection.
@@ -37,6 +38,16 @@ pub fn admin(e: AdminError) -> Status {
         AdminError::AlreadyInitialized(_) => Status::already_exists(e.to_string()),
         AdminError::Timeout(_) => Status::deadline_exceeded(e.to_string()),
         AdminError::Failed(_) => Status::internal(e.to_string()),
+        // Any other gateway would reach the same leader: marked, so a client
+        // reports it at once instead of trying the next gateway.
+        AdminError::NoQuorum(_) => {
+            let mut status = Status::unavailable(e.to_string());
+            status
+                .metadata_mut()
+                .insert(NO_QUORUM, MetadataValue::from_static("1"));
+            status
+        }
+        AdminError::Refused(_) => Status::failed_precondition(e.to_string()),
     }
 }
 

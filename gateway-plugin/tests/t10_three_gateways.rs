@@ -129,7 +129,10 @@ async fn three_gateways_survive_leader_kill_and_membership_changes() -> TestResu
         .get(new_leader)
         .admin()
         .await?
-        .promote(PromoteRequest { id: 4 })
+        .promote(PromoteRequest {
+            id: 4,
+            force: false,
+        })
         .await?
         .into_inner();
     assert!(reply.voters.iter().any(|m| m.id == 4), "{reply:?}");

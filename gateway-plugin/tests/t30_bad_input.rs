@@ -243,6 +243,7 @@ async fn malformed_rpcs_get_error_statuses() -> TestResult {
         encoding: 1,
         data: vec![0xff; 37],
         cluster_id: "test".into(),
+        target_node_id: 0,
     };
     let refused = stranger.vote(garbage.clone()).await.unwrap_err();
     assert_eq!(
@@ -262,6 +263,7 @@ async fn malformed_rpcs_get_error_statuses() -> TestResult {
         encoding: 1,
         data: vec![0xff; 37],
         cluster_id: "test".into(),
+        target_node_id: 0,
     };
     for result in [
         raft.append_entries(garbage.clone()).await,
@@ -292,6 +294,7 @@ async fn malformed_rpcs_get_error_statuses() -> TestResult {
     let forward = ForwardRequest {
         command: vec![0xff, 0x01, 0x02],
         cluster_id: "test".into(),
+        target_node_id: 0,
     };
     assert_eq!(
         raft.forward(forward).await.unwrap_err().code(),
@@ -299,6 +302,7 @@ async fn malformed_rpcs_get_error_statuses() -> TestResult {
     );
     let read = ReadIndexRequest {
         cluster_id: "other".into(),
+        target_node_id: 0,
     };
     assert_eq!(
         raft.read_index(read).await.unwrap_err().code(),

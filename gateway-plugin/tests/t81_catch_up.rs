@@ -169,7 +169,12 @@ async fn a_learner_behind_a_100_mb_log_catches_up_and_is_promoted() -> TestResul
     eprintln!("learner caught up 105 MB in {} ms", took.as_millis());
 
     eprintln!("--- step: the learner is promoted");
-    admin.promote(PromoteRequest { id: 4 }).await?;
+    admin
+        .promote(PromoteRequest {
+            id: 4,
+            force: false,
+        })
+        .await?;
     let status = admin
         .status(StatusRequest { local: false })
         .await?

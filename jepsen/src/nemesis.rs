@@ -611,7 +611,14 @@ impl Nemesis {
                     }
                 }
             }
-            match node.admin().promote(PromoteRequest { id: k as u64 }).await {
+            match node
+                .admin()
+                .promote(PromoteRequest {
+                    id: k as u64,
+                    force: false,
+                })
+                .await
+            {
                 Ok(_) => {
                     self.note("promote", format!("n{k} via n{via}"));
                     return;

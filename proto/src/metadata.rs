@@ -8,3 +8,7 @@ pub const LEADER_ID: &str = "x-openshell-leader-id";
 pub const LEADER_ADDR: &str = "x-openshell-leader-addr";
 /// Set on a call a gateway forwarded, so the receiver does not forward again.
 pub const FORWARDED: &str = "x-openshell-forwarded";
+/// Set on an `UNAVAILABLE` reply of a membership change that a leader could
+/// not commit in time for lack of a quorum: asking another gateway would
+/// reach the same leader, so a client reports it at once.
+pub const NO_QUORUM: &str = "x-openshell-no-quorum";

@@ -163,6 +163,16 @@ pub enum AdminError {
     /// Another failure, described.
     #[error("{0}")]
     Failed(String),
+    /// The leader could not commit a membership change within the write
+    /// timeout: no majority of the voters acknowledged it. The message says
+    /// what was proposed and how it completes.
+    #[error("no quorum: {0}")]
+    NoQuorum(String),
+    /// The cluster's state does not allow the change (a learner that has not
+    /// caught up, an address where another node answers); nothing changed
+    /// unless the message says otherwise.
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// A command a [`crate::state_machine::StateMachine`] refuses to propose

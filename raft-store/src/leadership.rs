@@ -122,7 +122,7 @@ impl LeaderTransfer {
                     self.hold.hold(hold);
                     continue;
                 }
-                match self.channels.hold_election(addr, hold).await {
+                match self.channels.hold_election(*id, addr, hold).await {
                     Ok(()) | Err(PeerCallError::BadAddress(_)) => {}
                     Err(PeerCallError::Failed(status)) => {
                         tracing::warn!(node = id, %status, "could not hold the election timer of a voter");
@@ -157,12 +157,15 @@ impl LeaderTransfer {
         self.raft.runtime_config().heartbeat(false);
         // Let every follower's leader lease (election_timeout_max) run out.
         tokio::time::sleep(election_max + election_max / 2).await;
-        self.channels.campaign(addr).await.map_err(|e| match e {
-            PeerCallError::BadAddress(e) => AdminError::InvalidArgument(e.to_string()),
-            PeerCallError::Failed(s) => {
-                AdminError::Failed(format!("node {target} could not campaign: {}", s.message()))
-            }
-        })?;
+        self.channels
+            .campaign(target, addr)
+            .await
+            .map_err(|e| match e {
+                PeerCallError::BadAddress(e) => AdminError::InvalidArgument(e.to_string()),
+                PeerCallError::Failed(s) => {
+                    AdminError::Failed(format!("node {target} could not campaign: {}", s.message()))
+                }
+            })?;
         let metrics = self
             .raft
             .wait(Some(self.write_timeout))

@@ -33,15 +33,17 @@
 //! - [`batcher`]: the write batcher; [`batcher::Proposer`] groups local
 //!   proposals into one log entry each and pauses them for a transfer.
 //! - [`membership`]: the membership view (leader, voters, learners,
-//!   replication progress) and membership administration.
+//!   replication progress, a half-done change) and membership
+//!   administration (identity-checked, bounded by the write timeout).
 //! - [`network::client`]: every outbound call to a peer: openraft's
 //!   network, forwarding a write to the leader, the remote read-index, the
-//!   calls of a leadership transfer, and `never_sent` (was a failed call
-//!   never sent?, from its typed error source).
+//!   calls of a leadership transfer, `identify`, the per-target append
+//!   acknowledgements, and `never_sent` (was a failed call never sent?,
+//!   from its typed error source).
 //! - [`leadership`]: leadership transfer and the election hold.
 //! - [`network::server`]: the inbound `RaftTransport` service; it holds
 //!   only the raft handle, the peer authenticator, the proposer and the
-//!   election hold.
+//!   election hold, and refuses calls meant for another node.
 //! - [`node`]: [`RaftNode`], the embedding API that wires the above: start,
 //!   write (forwarded to the leader; its child module `node/write.rs`
 //!   abandons a forward when leadership moves and resends only idempotent

@@ -64,6 +64,9 @@ pub struct NodeStatus {
     pub matched_index: Option<u64>,
     /// Leader's last index minus `matched_index` (only on the leader).
     pub lag: Option<u64>,
+    /// Milliseconds since the node last acknowledged an append from this
+    /// leader (only on the leader; `None` if it never did).
+    pub last_ack_ms: Option<u64>,
 }
 
 /// What `raft status` shows.
@@ -91,6 +94,9 @@ pub struct ClusterStatus {
     pub nodes: Vec<NodeStatus>,
     /// The cluster id.
     pub cluster_id: String,
+    /// A membership change half done (joint configuration): the voters it
+    /// leads to.
+    pub unfinished_change: Option<Vec<NodeId>>,
     /// On the leader: milliseconds since a quorum last acknowledged it;
     /// `None` on other nodes, or while no quorum acknowledged this leader.
     pub quorum_ack_ms: Option<u64>,
@@ -202,6 +208,8 @@ impl<SM: StateMachine> RaftNode<SM> {
             me: config.node_id,
             write_timeout: config.write_timeout,
             retry_pause: config.retry_pause(),
+            channels: channels.clone(),
+            election_timeout_max: config.election_timeout_max,
         };
         let transfer = LeaderTransfer {
             raft: raft.clone(),
@@ -388,9 +396,11 @@ impl<SM: StateMachine> RaftNode<SM> {
         self.inner.admin.add_learner(id, addr, blocking).await
     }
 
-    /// Promotes a learner to voter.
-    pub async fn promote(&self, id: NodeId) -> Result<MembershipChange, AdminError> {
-        self.inner.admin.promote(id).await
+    /// Promotes a learner to voter; unless `force`, only one that
+    /// acknowledged the leader's appends recently (see
+    /// [`crate::membership`]).
+    pub async fn promote(&self, id: NodeId, force: bool) -> Result<MembershipChange, AdminError> {
+        self.inner.admin.promote(id, force).await
     }
 
     /// Removes a voter or a learner from the cluster.
@@ -452,12 +462,18 @@ impl<SM: StateMachine> RaftNode<SM> {
             } else {
                 None
             };
+            let acked = if is_leader && id != self.id() {
+                self.inner.channels.acks().since(id)
+            } else {
+                None
+            };
             NodeStatus {
                 id,
                 addr,
                 voter,
                 matched_index: matched,
                 lag: matched.map(|m| last.saturating_sub(m)),
+                last_ack_ms: acked.map(|a| u64::try_from(a.as_millis()).unwrap_or(u64::MAX)),
             }
         };
         let mut nodes: Vec<NodeStatus> = voters
@@ -488,6 +504,8 @@ impl<SM: StateMachine> RaftNode<SM> {
             .to_string(),
             nodes,
             cluster_id: self.cluster_id().to_string(),
+            unfinished_change: membership::unfinished_change(&self.inner.raft)
+                .map(|voters| voters.into_iter().collect()),
             quorum_ack_ms: if is_leader {
                 metrics.millis_since_quorum_ack
             } else {

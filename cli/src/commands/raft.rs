@@ -12,7 +12,19 @@ use super::{emit, table};
 use crate::{CliError, Gateway, Output, RaftCommand};
 
 fn raft_json(s: &ClusterStatus) -> Value {
-    let node = |n: &proto::cluster::NodeStatus| json!({"id": n.id, "addr": n.addr, "voter": n.voter, "matched_index": n.matched_index, "lag": n.lag});
+    // Unknown progress is null, never 0 (0 would read as caught up).
+    let known = |n: &proto::cluster::NodeStatus, v: u64| {
+        if n.progress_known {
+            json!(v)
+        } else {
+            Value::Null
+        }
+    };
+    let node = |n: &proto::cluster::NodeStatus| {
+        json!({"id": n.id, "addr": n.addr, "voter": n.voter,
+               "matched_index": known(n, n.matched_index), "lag": known(n, n.lag),
+               "last_ack_ms": n.last_ack_ms})
+    };
     json!({
         "cluster_id": s.cluster_id,
         "leader": if s.leader_id == 0 { Value::Null } else { json!(s.leader_id) },
@@ -26,6 +38,12 @@ fn raft_json(s: &ClusterStatus) -> Value {
         "voters": s.nodes.iter().filter(|n| n.voter).map(|n| json!({"id": n.id, "addr": n.addr})).collect::<Vec<_>>(),
         "learners": s.nodes.iter().filter(|n| !n.voter).map(|n| json!({"id": n.id, "addr": n.addr})).collect::<Vec<_>>(),
         "nodes": s.nodes.iter().map(node).collect::<Vec<_>>(),
+        // Voters a half-done membership change leads to; null when none.
+        "unfinished_change_to_voters": if s.unfinished_change_to_voters.is_empty() {
+            Value::Null
+        } else {
+            json!(s.unfinished_change_to_voters)
+        },
     })
 }
 
@@ -60,24 +78,49 @@ fn status_table(s: &ClusterStatus) -> String {
     } else {
         format!("{} ({})", s.leader_id, s.leader_addr)
     };
-    let head = format!(
-        "leader: {leader}\nterm: {}\ncommit index: {}\napplied index: {}\n\n",
+    let mut head = format!(
+        "leader: {leader}\nterm: {}\ncommit index: {}\napplied index: {}\n",
         s.term, s.commit_index, s.applied_index
     );
+    if !s.unfinished_change_to_voters.is_empty() {
+        let to = s
+            .unfinished_change_to_voters
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        head += &format!(
+            "membership change unfinished: voters -> {to} (completes once a majority is up; \
+             re-run it to finish it after a leader change)\n"
+        );
+    }
+    head += "\n";
     let rows = s
         .nodes
         .iter()
         .map(|n| {
+            let known = |v: u64| {
+                if n.progress_known {
+                    v.to_string()
+                } else {
+                    "unknown".to_string()
+                }
+            };
             vec![
                 n.id.to_string(),
                 n.addr.clone(),
                 if n.voter { "voter" } else { "learner" }.to_string(),
-                n.matched_index.to_string(),
-                n.lag.to_string(),
+                known(n.matched_index),
+                known(n.lag),
+                n.last_ack_ms
+                    .map_or("-".to_string(), |ms| format!("{ms} ms ago")),
             ]
         })
         .collect();
-    head + &table(&["ID", "ADDRESS", "ROLE", "MATCHED", "LAG"], rows)
+    head + &table(
+        &["ID", "ADDRESS", "ROLE", "MATCHED", "LAG", "LAST ACK"],
+        rows,
+    )
 }
 
 /// `raft ...`
@@ -114,11 +157,11 @@ pub async fn raft(gw: &Gateway, output: Output, command: RaftCommand) -> Result<
                 .into_inner();
             emit(output, membership_json(&r), || membership_table(&r));
         }
-        RaftCommand::Promote { id } => {
+        RaftCommand::Promote { id, force } => {
             let r = gw
                 .call(|c| async move {
                     ClusterAdminClient::new(c)
-                        .promote(PromoteRequest { id })
+                        .promote(PromoteRequest { id, force })
                         .await
                 })
                 .await?

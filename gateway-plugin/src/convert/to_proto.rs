@@ -285,10 +285,13 @@ pub fn cluster_status(s: raft_store::ClusterStatus) -> PbStatus {
                 voter: n.voter,
                 matched_index: n.matched_index.unwrap_or(0),
                 lag: n.lag.unwrap_or(0),
+                progress_known: n.matched_index.is_some(),
+                last_ack_ms: n.last_ack_ms,
             })
             .collect(),
         state: s.state,
         cluster_id: s.cluster_id,
+        unfinished_change_to_voters: s.unfinished_change.unwrap_or_default(),
     }
 }
 

@@ -1,7 +1,15 @@
 //! Every outbound call to a peer replica: openraft's `RaftNetworkFactory`
 //! over tonic, forwarding a write to the leader ([`Channels::forward`]), the
-//! remote read-index ([`Channels::read_index`]) and the two calls of a
-//! leadership transfer ([`Channels::hold_election`], [`Channels::campaign`]).
+//! remote read-index ([`Channels::read_index`]), the two calls of a
+//! leadership transfer ([`Channels::hold_election`], [`Channels::campaign`])
+//! and asking an address which node answers there ([`Channels::identify`]).
+//!
+//! Every raft call names the node it is meant for (`target_node_id`); a
+//! peer that is another node refuses it, and [`PeerClient`] logs that
+//! refusal (at most every [`REFUSAL_LOG_EVERY`] per target) as a wrong
+//! address in the membership. [`AppendAcks`] records when each target last
+//! acknowledged an append (openraft 0.9 has no such metric): a promotion
+//! checks it.
 //!
 //! One HTTP/2 channel per peer address, built by the workspace's one channel
 //! builder (`proto::client::connect`, role `Peer`), connected lazily and
@@ -31,7 +39,7 @@ use proto::client::{connect, ClientConfig, ClientError, Role};
 use proto::raft::raft_transport_client::RaftTransportClient;
 use proto::raft::{
     forward_response, read_index_response, CampaignRequest, ForwardRequest, HoldElectionRequest,
-    RaftPayload, ReadIndexRequest,
+    IdentifyRequest, RaftPayload, ReadIndexRequest,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -44,6 +52,37 @@ use crate::types::{Applied, NodeId, TypeConfig};
 
 /// Metadata key of the peer token on raft transport calls.
 pub const PEER_TOKEN: &str = "x-openshell-peer-token";
+
+/// Metadata key of the receiver's own node id on a refusal of a call meant
+/// for another node.
+pub const NODE_ID: &str = "x-openshell-node-id";
+
+/// How often a refusal by a peer that is another node is logged per target
+/// (heartbeats retry it every few tens of milliseconds).
+pub const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// When each target last acknowledged an append from this node (as leader).
+/// Cloning shares it. A std lock: held only to read or write one entry.
+#[derive(Clone, Debug, Default)]
+pub struct AppendAcks(Arc<Mutex<BTreeMap<NodeId, Instant>>>);
+
+impl AppendAcks {
+    /// Notes that `target` acknowledged an append now.
+    pub fn record(&self, target: NodeId) {
+        self.map().insert(target, Instant::now());
+    }
+
+    /// How long ago `target` last acknowledged an append; `None` if it never
+    /// did since this process started.
+    pub fn since(&self, target: NodeId) -> Option<Duration> {
+        self.map().get(&target).map(Instant::elapsed)
+    }
+
+    /// The map; a poisoned lock is recovered (it holds only instants).
+    fn map(&self) -> std::sync::MutexGuard<'_, BTreeMap<NodeId, Instant>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
 
 /// Adds the peer token to every outbound raft transport call.
 #[derive(Clone)]
@@ -74,6 +113,8 @@ pub struct Channels {
     config: ClientConfig,
     /// Address -> channel. A std lock: held only to look up or insert.
     by_addr: Arc<Mutex<BTreeMap<String, Channel>>>,
+    /// When each target last acknowledged an append.
+    acks: AppendAcks,
 }
 
 impl Channels {
@@ -85,7 +126,13 @@ impl Channels {
             auth: PeerAuth(peer_token.and_then(|t| t.parse().ok())),
             config: ClientConfig::for_role(Role::Peer),
             by_addr: Arc::default(),
+            acks: AppendAcks::default(),
         }
+    }
+
+    /// When each target last acknowledged an append from this node.
+    pub fn acks(&self) -> &AppendAcks {
+        &self.acks
     }
 
     /// The cluster id every outbound call carries.
@@ -133,6 +180,8 @@ impl Channels {
             encoding: codec::ENCODING_V1,
             data: codec::encode(value),
             cluster_id: self.cluster_id.to_string(),
+            // Set by the caller that knows the target (see `PeerClient`).
+            target_node_id: 0,
         }
     }
 
@@ -170,6 +219,7 @@ impl Channels {
         let mut request = tonic::Request::new(ForwardRequest {
             command: command.to_vec(),
             cluster_id: self.cluster_id().to_string(),
+            target_node_id: leader,
         });
         request.set_timeout(until(deadline));
         match client.forward(request).await {
@@ -187,6 +237,9 @@ impl Channels {
                 Err(WriteError::Rejected(status.message().to_string()))
             }
             Err(status) if never_sent(&status) => Ok(Forwarded::Retry),
+            // Another node answers at the leader's address: it refused the
+            // call before looking at it, so nothing was appended.
+            Err(status) if status.metadata().contains_key(NODE_ID) => Ok(Forwarded::Retry),
             Err(status) => Err(WriteError::Unknown(format!(
                 "forwarding to leader {leader} at {addr}: {status}"
             ))),
@@ -200,6 +253,7 @@ impl Channels {
         let mut client = self.client(addr).await.ok()?;
         let mut request = tonic::Request::new(ReadIndexRequest {
             cluster_id: self.cluster_id().to_string(),
+            target_node_id: leader,
         });
         request.set_timeout(until(deadline));
         match client.read_index(request).await {
@@ -214,33 +268,56 @@ impl Channels {
         }
     }
 
-    /// Asks the voter at `addr` to hold its election timer for `hold`
-    /// (part of a leadership transfer).
+    /// Asks the voter `target` at `addr` to hold its election timer for
+    /// `hold` (part of a leadership transfer).
     ///
     /// # Errors
     /// [`PeerCallError`] when `addr` is invalid or the call failed.
-    pub async fn hold_election(&self, addr: &str, hold: Duration) -> Result<(), PeerCallError> {
+    pub async fn hold_election(
+        &self,
+        target: NodeId,
+        addr: &str,
+        hold: Duration,
+    ) -> Result<(), PeerCallError> {
         let mut client = self.client(addr).await?;
         let request = HoldElectionRequest {
             cluster_id: self.cluster_id().to_string(),
             hold_ms: u64::try_from(hold.as_millis()).unwrap_or(60_000),
+            target_node_id: target,
         };
         client.hold_election(request).await?;
         Ok(())
     }
 
-    /// Asks the voter at `addr` to campaign now (the last step of a
-    /// leadership transfer).
+    /// Asks the voter `target` at `addr` to campaign now (the last step of
+    /// a leadership transfer).
     ///
     /// # Errors
     /// [`PeerCallError`] when `addr` is invalid or the call failed.
-    pub async fn campaign(&self, addr: &str) -> Result<(), PeerCallError> {
+    pub async fn campaign(&self, target: NodeId, addr: &str) -> Result<(), PeerCallError> {
         let mut client = self.client(addr).await?;
         let request = CampaignRequest {
             cluster_id: self.cluster_id().to_string(),
+            target_node_id: target,
         };
         client.campaign(request).await?;
         Ok(())
+    }
+
+    /// Asks the gateway at `addr` which node it is, within `timeout`.
+    ///
+    /// # Errors
+    /// [`PeerCallError`] when `addr` is invalid, nothing answers in time, or
+    /// the peer refused (another cluster, wrong peer token, or a version
+    /// without the call: `UNIMPLEMENTED`).
+    pub async fn identify(&self, addr: &str, timeout: Duration) -> Result<NodeId, PeerCallError> {
+        let mut client = self.client(addr).await?;
+        let mut request = tonic::Request::new(IdentifyRequest {
+            cluster_id: self.cluster_id().to_string(),
+        });
+        request.set_timeout(timeout);
+        let reply = client.identify(request).await?.into_inner();
+        Ok(reply.node_id)
     }
 }
 
@@ -336,15 +413,21 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             target,
             addr: node.addr.clone(),
             channels: self.channels.clone(),
+            refusal_logged: None,
         }
     }
 }
 
 /// Raft RPCs to one peer.
 pub struct PeerClient {
+    /// The node the calls are meant for.
     target: NodeId,
+    /// Its address in the membership.
     addr: String,
+    /// Shared channels (and the append acknowledgements).
     channels: Channels,
+    /// When a refusal by another node at `addr` was last logged.
+    refusal_logged: Option<Instant>,
 }
 
 /// Which RPC to call.
@@ -355,8 +438,33 @@ enum Rpc {
 }
 
 impl PeerClient {
+    /// Logs, at most every [`REFUSAL_LOG_EVERY`], that the peer at `addr`
+    /// refused a call because it is another node.
+    fn log_refusal(&mut self, status: &tonic::Status) {
+        if self
+            .refusal_logged
+            .is_some_and(|at| at.elapsed() < REFUSAL_LOG_EVERY)
+        {
+            return;
+        }
+        self.refusal_logged = Some(Instant::now());
+        let answered_as = status
+            .metadata()
+            .get(NODE_ID)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("another node")
+            .to_string();
+        tracing::warn!(
+            target_node = self.target,
+            addr = %self.addr,
+            answered_as = %answered_as,
+            "the gateway at this address is node {answered_as}, not node {}: the membership holds a wrong address for node {}; remove it (`raft remove {}`) and add it again with its own address",
+            self.target, self.target, self.target
+        );
+    }
+
     async fn call<Req, Resp, E>(
-        &self,
+        &mut self,
         rpc: Rpc,
         request: &Req,
         option: &RPCOption,
@@ -371,17 +479,28 @@ impl PeerClient {
             .client(&self.addr)
             .await
             .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
-        let mut grpc = tonic::Request::new(self.channels.payload(request));
+        let mut payload = self.channels.payload(request);
+        payload.target_node_id = self.target;
+        let mut grpc = tonic::Request::new(payload);
         grpc.set_timeout(option.hard_ttl());
         let reply = match rpc {
             Rpc::AppendEntries => client.append_entries(grpc).await,
             Rpc::Vote => client.vote(grpc).await,
             Rpc::InstallSnapshot => client.install_snapshot(grpc).await,
         };
-        let reply = reply.map_err(|status| match status.code() {
-            tonic::Code::Unavailable => RPCError::Unreachable(Unreachable::new(&status)),
-            _ => RPCError::Network(NetworkError::new(&status)),
-        })?;
+        let reply = match reply {
+            Ok(reply) => reply,
+            Err(status) if status.metadata().contains_key(NODE_ID) => {
+                // Another node answers at this address: back off as for an
+                // unreachable peer (the target itself is not there).
+                self.log_refusal(&status);
+                return Err(RPCError::Unreachable(Unreachable::new(&status)));
+            }
+            Err(status) if status.code() == tonic::Code::Unavailable => {
+                return Err(RPCError::Unreachable(Unreachable::new(&status)))
+            }
+            Err(status) => return Err(RPCError::Network(NetworkError::new(&status))),
+        };
         let result: Result<Resp, RaftError<NodeId, E>> = codec::decode(
             &reply.into_inner().data,
             format!("reply from node {}", self.target),
@@ -403,7 +522,13 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        self.call(Rpc::AppendEntries, &rpc, &option).await
+        let reply = self.call(Rpc::AppendEntries, &rpc, &option).await;
+        if let Ok(AppendEntriesResponse::Success | AppendEntriesResponse::PartialSuccess(_)) =
+            &reply
+        {
+            self.channels.acks.record(self.target);
+        }
+        reply
     }
 
     async fn install_snapshot(
@@ -452,6 +577,7 @@ mod tests {
         let status = match client
             .read_index(ReadIndexRequest {
                 cluster_id: "test".into(),
+                target_node_id: 0,
             })
             .await
         {

@@ -2,8 +2,13 @@
 //!
 //! Who may call it: the other gateway replicas of the same cluster. Every call
 //! carries the cluster id; a call from another cluster is refused with
-//! `PERMISSION_DENIED`. A body that does not decode gets `INVALID_ARGUMENT`,
-//! never a panic.
+//! `PERMISSION_DENIED`. Every call also names the node it is meant for; a
+//! call meant for another node is refused with `FAILED_PRECONDITION` and this
+//! node's id in the `x-openshell-node-id` metadata ([`refuse_other_node`]),
+//! so one process never answers (and counts) as two members. A call that
+//! names no node (0) comes from an older sender and is served (rolling
+//! upgrade). `Identify` tells a caller which node answers here. A body that
+//! does not decode gets `INVALID_ARGUMENT`, never a panic.
 //!
 //! Like openraft's gRPC example, the service holds only what it serves: the
 //! `Raft` handle (raft RPCs, read-index, campaign), the peer authenticator,
@@ -11,14 +16,15 @@
 //! nothing of [`crate::node`].
 
 use std::marker::PhantomData;
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use openraft::error::RaftError;
 use proto::raft::raft_transport_server::RaftTransport;
 use proto::raft::{
     forward_response, read_index_response, Applied as PbApplied, CampaignRequest, CampaignResponse,
-    ForwardRequest, ForwardResponse, HoldElectionRequest, HoldElectionResponse, NotLeader,
-    RaftPayload, ReadIndexRequest, ReadIndexResponse,
+    ForwardRequest, ForwardResponse, HoldElectionRequest, HoldElectionResponse, IdentifyRequest,
+    IdentifyResponse, NotLeader, RaftPayload, ReadIndexRequest, ReadIndexResponse,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -28,9 +34,10 @@ use crate::batcher::{check_size, Proposed, Proposer};
 use crate::codec;
 use crate::leadership::ElectionHold;
 use crate::membership;
-use crate::network::client::PEER_TOKEN;
+use crate::network::client::{NODE_ID, PEER_TOKEN, REFUSAL_LOG_EVERY};
 use crate::state_machine::StateMachine;
 use crate::types::typ::Raft;
+use crate::types::NodeId;
 
 /// Decides who may call the transport: peers of the same cluster that
 /// present the peer token when one is configured.
@@ -105,6 +112,8 @@ pub struct TransportService<SM: StateMachine> {
     proposer: Proposer,
     /// Serves HoldElection.
     hold: ElectionHold,
+    /// This node's id: calls meant for another node are refused.
+    me: NodeId,
     /// Only `SM::validate` is used; no `SM` value is held.
     machine: PhantomData<fn() -> SM>,
 }
@@ -118,8 +127,10 @@ impl<SM: StateMachine> TransportService<SM> {
         proposer: Proposer,
         hold: ElectionHold,
     ) -> Self {
+        let me = raft.metrics().borrow().id;
         TransportService {
             raft,
+            me,
             auth,
             proposer,
             hold,
@@ -127,12 +138,16 @@ impl<SM: StateMachine> TransportService<SM> {
         }
     }
 
+    /// Checks the caller (cluster, token) and that the call is meant for
+    /// this node (`target` 0: an older sender that names none).
     fn check_peer(
         &self,
         metadata: &tonic::metadata::MetadataMap,
         cluster_id: &str,
+        target: NodeId,
     ) -> Result<(), Status> {
-        self.auth.check(metadata, cluster_id)
+        self.auth.check(metadata, cluster_id)?;
+        refuse_other_node(self.me, target)
     }
 
     fn decode<T: DeserializeOwned>(
@@ -141,7 +156,11 @@ impl<SM: StateMachine> TransportService<SM> {
         what: &str,
     ) -> Result<T, Status> {
         let payload = request.get_ref();
-        self.check_peer(request.metadata(), &payload.cluster_id)?;
+        self.check_peer(
+            request.metadata(),
+            &payload.cluster_id,
+            payload.target_node_id,
+        )?;
         if payload.encoding != codec::ENCODING_V1 {
             return Err(Status::invalid_argument(format!(
                 "{what}: encoding {} is not supported (this node speaks {})",
@@ -160,6 +179,8 @@ impl<SM: StateMachine> TransportService<SM> {
             encoding: codec::ENCODING_V1,
             data: codec::encode(value),
             cluster_id: self.auth.cluster_id.clone(),
+            // A reply goes back on the caller's own connection.
+            target_node_id: 0,
         })
     }
 
@@ -206,7 +227,8 @@ impl<SM: StateMachine> RaftTransport for TransportService<SM> {
         &self,
         request: Request<ForwardRequest>,
     ) -> Result<Response<ForwardResponse>, Status> {
-        self.check_peer(request.metadata(), &request.get_ref().cluster_id)?;
+        let target = request.get_ref().target_node_id;
+        self.check_peer(request.metadata(), &request.get_ref().cluster_id, target)?;
         let request = request.into_inner();
         check_size(&request.command).map_err(|e| Status::invalid_argument(e.to_string()))?;
         SM::validate(&request.command).map_err(|e| Status::invalid_argument(e.to_string()))?;
@@ -238,7 +260,8 @@ impl<SM: StateMachine> RaftTransport for TransportService<SM> {
         &self,
         request: Request<ReadIndexRequest>,
     ) -> Result<Response<ReadIndexResponse>, Status> {
-        self.check_peer(request.metadata(), &request.get_ref().cluster_id)?;
+        let target = request.get_ref().target_node_id;
+        self.check_peer(request.metadata(), &request.get_ref().cluster_id, target)?;
         let result = match self.raft.get_read_log_id().await {
             Ok((read_log_id, _)) => {
                 read_index_response::Result::ReadIndex(read_log_id.map(|l| l.index).unwrap_or(0))
@@ -258,7 +281,8 @@ impl<SM: StateMachine> RaftTransport for TransportService<SM> {
         &self,
         request: Request<HoldElectionRequest>,
     ) -> Result<Response<HoldElectionResponse>, Status> {
-        self.check_peer(request.metadata(), &request.get_ref().cluster_id)?;
+        let target = request.get_ref().target_node_id;
+        self.check_peer(request.metadata(), &request.get_ref().cluster_id, target)?;
         let request = request.into_inner();
         if request.hold_ms == 0 || request.hold_ms > 60_000 {
             return Err(Status::invalid_argument("hold_ms must be within 1..=60000"));
@@ -272,7 +296,8 @@ impl<SM: StateMachine> RaftTransport for TransportService<SM> {
         &self,
         request: Request<CampaignRequest>,
     ) -> Result<Response<CampaignResponse>, Status> {
-        self.check_peer(request.metadata(), &request.get_ref().cluster_id)?;
+        let target = request.get_ref().target_node_id;
+        self.check_peer(request.metadata(), &request.get_ref().cluster_id, target)?;
         self.raft
             .trigger()
             .elect()
@@ -280,6 +305,57 @@ impl<SM: StateMachine> RaftTransport for TransportService<SM> {
             .map_err(|e| Status::unavailable(format!("raft: {e}")))?;
         Ok(Response::new(CampaignResponse {}))
     }
+
+    #[tracing::instrument(level = "info", skip_all)]
+    async fn identify(
+        &self,
+        request: Request<IdentifyRequest>,
+    ) -> Result<Response<IdentifyResponse>, Status> {
+        self.check_peer(request.metadata(), &request.get_ref().cluster_id, 0)?;
+        Ok(Response::new(IdentifyResponse {
+            node_id: self.me,
+            cluster_id: self.auth.cluster_id.clone(),
+        }))
+    }
+}
+
+/// Refuses a call meant for node `target` on node `me` (0: the sender
+/// predates the field and names no node, so the call is served).
+///
+/// # Errors
+/// `FAILED_PRECONDITION`, with `me` in the [`NODE_ID`] metadata, when
+/// `target` is another node.
+pub fn refuse_other_node(me: NodeId, target: NodeId) -> Result<(), Status> {
+    if target == 0 || target == me {
+        return Ok(());
+    }
+    if refusal_log_due() {
+        tracing::warn!(
+            me,
+            meant_for = target,
+            "refused a raft RPC meant for node {target}: this is node {me}; the membership holds this node's address for node {target}"
+        );
+    }
+    let mut status = Status::failed_precondition(format!(
+        "this is node {me}, not node {target}: the caller's membership holds a wrong address for node {target}"
+    ));
+    status
+        .metadata_mut()
+        .insert(NODE_ID, tonic::metadata::MetadataValue::from(me));
+    Err(status)
+}
+
+/// Whether a refusal of a call meant for another node should be logged now:
+/// at most once every [`REFUSAL_LOG_EVERY`] per process (the leader retries
+/// such calls every heartbeat).
+fn refusal_log_due() -> bool {
+    static LAST: Mutex<Option<Instant>> = Mutex::new(None);
+    let mut last = LAST.lock().unwrap_or_else(|p| p.into_inner());
+    if last.is_some_and(|at| at.elapsed() < REFUSAL_LOG_EVERY) {
+        return false;
+    }
+    *last = Some(Instant::now());
+    true
 }
 
 /// Compares secrets in time independent of where they differ.
@@ -311,6 +387,26 @@ mod tests {
         assert_eq!(
             refused.map_err(|s| s.code()),
             Err(tonic::Code::PermissionDenied)
+        );
+    }
+
+    #[test]
+    fn calls_meant_for_another_node_are_refused() {
+        assert!(refuse_other_node(3, 3).is_ok());
+        assert!(
+            refuse_other_node(3, 0).is_ok(),
+            "an older sender names no node"
+        );
+        let refused = refuse_other_node(3, 4).map_err(|s| {
+            let id = s
+                .metadata()
+                .get(NODE_ID)
+                .and_then(|v| v.to_str().ok().map(str::to_string));
+            (s.code(), id)
+        });
+        assert_eq!(
+            refused,
+            Err((tonic::Code::FailedPrecondition, Some("3".to_string())))
         );
     }
 

@@ -96,6 +96,28 @@ impl Children {
         Ok(())
     }
 
+    /// Says on stderr when a process `dev` started exits while the cluster
+    /// runs (say, a gateway stopped by hand to try a failover), and reaps
+    /// it, so it does not linger as a zombie. Never returns.
+    pub async fn report_exits(&mut self) {
+        let mut reported: Vec<bool> = Vec::new();
+        loop {
+            reported.resize(self.0.len(), false);
+            for ((name, child), reported) in self.0.iter_mut().zip(reported.iter_mut()) {
+                if *reported {
+                    continue;
+                }
+                if let Ok(Some(status)) = child.try_wait() {
+                    *reported = true;
+                    eprintln!(
+                        "{name} exited ({status}); the others keep running, Ctrl-C stops them"
+                    );
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
     /// Stops every process `dev` started, directly or through its
     /// supervisors (see the module doc), and returns once none is left.
     pub async fn stop(&mut self) {

@@ -140,7 +140,10 @@ pub async fn run(args: DevArgs) -> Result<(), CliError> {
         );
     }
     print_banner(&args, &dir, &endpoints, &bins.pool);
-    shutdown_signal().await;
+    tokio::select! {
+        () = shutdown_signal() => {}
+        () = children.report_exits() => {}
+    }
     eprintln!("stopping...");
     children.stop().await;
     eprintln!(

@@ -7,6 +7,19 @@ use crate::dev;
 /// Default endpoints: the `openshell-pool dev` cluster.
 pub const DEV_ENDPOINTS: &str = "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003";
 
+impl std::fmt::Debug for Cli {
+    /// Every flag but the token, which shows as `<redacted>`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cli")
+            .field("endpoints", &self.endpoints)
+            .field("token", &proto::secret::redact_opt(&self.token))
+            .field("token_file", &self.token_file)
+            .field("output", &self.output)
+            .field("command", &self.command)
+            .finish()
+    }
+}
+
 /// Output format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Output {
@@ -17,7 +30,7 @@ pub enum Output {
 }
 
 /// Operate an OpenShell supervisor-pool store.
-#[derive(Parser, Debug)]
+#[derive(Parser)]
 #[command(name = "openshell-pool", version, about, propagate_version = true)]
 pub struct Cli {
     /// Gateway endpoints, comma-separated host:port; any one will do.
@@ -26,6 +39,15 @@ pub struct Cli {
     /// Bearer token (needs platform_admin for changes).
     #[arg(long, env = "OPENSHELL_TOKEN", global = true, hide_env_values = true)]
     pub token: Option<String>,
+    /// File holding the bearer token (a trailing newline is trimmed); keeps
+    /// it out of /proc/*/cmdline.
+    #[arg(
+        long,
+        env = "OPENSHELL_TOKEN_FILE",
+        global = true,
+        conflicts_with = "token"
+    )]
+    pub token_file: Option<std::path::PathBuf>,
     /// Output format.
     #[arg(short = 'o', long = "output", global = true, value_enum, default_value_t = Output::Table)]
     pub output: Output,

@@ -93,12 +93,22 @@ impl tonic::service::Interceptor for Bearer {
 pub type Authed = InterceptedService<Channel, Bearer>;
 
 /// The gateways the CLI talks to.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Gateway {
     /// host:port of each gateway.
     pub endpoints: Vec<String>,
     /// Bearer token.
     pub token: Option<String>,
+}
+
+impl std::fmt::Debug for Gateway {
+    /// The endpoints; the token shows as `<redacted>`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway")
+            .field("endpoints", &self.endpoints)
+            .field("token", &proto::secret::redact_opt(&self.token))
+            .finish()
+    }
 }
 
 impl Gateway {

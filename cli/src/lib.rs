@@ -40,9 +40,16 @@ pub use client::{CliError, Gateway};
 /// What the command failed on, as the user should read it; the process
 /// exits with [`CliError::exit_code`].
 pub async fn run(cli: Cli) -> Result<(), CliError> {
+    let token = match &cli.token_file {
+        Some(file) => Some(
+            proto::secret::read_secret_file("--token-file", file)
+                .map_err(|e| CliError::Local(e.to_string()))?,
+        ),
+        None => cli.token.clone(),
+    };
     let gw = Gateway {
         endpoints: cli.endpoints.clone(),
-        token: cli.token.clone(),
+        token,
     };
     match cli.command {
         Command::Dev(args) => dev::run(args).await,

@@ -21,11 +21,28 @@ pub enum Role {
     PlatformAdmin,
 }
 
-/// The configured tokens.
-#[derive(Clone, Debug, Default)]
+/// The configured tokens (`Debug` prints only how many there are).
+#[derive(Clone, Default)]
 pub struct Auth {
     admin: BTreeSet<String>,
     viewer: BTreeSet<String>,
+}
+
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Auth")
+            .field("admin_tokens", &self.admin.len())
+            .field("viewer_tokens", &self.viewer.len())
+            .finish()
+    }
+}
+
+/// Whether `token` is one of `set`, comparing every member in constant time
+/// (no early exit on the first match).
+fn holds(set: &BTreeSet<String>, token: &str) -> bool {
+    set.iter().fold(false, |found, t| {
+        proto::secret::ct_eq(token.as_bytes(), t.as_bytes()) | found
+    })
 }
 
 impl Auth {
@@ -82,9 +99,10 @@ impl Auth {
             .and_then(|h| h.strip_prefix("Bearer "))
             .map(str::trim)
             .unwrap_or_default();
-        let role = if self.admin.contains(token) {
+        let (admin, viewer) = (holds(&self.admin, token), holds(&self.viewer, token));
+        let role = if admin {
             Role::PlatformAdmin
-        } else if self.viewer.contains(token) {
+        } else if viewer {
             Role::Viewer
         } else {
             return fail("invalid", Status::unauthenticated("invalid bearer token"));
@@ -96,5 +114,26 @@ impl Auth {
             );
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_does_not_show_tokens() {
+        let auth = Auth::new(["adm1n-s3cret".to_string()], ["v1ewer-s3cret".to_string()]);
+        let shown = format!("{auth:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+    }
+
+    #[test]
+    fn tokens_match_whole() {
+        let set: BTreeSet<String> = ["abc".to_string(), "xyz".to_string()].into();
+        assert!(holds(&set, "abc"));
+        assert!(holds(&set, "xyz"));
+        assert!(!holds(&set, "ab"));
+        assert!(!holds(&set, "abcd"));
     }
 }

@@ -90,7 +90,7 @@ pub struct RaftSection {
 }
 
 /// `[openshell.gateway.supervisor_pool]`.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SupervisorPoolSection {
     /// The leader appends a `Tick` this often, ms (10..=10000, default 250).
@@ -107,14 +107,38 @@ pub struct SupervisorPoolSection {
     pub supervisor_token: Option<String>,
 }
 
+impl std::fmt::Debug for SupervisorPoolSection {
+    /// Prints every field but the secrets, which show as `<redacted>`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SupervisorPoolSection")
+            .field("tick_interval_ms", &self.tick_interval_ms)
+            .field("heartbeat_ttl_ms", &self.heartbeat_ttl_ms)
+            .field("recovery_deadline_ms", &self.recovery_deadline_ms)
+            .field("operation_deadline_ms", &self.operation_deadline_ms)
+            .field("status_interval_ms", &self.status_interval_ms)
+            .field("supervisor_token", &proto::secret::redact_opt(&self.supervisor_token))
+            .finish()
+    }
+}
+
 /// `[openshell.gateway.auth]`.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AuthSection {
     /// Bearer tokens with the `platform_admin` role.
     pub admin_tokens: Option<Vec<String>>,
     /// Bearer tokens that may only read.
     pub viewer_tokens: Option<Vec<String>>,
+}
+
+impl std::fmt::Debug for AuthSection {
+    /// Prints every field but the secrets, which show as `<redacted>`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthSection")
+            .field("admin_tokens", &proto::secret::redact_opt(&self.admin_tokens))
+            .field("viewer_tokens", &proto::secret::redact_opt(&self.viewer_tokens))
+            .finish()
+    }
 }
 
 /// `[openshell.gateway]`.

@@ -99,7 +99,7 @@ impl SupervisorHostService {
 /// Checks a hello's fields and credential.
 fn check_hello(hello: &HostHello, token: Option<&str>) -> Result<(), Status> {
     if let Some(token) = token {
-        if hello.credential != token {
+        if !proto::secret::ct_eq(hello.credential.as_bytes(), token.as_bytes()) {
             return Err(Status::unauthenticated(
                 "supervisor credential is missing or wrong",
             ));

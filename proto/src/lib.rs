@@ -23,6 +23,8 @@
 //! - [`metadata`]: gRPC metadata keys (the leader hint, the forwarded mark).
 //! - [`exec`]: the bounds of `ExecSandbox` every hop enforces (timeout cap,
 //!   output cap).
+//! - [`secret`]: constant-time comparison of tokens, `Debug` redaction, and
+//!   reading a token from a file.
 //! - [`backup`]: the backup file format (`openshell-pool backup save` writes
 //!   it, `openshell-gateway restore` reads it).
 //!
@@ -107,3 +109,4 @@ pub mod exec;
 pub mod grant;
 pub mod metadata;
 pub mod names;
+pub mod secret;

@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::types::NodeId;
 
 /// How one node runs. [`NodeConfig::new`] fills in openraft's defaults.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct NodeConfig {
     /// This node's raft id (non-zero).
     pub node_id: NodeId,
@@ -42,6 +42,27 @@ pub struct NodeConfig {
     /// Secret every replica presents on raft transport calls and requires
     /// from callers (None: only the cluster id is checked).
     pub peer_token: Option<String>,
+}
+
+impl std::fmt::Debug for NodeConfig {
+    /// Prints every field but the secrets, which show as `<redacted>`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeConfig")
+            .field("node_id", &self.node_id)
+            .field("advertise_addr", &self.advertise_addr)
+            .field("data_dir", &self.data_dir)
+            .field("cluster_id", &self.cluster_id)
+            .field("heartbeat_interval", &self.heartbeat_interval)
+            .field("election_timeout_min", &self.election_timeout_min)
+            .field("election_timeout_max", &self.election_timeout_max)
+            .field("snapshot_after_logs", &self.snapshot_after_logs)
+            .field("logs_to_keep", &self.logs_to_keep)
+            .field("snapshot_chunk_bytes", &self.snapshot_chunk_bytes)
+            .field("write_timeout", &self.write_timeout)
+            .field("cache_capacity", &self.cache_capacity)
+            .field("peer_token", &proto::secret::redact_opt(&self.peer_token))
+            .finish()
+    }
 }
 
 impl NodeConfig {

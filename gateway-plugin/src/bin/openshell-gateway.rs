@@ -17,7 +17,8 @@ use gateway_plugin::config::{
 /// supervisors are told to move to another gateway, a leader hands
 /// leadership over, then it exits 0. A second signal exits at once (rc 143
 /// after SIGTERM, 130 after SIGINT).
-#[derive(Parser, Debug)]
+// No `Debug`: the flags hold tokens.
+#[derive(Parser)]
 #[command(
     name = "openshell-gateway",
     version,
@@ -104,6 +105,36 @@ struct Args {
     /// Credential supervisors must present.
     #[arg(long, env = "OPENSHELL_SUPERVISOR_TOKEN", hide_env_values = true)]
     supervisor_token: Option<String>,
+    /// File holding a platform_admin token (repeatable; one token per file,
+    /// a trailing newline is trimmed). Keeps it out of /proc/*/cmdline.
+    #[arg(long, env = "OPENSHELL_ADMIN_TOKEN_FILE", value_delimiter = ',')]
+    admin_token_file: Vec<PathBuf>,
+    /// File holding a read-only token (repeatable; as --admin-token-file).
+    #[arg(long, env = "OPENSHELL_VIEWER_TOKEN_FILE", value_delimiter = ',')]
+    viewer_token_file: Vec<PathBuf>,
+    /// File holding the credential supervisors must present.
+    #[arg(
+        long,
+        env = "OPENSHELL_SUPERVISOR_TOKEN_FILE",
+        conflicts_with = "supervisor_token"
+    )]
+    supervisor_token_file: Option<PathBuf>,
+}
+
+/// `tokens` plus the token in each of `files` (given by `flag`).
+fn with_token_files(
+    tokens: Option<Vec<String>>,
+    files: &[PathBuf],
+    flag: &str,
+) -> anyhow::Result<Option<Vec<String>>> {
+    if files.is_empty() {
+        return Ok(tokens);
+    }
+    let mut tokens = tokens.unwrap_or_default();
+    for file in files {
+        tokens.push(proto::secret::read_secret_file(flag, file)?);
+    }
+    Ok(Some(tokens))
 }
 
 /// Offline tools on a stopped gateway's data directory.
@@ -256,14 +287,28 @@ fn run() -> anyhow::Result<()> {
         signing_key_file: args.signing_key_file,
         http_listen_addr: args.http_listen,
         auth: Some(AuthSection {
-            admin_tokens: args.admin_token,
-            viewer_tokens: args.viewer_token,
+            admin_tokens: with_token_files(
+                args.admin_token,
+                &args.admin_token_file,
+                "--admin-token-file",
+            )?,
+            viewer_tokens: with_token_files(
+                args.viewer_token,
+                &args.viewer_token_file,
+                "--viewer-token-file",
+            )?,
         }),
         supervisor_pool: Some(SupervisorPoolSection {
             tick_interval_ms: args.tick_interval_ms,
             heartbeat_ttl_ms: args.heartbeat_ttl_ms,
             recovery_deadline_ms: args.recovery_deadline_ms,
-            supervisor_token: args.supervisor_token,
+            supervisor_token: match &args.supervisor_token_file {
+                Some(file) => Some(proto::secret::read_secret_file(
+                    "--supervisor-token-file",
+                    file,
+                )?),
+                None => args.supervisor_token,
+            },
             ..Default::default()
         }),
     };

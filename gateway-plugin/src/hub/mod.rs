@@ -34,7 +34,7 @@ pub mod streams;
 use streams::Streams;
 
 /// Pool timing, from `[openshell.gateway.supervisor_pool]`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct PoolSettings {
     /// The leader appends a `Tick` this often (its monotonic clock).
     pub tick_interval: Duration,
@@ -48,6 +48,20 @@ pub struct PoolSettings {
     pub status_interval: Duration,
     /// Bearer credential supervisors present in `HostHello` (None: any).
     pub supervisor_token: Option<String>,
+}
+
+impl std::fmt::Debug for PoolSettings {
+    /// Prints every field but the secrets, which show as `<redacted>`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PoolSettings")
+            .field("tick_interval", &self.tick_interval)
+            .field("heartbeat_ttl_ticks", &self.heartbeat_ttl_ticks)
+            .field("recovery_deadline_ticks", &self.recovery_deadline_ticks)
+            .field("operation_deadline_ticks", &self.operation_deadline_ticks)
+            .field("status_interval", &self.status_interval)
+            .field("supervisor_token", &proto::secret::redact_opt(&self.supervisor_token))
+            .finish()
+    }
 }
 
 impl Default for PoolSettings {

@@ -31,7 +31,7 @@ pub enum ConfigError {
 }
 
 /// Raw settings as parsed (all optional), before validation.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct RawAgentConfig {
     /// Gateway endpoints, host:port.
     pub gateways: Vec<String>,
@@ -57,8 +57,27 @@ pub struct RawAgentConfig {
     pub listed_order: bool,
 }
 
+impl std::fmt::Debug for RawAgentConfig {
+    /// Prints every field but the secrets, which show as `<redacted>`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RawAgentConfig")
+            .field("gateways", &self.gateways)
+            .field("member_id", &self.member_id)
+            .field("member_uid", &self.member_uid)
+            .field("advertise_ip", &self.advertise_ip)
+            .field("listen", &self.listen)
+            .field("http_listen", &self.http_listen)
+            .field("capacity", &self.capacity)
+            .field("credential", &proto::secret::redact_opt(&self.credential))
+            .field("runtime_dir", &self.runtime_dir)
+            .field("runtime_bin", &self.runtime_bin)
+            .field("listed_order", &self.listed_order)
+            .finish()
+    }
+}
+
 /// Validated settings.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct AgentConfig {
     /// Gateway endpoints, host:port (at least one).
     pub gateways: Vec<String>,
@@ -93,6 +112,30 @@ pub struct AgentConfig {
     pub gateway_client: ClientConfig,
     /// How calls to sandbox runtimes connect and how long they may take.
     pub runtime_client: ClientConfig,
+}
+
+impl std::fmt::Debug for AgentConfig {
+    /// Prints every field but the secrets, which show as `<redacted>`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentConfig")
+            .field("gateways", &self.gateways)
+            .field("member_id", &self.member_id)
+            .field("member_uid", &self.member_uid)
+            .field("advertise_ip", &self.advertise_ip)
+            .field("listen", &self.listen)
+            .field("http_listen", &self.http_listen)
+            .field("capacity", &self.capacity)
+            .field("credential", &(!self.credential.is_empty()).then_some(proto::secret::REDACTED))
+            .field("runtime_dir", &self.runtime_dir)
+            .field("runtime_bin", &self.runtime_bin)
+            .field("min_backoff", &self.min_backoff)
+            .field("max_backoff", &self.max_backoff)
+            .field("runtime_heartbeat", &self.runtime_heartbeat)
+            .field("listed_order", &self.listed_order)
+            .field("gateway_client", &self.gateway_client)
+            .field("runtime_client", &self.runtime_client)
+            .finish()
+    }
 }
 
 impl RawAgentConfig {

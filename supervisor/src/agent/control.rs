@@ -40,7 +40,7 @@ impl SupervisorControl for ControlService {
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.strip_prefix("Bearer "))
                 .unwrap_or_default();
-            if presented != credential {
+            if !proto::secret::ct_eq(presented.as_bytes(), credential.as_bytes()) {
                 return Err(Status::unauthenticated(
                     "gateway credential missing or wrong",
                 ));

@@ -6,7 +6,8 @@ use clap::Parser;
 use supervisor::agent::{self, RawAgentConfig};
 
 /// A member of the OpenShell supervisor pool.
-#[derive(Parser, Debug)]
+// No `Debug`: the flags hold the credential.
+#[derive(Parser)]
 #[command(name = "openshell-supervisor", version, about)]
 struct Args {
     /// Gateway endpoints, comma-separated host:port; any one will do.
@@ -33,6 +34,14 @@ struct Args {
     /// Credential presented to gateways.
     #[arg(long, env = "OPENSHELL_SUPERVISOR_TOKEN", hide_env_values = true)]
     credential: Option<String>,
+    /// File holding the credential (a trailing newline is trimmed); keeps it
+    /// out of /proc/*/cmdline.
+    #[arg(
+        long,
+        env = "OPENSHELL_SUPERVISOR_TOKEN_FILE",
+        conflicts_with = "credential"
+    )]
+    credential_file: Option<PathBuf>,
     /// Directory where sandbox runtimes publish their addresses.
     #[arg(long, env = "OPENSHELL_RUNTIME_DIR")]
     runtime_dir: Option<PathBuf>,
@@ -70,7 +79,10 @@ fn run() -> anyhow::Result<()> {
         listen: args.listen,
         http_listen: args.http_listen,
         capacity: args.capacity,
-        credential: args.credential,
+        credential: match &args.credential_file {
+            Some(file) => Some(proto::secret::read_secret_file("--credential-file", file)?),
+            None => args.credential,
+        },
         runtime_dir: args.runtime_dir,
         runtime_bin: args.runtime_bin,
         listed_order: args.attach_listed_order,

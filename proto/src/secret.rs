@@ -1,0 +1,102 @@
+//! Secrets: constant-time comparison, redaction in `Debug`, and reading a
+//! token from a file (so it need not show in `/proc/*/cmdline`).
+//!
+//! Every crate that checks a token or credential compares it with [`ct_eq`];
+//! every config type that holds one prints [`REDACTED`] in its place.
+
+use std::path::{Path, PathBuf};
+
+use subtle::ConstantTimeEq;
+
+/// What `Debug` prints in place of a secret.
+pub const REDACTED: &str = "<redacted>";
+
+/// Compares a presented secret with the expected one in time independent of
+/// where they differ (only the lengths may leak).
+pub fn ct_eq(presented: &[u8], expected: &[u8]) -> bool {
+    presented.ct_eq(expected).into()
+}
+
+/// Redacted form of an optional secret for `Debug` output.
+pub fn redact_opt<T>(secret: &Option<T>) -> Option<&'static str> {
+    secret.as_ref().map(|_| REDACTED)
+}
+
+/// Why a secret file could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretFileError {
+    /// The file could not be read.
+    #[error("{flag} {}: {source}", path.display())]
+    Read {
+        /// The flag that named the file.
+        flag: String,
+        /// The file.
+        path: PathBuf,
+        /// The read error.
+        source: std::io::Error,
+    },
+    /// The file holds nothing (after the trailing newline is trimmed).
+    #[error("{flag} {}: the file is empty", path.display())]
+    Empty {
+        /// The flag that named the file.
+        flag: String,
+        /// The file.
+        path: PathBuf,
+    },
+}
+
+/// Reads the secret in `path` (given by `flag`), trimming one trailing
+/// newline (`\n` or `\r\n`).
+///
+/// # Errors
+/// [`SecretFileError`] naming the flag and path when the file cannot be read
+/// or is empty.
+pub fn read_secret_file(flag: &str, path: &Path) -> Result<String, SecretFileError> {
+    let text = std::fs::read_to_string(path).map_err(|source| SecretFileError::Read {
+        flag: flag.to_string(),
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let secret = text
+        .strip_suffix('\n')
+        .map(|t| t.strip_suffix('\r').unwrap_or(t))
+        .unwrap_or(&text);
+    if secret.is_empty() {
+        return Err(SecretFileError::Empty {
+            flag: flag.to_string(),
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(secret.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ct_eq_compares_whole_secrets() {
+        assert!(ct_eq(b"abc", b"abc"));
+        assert!(!ct_eq(b"abd", b"abc"));
+        assert!(!ct_eq(b"ab", b"abc"));
+        assert!(!ct_eq(b"", b"abc"));
+    }
+
+    #[test]
+    fn secret_files_are_trimmed_and_must_not_be_empty() {
+        let dir = std::env::temp_dir().join(format!("proto-secret-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("token");
+        std::fs::write(&file, "s3cret\r\n").unwrap();
+        assert_eq!(read_secret_file("--x-file", &file).unwrap(), "s3cret");
+        std::fs::write(&file, "s3cret\n").unwrap();
+        assert_eq!(read_secret_file("--x-file", &file).unwrap(), "s3cret");
+        std::fs::write(&file, "\n").unwrap();
+        let err = read_secret_file("--x-file", &file).unwrap_err().to_string();
+        assert!(err.contains("--x-file") && err.contains("empty"), "{err}");
+        let missing = dir.join("missing");
+        let err = read_secret_file("--x-file", &missing).unwrap_err().to_string();
+        assert!(err.contains("--x-file") && err.contains("missing"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

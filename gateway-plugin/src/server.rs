@@ -235,6 +235,11 @@ fn grpc_router(
     metrics: &Metrics,
 ) -> tonic::transport::server::Router {
     tonic::transport::Server::builder()
+        .max_concurrent_streams(Some(MAX_CONCURRENT_STREAMS))
+        .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+        .timeout(unary_timeout(config))
+        // The raft transport keeps its own (large) decoding limit.
         .add_service(node.transport_service())
         .add_service(
             ClusterAdminServer::new(ClusterAdminService::new(
@@ -242,20 +247,49 @@ fn grpc_router(
                 config.auth.clone(),
                 metrics.clone(),
             ))
-            .max_encoding_message_size(64 * 1024 * 1024),
+            .max_encoding_message_size(64 * 1024 * 1024)
+            .max_decoding_message_size(MAX_REQUEST_BYTES),
         )
-        .add_service(ObjectStoreServer::new(ObjectStoreService::new(
-            node.clone(),
-            config.auth.clone(),
-            metrics.clone(),
-        )))
-        .add_service(SupervisorHostServer::new(SupervisorHostService::new(
-            hub.clone(),
-        )))
-        .add_service(PoolAdminServer::new(PoolAdminService::new(
-            hub.clone(),
-            config.auth.clone(),
-        )))
+        .add_service(
+            ObjectStoreServer::new(ObjectStoreService::new(
+                node.clone(),
+                config.auth.clone(),
+                metrics.clone(),
+            ))
+            .max_decoding_message_size(MAX_REQUEST_BYTES),
+        )
+        .add_service(
+            SupervisorHostServer::new(SupervisorHostService::new(hub.clone()))
+                .max_decoding_message_size(MAX_REQUEST_BYTES),
+        )
+        .add_service(
+            PoolAdminServer::new(PoolAdminService::new(hub.clone(), config.auth.clone()))
+                .max_decoding_message_size(MAX_REQUEST_BYTES),
+        )
+}
+
+/// Largest request message of the admin, object store, pool admin and
+/// supervisor services (an object's payload is at most 32 KiB); a larger one
+/// is refused with `OUT_OF_RANGE` before it is decoded. The raft transport
+/// keeps its own 64 MiB limit (snapshot chunks, append batches).
+pub const MAX_REQUEST_BYTES: usize = 1024 * 1024;
+/// Concurrent HTTP/2 streams one connection may open.
+pub const MAX_CONCURRENT_STREAMS: u32 = 256;
+/// HTTP/2 keepalive ping interval of the server.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+/// How long a keepalive ping may go unanswered before the connection closes.
+pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The deadline of a call until its response starts: above the longest a
+/// call may legitimately wait (a write waiting for a leader, an exec at its
+/// cap) plus a margin. Streams are bounded until their response starts only
+/// (the supervisor stream's first message has its own, shorter deadline).
+fn unary_timeout(config: &GatewayConfig) -> Duration {
+    config
+        .node
+        .write_timeout
+        .max(Duration::from_millis(proto::exec::MAX_TIMEOUT_MS))
+        + Duration::from_secs(30)
 }
 
 /// A gateway between `shutdown` and the return of [`run`].

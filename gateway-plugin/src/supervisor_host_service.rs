@@ -10,6 +10,9 @@
 //! assigned, so apply fences stale ones). A newer stream of the same member supersedes
 //! the older one.
 //!
+//! A stream must send its `HostHello` within [`HELLO_DEADLINE`] or it is
+//! closed with `DEADLINE_EXCEEDED`.
+//!
 //! A stopping gateway refuses new streams (UNAVAILABLE, refusal
 //! `GATEWAY_LEAVING`) and ends the attached ones with `GatewayLeaving`
 //! ([`Hub::move_supervisors`]): their supervisors attach elsewhere at once.
@@ -34,6 +37,9 @@ use crate::hub::Hub;
 
 /// Longest member id, uid or address.
 const MAX_ID_BYTES: usize = 256;
+/// How long a new stream may take to send its `HostHello`; a stream that
+/// sends nothing is closed after it (`DEADLINE_EXCEEDED`).
+pub const HELLO_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 /// Once the gateway is leaving, how long a stream's supervisor has to close
 /// its side after `GatewayLeaving` (it does so at once unless it is paused
 /// or cut off); then the stream is dropped, so that no stream holds the
@@ -144,9 +150,18 @@ impl SupervisorHost for SupervisorHostService {
             return Err(self.hub.leaving_status());
         }
         let mut inbound = request.into_inner();
-        let first = inbound
-            .message()
-            .await?
+        let first = tokio::time::timeout(HELLO_DEADLINE, inbound.message())
+            .await
+            .map_err(|_| {
+                tracing::warn!(
+                    deadline_ms = HELLO_DEADLINE.as_millis() as u64,
+                    "supervisor stream sent no HostHello in time: closed"
+                );
+                Status::deadline_exceeded(format!(
+                    "no HostHello within {} ms of opening the stream",
+                    HELLO_DEADLINE.as_millis()
+                ))
+            })??
             .ok_or_else(|| Status::invalid_argument("stream ended before HostHello"))?;
         let Some(supervisor_message::Message::Hello(hello)) = first.message else {
             return Err(Status::invalid_argument(

@@ -215,3 +215,38 @@ pub enum BackupCommand {
         file: std::path::PathBuf,
     },
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_redacts_the_token() {
+        let cli =
+            Cli::try_parse_from(["openshell-pool", "--token", "cli-s3cret", "raft", "status"])
+                .unwrap_or_else(|e| panic!("{e}"));
+        let shown = format!("{cli:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(shown.contains("<redacted>"), "{shown}");
+        let gateway = crate::Gateway {
+            endpoints: cli.endpoints.clone(),
+            token: cli.token.clone(),
+        };
+        let shown = format!("{gateway:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+    }
+
+    #[test]
+    fn token_and_token_file_conflict() {
+        let parsed = Cli::try_parse_from([
+            "openshell-pool",
+            "--token",
+            "x",
+            "--token-file",
+            "/f",
+            "raft",
+            "status",
+        ]);
+        assert!(parsed.is_err());
+    }
+}

@@ -116,7 +116,10 @@ impl std::fmt::Debug for SupervisorPoolSection {
             .field("recovery_deadline_ms", &self.recovery_deadline_ms)
             .field("operation_deadline_ms", &self.operation_deadline_ms)
             .field("status_interval_ms", &self.status_interval_ms)
-            .field("supervisor_token", &proto::secret::redact_opt(&self.supervisor_token))
+            .field(
+                "supervisor_token",
+                &proto::secret::redact_opt(&self.supervisor_token),
+            )
             .finish()
     }
 }
@@ -135,8 +138,14 @@ impl std::fmt::Debug for AuthSection {
     /// Prints every field but the secrets, which show as `<redacted>`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AuthSection")
-            .field("admin_tokens", &proto::secret::redact_opt(&self.admin_tokens))
-            .field("viewer_tokens", &proto::secret::redact_opt(&self.viewer_tokens))
+            .field(
+                "admin_tokens",
+                &proto::secret::redact_opt(&self.admin_tokens),
+            )
+            .field(
+                "viewer_tokens",
+                &proto::secret::redact_opt(&self.viewer_tokens),
+            )
             .finish()
     }
 }
@@ -583,6 +592,28 @@ mod tests {
             data_dir: Some("/tmp/x".into()),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn debug_redacts_every_token() {
+        let mut s = base();
+        s.auth = Some(AuthSection {
+            admin_tokens: Some(vec!["adm1n-s3cret".into()]),
+            viewer_tokens: Some(vec!["v1ewer-s3cret".into()]),
+        });
+        s.supervisor_pool = Some(SupervisorPoolSection {
+            supervisor_token: Some("sup-s3cret".into()),
+            ..Default::default()
+        });
+        let shown = format!("{s:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        let config = s.validate().unwrap_or_else(|e| panic!("{e}"));
+        assert!(config.node.peer_token.is_some());
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        let peer = config.node.peer_token.clone().unwrap_or_default();
+        assert!(!shown.contains(&peer), "{shown}");
+        assert!(shown.contains("<redacted>"), "{shown}");
     }
 
     #[test]

@@ -85,7 +85,9 @@ async fn admin_tokens_come_from_files() -> TestResult {
     let file_arg = file.display().to_string();
     let cluster = Cluster::start(1, &["--admin-token-file", &file_arg]);
     let node = cluster.get(1);
-    let ps = std::process::Command::new("ps").args(["-eo", "args"]).output()?;
+    let ps = std::process::Command::new("ps")
+        .args(["-eo", "args"])
+        .output()?;
     assert!(!String::from_utf8_lossy(&ps.stdout).contains("file-s3cret"));
 
     // The token in the file (its newline trimmed) is accepted ...
@@ -109,7 +111,14 @@ async fn admin_tokens_come_from_files() -> TestResult {
 
     let missing = dir.path().join("no-such-token");
     let out = std::process::Command::new(testkit::bins::gateway_bin())
-        .args(["--node-id", "9", "--listen", "127.0.0.1:0", "--cluster-id", "test"])
+        .args([
+            "--node-id",
+            "9",
+            "--listen",
+            "127.0.0.1:0",
+            "--cluster-id",
+            "test",
+        ])
         .arg("--data-dir")
         .arg(dir.path().join("data"))
         .arg("--admin-token-file")

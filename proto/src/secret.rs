@@ -95,7 +95,9 @@ mod tests {
         let err = read_secret_file("--x-file", &file).unwrap_err().to_string();
         assert!(err.contains("--x-file") && err.contains("empty"), "{err}");
         let missing = dir.join("missing");
-        let err = read_secret_file("--x-file", &missing).unwrap_err().to_string();
+        let err = read_secret_file("--x-file", &missing)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("--x-file") && err.contains("missing"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }

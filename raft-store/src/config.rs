@@ -134,3 +134,17 @@ impl NodeConfig {
         config.validate().map_err(|e| Error::Config(e.to_string()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_redacts_the_peer_token() {
+        let mut config = NodeConfig::new(1, "127.0.0.1:1", "/tmp/x", "c");
+        config.peer_token = Some("peer-s3cret".into());
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(shown.contains("<redacted>"), "{shown}");
+    }
+}

@@ -59,7 +59,10 @@ impl std::fmt::Debug for PoolSettings {
             .field("recovery_deadline_ticks", &self.recovery_deadline_ticks)
             .field("operation_deadline_ticks", &self.operation_deadline_ticks)
             .field("status_interval", &self.status_interval)
-            .field("supervisor_token", &proto::secret::redact_opt(&self.supervisor_token))
+            .field(
+                "supervisor_token",
+                &proto::secret::redact_opt(&self.supervisor_token),
+            )
             .finish()
     }
 }

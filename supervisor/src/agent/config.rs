@@ -125,7 +125,10 @@ impl std::fmt::Debug for AgentConfig {
             .field("listen", &self.listen)
             .field("http_listen", &self.http_listen)
             .field("capacity", &self.capacity)
-            .field("credential", &(!self.credential.is_empty()).then_some(proto::secret::REDACTED))
+            .field(
+                "credential",
+                &(!self.credential.is_empty()).then_some(proto::secret::REDACTED),
+            )
             .field("runtime_dir", &self.runtime_dir)
             .field("runtime_bin", &self.runtime_bin)
             .field("min_backoff", &self.min_backoff)
@@ -283,6 +286,19 @@ mod tests {
             advertise_ip: Some("127.0.0.1".into()),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn debug_redacts_the_credential() {
+        let mut r = raw();
+        r.credential = Some("cred-s3cret".into());
+        let shown = format!("{r:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        let config = r.validate().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(config.credential, "cred-s3cret");
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(shown.contains("<redacted>"), "{shown}");
     }
 
     #[test]

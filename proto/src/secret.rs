@@ -26,14 +26,15 @@ pub fn redact_opt<T>(secret: &Option<T>) -> Option<&'static str> {
 #[derive(Debug, thiserror::Error)]
 pub enum SecretFileError {
     /// The file could not be read.
-    #[error("{flag} {}: {source}", path.display())]
+    #[error("{flag} {}: {error}", path.display())]
     Read {
         /// The flag that named the file.
         flag: String,
         /// The file.
         path: PathBuf,
-        /// The read error.
-        source: std::io::Error,
+        /// The read error (in the message, not a `source`, so that an error
+        /// chain prints it once).
+        error: std::io::Error,
     },
     /// The file holds nothing (after the trailing newline is trimmed).
     #[error("{flag} {}: the file is empty", path.display())]
@@ -52,10 +53,10 @@ pub enum SecretFileError {
 /// [`SecretFileError`] naming the flag and path when the file cannot be read
 /// or is empty.
 pub fn read_secret_file(flag: &str, path: &Path) -> Result<String, SecretFileError> {
-    let text = std::fs::read_to_string(path).map_err(|source| SecretFileError::Read {
+    let text = std::fs::read_to_string(path).map_err(|error| SecretFileError::Read {
         flag: flag.to_string(),
         path: path.to_path_buf(),
-        source,
+        error,
     })?;
     let secret = text
         .strip_suffix('\n')

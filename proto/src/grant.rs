@@ -3,11 +3,15 @@
 //!
 //! A grant names the sandbox, generation, new owner member and incarnation,
 //! term and credential epoch. The signature covers the exact protobuf bytes
-//! of the [`Grant`], which travel unchanged inside [`SignedGrant`].
+//! of the [`Grant`], which travel unchanged inside [`SignedGrant`], and is
+//! checked with ed25519-dalek's `verify_strict` (rejects non-canonical
+//! signatures and small-order public keys, so one grant has exactly one
+//! valid signature). The runtime also checks that the grant names the
+//! sandbox and the generation it was started for (`supervisor::runtime`).
 //!
 //! Key files hold the 32-byte ed25519 seed as 64 hex characters.
 
-use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
+use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
 use prost::Message;
 
 use crate::sandbox_runtime::{Grant, SignedGrant};
@@ -111,7 +115,8 @@ impl GrantVerifier {
         Ok(GrantVerifier { key })
     }
 
-    /// Verifies the signature and decodes the grant.
+    /// Verifies the signature (`verify_strict`: non-canonical signatures
+    /// and weak keys are refused) and decodes the grant.
     ///
     /// # Errors
     /// [`GrantError::BadSignature`] or [`GrantError::Malformed`].
@@ -119,7 +124,7 @@ impl GrantVerifier {
         let signature =
             Signature::from_slice(&signed.signature).map_err(|_| GrantError::BadSignature)?;
         self.key
-            .verify(&signed.grant, &signature)
+            .verify_strict(&signed.grant, &signature)
             .map_err(|_| GrantError::BadSignature)?;
         Grant::decode(signed.grant.as_slice()).map_err(|e| GrantError::Malformed(e.to_string()))
     }
@@ -159,5 +164,45 @@ mod tests {
         );
         assert!(GrantSigner::from_seed_hex("zz").is_err());
         assert!(GrantVerifier::from_public_hex(&"00".repeat(31)).is_err());
+    }
+
+    /// The group order L of ed25519, little endian.
+    const L: [u8; 32] = [
+        0xed, 0xd3, 0xf5, 0x5c, 0x1a, 0x63, 0x12, 0x58, 0xd6, 0x9c, 0xf7, 0xa2, 0xde, 0xf9, 0xde,
+        0x14, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x10,
+    ];
+
+    #[test]
+    fn a_non_canonical_signature_is_refused() {
+        // s + L is the same scalar mod L: lax verification would accept it
+        // (malleability); `verify_strict` and `Signature` parsing refuse it.
+        let signer = GrantSigner::from_seed_hex(&"11".repeat(32)).unwrap_or_else(|e| panic!("{e}"));
+        let verifier = GrantVerifier::from_public_hex(&signer.public_key_hex())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut signed = signer.sign(&grant(3));
+        let mut carry = 0u16;
+        for (i, l) in L.iter().enumerate() {
+            let sum = u16::from(signed.signature[32 + i]) + u16::from(*l) + carry;
+            signed.signature[32 + i] = (sum & 0xff) as u8;
+            carry = sum >> 8;
+        }
+        assert_eq!(verifier.verify(&signed), Err(GrantError::BadSignature));
+    }
+
+    #[test]
+    fn a_small_order_public_key_is_refused() {
+        // The identity point (y = 1) has small order: any "signature" with
+        // R = identity and s = 0 verifies under lax rules for every message.
+        let mut identity = [0u8; 32];
+        identity[0] = 1;
+        let verifier = GrantVerifier::from_public_hex(&hex::encode(identity))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut signature = identity.to_vec();
+        signature.extend([0u8; 32]);
+        let forged = SignedGrant {
+            grant: grant(3).encode_to_vec(),
+            signature,
+        };
+        assert_eq!(verifier.verify(&forged), Err(GrantError::BadSignature));
     }
 }

@@ -108,10 +108,16 @@ impl GrantVerifier {
     /// A verifier from the cluster public key as hex.
     ///
     /// # Errors
-    /// [`GrantError::BadKey`] when the text is not a valid ed25519 public key.
+    /// [`GrantError::BadKey`] when the text is not a valid ed25519 public key
+    /// or is a small-order (weak) one.
     pub fn from_public_hex(text: &str) -> Result<Self, GrantError> {
         let key = VerifyingKey::from_bytes(&key_bytes(text)?)
             .map_err(|e| GrantError::BadKey(e.to_string()))?;
+        if key.is_weak() {
+            return Err(GrantError::BadKey(
+                "a small-order (weak) ed25519 public key".into(),
+            ));
+        }
         Ok(GrantVerifier { key })
     }
 
@@ -195,8 +201,10 @@ mod tests {
         // R = identity and s = 0 verifies under lax rules for every message.
         let mut identity = [0u8; 32];
         identity[0] = 1;
-        let verifier = GrantVerifier::from_public_hex(&hex::encode(identity))
-            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(GrantVerifier::from_public_hex(&hex::encode(identity)).is_err());
+        let verifier = GrantVerifier {
+            key: VerifyingKey::from_bytes(&identity).unwrap_or_else(|e| panic!("{e}")),
+        };
         let mut signature = identity.to_vec();
         signature.extend([0u8; 32]);
         let forged = SignedGrant {

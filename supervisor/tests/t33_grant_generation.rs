@@ -49,7 +49,10 @@ impl Drop for Runtime {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        if let Some(pgid) = self.workload_pid.and_then(|p| libc::pid_t::try_from(p).ok()) {
+        if let Some(pgid) = self
+            .workload_pid
+            .and_then(|p| libc::pid_t::try_from(p).ok())
+        {
             if pgid > 1 {
                 // SAFETY: plain syscall; the workload leads its own group.
                 unsafe { libc::kill(-pgid, libc::SIGKILL) };
@@ -116,7 +119,10 @@ async fn status(c: &mut SandboxRuntimeClient<Channel>) -> RuntimeStatus {
 
 fn refused<T: std::fmt::Debug>(r: Result<tonic::Response<T>, Status>, what: &str) -> Status {
     match r {
-        Ok(v) => panic!("{what}: expected PERMISSION_DENIED, got {:?}", v.into_inner()),
+        Ok(v) => panic!(
+            "{what}: expected PERMISSION_DENIED, got {:?}",
+            v.into_inner()
+        ),
         Err(s) => {
             assert_eq!(s.code(), Code::PermissionDenied, "{what}: {}", s.message());
             s
@@ -193,7 +199,11 @@ async fn a_runtime_of_generation_2_refuses_grants_and_releases_of_generation_1()
     );
     let st = status(&mut c).await;
     assert_eq!(
-        (st.state.as_str(), st.credential_epoch, st.active_member.as_str()),
+        (
+            st.state.as_str(),
+            st.credential_epoch,
+            st.active_member.as_str()
+        ),
         ("supervised", 1, "m1")
     );
     assert!(alive(pid), "the workload runs on");

@@ -272,7 +272,7 @@ fn grpc_router(
 /// supervisor services (an object's payload is at most 32 KiB); a larger one
 /// is refused with `OUT_OF_RANGE` before it is decoded. The raft transport
 /// keeps its own 64 MiB limit (snapshot chunks, append batches).
-pub const MAX_REQUEST_BYTES: usize = 1024 * 1024;
+pub const MAX_REQUEST_BYTES: usize = 2 * 1024 * 1024;
 /// Concurrent HTTP/2 streams one connection may open.
 pub const MAX_CONCURRENT_STREAMS: u32 = 256;
 /// HTTP/2 keepalive ping interval of the server.

@@ -4,7 +4,7 @@
 //! - when: a supervisor stream is opened and sends nothing
 //! - then: the gateway closes it with DEADLINE_EXCEEDED after its hello
 //!   deadline (10 s), well before the test's own 40 s bound
-//! - when: an ObjectStore put larger than the service's 1 MiB limit is sent
+//! - when: an ObjectStore put larger than the service's 2 MiB limit is sent
 //! - then: it is refused with OUT_OF_RANGE (or RESOURCE_EXHAUSTED) before it
 //!   is decoded, and the gateway keeps serving
 //! - given: a gateway started with `--admin-token-file`
@@ -53,7 +53,7 @@ async fn a_silent_supervisor_stream_is_closed_and_oversized_puts_are_refused() -
         "closed after {elapsed:?}"
     );
 
-    let big = "x".repeat(2 * 1024 * 1024);
+    let big = "x".repeat(3 * 1024 * 1024);
     let refused = node
         .objects()
         .await?
@@ -64,7 +64,7 @@ async fn a_silent_supervisor_stream_is_closed_and_oversized_puts_are_refused() -
             }),
         })
         .await
-        .expect_err("a 2 MiB put must be refused");
+        .expect_err("a 3 MiB put must be refused");
     assert!(
         matches!(
             refused.code(),

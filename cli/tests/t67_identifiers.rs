@@ -110,7 +110,11 @@ async fn ids_outside_the_rule_are_refused_and_never_become_paths() -> TestResult
         .map(|d| d.map(|d| d.file_name().to_string_lossy().into_owned()))
         .collect::<Result<_, _>>()?;
     names.sort();
-    assert_eq!(names, ["sb-ok.addr", "sb-ok.log"], "runtime dir holds only sb-ok");
+    assert_eq!(
+        names,
+        ["sb-ok.addr", "sb-ok.log"],
+        "runtime dir holds only sb-ok"
+    );
     for stray in ["x.log", "x.addr", "abs.log", "abs.addr"] {
         assert!(!root.join(stray).exists(), "{stray} was created");
     }

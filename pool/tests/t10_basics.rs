@@ -421,3 +421,42 @@ fn snapshot_decode_rejects_garbage() {
         })
     );
 }
+
+/// - a member or sandbox id outside the identifier rule (`pool::ids`) is
+///   rejected by apply itself, naming the field, whoever proposed it; the
+///   state stays byte-identical (the harness compares snapshots)
+#[test]
+fn ids_outside_the_rule_are_rejected_by_apply() {
+    use pool::ids::{IdRule, InvalidId};
+    let invalid = |field: &str, rule| {
+        Reason::InvalidId(InvalidId {
+            field: field.into(),
+            rule,
+        })
+    };
+    let mut h = H::new();
+    for (id, rule) in [
+        ("../x", IdRule::Charset),
+        ("/etc/passwd", IdRule::Charset),
+        ("..", IdRule::LeadingChar),
+        ("a b", IdRule::Charset),
+    ] {
+        assert_eq!(h.rejected(join(id, 1, 1)), invalid("member_id", rule));
+    }
+    let long = "x".repeat(300);
+    assert_eq!(
+        h.rejected(join(&long, 1, 1)),
+        invalid("member_id", IdRule::TooLong)
+    );
+    h.join("a", 1, 1);
+    for (id, rule) in [
+        ("../x", IdRule::Charset),
+        ("x/../../y", IdRule::Charset),
+        (".", IdRule::LeadingChar),
+        (long.as_str(), IdRule::TooLong),
+    ] {
+        assert_eq!(h.rejected(launch("l1", id)), invalid("sandbox_id", rule));
+    }
+    assert_eq!(h.rejected(launch("l1", "")), Reason::EmptyId);
+    h.assert_replay_identical();
+}

@@ -3,11 +3,15 @@
 //!
 //! A grant names the sandbox, generation, new owner member and incarnation,
 //! term and credential epoch. The signature covers the exact protobuf bytes
-//! of the [`Grant`], which travel unchanged inside [`SignedGrant`].
+//! of the [`Grant`], which travel unchanged inside [`SignedGrant`], and is
+//! checked with ed25519-dalek's `verify_strict` (rejects non-canonical
+//! signatures and small-order public keys, so one grant has exactly one
+//! valid signature). The runtime also checks that the grant names the
+//! sandbox and the generation it was started for (`supervisor::runtime`).
 //!
 //! Key files hold the 32-byte ed25519 seed as 64 hex characters.
 
-use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
+use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
 use prost::Message;
 
 use crate::sandbox_runtime::{Grant, SignedGrant};
@@ -104,14 +108,21 @@ impl GrantVerifier {
     /// A verifier from the cluster public key as hex.
     ///
     /// # Errors
-    /// [`GrantError::BadKey`] when the text is not a valid ed25519 public key.
+    /// [`GrantError::BadKey`] when the text is not a valid ed25519 public key
+    /// or is a small-order (weak) one.
     pub fn from_public_hex(text: &str) -> Result<Self, GrantError> {
         let key = VerifyingKey::from_bytes(&key_bytes(text)?)
             .map_err(|e| GrantError::BadKey(e.to_string()))?;
+        if key.is_weak() {
+            return Err(GrantError::BadKey(
+                "a small-order (weak) ed25519 public key".into(),
+            ));
+        }
         Ok(GrantVerifier { key })
     }
 
-    /// Verifies the signature and decodes the grant.
+    /// Verifies the signature (`verify_strict`: non-canonical signatures
+    /// and weak keys are refused) and decodes the grant.
     ///
     /// # Errors
     /// [`GrantError::BadSignature`] or [`GrantError::Malformed`].
@@ -119,7 +130,7 @@ impl GrantVerifier {
         let signature =
             Signature::from_slice(&signed.signature).map_err(|_| GrantError::BadSignature)?;
         self.key
-            .verify(&signed.grant, &signature)
+            .verify_strict(&signed.grant, &signature)
             .map_err(|_| GrantError::BadSignature)?;
         Grant::decode(signed.grant.as_slice()).map_err(|e| GrantError::Malformed(e.to_string()))
     }
@@ -159,5 +170,47 @@ mod tests {
         );
         assert!(GrantSigner::from_seed_hex("zz").is_err());
         assert!(GrantVerifier::from_public_hex(&"00".repeat(31)).is_err());
+    }
+
+    /// The group order L of ed25519, little endian.
+    const L: [u8; 32] = [
+        0xed, 0xd3, 0xf5, 0x5c, 0x1a, 0x63, 0x12, 0x58, 0xd6, 0x9c, 0xf7, 0xa2, 0xde, 0xf9, 0xde,
+        0x14, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x10,
+    ];
+
+    #[test]
+    fn a_non_canonical_signature_is_refused() {
+        // s + L is the same scalar mod L: lax verification would accept it
+        // (malleability); `verify_strict` and `Signature` parsing refuse it.
+        let signer = GrantSigner::from_seed_hex(&"11".repeat(32)).unwrap_or_else(|e| panic!("{e}"));
+        let verifier = GrantVerifier::from_public_hex(&signer.public_key_hex())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut signed = signer.sign(&grant(3));
+        let mut carry = 0u16;
+        for (i, l) in L.iter().enumerate() {
+            let sum = u16::from(signed.signature[32 + i]) + u16::from(*l) + carry;
+            signed.signature[32 + i] = (sum & 0xff) as u8;
+            carry = sum >> 8;
+        }
+        assert_eq!(verifier.verify(&signed), Err(GrantError::BadSignature));
+    }
+
+    #[test]
+    fn a_small_order_public_key_is_refused() {
+        // The identity point (y = 1) has small order: any "signature" with
+        // R = identity and s = 0 verifies under lax rules for every message.
+        let mut identity = [0u8; 32];
+        identity[0] = 1;
+        assert!(GrantVerifier::from_public_hex(&hex::encode(identity)).is_err());
+        let verifier = GrantVerifier {
+            key: VerifyingKey::from_bytes(&identity).unwrap_or_else(|e| panic!("{e}")),
+        };
+        let mut signature = identity.to_vec();
+        signature.extend([0u8; 32]);
+        let forged = SignedGrant {
+            grant: grant(3).encode_to_vec(),
+            signature,
+        };
+        assert_eq!(verifier.verify(&forged), Err(GrantError::BadSignature));
     }
 }

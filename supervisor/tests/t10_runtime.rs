@@ -98,6 +98,8 @@ fn runtime_args(addr_file: &Path, flags: &[&str], workload: &[&str]) -> Vec<Stri
     let mut args: Vec<String> = vec![
         "--sandbox-id".into(),
         SANDBOX.into(),
+        "--generation".into(),
+        "1".into(),
         "--cluster-public-key".into(),
         signer().public_key_hex(),
         "--addr-file".into(),

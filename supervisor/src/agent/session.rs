@@ -76,8 +76,10 @@ fn addr_file(agent: &Agent, sandbox: &str) -> Result<PathBuf, String> {
     runtime_file(agent, sandbox, "addr")
 }
 
-/// The runtime's address, if one published it and answers.
-async fn locate_runtime(agent: &Agent, sandbox: &str) -> Option<String> {
+/// The runtime's address, if one published it and answers for this
+/// sandbox generation (a runtime older than the generation field reports 0
+/// and is taken at its word; it checks no generation either).
+async fn locate_runtime(agent: &Agent, sandbox: &str, generation: u64) -> Option<String> {
     let addr = std::fs::read_to_string(addr_file(agent, sandbox).ok()?)
         .ok()?
         .trim()
@@ -90,7 +92,8 @@ async fn locate_runtime(agent: &Agent, sandbox: &str) -> Option<String> {
         .await
         .ok()?
         .into_inner();
-    (status.sandbox_id == sandbox).then_some(addr)
+    (status.sandbox_id == sandbox && (status.generation == generation || status.generation == 0))
+        .then_some(addr)
 }
 
 /// Starts the runtime of a fresh launch and waits for its address.
@@ -128,6 +131,8 @@ async fn start_runtime(agent: &Agent, a: &SandboxInstanceAssignment) -> Result<S
     command
         .arg("--sandbox-id")
         .arg(&a.sandbox_id)
+        .arg("--generation")
+        .arg(a.generation.to_string())
         .arg("--cluster-public-key")
         .arg(&key)
         .arg("--addr-file")
@@ -266,7 +271,7 @@ pub fn reconcile(agent: &Arc<Agent>, snapshot: &AssignmentSnapshot) {
 )]
 async fn activate(agent: &Arc<Agent>, a: &SandboxInstanceAssignment) -> Result<(), String> {
     let grant = signed(a).ok_or("the assignment carries no valid grant")?;
-    let addr = match locate_runtime(agent, &a.sandbox_id).await {
+    let addr = match locate_runtime(agent, &a.sandbox_id, a.generation).await {
         Some(addr) => addr,
         // Only the first owner of a fresh launch starts the runtime; a
         // takeover never starts a second workload.
@@ -379,7 +384,7 @@ async fn heartbeat_loop(
 /// Stops a deleted sandbox's workload with the release grant.
 async fn release(agent: &Arc<Agent>, r: &SandboxInstanceAssignment) -> Result<(), String> {
     let grant = signed(r).ok_or("the release carries no valid grant")?;
-    let Some(addr) = locate_runtime(agent, &r.sandbox_id).await else {
+    let Some(addr) = locate_runtime(agent, &r.sandbox_id, r.generation).await else {
         return Ok(()); // no runtime answers: nothing to stop
     };
     let mut client = runtime_client(&addr, &agent.config.runtime_client)

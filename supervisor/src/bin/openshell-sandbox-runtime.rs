@@ -3,7 +3,7 @@
 //! documented in `supervisor::runtime`; this binary only parses flags.
 //!
 //! ```text
-//! openshell-sandbox-runtime --sandbox-id ID --cluster-public-key HEX [--listen ADDR]
+//! openshell-sandbox-runtime --sandbox-id ID --generation N --cluster-public-key HEX [--listen ADDR]
 //!     [--addr-file PATH] [--recovery-deadline-ms N] [--heartbeat-timeout-ms N]
 //!     [--linger-ms N] [-- CMD ARGS...]
 //! openshell-sandbox-runtime demo-workload --addr-file PATH
@@ -40,6 +40,10 @@ struct RunArgs {
     /// The sandbox this runtime holds; grants must name it.
     #[arg(long, env = "OPENSHELL_SANDBOX_ID", required = true)]
     sandbox_id: Option<String>,
+    /// The sandbox generation this runtime holds (>= 1); grants and releases
+    /// naming another generation are refused.
+    #[arg(long, env = "OPENSHELL_SANDBOX_GENERATION", value_name = "N")]
+    generation: Option<u64>,
     /// The cluster's grant-signing public key (64 hex characters).
     #[arg(
         long,
@@ -104,7 +108,11 @@ fn config(args: RunArgs) -> anyhow::Result<RuntimeConfig> {
         .ok_or_else(|| anyhow!("--cluster-public-key is required"))?;
     let verifier =
         GrantVerifier::from_public_hex(&key).map_err(|e| anyhow!("--cluster-public-key: {e}"))?;
-    let mut config = RuntimeConfig::new(sandbox_id, verifier);
+    let generation = args
+        .generation
+        .filter(|g| *g >= 1)
+        .ok_or_else(|| anyhow!("--generation is required and must be at least 1 (the sandbox generation this runtime holds)"))?;
+    let mut config = RuntimeConfig::new(sandbox_id, generation, verifier);
     config.listen = args.listen;
     config.addr_file = args.addr_file;
     config.recovery_deadline = Duration::from_millis(args.recovery_deadline_ms);

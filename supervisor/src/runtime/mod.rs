@@ -39,7 +39,10 @@
 //! - **Activate(SignedGrant)**, checked in this order: missing grant ->
 //!   `INVALID_ARGUMENT`; signature does not verify with the cluster public
 //!   key, or the grant bytes do not decode -> `UNAUTHENTICATED`;
-//!   `grant.sandbox_id` is not ours -> `PERMISSION_DENIED`; `release = true`
+//!   `grant.sandbox_id` is not ours, or `grant.generation` is not the one
+//!   the runtime was started for (`--generation`, >= 1; a grant of
+//!   generation 0 is refused too) -> `PERMISSION_DENIED` naming both;
+//!   `release = true`
 //!   (or no member) -> `INVALID_ARGUMENT`; workload stopped ->
 //!   `FAILED_PRECONDITION`; `credential_epoch` below the current one -> `PERMISSION_DENIED`
 //!   naming both epochs (I2: a credential of an earlier epoch is refused
@@ -74,7 +77,7 @@
 //!   For convenience argv[0] `demo-read` runs `<runtime exe> demo-read
 //!   [ADDR]`, which prints the demo counter (from `$OPENSHELL_WORKLOAD_ADDR`
 //!   when no ADDR is given).
-//! - **Status** (no session): sandbox id, `WorkloadInfo`, active member and
+//! - **Status** (no session): sandbox id and generation, `WorkloadInfo`, active member and
 //!   incarnation (empty / 0 unless supervised), current credential epoch and the term of
 //!   the grant that set it, state `supervised` | `unsupervised` | `stopped`,
 //!   `unsupervised_ms` (0 unless unsupervised), `stop_reason`.
@@ -124,6 +127,8 @@ const DEADLINE_TICK: Duration = Duration::from_millis(50);
 pub struct RuntimeConfig {
     /// The sandbox this runtime holds; grants must name it.
     pub sandbox_id: String,
+    /// The sandbox generation this runtime holds (>= 1); grants must name it.
+    pub generation: u64,
     /// Verifies grants with the cluster public key.
     pub verifier: GrantVerifier,
     /// gRPC listen address (port 0 picks one).
@@ -144,9 +149,10 @@ impl RuntimeConfig {
     /// A config with the defaults: listen `127.0.0.1:0`, no addr file,
     /// recovery deadline 60 s, heartbeat timeout 1 s, linger 300 s, the demo
     /// workload.
-    pub fn new(sandbox_id: impl Into<String>, verifier: GrantVerifier) -> Self {
+    pub fn new(sandbox_id: impl Into<String>, generation: u64, verifier: GrantVerifier) -> Self {
         RuntimeConfig {
             sandbox_id: sandbox_id.into(),
+            generation,
             verifier,
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             addr_file: None,
@@ -161,6 +167,9 @@ impl RuntimeConfig {
 /// Why the runtime could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
+    /// Generation 0 names no sandbox generation (they start at 1).
+    #[error("--generation must be at least 1 (the sandbox generation this runtime holds)")]
+    NoGeneration,
     /// The path of the running executable is unknown (needed for the demo
     /// workload and `demo-read`).
     #[error("cannot locate the runtime executable: {0}")]
@@ -224,6 +233,9 @@ pub async fn run(
     config: RuntimeConfig,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), RuntimeError> {
+    if config.generation == 0 {
+        return Err(RuntimeError::NoGeneration);
+    }
     let exe = std::env::current_exe().map_err(RuntimeError::CurrentExe)?;
     let listener = TcpListener::bind(config.listen)
         .await
@@ -250,6 +262,7 @@ pub async fn run(
     );
     let shared = service::Shared::new(
         config.sandbox_id.clone(),
+        config.generation,
         config.verifier.clone(),
         exe,
         facts,

@@ -26,6 +26,7 @@ const RELEASE_WAIT: Duration = Duration::from_secs(5);
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub sandbox_id: String,
+    pub generation: u64,
     pub verifier: GrantVerifier,
     pub exe: PathBuf,
     pub pid: u32,
@@ -69,6 +70,7 @@ fn logged<T>(result: Result<T, Status>) -> Result<T, Status> {
 impl Shared {
     pub fn new(
         sandbox_id: String,
+        generation: u64,
         verifier: GrantVerifier,
         exe: PathBuf,
         started: Facts,
@@ -76,6 +78,7 @@ impl Shared {
     ) -> Arc<Self> {
         Arc::new(Shared {
             sandbox_id,
+            generation,
             verifier,
             exe,
             pid: started.pid,
@@ -179,6 +182,12 @@ impl Shared {
             return Err(Status::permission_denied(format!(
                 "grant is for sandbox {:?}, this runtime holds {:?}",
                 grant.sandbox_id, self.sandbox_id
+            )));
+        }
+        if grant.generation != self.generation {
+            return Err(Status::permission_denied(format!(
+                "grant is for generation {} of sandbox {:?}, this runtime holds generation {}",
+                grant.generation, self.sandbox_id, self.generation
             )));
         }
         Ok(grant)
@@ -295,6 +304,7 @@ impl Shared {
             let view = core.status(now);
             RuntimeStatus {
                 sandbox_id: self.sandbox_id.clone(),
+                generation: self.generation,
                 workload: Some(self.info(core)),
                 active_member: view.active_member,
                 active_incarnation: view.active_incarnation,

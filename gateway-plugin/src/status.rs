@@ -86,7 +86,6 @@ pub fn pool_rejection(reason: &pool::Reason) -> Status {
             Status::not_found(text)
         }
         Reason::EmptyId
-        | Reason::InvalidId(_)
         | Reason::ZeroCapacity
         | Reason::InvalidMaxParallel(_)
         | Reason::InvalidConfig(_)

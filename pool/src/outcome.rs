@@ -149,10 +149,6 @@ pub enum Reason {
     /// The move does not belong to this operation's plan.
     #[error("move not part of operation")]
     NotPlanned,
-    /// An id broke the identifier rule ([`crate::ids`]). Last, so the
-    /// serialized tags of the older variants do not move.
-    #[error("{0}")]
-    InvalidId(crate::ids::InvalidId),
 }
 
 /// Why a heartbeat entry of a batch was skipped.

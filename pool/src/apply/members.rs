@@ -76,7 +76,7 @@ impl PoolState {
     /// the normal `Takeover` path (new term and epoch, I1/I2). Capacity may
     /// never drop below the slots still charged (I5).
     pub(super) fn apply_join(&mut self, c: &Join) -> R<Effect> {
-        check_name("member_id", &c.member)?;
+        check_id(&c.member)?;
         if c.capacity == 0 {
             return Err(Reason::ZeroCapacity);
         }

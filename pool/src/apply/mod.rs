@@ -27,13 +27,6 @@ fn check_id(id: &str) -> R<()> {
     }
 }
 
-/// An id that becomes a record key (a member, a sandbox): non-empty (as
-/// [`check_id`]) and within the identifier rule of [`crate::ids`].
-fn check_name(field: &str, id: &str) -> R<()> {
-    check_id(id)?;
-    crate::ids::check_id(field, id).map_err(Reason::InvalidId)
-}
-
 fn check_max_parallel(n: u32) -> R<()> {
     if (1..=MAX_PARALLEL_LIMIT).contains(&n) {
         Ok(())

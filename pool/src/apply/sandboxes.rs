@@ -11,7 +11,7 @@ impl PoolState {
     /// only a tombstone) and I1 (one owner).
     pub(super) fn apply_launch(&mut self, c: &Launch) -> R<Effect> {
         check_id(&c.launch_id)?;
-        check_name("sandbox_id", &c.sandbox)?;
+        check_id(&c.sandbox)?;
         match self.launches.get(&c.launch_id) {
             Some(LaunchOutcome::Refused { .. }) => {
                 return Err(Reason::LaunchRefused(c.launch_id.clone()))

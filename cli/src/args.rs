@@ -168,7 +168,8 @@ pub enum PoolCommand {
 pub enum SandboxCommand {
     /// Create a sandbox running COMMAND (default: the demo workload).
     Create {
-        /// Sandbox id (generated if absent).
+        /// Sandbox id (generated if absent): 1 to 128 of `A-Za-z0-9._-`, not
+        /// starting with `.` or `-` (docs/security.md, "Identifiers").
         #[arg(long)]
         id: Option<String>,
         /// The workload command.

@@ -26,7 +26,7 @@ use crate::convert::from_proto;
 use crate::convert::to_proto::{self, sandbox_phase};
 use crate::hub::Hub;
 use crate::state::GatewayState;
-use crate::status::pool_rejection as rejection;
+use crate::status::{self, pool_rejection as rejection};
 
 /// The pool admin service of one gateway.
 pub struct PoolAdminService {
@@ -145,7 +145,12 @@ impl PoolAdmin for PoolAdminService {
     ) -> Result<Response<Sandbox>, Status> {
         self.allow(&request, Role::PlatformAdmin)?;
         let node = self.hub.node().id();
-        let launch = from_proto::launch(request.into_inner(), || fresh_id("sb", node));
+        let request = request.into_inner();
+        // An empty id asks the gateway to name the sandbox.
+        if !request.sandbox_id.is_empty() {
+            status::check_id("sandbox_id", &request.sandbox_id)?;
+        }
+        let launch = from_proto::launch(request, || fresh_id("sb", node));
         let sandbox = launch.sandbox.clone();
         match self.apply(Command::Launch(launch)).await? {
             pool::Effect::LaunchRefused(reason) => return Err(rejection(&reason)),
@@ -174,9 +179,7 @@ impl PoolAdmin for PoolAdminService {
     ) -> Result<Response<Sandbox>, Status> {
         self.allow(&request, Role::PlatformAdmin)?;
         let id = request.into_inner().sandbox_id;
-        if id.is_empty() {
-            return Err(Status::invalid_argument("sandbox_id is required"));
-        }
+        status::check_id("sandbox_id", &id)?;
         let generation = self
             .read(false, |s, _| s.pool.sandbox(&id).map(|sb| sb.generation))
             .await?
@@ -202,9 +205,7 @@ impl PoolAdmin for PoolAdminService {
     ) -> Result<Response<Sandbox>, Status> {
         self.allow(&request, Role::Viewer)?;
         let request = request.into_inner();
-        if request.sandbox_id.is_empty() {
-            return Err(Status::invalid_argument("sandbox_id is required"));
-        }
+        status::check_id("sandbox_id", &request.sandbox_id)?;
         let id = request.sandbox_id;
         self.read(request.stale, |s, _| {
             s.pool.sandbox(&id).map(|sb| to_proto::sandbox(&s.pool, sb))
@@ -239,10 +240,9 @@ impl PoolAdmin for PoolAdminService {
     ) -> Result<Response<ExecSandboxResponse>, Status> {
         self.allow(&request, Role::PlatformAdmin)?;
         let request = request.into_inner();
-        if request.sandbox_id.is_empty() || request.argv.is_empty() {
-            return Err(Status::invalid_argument(
-                "sandbox_id and a command are required",
-            ));
+        status::check_id("sandbox_id", &request.sandbox_id)?;
+        if request.argv.is_empty() {
+            return Err(Status::invalid_argument("a command is required"));
         }
         proto::exec::check_timeout_ms(request.timeout_ms).map_err(Status::invalid_argument)?;
         let id = request.sandbox_id.clone();

@@ -78,8 +78,9 @@ impl StateMachine for GatewayState {
                 Objects::validate_command(&c).map_err(InvalidCommand::new)
             }
             Some(log_command::Command::Pool(bytes)) => pool::Command::decode(&bytes)
-                .map(|_| ())
-                .map_err(|e| InvalidCommand::new(format!("not a pool command: {e}"))),
+                .map_err(|e| InvalidCommand::new(format!("not a pool command: {e}")))?
+                .check_ids()
+                .map_err(|e| InvalidCommand::new(e.to_string())),
             None => Err(InvalidCommand::new("log command is empty")),
         }
     }

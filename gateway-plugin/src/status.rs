@@ -71,6 +71,12 @@ pub fn read(e: ReadError) -> Status {
     }
 }
 
+/// Checks an identifier from a request against the one rule
+/// ([`pool::ids`]): `INVALID_ARGUMENT` naming the field and the rule broken.
+pub fn check_id(field: &str, id: &str) -> Result<(), Status> {
+    pool::ids::check_id(field, id).map_err(|e| Status::invalid_argument(e.to_string()))
+}
+
 /// Maps a pool rejection (a failed precondition: nothing changed).
 pub fn pool_rejection(reason: &pool::Reason) -> Status {
     use pool::Reason;

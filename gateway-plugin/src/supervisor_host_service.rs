@@ -122,6 +122,7 @@ fn check_hello(hello: &HostHello, token: Option<&str>) -> Result<(), Status> {
             )));
         }
     }
+    crate::status::check_id("HostHello.member_id", &hello.member_id)?;
     if hello.capacity == 0 {
         return Err(Status::invalid_argument(
             "HostHello.capacity must be at least 1",

@@ -444,6 +444,22 @@ pub struct CommandEnvelope {
 }
 
 impl Command {
+    /// Checks the ids that become record keys (a joining member, a launched
+    /// sandbox) against [`crate::ids`]. Called before a command is proposed
+    /// (the store's `validate`, on the proposing node and on a leader taking
+    /// a forward), never in apply: apply of a log written by an older
+    /// version must not change.
+    ///
+    /// # Errors
+    /// The first id outside the rule, naming its field.
+    pub fn check_ids(&self) -> Result<(), crate::ids::InvalidId> {
+        match self {
+            Command::Join(c) => crate::ids::check_id("member_id", &c.member),
+            Command::Launch(c) => crate::ids::check_id("sandbox_id", &c.sandbox),
+            _ => Ok(()),
+        }
+    }
+
     /// Encodes the command for the raft log.
     pub fn encode_to_vec(&self) -> Vec<u8> {
         CommandEnvelope {

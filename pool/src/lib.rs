@@ -10,6 +10,7 @@
 //! ## Layout
 //!
 //! * [`command`] — the commands (prost wire format, explicit tags).
+//! * [`ids`] — the one rule for identifiers (sandbox, member, object ids).
 //! * [`outcome`] — [`Outcome`], [`Effect`] and the typed rejection [`Reason`].
 //! * [`state`] — the [`PoolState`] (members, sandboxes, operations, launches)
 //!   and its read helpers (`observed_status`, `assignment`, `status`).
@@ -60,6 +61,7 @@ mod apply;
 pub mod command;
 pub mod coordinator;
 pub mod hash;
+pub mod ids;
 pub mod invariants;
 pub mod outcome;
 pub mod snapshot;

@@ -28,6 +28,8 @@
 //! - [`backup`]: the backup file format (`openshell-pool backup save` writes
 //!   it, `openshell-gateway restore` reads it).
 //!
+//! - [`ids`]: the identifier rule (re-exported from `pool::ids`).
+//!
 //! The modules mirror the protobuf packages (`openshell::objects::v1`) so that
 //! generated cross-package references resolve; the short names re-export them.
 
@@ -110,3 +112,7 @@ pub mod grant;
 pub mod metadata;
 pub mod names;
 pub mod secret;
+
+/// The identifier rule (sandbox, member and object ids), owned by
+/// [`pool::ids`] so that `apply` and every API check the same rule.
+pub use pool::ids;

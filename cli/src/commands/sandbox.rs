@@ -69,6 +69,12 @@ pub async fn sandbox(
 ) -> Result<(), CliError> {
     match command {
         SandboxCommand::Create { id, command } => {
+            // The wire's empty id means "name it for me": an explicit
+            // `--id ""` is refused here, with the rule's own words.
+            if id.as_deref() == Some("") {
+                proto::ids::check_id("sandbox_id", "")
+                    .map_err(|e| CliError::Local(e.to_string()))?;
+            }
             let material_ref = if command.is_empty() {
                 "demo".to_string()
             } else {

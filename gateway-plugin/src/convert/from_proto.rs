@@ -89,6 +89,7 @@ pub fn start_operation(
     };
     let command = match request.kind {
         Some(start_supervisor_pool_operation_request::Kind::DrainMember(member)) => {
+            crate::status::check_id("drain_member", &member)?;
             Command::StartDrain(pool::StartDrain {
                 operation_id: id.clone(),
                 member,

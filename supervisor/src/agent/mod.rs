@@ -26,6 +26,7 @@ mod session;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
+use std::os::unix::fs::DirBuilderExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -208,12 +209,17 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let process_id = new_process_id();
-    std::fs::create_dir_all(&config.runtime_dir).with_context(|| {
-        format!(
-            "creating the runtime directory {}",
-            config.runtime_dir.display()
-        )
-    })?;
+    // Owner-only: runtime logs and addresses are the supervisor's.
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&config.runtime_dir)
+        .with_context(|| {
+            format!(
+                "creating the runtime directory {}",
+                config.runtime_dir.display()
+            )
+        })?;
     let control = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("binding the control port {}", config.listen))?;

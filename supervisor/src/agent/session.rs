@@ -65,15 +65,22 @@ pub async fn runtime_client(
     Ok(SandboxRuntimeClient::new(channel))
 }
 
-fn addr_file(agent: &Agent, sandbox: &str) -> PathBuf {
-    agent.config.runtime_dir.join(format!("{sandbox}.addr"))
+/// `<runtime_dir>/<sandbox>.<ext>`, only for an id within the identifier
+/// rule (`proto::ids`): an id never becomes a path outside the runtime dir.
+fn runtime_file(agent: &Agent, sandbox: &str, ext: &str) -> Result<PathBuf, String> {
+    proto::ids::check_id("sandbox_id", sandbox).map_err(|e| e.to_string())?;
+    Ok(agent.config.runtime_dir.join(format!("{sandbox}.{ext}")))
+}
+
+fn addr_file(agent: &Agent, sandbox: &str) -> Result<PathBuf, String> {
+    runtime_file(agent, sandbox, "addr")
 }
 
 /// The runtime's address, if one published it and answers for this
 /// sandbox generation (a runtime older than the generation field reports 0
 /// and is taken at its word; it checks no generation either).
 async fn locate_runtime(agent: &Agent, sandbox: &str, generation: u64) -> Option<String> {
-    let addr = std::fs::read_to_string(addr_file(agent, sandbox))
+    let addr = std::fs::read_to_string(addr_file(agent, sandbox).ok()?)
         .ok()?
         .trim()
         .to_string();
@@ -111,12 +118,9 @@ async fn start_runtime(agent: &Agent, a: &SandboxInstanceAssignment) -> Result<S
     }
     let key = Agent::lock(&agent.cluster_key).clone();
     let deadline = agent.recovery_deadline_ms.load(Ordering::SeqCst);
-    let addr_path = addr_file(agent, &a.sandbox_id);
+    let addr_path = addr_file(agent, &a.sandbox_id)?;
+    let log_path = runtime_file(agent, &a.sandbox_id, "log")?;
     let _ = std::fs::remove_file(&addr_path);
-    let log_path = agent
-        .config
-        .runtime_dir
-        .join(format!("{}.log", a.sandbox_id));
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)

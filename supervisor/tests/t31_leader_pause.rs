@@ -42,25 +42,6 @@ type View = (
     BTreeMap<String, (String, u64, u64, i32)>,
 );
 
-/// Prints the tail of every supervisor's log if the test fails.
-struct LogsOnFailure<'a>(&'a [Supervisor]);
-
-impl Drop for LogsOnFailure<'_> {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            return;
-        }
-        for s in self.0 {
-            let log = s.log();
-            let tail: Vec<&str> = log.lines().rev().take(30).collect();
-            eprintln!("----- supervisor {} log (last 30 lines) -----", s.member);
-            for line in tail.into_iter().rev() {
-                eprintln!("{line}");
-            }
-        }
-    }
-}
-
 fn view(status: &SupervisorPoolStatus) -> View {
     let members = status
         .members

@@ -22,25 +22,6 @@ use testkit::TestResult;
 /// Sandboxes created at once (three supervisors of capacity 10 hold them).
 const SANDBOXES: usize = 24;
 
-/// Prints the tail of every supervisor's log if the test fails.
-struct LogsOnFailure<'a>(&'a [Supervisor]);
-
-impl Drop for LogsOnFailure<'_> {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            return;
-        }
-        for s in self.0 {
-            let log = s.log();
-            let tail: Vec<&str> = log.lines().rev().take(30).collect();
-            eprintln!("----- supervisor {} log (last 30 lines) -----", s.member);
-            for line in tail.into_iter().rev() {
-                eprintln!("{line}");
-            }
-        }
-    }
-}
-
 /// Creates sandbox `id` through the gateway at `addr` (retried until it
 /// answers).
 async fn create_at(addr: String, id: String) {

@@ -344,3 +344,23 @@ pub async fn running_sandbox(cluster: &Cluster, id: &str) -> Sandbox {
         .cloned()
         .unwrap_or_else(|| panic!("{id} vanished"))
 }
+
+/// Prints the tail of every supervisor's log when the test panics (keep it
+/// alive for the test's length: `let _logs = LogsOnFailure(&supervisors);`).
+pub struct LogsOnFailure<'a>(pub &'a [Supervisor]);
+
+impl Drop for LogsOnFailure<'_> {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        for s in self.0 {
+            let log = s.log();
+            let tail: Vec<&str> = log.lines().rev().take(30).collect();
+            eprintln!("----- supervisor {} log (last 30 lines) -----", s.member);
+            for line in tail.into_iter().rev() {
+                eprintln!("{line}");
+            }
+        }
+    }
+}

@@ -9,6 +9,14 @@
 //! (`FAKETIME_NO_CACHE=1`, `FAKETIME_DONT_FAKE_MONOTONIC=1`: only the wall
 //! clock moves).
 //!
+//! Secure runs (the default, [`Security::Tls`]): every gateway serves its
+//! client port ([`PORT`]) and its peer port ([`PEER_PORT`], mutual TLS) over
+//! TLS with a certificate of the run's CA naming its address, requires the
+//! run's admin token and supervisor credential, and signs grants with the
+//! run's key ([`crate::security::Credentials`]); the raft membership holds
+//! peer addresses. The harness's channels trust the CA and carry the token.
+//! `--insecure` runs start the gateways as before: plaintext, one port.
+//!
 //! Dropping the [`Cluster`] kills every process (SIGCONT, then SIGKILL) and
 //! then removes the network ([`crate::net::Net`]'s own drop).
 
@@ -23,16 +31,19 @@ use proto::cluster::{ClusterStatus, StatusRequest};
 use proto::objects::object_store_client::ObjectStoreClient;
 use proto::objects::ListRequest;
 use proto::pool_admin::pool_admin_client::PoolAdminClient;
-use tonic::transport::Channel;
+use tonic::service::interceptor::InterceptedService;
 
 use crate::checker::ReplicaDump;
 use crate::net::Net;
 use crate::process::{in_namespace, log_to, ChildProcess};
+use crate::security::{Authed, Bearer, Credentials, Security};
 
 /// Where Debian's `faketime` package puts the preload library.
 pub const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
-/// gRPC port every gateway listens on (inside its own namespace).
+/// gRPC client port every gateway listens on (inside its own namespace).
 pub const PORT: u16 = 7000;
+/// gRPC peer port (raft, forwarding; mutual TLS) of a secure gateway.
+pub const PEER_PORT: u16 = 7001;
 /// Object type the register workload writes.
 pub const OBJECT_TYPE: &str = "jepsen-register";
 
@@ -52,6 +63,8 @@ pub struct GatewayOptions {
     /// Extra command-line arguments of every gateway (the pool workload
     /// sets its tick interval and heartbeat TTL here).
     pub extra_args: Vec<String>,
+    /// TLS (the default) or `--insecure`.
+    pub security: Security,
 }
 
 /// One gateway node.
@@ -62,8 +75,14 @@ pub struct Node {
     pub name: String,
     /// Network namespace.
     pub ns: String,
-    /// `ip:port`.
+    /// `ip:port` of the client port.
     pub addr: String,
+    /// `ip:port` of the peer port: the node's address in the raft
+    /// membership (the client port's in `--insecure` runs).
+    pub peer_addr: String,
+    /// The gateway's TLS, signing-key and token flags (none when
+    /// `--insecure`).
+    security_args: Vec<String>,
     /// Data directory.
     pub data_dir: PathBuf,
     /// Log file.
@@ -75,8 +94,9 @@ pub struct Node {
     /// Start with `--initial-voters` (false once wiped and re-joined as a
     /// learner by the membership nemesis).
     initial: Mutex<bool>,
-    /// A lazily connected channel (reconnects after restarts).
-    channel: Channel,
+    /// A lazily connected channel (reconnects after restarts) whose calls
+    /// carry the run's admin token.
+    channel: Authed,
 }
 
 impl Node {
@@ -91,17 +111,17 @@ impl Node {
     }
 
     /// An object-store client.
-    pub fn objects(&self) -> ObjectStoreClient<Channel> {
+    pub fn objects(&self) -> ObjectStoreClient<Authed> {
         ObjectStoreClient::new(self.channel.clone())
     }
 
     /// A cluster-admin client.
-    pub fn admin(&self) -> ClusterAdminClient<Channel> {
+    pub fn admin(&self) -> ClusterAdminClient<Authed> {
         ClusterAdminClient::new(self.channel.clone())
     }
 
     /// A pool-admin client (the pool workload's clients and operator).
-    pub fn pool(&self) -> PoolAdminClient<Channel> {
+    pub fn pool(&self) -> PoolAdminClient<Authed> {
         PoolAdminClient::new(self.channel.clone())
     }
 
@@ -195,8 +215,10 @@ pub struct Cluster {
     pub dir: PathBuf,
     /// Nodes, index i is node i+1.
     pub nodes: Vec<Node>,
-    /// `id=ip:port,...`.
+    /// `id=ip:port,...` (peer addresses).
     pub voters: String,
+    /// The run's TLS material and credentials (`None` when `--insecure`).
+    pub credentials: Option<Credentials>,
     /// Gateway settings.
     pub options: GatewayOptions,
     /// The network (dropped after the processes are killed).
@@ -224,15 +246,30 @@ impl Cluster {
             bail!("{LIBFAKETIME} not found: install Debian's faketime package (jepsen/ci-deps.sh)");
         }
         let net = Net::setup(run, n)?;
+        let credentials = match options.security {
+            Security::Tls => Some(Credentials::generate(&dir.join("tls"))?),
+            Security::Insecure => None,
+        };
         let mut nodes = Vec::new();
         for i in 1..=n {
-            let addr = format!("{}:{PORT}", net.node_ip(i));
+            let ip = net.node_ip(i);
+            let addr = format!("{ip}:{PORT}");
+            let (peer_addr, security_args) = match &credentials {
+                Some(c) => (
+                    format!("{ip}:{PEER_PORT}"),
+                    c.gateway_flags(&c.issue_gateway(&format!("n{i}"), &ip)?),
+                ),
+                None => (addr.clone(), Vec::new()),
+            };
             let config = ClientConfig::for_role(Role::Jepsen)
                 .with_connect_timeout(Duration::from_millis(1000))
-                .with_request_timeout(options.client_timeout);
+                .with_request_timeout(options.client_timeout)
+                .with_tls(credentials.as_ref().map(Credentials::client_tls));
             let channel = connect(Role::Jepsen, &addr, &config)
                 .await
                 .context("endpoint")?;
+            let bearer = credentials.as_ref().map(Credentials::bearer);
+            let channel = InterceptedService::new(channel, bearer.unwrap_or_else(Bearer::default));
             let clock_file = dir.join(format!("n{i}.clock"));
             std::fs::write(&clock_file, "+0\n").context("writing the clock file")?;
             nodes.push(Node {
@@ -240,6 +277,8 @@ impl Cluster {
                 name: format!("n{i}"),
                 ns: net.node_ns(i),
                 addr,
+                peer_addr,
+                security_args,
                 data_dir: dir.join(format!("n{i}-data")),
                 log_path: dir.join(format!("n{i}.log")),
                 clock_file,
@@ -250,13 +289,14 @@ impl Cluster {
         }
         let voters = nodes
             .iter()
-            .map(|n| format!("{}={}", n.id, n.addr))
+            .map(|n| format!("{}={}", n.id, n.peer_addr))
             .collect::<Vec<_>>()
             .join(",");
         Ok(Cluster {
             dir: dir.to_path_buf(),
             nodes,
             voters,
+            credentials,
             options,
             net,
         })
@@ -286,8 +326,13 @@ impl Cluster {
             Err(p) => p.into_inner(),
         };
         let mut cmd = in_namespace(&node.ns, &self.options.bin);
-        cmd.arg("--insecure")
-            .args(["--node-id", &node.id.to_string()])
+        if node.security_args.is_empty() {
+            cmd.arg("--insecure");
+        } else {
+            cmd.args(["--peer-listen", &node.peer_addr])
+                .args(&node.security_args);
+        }
+        cmd.args(["--node-id", &node.id.to_string()])
             .args(["--listen", &node.addr])
             .arg("--data-dir")
             .arg(&node.data_dir)

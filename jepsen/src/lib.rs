@@ -13,6 +13,8 @@
 //!   cleanup of everything named `osj-*`.
 //! - [`cluster`]: gateway processes (start, `kill -9`, pause, clock offset,
 //!   wipe) and gRPC clients to them.
+//! - [`security`]: the run's CA, gateway certificates, signing key, admin
+//!   token and supervisor credential; the token interceptor.
 //! - [`nemesis`]: the fault schedule drawn from the seed.
 //! - [`process`]: child processes the harness starts in a namespace and
 //!   signals (gateways, supervisors).
@@ -50,6 +52,7 @@ pub mod ops;
 pub mod process;
 pub mod report;
 pub mod run;
+pub mod security;
 pub mod workload;
 
 /// The files of `dir` whose names end in `suffix`, as (name without the

@@ -163,11 +163,15 @@ pub fn table(rows: &[Row], base: Option<&RunOptions>) -> String {
     let mut out = String::new();
     if let Some(base) = base {
         out.push_str(&format!(
-            "{} workload, {} nodes, {} s per nemesis, seed {}.\n\n",
+            "{} workload, {} nodes, {} s per nemesis, seed {}, {}.\n\n",
             base.workload,
             base.nodes,
             base.duration.as_secs(),
             base.seed,
+            match base.security {
+                crate::security::Security::Tls => "TLS",
+                crate::security::Security::Insecure => "--insecure (plaintext)",
+            },
         ));
     }
     out.push_str("| nemesis | nemesis events | operations ok/fail/info | checkers | verdict |\n| --- | --- | --- | --- | --- |\n");

@@ -575,7 +575,8 @@ impl Nemesis {
             self.note_err("add-learner", &format!("starting n{k}"), e);
             return;
         }
-        let Ok(addr) = self.cluster.node(k).map(|n| n.addr.clone()) else {
+        // Raft membership addresses are peer addresses.
+        let Ok(addr) = self.cluster.node(k).map(|n| n.peer_addr.clone()) else {
             return;
         };
         let deadline = Instant::now() + Duration::from_secs(60);

@@ -19,6 +19,7 @@ use crate::history::Recorder;
 use crate::nemesis::{Fault, Nemesis, Schedule};
 use crate::net;
 use crate::report::{self, Results};
+use crate::security::Security;
 use crate::workload::{PoolOptions, RegisterOptions, Workload};
 
 /// Everything a run needs.
@@ -46,6 +47,9 @@ pub struct RunOptions {
     pub out: PathBuf,
     /// Client request timeout.
     pub client_timeout: Duration,
+    /// TLS everywhere (the default) or `--insecure` gateways, for
+    /// comparison runs.
+    pub security: Security,
 }
 
 /// What a run found.
@@ -175,6 +179,7 @@ async fn run_inner(
         faketime,
         client_timeout: options.client_timeout,
         extra_args: workload.gateway_args(),
+        security: options.security,
     };
     let cluster = Arc::new(Cluster::create(run_id, options.nodes, dir, gateway).await?);
     cluster.start_all()?;
@@ -183,6 +188,9 @@ async fn run_inner(
         .await
         .context("the cluster did not elect a leader; see the node logs")?;
     tracing::info!(leader, dir = %dir.display(), "cluster up");
+    // Secure runs: operate what TLS promises before the workload starts.
+    let transport = crate::security::probe(&cluster, leader).await;
+    tracing::info!(?transport, "transport checked");
 
     let history = Recorder::new(Some(&dir.join("history.jsonl")))?;
     let started = Instant::now();
@@ -243,6 +251,9 @@ async fn run_inner(
             "cas_mode": options.register.cas_mode.name(),
             "gateway_bin": options.gateway_bin.display().to_string(),
             "faketime": faketime,
+            "security": options.security.name(),
+            "tls": options.security == Security::Tls,
+            "transport": transport,
             "check_seconds": checked_at.elapsed().as_secs_f64(),
             "final_cluster": membership,
             "net_rules_at_end": cluster.net.rules(),

@@ -301,3 +301,75 @@ async fn attach_once(
     pinger.abort();
     result
 }
+
+/// [`hello`] presenting `credential` (the supervisor credential a secure
+/// gateway requires).
+pub fn hello_with_credential(
+    member: &str,
+    process_id: u64,
+    known_incarnation: u64,
+    capacity: u32,
+    advertise_address: String,
+    credential: &str,
+) -> SupervisorMessage {
+    let mut message = hello(
+        member,
+        process_id,
+        known_incarnation,
+        capacity,
+        advertise_address,
+    );
+    if let Some(supervisor_message::Message::Hello(h)) = &mut message.message {
+        h.credential = credential.to_string();
+    }
+    message
+}
+
+/// [`attach`] to a gateway serving TLS: the channel trusts `tls`'s CA
+/// (`None`: plaintext, exactly as [`attach`]).
+///
+/// # Errors
+/// As [`attach`]; a gateway whose certificate the CA did not sign, or a
+/// plaintext channel to a TLS port, ends as `unavailable`.
+pub async fn attach_secure(
+    gateway: &str,
+    connect_timeout: Duration,
+    tls: Option<proto::tls::ClientTls>,
+    hello: SupervisorMessage,
+    buffer: usize,
+) -> Result<Attached, tonic::Status> {
+    let (tx, rx) = mpsc::channel::<SupervisorMessage>(buffer);
+    let _ = tx.try_send(hello);
+    let config = ClientConfig {
+        keepalive_interval: None,
+        ..ClientConfig::for_role(Role::SupervisorToGateway)
+            .with_connect_timeout(connect_timeout)
+            .with_tls(tls)
+    };
+    let channel = connect(Role::SupervisorToGateway, gateway, &config)
+        .await
+        .map_err(|e| match e {
+            ClientError::InvalidAddress { .. } => tonic::Status::internal(e.to_string()),
+            ClientError::Unreachable { source, .. } => {
+                tonic::Status::unavailable(format!("connection refused: {source}"))
+            }
+        })?;
+    let mut client = SupervisorHostClient::new(channel);
+    let mut inbound = client.attach(ReceiverStream::new(rx)).await?.into_inner();
+    let Some(first) = inbound.message().await? else {
+        return Err(tonic::Status::unavailable(
+            "stream ended before HelloAccepted",
+        ));
+    };
+    let Some(gateway_message::Message::Accepted(a)) = first.message else {
+        return Err(tonic::Status::internal(
+            "first message is not HelloAccepted",
+        ));
+    };
+    Ok(Attached {
+        tx,
+        inbound,
+        gateway_node_id: a.gateway_node_id,
+        incarnation: a.incarnation,
+    })
+}

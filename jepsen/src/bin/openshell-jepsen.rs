@@ -19,6 +19,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use jepsen::nemesis::{parse_faults, Schedule};
 use jepsen::run::RunOptions;
+use jepsen::security::Security;
 use jepsen::workload::{CasMode, MemberKind, PoolOptions, RegisterOptions};
 
 /// Longest pause between one client's operations that `--delay-ms` takes.
@@ -149,6 +150,10 @@ struct Common {
     /// Run directory (default: jepsen/runs/<timestamp>-<seed>).
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Start the gateways with --insecure (plaintext, one port, no tokens)
+    /// instead of TLS with a per-run CA, for comparison runs.
+    #[arg(long)]
+    insecure: bool,
 }
 
 /// The workspace root: the nearest ancestor of the current directory whose
@@ -263,6 +268,11 @@ fn options(c: &Common) -> Result<RunOptions, String> {
             .clone()
             .unwrap_or_else(|| root.join(format!("jepsen/runs/{stamp}-{seed}"))),
         client_timeout: Duration::from_millis(c.client_timeout_ms),
+        security: if c.insecure {
+            Security::Insecure
+        } else {
+            Security::Tls
+        },
     })
 }
 

@@ -15,6 +15,10 @@
 //! retired (it was silent past the TTL) re-joins as a new incarnation by
 //! itself.
 //!
+//! In a secure run each supervisor verifies the gateways against the run's
+//! CA (`--tls-ca-file`) and presents the run's supervisor credential
+//! (`--credential-file`).
+//!
 //! The runtimes linger 2 s after their workload stops (instead of 5
 //! minutes), so a long run does not pile up finished runtimes.
 
@@ -25,6 +29,7 @@ use std::sync::Arc;
 use anyhow::bail;
 
 use crate::process::{in_namespace, log_to, ChildProcess};
+use crate::security::MemberSecurity;
 
 /// What every process member shares: where it runs and what it starts.
 #[derive(Clone, Debug)]
@@ -41,6 +46,9 @@ pub struct MemberHost {
     pub runtime_bin: PathBuf,
     /// The run directory (supervisor logs `s<i>.log`, `runtimes/`).
     pub dir: PathBuf,
+    /// TLS and credential of a secure run (`None`: plaintext, no
+    /// credential).
+    pub security: Option<MemberSecurity>,
 }
 
 impl MemberHost {
@@ -123,8 +131,14 @@ impl ProcessSupervisor {
             .arg("--runtime-dir")
             .arg(h.runtime_dir())
             .arg("--runtime-bin")
-            .arg(&h.runtime_bin)
-            .env("RUST_LOG", "info")
+            .arg(&h.runtime_bin);
+        if let Some(security) = &h.security {
+            cmd.arg("--tls-ca-file")
+                .arg(&security.ca_file)
+                .arg("--credential-file")
+                .arg(&security.credential_file);
+        }
+        cmd.env("RUST_LOG", "info")
             // Inherited by the runtimes it starts.
             .env("OPENSHELL_RUNTIME_LINGER_MS", "2000");
         log_to(&mut cmd, &h.dir.join(format!("{}.log", self.member)))?;

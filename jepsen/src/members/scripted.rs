@@ -17,6 +17,9 @@
 //! (expired) or superseded it starts a new one (new process id, known 0),
 //! as a restarted process would.
 //!
+//! In a secure run the stream speaks TLS (trusting the run's CA) and the
+//! hello carries the run's supervisor credential.
+//!
 //! Faults: [`ScriptedSupervisor::pause`] stops everything (statuses, acks,
 //! reports, reading the stream), like SIGSTOP; on resume it first reports
 //! every term it believed it held (a stale report if it was taken over
@@ -43,12 +46,13 @@ use proto::supervisor_host::{
     SandboxReport, SupervisorMessage,
 };
 use serde_json::Value;
-use testkit::member::{attach, hello, spawn_pinger, term_ack, Attached};
+use testkit::member::{attach_secure, hello_with_credential, spawn_pinger, term_ack, Attached};
 use tokio::sync::{mpsc, watch};
 
 use crate::history::{EventSpec, OpType, Process, Processes, Recorder};
 use crate::ops::pool::{Ack, Grant, Join, Report};
 use crate::ops::to_value;
+use crate::security::MemberSecurity;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     match m.lock() {
@@ -89,6 +93,9 @@ struct Inner {
     processes: Processes,
     gateways: Vec<String>,
     alive: AtomicBool,
+    /// TLS and credential of a secure run (`None`: plaintext, no
+    /// credential).
+    security: Option<MemberSecurity>,
 }
 
 /// One scripted supervisor.
@@ -98,13 +105,15 @@ pub struct ScriptedSupervisor {
 }
 
 impl ScriptedSupervisor {
-    /// Creates it (not started).
+    /// Creates it (not started); with `security` it attaches over TLS and
+    /// presents the credential.
     pub fn new(
         member: &str,
         capacity: u32,
         gateways: Vec<String>,
         history: Recorder,
         processes: Processes,
+        security: Option<MemberSecurity>,
     ) -> ScriptedSupervisor {
         let process = processes.fresh();
         ScriptedSupervisor {
@@ -122,6 +131,7 @@ impl ScriptedSupervisor {
                 processes,
                 gateways,
                 alive: AtomicBool::new(false),
+                security,
             }),
             task: Mutex::new(None),
         }
@@ -387,8 +397,17 @@ impl Inner {
             None,
         );
         let advertise = format!("10.0.0.1:{}", 20000 + process_id % 10000);
-        let hello = hello(&member, process_id, known, self.capacity, advertise);
-        let attach = attach(gateway, Duration::from_millis(1000), hello, 256);
+        let credential = self.security.as_ref().map_or("", |s| s.credential.as_str());
+        let hello = hello_with_credential(
+            &member,
+            process_id,
+            known,
+            self.capacity,
+            advertise,
+            credential,
+        );
+        let tls = self.security.as_ref().map(|s| s.tls.clone());
+        let attach = attach_secure(gateway, Duration::from_millis(1000), tls, hello, 256);
         match tokio::time::timeout(Duration::from_secs(8), attach).await {
             Ok(Ok(attached)) => {
                 // Grants name the assigned incarnation; acks and reports go

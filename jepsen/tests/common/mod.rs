@@ -96,6 +96,7 @@ pub fn options(name: &str, bin: PathBuf, nemesis: &str, seconds: u64, seed: u64)
         gateway_bin: bin,
         out,
         client_timeout: Duration::from_secs(6),
+        security: jepsen::security::Security::Tls,
     }
 }
 
@@ -153,6 +154,7 @@ pub fn pool_options(
 /// said valid (printing each verdict); returns the outcome and its history
 /// text.
 pub async fn run_expecting_valid(options: RunOptions) -> (jepsen::run::Outcome, String) {
+    let secure = options.security == jepsen::security::Security::Tls;
     let started = std::time::Instant::now();
     let outcome = jepsen::run::run(options)
         .await
@@ -164,6 +166,9 @@ pub async fn run_expecting_valid(options: RunOptions) -> (jepsen::run::Outcome, 
     );
     for r in &outcome.results {
         eprintln!("{}: {:?} {}", r.checker, r.valid, r.summary);
+    }
+    if secure {
+        assert_ran_over_tls(&outcome.dir);
     }
     assert!(
         outcome.valid,
@@ -192,4 +197,48 @@ pub fn assert_report_lists_offending(dir: &Path, result: &jepsen::checker::Check
             "index.html does not list offending event {index}"
         );
     }
+}
+
+/// Asserts a run's cluster spoke TLS: `results.json` says so, every
+/// transport check the harness made passed (plaintext refused on both
+/// ports, no token refused, no client certificate refused on the peer port,
+/// TLS with the token served), and every gateway log says it listened with
+/// TLS and never that it started `--insecure`.
+pub fn assert_ran_over_tls(dir: &Path) {
+    let text = results_text(dir);
+    let results: serde_json::Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("results.json: {e}: {text}"));
+    let run = &results["run"];
+    assert_eq!(run["tls"], serde_json::json!(true), "results.json: {run}");
+    assert_eq!(run["security"], "tls", "results.json: {run}");
+    let transport = run["transport"]
+        .as_object()
+        .unwrap_or_else(|| panic!("no transport checks in results.json: {run}"));
+    eprintln!("transport checks: {}", run["transport"]);
+    for (check, verdict) in transport.iter().filter(|(k, _)| *k != "node") {
+        assert_eq!(verdict["ok"], serde_json::json!(true), "{check}: {verdict}");
+    }
+    let mut logs = 0;
+    for i in 1..=9 {
+        let Ok(log) = std::fs::read_to_string(dir.join(format!("n{i}.log"))) else {
+            continue;
+        };
+        logs += 1;
+        assert!(
+            !log.contains("started with --insecure"),
+            "n{i} ran --insecure"
+        );
+        let listening: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("gateway listening"))
+            .collect();
+        assert!(!listening.is_empty(), "n{i} never listened");
+        assert!(
+            listening
+                .iter()
+                .all(|l| l.contains("tls=true") && l.contains("peer_listen=Some")),
+            "n{i} listened without TLS or peer port: {listening:?}"
+        );
+    }
+    assert!(logs >= 3, "no gateway logs in {}", dir.display());
 }

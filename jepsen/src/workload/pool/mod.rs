@@ -244,6 +244,10 @@ pub fn start(
         .map(|i| format!("s{i}"))
         .collect();
     let capacity = options.capacity.max(1);
+    let security = cluster
+        .credentials
+        .as_ref()
+        .map(crate::security::Credentials::member_security);
     let (supervisors, host) = match options.members {
         MemberKind::Scripted => {
             let members: Vec<PoolMember> = names
@@ -255,6 +259,7 @@ pub fn start(
                         gateways.clone(),
                         history.clone(),
                         processes.clone(),
+                        security.clone(),
                     ))
                 })
                 .collect();
@@ -276,6 +281,7 @@ pub fn start(
                     .clone()
                     .unwrap_or_else(|| beside("openshell-sandbox-runtime")),
                 dir: cluster.dir.clone(),
+                security,
             });
             host.check()?;
             let members: Vec<PoolMember> = names

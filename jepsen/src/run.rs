@@ -152,6 +152,38 @@ fn note_undecided_convergence(results: &mut [CheckResult], notes: &[String]) {
     }
 }
 
+/// `results.json`'s `run`: the settings, then what the run found (`found`,
+/// an object).
+fn run_json(
+    options: &RunOptions,
+    workload: &Workload,
+    faketime: bool,
+    found: serde_json::Value,
+) -> serde_json::Value {
+    let mut run = json!({
+        "seed": options.seed,
+        "nodes": options.nodes,
+        "duration_s": options.duration.as_secs_f64(),
+        "nemeses": options.faults.iter().map(|f| f.name()).collect::<Vec<_>>(),
+        "combine": options.schedule.combine,
+        "workload": workload.name(),
+        "pool": if options.workload == "pool" { json!(format!("{:?}", options.pool)) } else { json!(null) },
+        "concurrency": options.register.concurrency,
+        "keys": options.register.keys,
+        "ops_per_key": options.register.ops_per_key,
+        "delay_ms": options.register.delay_ms,
+        "cas_mode": options.register.cas_mode.name(),
+        "gateway_bin": options.gateway_bin.display().to_string(),
+        "faketime": faketime,
+        "security": options.security.name(),
+        "tls": options.security == Security::Tls,
+    });
+    if let (Some(run), serde_json::Value::Object(found)) = (run.as_object_mut(), found) {
+        run.extend(found);
+    }
+    run
+}
+
 /// The cluster's membership as the first node sees it, for `results.json`.
 async fn final_membership(cluster: &Cluster) -> Option<serde_json::Value> {
     cluster.nodes[0].admin().status(proto::cluster::StatusRequest { local: false }).await.ok().map(|s| {
@@ -236,29 +268,18 @@ async fn run_inner(
     let membership = final_membership(&cluster).await;
     let report = Results {
         valid,
-        run: json!({
-            "seed": options.seed,
-            "nodes": options.nodes,
-            "duration_s": options.duration.as_secs_f64(),
-            "nemeses": options.faults.iter().map(|f| f.name()).collect::<Vec<_>>(),
-            "combine": options.schedule.combine,
-            "workload": workload.name(),
-            "pool": if options.workload == "pool" { json!(format!("{:?}", options.pool)) } else { json!(null) },
-            "concurrency": options.register.concurrency,
-            "keys": options.register.keys,
-            "ops_per_key": options.register.ops_per_key,
-            "delay_ms": options.register.delay_ms,
-            "cas_mode": options.register.cas_mode.name(),
-            "gateway_bin": options.gateway_bin.display().to_string(),
-            "faketime": faketime,
-            "security": options.security.name(),
-            "tls": options.security == Security::Tls,
-            "transport": transport,
-            "check_seconds": checked_at.elapsed().as_secs_f64(),
-            "final_cluster": membership,
-            "net_rules_at_end": cluster.net.rules(),
-            "notes": notes,
-        }),
+        run: run_json(
+            options,
+            &workload,
+            faketime,
+            json!({
+                "transport": transport,
+                "check_seconds": checked_at.elapsed().as_secs_f64(),
+                "final_cluster": membership,
+                "net_rules_at_end": cluster.net.rules(),
+                "notes": notes,
+            }),
+        ),
         checkers: results.clone(),
         stats: report::stats(&events),
     };

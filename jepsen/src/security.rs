@@ -26,6 +26,7 @@ use proto::tls::generate::{Ca, Issued, Usage};
 use proto::tls::ClientTls;
 use rand::RngCore;
 use serde_json::json;
+use testkit::member::{attach_secure, hello_with_credential};
 use tonic::metadata::AsciiMetadataValue;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
@@ -268,11 +269,22 @@ async fn status_call(addr: &str, tls: Option<ClientTls>, bearer: Bearer) -> Resu
         .map_err(|s| format!("{:?}: {}", s.code(), s.message()))
 }
 
+/// Whether a supervisor hello with a wrong credential is accepted over TLS
+/// (it must not be: the error text is what a refusal looks like).
+async fn wrong_credential_attach(addr: &str, tls: Option<ClientTls>) -> Result<(), String> {
+    let hello = hello_with_credential("jepsen-probe", 1, 0, 1, "10.0.0.1:1".into(), "wrong");
+    attach_secure(addr, Duration::from_secs(2), tls, hello, 4)
+        .await
+        .map(|_| ())
+        .map_err(|s| format!("{:?}: {}", s.code(), s.message()))
+}
+
 /// Operates what a secure run relies on, against node `node` (running):
 /// the run's client (TLS + token) is served; a plaintext client is refused
 /// on the client and the peer port; a TLS client without the token is
 /// refused on the client port; a TLS client without a client certificate
-/// is refused on the peer port. Each check as `{"ok": bool, "saw": ...}`
+/// is refused on the peer port; a supervisor hello with a wrong credential
+/// is refused. Each check as `{"ok": bool, "saw": ...}`
 /// for `results.json`; `None` for an `--insecure` run.
 pub async fn probe(cluster: &Cluster, node: usize) -> Option<serde_json::Value> {
     let credentials = cluster.credentials.as_ref()?;
@@ -297,6 +309,10 @@ pub async fn probe(cluster: &Cluster, node: usize) -> Option<serde_json::Value> 
         (
             "no_client_certificate_peer_port",
             status_call(&n.peer_addr, tls(), credentials.bearer()).await,
+        ),
+        (
+            "wrong_supervisor_credential",
+            wrong_credential_attach(&n.addr, tls()).await,
         ),
     ];
     let mut out = serde_json::Map::new();

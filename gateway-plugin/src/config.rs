@@ -25,7 +25,8 @@
 //! recovery_deadline_ms = 60000
 //! operation_deadline_ms = 600000
 //! status_interval_ms = 250
-//! supervisor_token = "..."
+//! member_credentials_file = "/etc/openshell/member-credentials"
+//! # supervisor_token = "..."   # deprecated: any supervisor holding it joins as any member
 //! ```
 //!
 //! Every error names the key (`openshell.gateway.raft.heartbeat_interval_ms`)
@@ -103,8 +104,14 @@ pub struct SupervisorPoolSection {
     pub operation_deadline_ms: Option<u64>,
     /// Supervisors send HostStatus this often, ms (10..=10000, default: tick_interval_ms).
     pub status_interval_ms: Option<u64>,
-    /// Credential supervisors must present (default: none required).
+    /// DEPRECATED: one credential shared by every supervisor, which lets
+    /// any of them join as any member id; use `member_credentials_file`.
+    /// When both are set, a member listed in the file must present its own
+    /// credential and the shared one admits only unlisted member ids.
     pub supervisor_token: Option<String>,
+    /// File of `member_id credential` lines (format:
+    /// [`crate::member_credentials`]); re-read when it changes.
+    pub member_credentials_file: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for SupervisorPoolSection {
@@ -120,6 +127,7 @@ impl std::fmt::Debug for SupervisorPoolSection {
                 "supervisor_token",
                 &proto::secret::redact_opt(&self.supervisor_token),
             )
+            .field("member_credentials_file", &self.member_credentials_file)
             .finish()
     }
 }
@@ -272,7 +280,8 @@ impl GatewaySection {
                 recovery_deadline_ms,
                 operation_deadline_ms,
                 status_interval_ms,
-                supervisor_token
+                supervisor_token,
+                member_credentials_file
             );
         }
         self.supervisor_pool = Some(pool);
@@ -531,6 +540,7 @@ fn load_signer(
 }
 
 fn validate_pool(section: SupervisorPoolSection) -> Result<crate::hub::PoolSettings, ConfigError> {
+    let (supervisor_token, member_credentials) = supervisor_credentials(&section)?;
     let tick = in_range(
         "openshell.gateway.supervisor_pool.tick_interval_ms",
         section.tick_interval_ms.unwrap_or(250),
@@ -577,8 +587,47 @@ fn validate_pool(section: SupervisorPoolSection) -> Result<crate::hub::PoolSetti
         recovery_deadline_ticks: ticks(recovery),
         operation_deadline_ticks: ticks(operation),
         status_interval: Duration::from_millis(status),
-        supervisor_token: section.supervisor_token.filter(|t| !t.is_empty()),
+        supervisor_token,
+        member_credentials,
     })
+}
+
+/// The supervisor credentials: the member credentials file (read now: a bad
+/// file stops the start) and the deprecated shared token, with a warning.
+fn supervisor_credentials(
+    section: &SupervisorPoolSection,
+) -> Result<
+    (
+        Option<String>,
+        Option<crate::member_credentials::MemberCredentialsFile>,
+    ),
+    ConfigError,
+> {
+    let member_credentials = section
+        .member_credentials_file
+        .as_deref()
+        .map(|path| {
+            crate::member_credentials::load(path).map_err(|problem| ConfigError::Invalid {
+                key: "openshell.gateway.supervisor_pool.member_credentials_file",
+                value: path.display().to_string(),
+                problem,
+            })
+        })
+        .transpose()?;
+    let supervisor_token = section.supervisor_token.clone().filter(|t| !t.is_empty());
+    if supervisor_token.is_some() {
+        tracing::warn!(
+            "supervisor_token (--supervisor-token) is DEPRECATED: any supervisor holding it can join as any \
+             member{}; give each member its own credential in member_credentials_file \
+             (--member-credentials-file)",
+            if member_credentials.is_some() {
+                " not listed in the member credentials file"
+            } else {
+                ""
+            }
+        );
+    }
+    Ok((supervisor_token, member_credentials))
 }
 
 #[cfg(test)]

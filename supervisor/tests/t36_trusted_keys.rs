@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use proto::grant::{fingerprint, GrantSigner};
+use proto::grant::GrantSigner;
 use proto::pool_types::SandboxPhase;
 use proto::sandbox_runtime::sandbox_runtime_client::SandboxRuntimeClient;
 use proto::sandbox_runtime::{ActivateRequest, Grant, SignedGrant};
@@ -27,6 +27,12 @@ use testkit::TestResult;
 use tonic::Code;
 
 const RUNTIME: &str = env!("CARGO_BIN_EXE_openshell-sandbox-runtime");
+
+/// A key's fingerprint as docs/security.md defines it: the first 16 hex
+/// characters of the public key.
+fn fingerprint(public_hex: &str) -> String {
+    public_hex[..16].to_string()
+}
 
 fn key_a() -> GrantSigner {
     GrantSigner::from_seed_hex(&"a1".repeat(32)).unwrap_or_else(|e| panic!("{e}"))

@@ -45,11 +45,7 @@ impl std::fmt::Debug for MemberCredentials {
     /// The member ids only; credentials show as `<redacted>`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_map()
-            .entries(
-                self.by_member
-                    .keys()
-                    .map(|k| (k, proto::secret::REDACTED)),
-            )
+            .entries(self.by_member.keys().map(|k| (k, proto::secret::REDACTED)))
             .finish()
     }
 }
@@ -164,7 +160,10 @@ mod tests {
         let e = refused(&format!("# x\n../etc {C1}\n"));
         assert!(e.starts_with("line 2: invalid member_id"), "{e}");
         let e = refused(&format!("m1 {C1} extra\n"));
-        assert!(e.starts_with("line 1: expected `member_id credential`"), "{e}");
+        assert!(
+            e.starts_with("line 1: expected `member_id credential`"),
+            "{e}"
+        );
         let e = refused("m1\n");
         assert!(e.starts_with("line 1: expected"), "{e}");
         let e = refused("m1 short\n");

@@ -319,3 +319,53 @@ async fn serve_stream(
     hub.detach(&member, stream_id);
     tracing::info!(%member, stream_id, "supervisor detached");
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::member_credentials::MemberCredentials;
+
+    const C1: &str = "c1-0123456789abcdef";
+    const C2: &str = "c2-0123456789abcdef";
+
+    fn hello(member: &str, credential: &str) -> HostHello {
+        HostHello {
+            member_id: member.into(),
+            credential: credential.into(),
+            ..Default::default()
+        }
+    }
+
+    fn members() -> MemberCredentials {
+        MemberCredentials::parse(&format!("m1 {C1}\nm2 {C2}\n")).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_listed_member_must_present_its_own_credential() {
+        let m = members();
+        assert!(check_credential(&hello("m1", C1), None, Some(&m)).is_ok());
+        let refused = check_credential(&hello("m2", C1), None, Some(&m))
+            .err()
+            .unwrap_or_else(|| panic!("m2 with m1's credential was admitted"));
+        assert_eq!(refused.code(), tonic::Code::Unauthenticated);
+        assert!(
+            refused.message().contains("\"m2\""),
+            "{}",
+            refused.message()
+        );
+        assert!(!refused.message().contains(C1), "{}", refused.message());
+        // The shared token never admits a listed member.
+        assert!(
+            check_credential(&hello("m1", "shared-token"), Some("shared-token"), Some(&m)).is_err()
+        );
+        // An unlisted member: refused with the file alone, admitted by the
+        // (deprecated) shared token.
+        assert!(check_credential(&hello("m3", C1), None, Some(&m)).is_err());
+        assert!(
+            check_credential(&hello("m3", "shared-token"), Some("shared-token"), Some(&m)).is_ok()
+        );
+        assert!(check_credential(&hello("m3", "wrong"), Some("shared-token"), Some(&m)).is_err());
+        // Neither configured: an insecure gateway admits anyone.
+        assert!(check_credential(&hello("m3", ""), None, None).is_ok());
+    }
+}

@@ -116,7 +116,12 @@ impl GrantSigner {
 /// The fingerprint of a public key given as hex: its first 16 hex
 /// characters (lowercase).
 pub fn fingerprint(public_hex: &str) -> String {
-    public_hex.trim().to_ascii_lowercase().chars().take(16).collect()
+    public_hex
+        .trim()
+        .to_ascii_lowercase()
+        .chars()
+        .take(16)
+        .collect()
 }
 
 /// A public key from hex, refusing small-order (weak) keys.
@@ -380,6 +385,8 @@ mod tests {
         // A signing key file (the seed) is 64 hex characters too: it parses
         // as *a* key, but not as the public key of that seed.
         let seed_as_key = parse_trusted_keys(&"11".repeat(32));
-        assert!(seed_as_key.map(|s| !s.trusts(&old.public_key_hex())).unwrap_or(true));
+        assert!(seed_as_key
+            .map(|s| !s.trusts(&old.public_key_hex()))
+            .unwrap_or(true));
     }
 }

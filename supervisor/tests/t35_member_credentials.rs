@@ -114,7 +114,10 @@ async fn a_supervisor_cannot_join_as_another_member() -> TestResult {
     }
     let log = impostor.log();
     assert!(log.contains("Unauthenticated"), "{log}");
-    assert!(log.contains("\\\"m2\\\"") || log.contains("\"m2\""), "{log}");
+    assert!(
+        log.contains("\\\"m2\\\"") || log.contains("\"m2\""),
+        "{log}"
+    );
     assert!(!log.contains(C1), "the credential is never logged: {log}");
     let (code, body) = impostor.readyz().await;
     assert_eq!(code, 503, "{body}");
@@ -131,11 +134,12 @@ async fn a_supervisor_cannot_join_as_another_member() -> TestResult {
     );
     let (_, metrics) = http_get(&http, "/metrics").await;
     assert!(
-        metrics.lines().any(|l| l
-            .starts_with("openshell_auth_failures_total")
-            && l.contains("supervisor_host")
-            && l.contains("credential")
-            && !l.ends_with(" 0")),
+        metrics
+            .lines()
+            .any(|l| l.starts_with("openshell_auth_failures_total")
+                && l.contains("supervisor_host")
+                && l.contains("credential")
+                && !l.ends_with(" 0")),
         "auth failures are not counted:\n{metrics}"
     );
     impostor.kill9();

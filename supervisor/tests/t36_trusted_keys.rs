@@ -159,7 +159,8 @@ async fn a_runtime_refuses_grants_of_an_untrusted_key() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let file = write(&dir.path().join("trusted"), &trusted(&[&key_b()]));
     let addr_file = dir.path().join("runtime.addr");
-    let log = std::fs::File::create(dir.path().join("runtime.log")).unwrap_or_else(|e| panic!("{e}"));
+    let log =
+        std::fs::File::create(dir.path().join("runtime.log")).unwrap_or_else(|e| panic!("{e}"));
     let err = log.try_clone().unwrap_or_else(|e| panic!("{e}"));
     let child = Command::new(RUNTIME)
         .args(["--sandbox-id", "sb-keys", "--generation", "1"])

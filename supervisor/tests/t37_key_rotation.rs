@@ -145,11 +145,16 @@ async fn the_signing_key_rotates_without_downtime() -> TestResult {
         }
         all_ready(&supervisors, &format!("after gateway {id} restarted")).await;
     }
-    let status = wait_pool(&cluster, "every sandbox assigned", Duration::from_secs(30), |s| {
-        s.sandboxes
-            .iter()
-            .all(|sb| sb.phase() == SandboxPhase::Assigned && sb.pid != 0)
-    })
+    let status = wait_pool(
+        &cluster,
+        "every sandbox assigned",
+        Duration::from_secs(30),
+        |s| {
+            s.sandboxes
+                .iter()
+                .all(|sb| sb.phase() == SandboxPhase::Assigned && sb.pid != 0)
+        },
+    )
     .await;
     let now = view(&status);
     for (id, was) in &before {
@@ -174,10 +179,7 @@ async fn the_signing_key_rotates_without_downtime() -> TestResult {
     }
 
     eprintln!("--- step 4: a takeover signs with NEW; old runtimes accept it");
-    let victim = before
-        .get("sb-a")
-        .map(|v| v.0.clone())
-        .unwrap_or_default();
+    let victim = before.get("sb-a").map(|v| v.0.clone()).unwrap_or_default();
     let survivor = if victim == "s1" { "s2" } else { "s1" };
     let taken: Vec<String> = now
         .iter()

@@ -375,12 +375,18 @@ mod tests {
             trusted_grant_keys_file: keys.map(|k| k.to_path_buf()),
             ..raw()
         };
-        let e = secure(None, Some(&keys)).validate().err().map(|e| e.to_string());
+        let e = secure(None, Some(&keys))
+            .validate()
+            .err()
+            .map(|e| e.to_string());
         assert_eq!(
             e.as_deref(),
             Some("no supervisor credential: set --credential-file (or OPENSHELL_SUPERVISOR_TOKEN_FILE); only --insecure runs without it, for experiments")
         );
-        let e = secure(Some("c"), None).validate().err().map(|e| e.to_string());
+        let e = secure(Some("c"), None)
+            .validate()
+            .err()
+            .map(|e| e.to_string());
         assert_eq!(
             e.as_deref(),
             Some("no trusted grant keys: set --trusted-grant-keys-file (or OPENSHELL_TRUSTED_GRANT_KEYS_FILE); only --insecure runs without it, for experiments")
@@ -401,9 +407,12 @@ mod tests {
             "{e}"
         );
         // --insecure: neither is needed.
-        assert!(RawAgentConfig { insecure: true, ..secure(None, None) }
-            .validate()
-            .is_ok());
+        assert!(RawAgentConfig {
+            insecure: true,
+            ..secure(None, None)
+        }
+        .validate()
+        .is_ok());
     }
 
     #[test]

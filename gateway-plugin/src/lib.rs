@@ -53,6 +53,7 @@ pub mod member_credentials;
 pub mod metrics;
 pub mod object_store_service;
 pub mod pool_admin_service;
+pub mod ports;
 pub mod server;
 pub mod state;
 pub mod status;

@@ -115,6 +115,7 @@ pub mod metadata;
 pub mod names;
 pub mod secret;
 pub mod watched_file;
+pub mod tls;
 
 /// The identifier rule (sandbox, member and object ids), owned by
 /// [`pool::ids`] so that `apply` and every API check the same rule.

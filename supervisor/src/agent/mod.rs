@@ -313,6 +313,12 @@ pub async fn run(
             tracing::error!(error = %e, "control server failed");
         }
     }));
+    if let Some(tls) = &agent.config.gateway_client.tls {
+        tasks.push(proto::tls::Reloader::spawn(
+            tls.clone(),
+            proto::tls::RELOAD_EVERY,
+        ));
+    }
     tasks.push(tokio::spawn(attach_loop(agent.clone())));
     shutdown.await;
     tracing::info!("supervisor stopping; sessions are left to their runtimes");

@@ -48,6 +48,10 @@ struct Args {
     /// Attach to gateways in the listed order (default: start at a random one).
     #[arg(long, env = "OPENSHELL_ATTACH_LISTED_ORDER")]
     attach_listed_order: bool,
+    /// The CA (PEM) the gateways' certificates chain to: the attach stream
+    /// speaks TLS and verifies the gateway; re-read when it changes.
+    #[arg(long, env = "OPENSHELL_TLS_CA_FILE")]
+    tls_ca_file: Option<PathBuf>,
     /// The openshell-sandbox-runtime binary (default: next to this one).
     #[arg(long, env = "OPENSHELL_RUNTIME_BIN")]
     runtime_bin: Option<PathBuf>,
@@ -60,8 +64,6 @@ struct Args {
     /// key from the gateway's hello (experiments only; logged at start).
     #[arg(long, env = "OPENSHELL_SUPERVISOR_INSECURE")]
     insecure: bool,
-    // The CA the gateway's certificate is verified with (--tls-ca-file)
-    // goes here, and into RawAgentConfig and `config::check_secure`.
 }
 
 fn main() {
@@ -99,6 +101,7 @@ fn run() -> anyhow::Result<()> {
         listed_order: args.attach_listed_order,
         trusted_grant_keys_file: args.trusted_grant_keys_file,
         insecure: args.insecure,
+        tls_ca_file: args.tls_ca_file,
     }
     .validate()?;
     let runtime = tokio::runtime::Runtime::new()?;

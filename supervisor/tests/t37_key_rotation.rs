@@ -12,10 +12,6 @@
 //!   gateway; the sandbox created during the mix runs; in (4) the
 //!   survivor takes the killed one's sandboxes over with NEW-signed grants,
 //!   accepted by runtimes started when only OLD was trusted
-//!
-//! Ignored while the raft peer token derives from the signing key (a
-//! gateway with the new key cannot talk to one with the old key); it passes
-//! once the peer port authenticates gateways by certificate instead.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -84,8 +80,6 @@ async fn all_ready(supervisors: &[Supervisor], why: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the raft peer token no longer derived from the signing key (issue 13, TLS work): \
-            until then gateways signing with different keys cannot talk raft"]
 async fn the_signing_key_rotates_without_downtime() -> TestResult {
     let files = tempfile::tempdir()?;
     let key_file = |id: u64| files.path().join(format!("signing-{id}.key"));

@@ -114,8 +114,8 @@ pub mod grant;
 pub mod metadata;
 pub mod names;
 pub mod secret;
-pub mod watched_file;
 pub mod tls;
+pub mod watched_file;
 
 /// The identifier rule (sandbox, member and object ids), owned by
 /// [`pool::ids`] so that `apply` and every API check the same rule.

@@ -261,8 +261,7 @@ impl RawAgentConfig {
             max_backoff: Duration::from_secs(2),
             runtime_heartbeat: Duration::from_millis(250),
             listed_order: self.listed_order,
-            gateway_client: ClientConfig::for_role(Role::SupervisorToGateway)
-                .with_tls(gateway_tls),
+            gateway_client: ClientConfig::for_role(Role::SupervisorToGateway).with_tls(gateway_tls),
             runtime_client: ClientConfig::for_role(Role::SupervisorToRuntime),
             trusted_keys,
             insecure: self.insecure,

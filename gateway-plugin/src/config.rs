@@ -744,7 +744,7 @@ fn load_signer(
 }
 
 fn validate_pool(section: SupervisorPoolSection) -> Result<crate::hub::PoolSettings, ConfigError> {
-    let (supervisor_token, member_credentials) = supervisor_credentials(&section)?;
+    let (supervisor_token, member_credentials) = crate::member_credentials::from_section(&section)?;
     let tick = in_range(
         "openshell.gateway.supervisor_pool.tick_interval_ms",
         section.tick_interval_ms.unwrap_or(250),
@@ -794,44 +794,6 @@ fn validate_pool(section: SupervisorPoolSection) -> Result<crate::hub::PoolSetti
         supervisor_token,
         member_credentials,
     })
-}
-
-/// The supervisor credentials: the member credentials file (read now: a bad
-/// file stops the start) and the deprecated shared token, with a warning.
-fn supervisor_credentials(
-    section: &SupervisorPoolSection,
-) -> Result<
-    (
-        Option<String>,
-        Option<crate::member_credentials::MemberCredentialsFile>,
-    ),
-    ConfigError,
-> {
-    let member_credentials = section
-        .member_credentials_file
-        .as_deref()
-        .map(|path| {
-            crate::member_credentials::load(path).map_err(|problem| ConfigError::Invalid {
-                key: "openshell.gateway.supervisor_pool.member_credentials_file",
-                value: path.display().to_string(),
-                problem,
-            })
-        })
-        .transpose()?;
-    let supervisor_token = section.supervisor_token.clone().filter(|t| !t.is_empty());
-    if supervisor_token.is_some() {
-        tracing::warn!(
-            "supervisor_token (--supervisor-token) is DEPRECATED: any supervisor holding it can join as any \
-             member{}; give each member its own credential in member_credentials_file \
-             (--member-credentials-file)",
-            if member_credentials.is_some() {
-                " not listed in the member credentials file"
-            } else {
-                ""
-            }
-        );
-    }
-    Ok((supervisor_token, member_credentials))
 }
 
 #[cfg(test)]

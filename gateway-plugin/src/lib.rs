@@ -29,6 +29,8 @@
 //!   [`pool_admin_service`](mod@pool_admin_service) serves
 //!   `openshell.pool_admin.v1.PoolAdmin`.
 //! - [`auth`]: bearer tokens and the `platform_admin` role.
+//! - [`member_credentials`]: the member credentials file (one credential
+//!   per supervisor member id), re-read on change.
 //! - [`metrics`], [`http`]: Prometheus metrics, `/healthz`, `/readyz`, `/metrics`.
 //! - [`health`]: liveness (raft running) and readiness (caught up with the
 //!   leader, with hysteresis), evaluated continuously for the probes.
@@ -47,6 +49,7 @@ pub mod convert;
 pub mod health;
 pub mod http;
 pub mod hub;
+pub mod member_credentials;
 pub mod metrics;
 pub mod object_store_service;
 pub mod pool_admin_service;

@@ -65,6 +65,8 @@ pub struct GatewayOptions {
     pub extra_args: Vec<String>,
     /// TLS (the default) or `--insecure`.
     pub security: Security,
+    /// The pool members of the run (each gets its own credential).
+    pub members: Vec<String>,
 }
 
 /// One gateway node.
@@ -247,7 +249,7 @@ impl Cluster {
         }
         let net = Net::setup(run, n)?;
         let credentials = match options.security {
-            Security::Tls => Some(Credentials::generate(&dir.join("tls"))?),
+            Security::Tls => Some(Credentials::generate(&dir.join("tls"), &options.members)?),
             Security::Insecure => None,
         };
         let mut nodes = Vec::new();

@@ -212,6 +212,7 @@ async fn run_inner(
         client_timeout: options.client_timeout,
         extra_args: workload.gateway_args(),
         security: options.security,
+        members: workload.member_ids(),
     };
     let cluster = Arc::new(Cluster::create(run_id, options.nodes, dir, gateway).await?);
     cluster.start_all()?;

@@ -5,17 +5,24 @@
 //! certificate per gateway whose SAN is the address the gateway is reached
 //! at inside its network namespace (`n<i>.crt`, server and client usage: a
 //! gateway serves both ports and dials its peers with it), the grant
-//! signing key (`signing.key`), an admin token (`admin.token`) and the
-//! supervisors' credential (`supervisor.token`). Secret files are mode 0600.
+//! signing key (`signing.key`) and its public key as the supervisors'
+//! trusted grant keys file (`trusted-grant-keys`), an admin token
+//! (`admin.token`), and a credential per pool member (`<member>.credential`,
+//! all listed in the gateways' `members.credentials`, so a supervisor can
+//! only join as the member it is). Secret files are mode 0600.
 //!
 //! The harness's clients trust the CA ([`Credentials::client_tls`]) and
 //! carry the admin token on every call ([`Bearer`]); supervisors (process
-//! and scripted) trust the CA and present the credential in their hello.
+//! and scripted) trust the CA and present their own member's credential in
+//! their hello; process supervisors and their runtimes trust only the run's
+//! grant key.
 //! `--insecure` runs ([`Security::Insecure`]) keep the plaintext, one-port,
 //! token-less setup of before, for comparison.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -66,11 +73,14 @@ pub struct Credentials {
     admin_token: String,
     /// The file holding it (`--admin-token-file`).
     pub admin_token_file: PathBuf,
-    /// The supervisors' credential.
-    supervisor_token: String,
-    /// The file holding it (the gateways' `--supervisor-token-file`, the
-    /// supervisors' `--credential-file`).
-    pub supervisor_token_file: PathBuf,
+    /// The gateways' `--member-credentials-file` (`member_id credential`
+    /// lines).
+    pub member_credentials_file: PathBuf,
+    /// The supervisors' `--trusted-grant-keys-file` (the signing key's
+    /// public key).
+    pub trusted_keys_file: PathBuf,
+    /// member id -> (credential, the file holding it).
+    members: BTreeMap<String, (String, PathBuf)>,
     /// What the harness's clients trust (the CA).
     client_tls: ClientTls,
 }
@@ -105,21 +115,40 @@ fn write_secret(path: &Path, text: &str) -> anyhow::Result<()> {
 }
 
 impl Credentials {
-    /// Generates the CA, signing key and tokens under `dir` (created).
+    /// Generates the CA, signing key, admin token and a credential for each
+    /// of `members` under `dir` (created).
     ///
     /// # Errors
     /// When generating or writing fails.
-    pub fn generate(dir: &Path) -> anyhow::Result<Credentials> {
+    pub fn generate(dir: &Path, members: &[String]) -> anyhow::Result<Credentials> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let ca = Ca::create(dir, "openshell-jepsen run CA").context("generating the run CA")?;
         let signing_key = dir.join("signing.key");
-        write_secret(&signing_key, &random_hex())?;
+        let seed = random_hex();
+        write_secret(&signing_key, &seed)?;
+        let public = proto::grant::GrantSigner::from_seed_hex(&seed)
+            .map_err(|e| anyhow::anyhow!("the run's signing key: {e}"))?
+            .public_key_hex();
+        let trusted_keys_file = dir.join("trusted-grant-keys");
+        std::fs::write(
+            &trusted_keys_file,
+            format!("# the run's grant key\n{public}\n"),
+        )
+        .with_context(|| format!("writing {}", trusted_keys_file.display()))?;
         let admin_token = random_hex();
         let admin_token_file = dir.join("admin.token");
         write_secret(&admin_token_file, &admin_token)?;
-        let supervisor_token = random_hex();
-        let supervisor_token_file = dir.join("supervisor.token");
-        write_secret(&supervisor_token_file, &supervisor_token)?;
+        let mut listing = String::from("# member_id credential\n");
+        let mut by_member = BTreeMap::new();
+        for member in members {
+            let credential = random_hex();
+            let file = dir.join(format!("{member}.credential"));
+            write_secret(&file, &credential)?;
+            listing.push_str(&format!("{member} {credential}\n"));
+            by_member.insert(member.clone(), (credential, file));
+        }
+        let member_credentials_file = dir.join("members.credentials");
+        write_secret(&member_credentials_file, &listing)?;
         let client_tls = ClientTls::load(&ca.cert, None).context("loading the run CA")?;
         Ok(Credentials {
             dir: dir.to_path_buf(),
@@ -127,8 +156,9 @@ impl Credentials {
             signing_key,
             admin_token,
             admin_token_file,
-            supervisor_token,
-            supervisor_token_file,
+            member_credentials_file,
+            trusted_keys_file,
+            members: by_member,
             client_tls,
         })
     }
@@ -163,8 +193,8 @@ impl Credentials {
             path(&self.signing_key),
             "--admin-token-file".into(),
             path(&self.admin_token_file),
-            "--supervisor-token-file".into(),
-            path(&self.supervisor_token_file),
+            "--member-credentials-file".into(),
+            path(&self.member_credentials_file),
         ]
     }
 
@@ -182,33 +212,47 @@ impl Credentials {
     pub fn member_security(&self) -> MemberSecurity {
         MemberSecurity {
             tls: self.client_tls(),
-            credential: self.supervisor_token.clone(),
             ca_file: self.ca_file().to_path_buf(),
-            credential_file: self.supervisor_token_file.clone(),
+            trusted_keys_file: self.trusted_keys_file.clone(),
+            members: Arc::new(self.members.clone()),
         }
     }
 }
 
 /// How a supervisor (process or scripted) of a secure run reaches the
-/// gateways: TLS trusting the run's CA, the supervisor credential in its
-/// hello.
+/// gateways: TLS trusting the run's CA, its own member's credential in its
+/// hello, the run's grant key trusted.
 #[derive(Clone)]
 pub struct MemberSecurity {
     /// Scripted members' channel TLS.
     pub tls: ClientTls,
-    /// The credential scripted members put in their hello.
-    pub credential: String,
     /// `--tls-ca-file` of process members.
     pub ca_file: PathBuf,
-    /// `--credential-file` of process members.
-    pub credential_file: PathBuf,
+    /// `--trusted-grant-keys-file` of process members.
+    pub trusted_keys_file: PathBuf,
+    /// member id -> (credential, its file).
+    members: Arc<BTreeMap<String, (String, PathBuf)>>,
+}
+
+impl MemberSecurity {
+    /// `--credential-file` of process member `member` (none: not a member
+    /// of this run).
+    pub fn of(&self, member: &str) -> Option<&Path> {
+        self.members.get(member).map(|(_, file)| file.as_path())
+    }
+
+    /// The credential scripted member `member` puts in its hello (empty:
+    /// not a member of this run).
+    pub fn credential_of(&self, member: &str) -> &str {
+        self.members.get(member).map_or("", |(c, _)| c.as_str())
+    }
 }
 
 impl std::fmt::Debug for MemberSecurity {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MemberSecurity")
             .field("ca_file", &self.ca_file)
-            .field("credential_file", &self.credential_file)
+            .field("members", &self.members.keys().collect::<Vec<_>>())
             .finish_non_exhaustive()
     }
 }
@@ -269,10 +313,16 @@ async fn status_call(addr: &str, tls: Option<ClientTls>, bearer: Bearer) -> Resu
         .map_err(|s| format!("{:?}: {}", s.code(), s.message()))
 }
 
-/// Whether a supervisor hello with a wrong credential is accepted over TLS
-/// (it must not be: the error text is what a refusal looks like).
-async fn wrong_credential_attach(addr: &str, tls: Option<ClientTls>) -> Result<(), String> {
-    let hello = hello_with_credential("jepsen-probe", 1, 0, 1, "10.0.0.1:1".into(), "wrong");
+/// Whether a supervisor hello for `member` with a wrong credential is
+/// accepted over TLS (it must not be: the error text is what a refusal
+/// looks like).
+async fn wrong_credential_attach(
+    addr: &str,
+    tls: Option<ClientTls>,
+    member: &str,
+) -> Result<(), String> {
+    let wrong = "0".repeat(64);
+    let hello = hello_with_credential(member, 1, 0, 1, "10.0.0.1:1".into(), &wrong);
     attach_secure(addr, Duration::from_secs(2), tls, hello, 4)
         .await
         .map(|_| ())
@@ -292,6 +342,13 @@ pub async fn probe(cluster: &Cluster, node: usize) -> Option<serde_json::Value> 
         return Some(json!({"error": format!("no node {node}")}));
     };
     let tls = || Some(credentials.client_tls());
+    // Claims to be a member of the run (any id when it has none).
+    let impostor = credentials
+        .members
+        .keys()
+        .next()
+        .cloned()
+        .unwrap_or_else(|| "jepsen-probe".into());
     let served = status_call(&n.addr, tls(), credentials.bearer()).await;
     let refused = [
         (
@@ -312,7 +369,7 @@ pub async fn probe(cluster: &Cluster, node: usize) -> Option<serde_json::Value> 
         ),
         (
             "wrong_supervisor_credential",
-            wrong_credential_attach(&n.addr, tls()).await,
+            wrong_credential_attach(&n.addr, tls(), &impostor).await,
         ),
     ];
     let mut out = serde_json::Map::new();
@@ -338,14 +395,15 @@ mod tests {
     fn material_is_generated_with_private_secrets() {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let c = Credentials::generate(dir.path()).unwrap_or_else(|e| panic!("{e:#}"));
+        let members = ["s1".to_string(), "s2".to_string()];
+        let c = Credentials::generate(dir.path(), &members).unwrap_or_else(|e| panic!("{e:#}"));
         let issued = c
             .issue_gateway("n1", "10.211.3.11")
             .unwrap_or_else(|e| panic!("{e:#}"));
         for secret in [
             &c.signing_key,
             &c.admin_token_file,
-            &c.supervisor_token_file,
+            &c.member_credentials_file,
             &issued.key,
         ] {
             let mode = std::fs::metadata(secret)
@@ -354,8 +412,20 @@ mod tests {
                 .mode();
             assert_eq!(mode & 0o777, 0o600, "{}", secret.display());
         }
+        let security = c.member_security();
+        for m in &members {
+            let file = security.of(m).unwrap_or_else(|| panic!("no file for {m}"));
+            let text = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(text, security.credential_of(m));
+            let listing = std::fs::read_to_string(&c.member_credentials_file)
+                .unwrap_or_else(|e| panic!("{e}"));
+            assert!(listing.contains(&format!("{m} {text}\n")), "{listing}");
+        }
+        assert_ne!(security.credential_of("s1"), security.credential_of("s2"));
+        assert_eq!(security.of("s3"), None);
         let flags = c.gateway_flags(&issued);
         assert!(flags.contains(&"--admin-token-file".to_string()));
+        assert!(flags.contains(&"--member-credentials-file".to_string()));
         assert!(!format!("{c:?}").contains(&c.admin_token));
         assert!(!format!("{:?}", c.bearer()).contains(&c.admin_token));
     }

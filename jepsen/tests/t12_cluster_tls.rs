@@ -31,6 +31,7 @@ fn gateway_options(security: Security) -> GatewayOptions {
         client_timeout: Duration::from_secs(6),
         extra_args: Vec::new(),
         security,
+        members: vec!["s1".into()],
     }
 }
 

@@ -25,6 +25,8 @@
 //!   output cap).
 //! - [`secret`]: constant-time comparison of tokens, `Debug` redaction, and
 //!   reading a token from a file.
+//! - [`watched_file`]: a small config file re-read when it changes (trusted
+//!   grant keys, member credentials), keeping the old contents on a bad one.
 //! - [`backup`]: the backup file format (`openshell-pool backup save` writes
 //!   it, `openshell-gateway restore` reads it).
 //!
@@ -113,6 +115,7 @@ pub mod metadata;
 pub mod names;
 pub mod secret;
 pub mod tls;
+pub mod watched_file;
 
 /// The identifier rule (sandbox, member and object ids), owned by
 /// [`pool::ids`] so that `apply` and every API check the same rule.

@@ -16,8 +16,10 @@
 //! itself.
 //!
 //! In a secure run each supervisor verifies the gateways against the run's
-//! CA (`--tls-ca-file`) and presents the run's supervisor credential
-//! (`--credential-file`).
+//! CA (`--tls-ca-file`), presents its own member's credential
+//! (`--credential-file`) and, with its runtimes, trusts only the run's grant
+//! key (`--trusted-grant-keys-file`); in an `--insecure` run it is started
+//! `--insecure`.
 //!
 //! The runtimes linger 2 s after their workload stops (instead of 5
 //! minutes), so a long run does not pile up finished runtimes.
@@ -132,11 +134,23 @@ impl ProcessSupervisor {
             .arg(h.runtime_dir())
             .arg("--runtime-bin")
             .arg(&h.runtime_bin);
-        if let Some(security) = &h.security {
-            cmd.arg("--tls-ca-file")
-                .arg(&security.ca_file)
-                .arg("--credential-file")
-                .arg(&security.credential_file);
+        match &h.security {
+            Some(security) => {
+                let own = security.of(&self.member);
+                cmd.arg("--tls-ca-file")
+                    .arg(&security.ca_file)
+                    .arg("--trusted-grant-keys-file")
+                    .arg(&security.trusted_keys_file);
+                if let Some(own) = own {
+                    cmd.arg("--credential-file").arg(own);
+                }
+            }
+            // The supervisor is secure by default; an `--insecure` run's
+            // supervisors run as before (no credential, plaintext, grant key
+            // learned from the gateway).
+            None => {
+                cmd.arg("--insecure");
+            }
         }
         cmd.env("RUST_LOG", "info")
             // Inherited by the runtimes it starts.

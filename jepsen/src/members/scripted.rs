@@ -18,7 +18,7 @@
 //! as a restarted process would.
 //!
 //! In a secure run the stream speaks TLS (trusting the run's CA) and the
-//! hello carries the run's supervisor credential.
+//! hello carries the member's own credential.
 //!
 //! Faults: [`ScriptedSupervisor::pause`] stops everything (statuses, acks,
 //! reports, reading the stream), like SIGSTOP; on resume it first reports
@@ -397,7 +397,10 @@ impl Inner {
             None,
         );
         let advertise = format!("10.0.0.1:{}", 20000 + process_id % 10000);
-        let credential = self.security.as_ref().map_or("", |s| s.credential.as_str());
+        let credential = self
+            .security
+            .as_ref()
+            .map_or("", |s| s.credential_of(&member));
         let hello = hello_with_credential(
             &member,
             process_id,

@@ -66,6 +66,15 @@ impl Workload {
     }
 
     /// Extra gateway arguments this workload needs.
+    /// The pool members the run will start (none for `register`).
+    pub fn member_ids(&self) -> Vec<String> {
+        match self {
+            Workload::Register(_) => Vec::new(),
+            Workload::Pool(o) => pool::member_ids(o),
+        }
+    }
+
+    /// Extra command-line arguments of every gateway.
     pub fn gateway_args(&self) -> Vec<String> {
         match self {
             Workload::Register(_) => Vec::new(),

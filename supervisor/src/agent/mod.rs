@@ -77,7 +77,9 @@ pub struct Agent {
     /// second one (see `session::start_runtime`). One small entry per
     /// launch for the life of the process.
     launched: Mutex<BTreeSet<(String, u64)>>,
-    /// The cluster public key from HelloAccepted (passed to new runtimes).
+    /// The grant key the gateway announced in HelloAccepted: passed to new
+    /// runtimes only by an `--insecure` supervisor without trusted keys
+    /// (otherwise runtimes get the trusted grant keys file).
     cluster_key: Mutex<String>,
     /// The recovery deadline from HelloAccepted (passed to new runtimes).
     recovery_deadline_ms: AtomicU64,
@@ -125,19 +127,55 @@ impl Agent {
 
     /// Takes what a gateway's `HelloAccepted` says: the incarnation the pool
     /// assigned this process (log-ordered), the cluster key and the
-    /// recovery deadline for new runtimes.
+    /// recovery deadline for new runtimes. A gateway whose grant key is not
+    /// trusted is refused first (nothing is taken from it).
     fn accept(&self, accepted: &HelloAccepted) -> anyhow::Result<()> {
         if accepted.incarnation == 0 {
             anyhow::bail!(
                 "the gateway assigned no incarnation (a gateway older than this supervisor)"
             );
         }
+        self.check_grant_key(&accepted.cluster_public_key)?;
         self.incarnation
             .store(accepted.incarnation, Ordering::SeqCst);
         *Self::lock(&self.cluster_key) = accepted.cluster_public_key.clone();
         self.recovery_deadline_ms
             .store(accepted.recovery_deadline_ms, Ordering::SeqCst);
         Ok(())
+    }
+
+    /// Refuses a gateway that signs grants with a key outside the trusted
+    /// set (never learned from the wire); an `--insecure` supervisor
+    /// without trusted keys accepts any.
+    fn check_grant_key(&self, key: &str) -> anyhow::Result<()> {
+        let Some(trusted) = &self.config.trusted_keys else {
+            return Ok(());
+        };
+        if trusted.current().trusts(key) {
+            return Ok(());
+        }
+        let fingerprint = match proto::grant::fingerprint(key) {
+            f if f.is_empty() => "(none)".to_string(),
+            f => f,
+        };
+        anyhow::bail!(
+            "untrusted grant key: the gateway signs grants with key {fingerprint}, which is not a trusted \
+             grant key ({}); refusing to attach to it",
+            trusted.describe()
+        )
+    }
+
+    /// The arguments that give a new runtime its trusted grant keys: the
+    /// trusted keys file (the runtime re-reads it on change), or, for an
+    /// `--insecure` supervisor without one, the key its gateway announced.
+    fn runtime_key_args(&self) -> Vec<std::ffi::OsString> {
+        match self.config.trusted_keys.as_ref().and_then(|t| t.file()) {
+            Some(file) => vec!["--trusted-grant-keys-file".into(), file.into()],
+            None => vec![
+                "--cluster-public-key".into(),
+                Self::lock(&self.cluster_key).clone().into(),
+            ],
+        }
     }
 
     /// After the gateways said the pool retired this incarnation (it
@@ -244,6 +282,12 @@ pub async fn run(
         last_snapshot: Mutex::new(None),
         config,
     });
+    if agent.config.insecure {
+        tracing::warn!(
+            "--insecure: this supervisor may run without a credential and learns the grant key from whichever \
+             gateway answers its hello (a spoofed gateway owns every runtime started after it); experiments only"
+        );
+    }
     tracing::info!(
         member = %agent.config.member_id,
         process_id,

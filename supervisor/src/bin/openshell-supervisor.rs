@@ -55,6 +55,15 @@ struct Args {
     /// The openshell-sandbox-runtime binary (default: next to this one).
     #[arg(long, env = "OPENSHELL_RUNTIME_BIN")]
     runtime_bin: Option<PathBuf>,
+    /// The grant public keys this supervisor and its runtimes trust: one
+    /// 64-hex ed25519 public key per line, `#` comments; re-read when it
+    /// changes. A gateway signing with another key is refused.
+    #[arg(long, env = "OPENSHELL_TRUSTED_GRANT_KEYS_FILE")]
+    trusted_grant_keys_file: Option<PathBuf>,
+    /// Run without a credential and trusted grant keys, learning the grant
+    /// key from the gateway's hello (experiments only; logged at start).
+    #[arg(long, env = "OPENSHELL_SUPERVISOR_INSECURE")]
+    insecure: bool,
 }
 
 fn main() {
@@ -90,6 +99,8 @@ fn run() -> anyhow::Result<()> {
         runtime_dir: args.runtime_dir,
         runtime_bin: args.runtime_bin,
         listed_order: args.attach_listed_order,
+        trusted_grant_keys_file: args.trusted_grant_keys_file,
+        insecure: args.insecure,
         tls_ca_file: args.tls_ca_file,
     }
     .validate()?;

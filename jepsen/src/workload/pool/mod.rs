@@ -228,6 +228,13 @@ pub struct PoolRunning {
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
+/// The member ids of the run's supervisors: `s1` .. `s<supervisors>`.
+pub fn member_ids(options: &PoolOptions) -> Vec<String> {
+    (1..=options.supervisors.max(1))
+        .map(|i| format!("s{i}"))
+        .collect()
+}
+
 /// Starts supervisors, clients and the pool-fault loop.
 ///
 /// # Errors
@@ -240,9 +247,7 @@ pub fn start(
 ) -> anyhow::Result<PoolRunning> {
     let processes = Processes(Arc::new(AtomicU64::new(0)));
     let gateways: Vec<String> = cluster.nodes.iter().map(|n| n.addr.clone()).collect();
-    let names: Vec<String> = (1..=options.supervisors.max(1))
-        .map(|i| format!("s{i}"))
-        .collect();
+    let names = member_ids(options);
     let capacity = options.capacity.max(1);
     let security = cluster
         .credentials

@@ -12,9 +12,9 @@
 //! Secure runs (the default, [`Security::Tls`]): every gateway serves its
 //! client port ([`PORT`]) and its peer port ([`PEER_PORT`], mutual TLS) over
 //! TLS with a certificate of the run's CA naming its address, requires the
-//! run's admin token and supervisor credential, and signs grants with the
-//! run's key ([`crate::security::Credentials`]); the raft membership holds
-//! peer addresses. The harness's channels trust the CA and carry the token.
+//! run's admin token and per-member supervisor credentials, and signs
+//! grants with the run's key ([`crate::security::Credentials`]); the raft
+//! membership holds peer addresses. The harness's channels trust the CA and carry the token.
 //! `--insecure` runs start the gateways as before: plaintext, one port.
 //!
 //! Dropping the [`Cluster`] kills every process (SIGCONT, then SIGKILL) and

@@ -14,7 +14,8 @@
 //! - [`cluster`]: gateway processes (start, `kill -9`, pause, clock offset,
 //!   wipe) and gRPC clients to them.
 //! - [`security`]: the run's CA, gateway certificates, signing key, admin
-//!   token and supervisor credential; the token interceptor.
+//!   token, trusted grant keys and per-member credentials; the token
+//!   interceptor; the transport probe.
 //! - [`nemesis`]: the fault schedule drawn from the seed.
 //! - [`process`]: child processes the harness starts in a namespace and
 //!   signals (gateways, supervisors).

@@ -266,6 +266,10 @@ fn grpc_router(
             PoolAdminServer::new(PoolAdminService::new(hub.clone(), config.auth.clone()))
                 .max_decoding_message_size(MAX_REQUEST_BYTES),
         )
+        .add_service(crate::peer_relay_service::service(
+            hub.clone(),
+            config.auth.clone(),
+        ))
 }
 
 /// Largest request message of the admin, object store, pool admin and

@@ -13,14 +13,23 @@
 //!   `FAILED_PRECONDITION`, a gateway without the stream says `NOT_FOUND`;
 //!   the exec in flight when the supervisor stops fails `UNAVAILABLE` at
 //!   once instead of hanging
+//!
+//! With bearer tokens configured (second case): the relay checks the
+//! operator's token again, so an exec through B works only because B
+//! forwards it; a viewer token is refused at B, and a relay call without a
+//! token or with a viewer token is refused by the relay itself.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use proto::gateway::peer_relay_client::PeerRelayClient;
 use proto::gateway::ExecOnStreamRequest;
-use proto::pool_admin::{ExecSandboxRequest, ExecSandboxResponse};
-use testkit::gateway::{test_channel, Gateway};
+use proto::pool_admin::pool_admin_client::PoolAdminClient;
+use proto::pool_admin::{
+    CreateSandboxRequest, ExecSandboxRequest, ExecSandboxResponse, GetSandboxRequest,
+};
+use proto::pool_types::SandboxPhase;
+use testkit::gateway::{eventually, test_channel, Cluster, Gateway};
 use testkit::supervisor::*;
 use testkit::TestResult;
 use tonic::Code;
@@ -165,7 +174,7 @@ async fn exec_travels_on_the_supervisor_stream_through_any_gateway() -> TestResu
             .await
             .map_err(|e| e.to_string())?;
         let started = Instant::now();
-        let result = proto::pool_admin::pool_admin_client::PoolAdminClient::new(channel)
+        let result = PoolAdminClient::new(channel)
             .exec_sandbox(ExecSandboxRequest {
                 sandbox_id: "sb-1".into(),
                 argv: vec!["sleep".into(), "30".into()],
@@ -189,5 +198,116 @@ async fn exec_travels_on_the_supervisor_stream_through_any_gateway() -> TestResu
         "the exec failed only after {took:?}"
     );
     eprintln!("exec in flight failed {took:?} after it started: {status}");
+    Ok(())
+}
+
+/// `message` with `authorization: Bearer <token>`.
+fn bearer<T>(message: T, token: &str) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    if let Ok(value) = format!("Bearer {token}").parse() {
+        request.metadata_mut().insert("authorization", value);
+    }
+    request
+}
+
+fn exec_request(argv: &[&str]) -> ExecSandboxRequest {
+    ExecSandboxRequest {
+        sandbox_id: "sb-1".into(),
+        argv: argv.iter().map(|a| a.to_string()).collect(),
+        timeout_ms: 10_000,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_relay_checks_the_forwarded_operator_token() -> TestResult {
+    let mut flags = timing(FAST_TIMING);
+    flags.extend(["--admin-token", "adm-t34", "--viewer-token", "view-t34"]);
+    // Not `three_gateways`: its leader wait reads the status without a
+    // token. The create below retries until a leader admits it.
+    let cluster = Cluster::start(3, &flags);
+    let _cleanup = KillUnder(cluster.root.path().to_path_buf());
+    let (a, b) = (cluster.get(1), cluster.get(2));
+    let mut supervisor = Supervisor::new("s1", vec![a.addr.clone()], cluster.root.path());
+    supervisor.start();
+    let _logs = LogsOnFailure(std::slice::from_ref(&supervisor));
+
+    eprintln!("--- step: a sandbox runs on s1 (attached to A)");
+    // Ready: a gateway accepted the stream, so the member joined (a launch
+    // admitted before that would be refused for good).
+    eventually("s1 ready", || async {
+        match supervisor.readyz().await {
+            (200, _) => Ok(()),
+            (code, body) => Err(format!("/readyz {code}: {body}").into()),
+        }
+    })
+    .await;
+    eventually("create sb-1 through A", || async {
+        let create = CreateSandboxRequest {
+            sandbox_id: "sb-1".into(),
+            launch_id: String::new(),
+            material_ref: "demo".into(),
+        };
+        let mut admin_a = PoolAdminClient::new(test_channel(&a.addr, 500).await?);
+        Ok(admin_a.create_sandbox(bearer(create, "adm-t34")).await?)
+    })
+    .await;
+    eventually("sb-1 running", || async {
+        let get = GetSandboxRequest {
+            sandbox_id: "sb-1".into(),
+            stale: false,
+        };
+        let mut admin_a = PoolAdminClient::new(test_channel(&a.addr, 500).await?);
+        let sb = admin_a
+            .get_sandbox(bearer(get, "adm-t34"))
+            .await?
+            .into_inner();
+        if sb.phase() == SandboxPhase::Assigned && sb.acknowledged && sb.pid != 0 {
+            Ok(())
+        } else {
+            Err(format!("not running yet: {sb:?}").into())
+        }
+    })
+    .await;
+
+    eprintln!("--- step: exec through B with the admin token (relayed with it)");
+    let mut admin_b = PoolAdminClient::new(test_channel(&b.addr, 500).await?);
+    let reply = admin_b
+        .exec_sandbox(bearer(exec_request(&["printf", "via-b"]), "adm-t34"))
+        .await?
+        .into_inner();
+    assert_eq!(
+        (reply.exit_code, reply.stdout.as_slice()),
+        (0, &b"via-b"[..])
+    );
+
+    eprintln!("--- step: a viewer token is refused at B");
+    let refused = admin_b
+        .exec_sandbox(bearer(exec_request(&["true"]), "view-t34"))
+        .await
+        .err()
+        .ok_or("a viewer ran exec")?;
+    assert_eq!(refused.code(), Code::PermissionDenied, "{refused}");
+
+    eprintln!("--- step: the relay itself refuses a call without a token or with a viewer one");
+    let mut relay_a = PeerRelayClient::new(test_channel(&a.addr, 500).await?);
+    let relayed = || ExecOnStreamRequest {
+        member_id: "s1".into(),
+        sandbox_id: "sb-1".into(),
+        term: 1,
+        argv: vec!["true".into()],
+        timeout_ms: 5_000,
+    };
+    let refused = relay_a
+        .exec_on_stream(relayed())
+        .await
+        .err()
+        .ok_or("the relay ran an exec without a token")?;
+    assert_eq!(refused.code(), Code::Unauthenticated, "{refused}");
+    let refused = relay_a
+        .exec_on_stream(bearer(relayed(), "view-t34"))
+        .await
+        .err()
+        .ok_or("the relay ran an exec for a viewer")?;
+    assert_eq!(refused.code(), Code::PermissionDenied, "{refused}");
     Ok(())
 }

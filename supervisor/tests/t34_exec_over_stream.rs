@@ -11,6 +11,8 @@
 //!   (1 MiB of output arrives whole, cut and flagged); the supervisor
 //!   process listens on no TCP port but its HTTP one; a wrong term is
 //!   `FAILED_PRECONDITION`, a gateway without the stream says `NOT_FOUND`;
+//!   of 20 execs at once 16 run and the rest are refused
+//!   (`RESOURCE_EXHAUSTED`) while the member stays attached and active;
 //!   the exec in flight when the supervisor stops fails `UNAVAILABLE` at
 //!   once instead of hanging
 //!
@@ -166,6 +168,49 @@ async fn exec_travels_on_the_supervisor_stream_through_any_gateway() -> TestResu
     assert_eq!(right, Ok(Code::Ok as i32), "{right:?}");
     let elsewhere = relay(b, sandbox.term).await?;
     assert_eq!(elsewhere, Err(Code::NotFound), "{elsewhere:?}");
+
+    eprintln!("--- step: 20 execs at once: 16 run, the rest are refused; s1 stays attached");
+    let incarnation = member(&pool_status(&cluster).await?, "s1")
+        .map(|m| m.incarnation)
+        .ok_or("no member s1")?;
+    let calls: Vec<_> = (0..20)
+        .map(|_| {
+            let addr = a.addr.clone();
+            tokio::spawn(async move {
+                let channel = test_channel(&addr, 2_000)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let reply = PoolAdminClient::new(channel)
+                    .exec_sandbox(ExecSandboxRequest {
+                        sandbox_id: "sb-1".into(),
+                        argv: vec!["sleep".into(), "5".into()],
+                        timeout_ms: 12_000,
+                    })
+                    .await;
+                Ok::<_, String>(reply.map(|r| r.into_inner().exit_code))
+            })
+        })
+        .collect();
+    let (mut ran, mut refused) = (0, 0);
+    for call in calls {
+        match call.await?? {
+            Ok(0) => ran += 1,
+            Err(status) if status.code() == Code::ResourceExhausted => refused += 1,
+            other => return Err(format!("unexpected exec outcome: {other:?}").into()),
+        }
+    }
+    eprintln!("{ran} ran, {refused} refused");
+    assert!(
+        ran >= 16 && refused >= 1 && ran + refused == 20,
+        "{ran} ran, {refused} refused"
+    );
+    let after = pool_status(&cluster).await?;
+    let s1 = member(&after, "s1").ok_or("no member s1")?;
+    assert_eq!(
+        (s1.state(), s1.incarnation),
+        (proto::pool_types::MemberState::Active, incarnation),
+        "s1 expired or re-joined while its execs ran"
+    );
 
     eprintln!("--- step: the supervisor stops while an exec runs through B");
     let b_addr = b.addr.clone();

@@ -55,6 +55,7 @@ pub mod metrics;
 pub mod object_store_service;
 pub mod peer_relay_service;
 pub mod pool_admin_service;
+pub mod ports;
 pub mod server;
 pub mod state;
 pub mod status;

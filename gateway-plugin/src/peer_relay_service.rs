@@ -117,6 +117,13 @@ pub async fn relay_exec(
         .map(|n| (n.id, n.addr))
         .collect();
     let asked = peers.len();
+    // Membership addresses are peer ports: this node's peer TLS (its
+    // client certificate) applies.
+    let config = hub
+        .node()
+        .peer_client_config(ClientRole::Forwarding)
+        .with_request_timeout(deadline);
+    let config = &config;
     let mut calls: FuturesUnordered<_> = peers
         .into_iter()
         .map(|(id, addr)| {
@@ -125,7 +132,7 @@ pub async fn relay_exec(
             if let Some(value) = authorization.clone() {
                 call.metadata_mut().insert("authorization", value);
             }
-            async move { (id, ask(&addr, call, deadline).await) }
+            async move { (id, ask(config, &addr, call).await) }
         })
         .collect();
     let mut notes = Vec::new();
@@ -163,12 +170,11 @@ pub async fn relay_exec(
 
 /// One relay call to the gateway at `addr`.
 async fn ask(
+    config: &ClientConfig,
     addr: &str,
     call: Request<ExecOnStreamRequest>,
-    deadline: Duration,
 ) -> Result<ExecOnStreamReply, Status> {
-    let config = ClientConfig::for_role(ClientRole::Forwarding).with_request_timeout(deadline);
-    let channel = client::connect(ClientRole::Forwarding, addr, &config)
+    let channel = client::connect(ClientRole::Forwarding, addr, config)
         .await
         .map_err(|e| Status::unavailable(e.to_string()))?;
     PeerRelayClient::new(channel)

@@ -16,6 +16,10 @@
 //!   the exec in flight when the supervisor stops fails `UNAVAILABLE` at
 //!   once instead of hanging
 //!
+//! On a secure cluster (third case: TLS, a peer port with mutual TLS), an
+//! exec through B is relayed to A over A's peer port and returns the
+//! command's output.
+//!
 //! With bearer tokens configured (second case): the relay checks the
 //! operator's token again, so an exec through B works only because B
 //! forwards it; a viewer token is refused at B, and a relay call without a
@@ -354,5 +358,71 @@ async fn the_relay_checks_the_forwarded_operator_token() -> TestResult {
         .err()
         .ok_or("the relay ran an exec for a viewer")?;
     assert_eq!(refused.code(), Code::PermissionDenied, "{refused}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_secure_cluster_the_relay_goes_over_the_peer_port() -> TestResult {
+    let cluster = Cluster::start_secure(3, &timing(FAST_TIMING));
+    let _cleanup = KillUnder(cluster.root.path().to_path_buf());
+    cluster.wait_leader("bootstrap").await;
+    let material = cluster.material.as_ref().ok_or("no TLS material")?;
+    let (a, b) = (cluster.get(1), cluster.get(2));
+    let mut supervisor = Supervisor::new("s1", vec![a.addr.clone()], cluster.root.path());
+    supervisor.env.push((
+        "OPENSHELL_TLS_CA_FILE".into(),
+        material.ca.cert.display().to_string(),
+    ));
+    supervisor.start();
+    let _logs = LogsOnFailure(std::slice::from_ref(&supervisor));
+
+    eprintln!("--- step: a sandbox runs on s1 (attached to A over TLS)");
+    eventually("s1 ready", || async {
+        match supervisor.readyz().await {
+            (200, _) => Ok(()),
+            (code, body) => Err(format!("/readyz {code}: {body}").into()),
+        }
+    })
+    .await;
+    eventually("create sb-1 through A", || async {
+        let create = CreateSandboxRequest {
+            sandbox_id: "sb-1".into(),
+            launch_id: String::new(),
+            material_ref: "demo".into(),
+        };
+        let mut admin_a = PoolAdminClient::new(a.channel().await?);
+        Ok(admin_a.create_sandbox(a.request(create)).await?)
+    })
+    .await;
+    eventually("sb-1 running", || async {
+        let get = GetSandboxRequest {
+            sandbox_id: "sb-1".into(),
+            stale: false,
+        };
+        let mut admin_a = PoolAdminClient::new(a.channel().await?);
+        let sb = admin_a.get_sandbox(a.request(get)).await?.into_inner();
+        if sb.phase() == SandboxPhase::Assigned && sb.acknowledged && sb.pid != 0 {
+            Ok(())
+        } else {
+            Err(format!("not running yet: {sb:?}").into())
+        }
+    })
+    .await;
+
+    eprintln!("--- step: exec through B, relayed to A's peer port (mutual TLS)");
+    let mut admin_b = PoolAdminClient::new(b.channel().await?);
+    let reply = admin_b
+        .exec_sandbox(b.request(exec_request(&["printf", "secure-b"])))
+        .await?
+        .into_inner();
+    assert_eq!(
+        (reply.exit_code, reply.stdout.as_slice()),
+        (0, &b"secure-b"[..])
+    );
+    assert!(
+        b.log()
+            .contains("exec relayed to the gateway holding the stream"),
+        "B did not relay"
+    );
     Ok(())
 }

@@ -267,6 +267,12 @@ pub async fn run(
         tracing::info!(%addr, "health endpoints listening (/healthz /readyz)");
         tasks.push(tokio::spawn(health::serve(listener, agent.clone())));
     }
+    if let Some(tls) = &agent.config.gateway_client.tls {
+        tasks.push(proto::tls::Reloader::spawn(
+            tls.clone(),
+            proto::tls::RELOAD_EVERY,
+        ));
+    }
     tasks.push(tokio::spawn(attach_loop(agent.clone())));
     shutdown.await;
     tracing::info!("supervisor stopping; sessions are left to their runtimes");

@@ -18,7 +18,7 @@ use proto::tls::generate::{Ca, Usage};
 use proto::tls::ClientTls;
 use testkit::bins::gateway_bin;
 use testkit::gateway::{object, Cluster, Gateway};
-use testkit::secure::Material;
+use testkit::secure::{cert_der, Material};
 use testkit::TestResult;
 
 /// A raft vote whose body does not decode: a caller that reaches the
@@ -236,24 +236,12 @@ async fn a_certificate_swapped_like_a_kubernetes_secret_is_served_to_new_connect
 {
     let root = tempfile::tempdir()?;
     let material = Material::generate(&root.path().join("tls"));
-    // Node 1's certificate is mounted the way the kubelet mounts a Secret:
-    // tls.crt -> ..data/tls.crt, ..data -> a dated directory.
-    let mounted = root.path().join("mounted");
-    let first = material.issue_in(&mounted.join("..2026_v1"), "tls", Usage::ServerAndClient);
-    std::os::unix::fs::symlink("..2026_v1", mounted.join("..data"))?;
-    for f in ["tls.crt", "tls.key"] {
-        std::os::unix::fs::symlink(format!("..data/{f}"), mounted.join(f))?;
-    }
+    // Node 1's certificate is mounted the way the kubelet mounts a Secret.
+    let mut mounted = material.mount(&root.path().join("mounted"), Usage::ServerAndClient);
     let nodes: Vec<Gateway> = (1..=3)
-        .map(|id| {
-            let mut g = Gateway::new_secure(id, root.path(), &material, Vec::new());
-            if id == 1 {
-                g.extra_args = material.gateway_flags(&proto::tls::generate::Issued {
-                    cert: mounted.join("tls.crt"),
-                    key: mounted.join("tls.key"),
-                });
-            }
-            g
+        .map(|id| match id {
+            1 => Gateway::new_secure_with(id, root.path(), &material, &mounted.files, Vec::new()),
+            _ => Gateway::new_secure(id, root.path(), &material, Vec::new()),
         })
         .collect();
     let cluster = Cluster::bootstrap(root, nodes);
@@ -261,17 +249,14 @@ async fn a_certificate_swapped_like_a_kubernetes_secret_is_served_to_new_connect
     let node = cluster.get(1);
     let tls = material.client().tls;
     let peer = node.peer_addr.clone().ok_or("peer port")?;
-    let der = |path: &Path| -> TestResult<Vec<u8>> {
-        let text = std::fs::read(path)?;
-        Ok(proto::tls::read_certs(path, &text)?[0].as_ref().to_vec())
-    };
-    assert_eq!(tls.served_certificate(&node.addr).await?, der(&first.cert)?);
+    assert_eq!(
+        tls.served_certificate(&node.addr).await?,
+        cert_der(&mounted.current.cert)
+    );
 
     eprintln!("--- step: swap ..data to a new certificate");
-    let second = material.issue_in(&mounted.join("..2026_v2"), "tls", Usage::ServerAndClient);
-    std::os::unix::fs::symlink("..2026_v2", mounted.join("..data_tmp"))?;
-    std::fs::rename(mounted.join("..data_tmp"), mounted.join("..data"))?;
-    let want = der(&second.cert)?;
+    material.rotate(&mut mounted, Usage::ServerAndClient);
+    let want = cert_der(&mounted.current.cert);
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         let client = tls.served_certificate(&node.addr).await?;

@@ -53,7 +53,19 @@ impl Gateway {
     /// CA issues, a peer port, the signing key and admin token.
     pub fn new_secure(id: u64, root: &Path, material: &Material, extra_args: Vec<String>) -> Self {
         let issued = material.issue(&format!("gateway-{id}"), Usage::ServerAndClient);
-        let mut args = material.gateway_flags(&issued);
+        Self::new_secure_with(id, root, material, &issued, extra_args)
+    }
+
+    /// [`Gateway::new_secure`] with the certificate `issued` (e.g. a
+    /// [`crate::secure::Mounted`] one).
+    pub fn new_secure_with(
+        id: u64,
+        root: &Path,
+        material: &Material,
+        issued: &proto::tls::generate::Issued,
+        extra_args: Vec<String>,
+    ) -> Self {
+        let mut args = material.gateway_flags(issued);
         args.extend(extra_args);
         let mut gateway = Gateway::new(id, root, args);
         gateway.peer_addr = Some(format!("127.0.0.1:{}", free_port()));

@@ -110,3 +110,57 @@ impl Material {
         }
     }
 }
+
+/// A certificate mounted the way the kubelet mounts a Secret:
+/// `dir/tls.crt -> ..data/tls.crt`, `..data -> ..vN` (a dated directory),
+/// updated by [`Material::rotate`] with an atomic swap of `..data`.
+pub struct Mounted {
+    /// The mount directory.
+    pub dir: PathBuf,
+    /// The paths a process is given (the symlinks).
+    pub files: Issued,
+    /// The real files `..data` points at now.
+    pub current: Issued,
+    version: u32,
+}
+
+impl Material {
+    /// Mounts a new certificate for `usage` under `dir`.
+    pub fn mount(&self, dir: &Path, usage: Usage) -> Mounted {
+        let current = self.issue_in(&dir.join("..v1"), "tls", usage);
+        std::os::unix::fs::symlink("..v1", dir.join("..data"))
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        for f in ["tls.crt", "tls.key"] {
+            std::os::unix::fs::symlink(format!("..data/{f}"), dir.join(f))
+                .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        }
+        Mounted {
+            dir: dir.to_path_buf(),
+            files: Issued {
+                cert: dir.join("tls.crt"),
+                key: dir.join("tls.key"),
+            },
+            current,
+            version: 1,
+        }
+    }
+
+    /// Issues a new certificate into `..v(N+1)` and swaps `..data` to it
+    /// atomically (rename of a new link over the old one).
+    pub fn rotate(&self, mounted: &mut Mounted, usage: Usage) {
+        mounted.version += 1;
+        let name = format!("..v{}", mounted.version);
+        mounted.current = self.issue_in(&mounted.dir.join(&name), "tls", usage);
+        let tmp = mounted.dir.join("..data_tmp");
+        std::os::unix::fs::symlink(&name, &tmp).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::rename(&tmp, mounted.dir.join("..data")).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+/// The DER of the first certificate of a PEM file.
+pub fn cert_der(path: &Path) -> Vec<u8> {
+    let text = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    proto::tls::read_certs(path, &text).unwrap_or_else(|e| panic!("{e}"))[0]
+        .as_ref()
+        .to_vec()
+}

@@ -49,6 +49,7 @@ pub mod address_check;
 pub mod auth;
 pub mod cluster_admin_service;
 pub mod config;
+pub mod config_tls;
 pub mod convert;
 pub mod health;
 pub mod http;

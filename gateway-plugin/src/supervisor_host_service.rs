@@ -11,8 +11,9 @@
 //! snapshots whenever the member's assignments change; the supervisor sends
 //! `HostStatus` (liveness, batched into one heartbeat command per tick),
 //! `TermAck` and `SandboxReport` (proposed with the incarnation the join
-//! assigned, so apply fences stale ones). A newer stream of the same member supersedes
-//! the older one.
+//! assigned, so apply fences stale ones) and `ExecResult` (the answer to an
+//! `ExecCall` the gateway sent on the stream, [`crate::hub::exec`]). A newer
+//! stream of the same member supersedes the older one.
 //!
 //! A stream must send its `HostHello` within [`HELLO_DEADLINE`] or it is
 //! closed with `DEADLINE_EXCEEDED`.
@@ -301,6 +302,10 @@ async fn serve_stream(
                 continue;
             }
             StreamInput::Propose(command) => command,
+            StreamInput::ExecResult(result) => {
+                hub.exec_result(&member, stream_id, result);
+                continue;
+            }
             StreamInput::Unexpected => {
                 tracing::warn!(%member, "unexpected message on an attached stream ignored");
                 continue;

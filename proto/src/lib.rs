@@ -8,7 +8,7 @@
 //! - [`objects`]: `openshell.objects.v1.ObjectStore`, the generic object store,
 //!   and its raft log records.
 //! - [`supervisor_host`]: `openshell.supervisor_host.v1.SupervisorHost`, the
-//!   supervisor stream.
+//!   supervisor stream (exec included: gateways never dial supervisors).
 //! - [`pool_types`]: `openshell.pool_types.v1`, the pool enums both the
 //!   supervisor stream and the operator surface carry (`SandboxPhase`,
 //!   `MemberState`); [`names`] spells their lowercase names.
@@ -16,7 +16,8 @@
 //! - [`sandbox_runtime`]: `openshell.sandbox_runtime.v1.SandboxRuntime` and
 //!   the signed `Grant`; [`grant`] signs and verifies grants.
 //! - [`gateway`]: `openshell.gateway.v1`, the gateway's raft log and snapshot
-//!   records.
+//!   records, and `PeerRelay` (gateway to gateway: an exec relayed to the
+//!   gateway holding the owner's supervisor stream).
 //! - [`client`]: [`client::connect`], the one builder of every outbound gRPC
 //!   channel, by [`client::Role`] and [`client::ClientConfig`].
 //! - [`attach`]: the typed refusal carried in a refused supervisor stream.

@@ -9,6 +9,8 @@
 //! - [`snapshots`]: pushing assignment snapshots to attached streams (what
 //!   each incarnation may see is decided by `pool::visibility`).
 //! - [`leader`]: the leader-only pool coordinator loop.
+//! - [`exec`]: exec over an attached supervisor's own stream (the pending
+//!   calls of each stream; gateways never dial supervisors).
 //!
 //! Liveness without clocks: a supervisor sends `HostStatus` every
 //! `status_interval`; once per tick interval the hub proposes ONE `Heartbeat`
@@ -26,6 +28,7 @@ use tonic::Status;
 use crate::metrics::Metrics;
 use crate::state::GatewayState;
 
+pub mod exec;
 pub mod heartbeats;
 pub mod leader;
 pub mod snapshots;

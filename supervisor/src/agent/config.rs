@@ -53,7 +53,9 @@ pub struct RawAgentConfig {
     pub member_uid: Option<String>,
     /// `--pool-advertise-ip`.
     pub advertise_ip: Option<String>,
-    /// Control gRPC listen address (exec from gateways).
+    /// `--listen`: accepted (and checked) so that old configurations still
+    /// parse, otherwise ignored: the supervisor opens no gRPC port (exec
+    /// travels on its stream to the gateway).
     pub listen: Option<String>,
     /// HTTP health endpoints listen address.
     pub http_listen: Option<String>,
@@ -109,9 +111,10 @@ pub struct AgentConfig {
     pub member_id: String,
     /// Pool member uid (the Pod uid in Kubernetes).
     pub member_uid: String,
-    /// IP gateways route to.
+    /// The IP announced in `HostHello` (informational: the pool status
+    /// shows it; no gateway dials it).
     pub advertise_ip: IpAddr,
-    /// Control gRPC listen address.
+    /// Ignored (see [`RawAgentConfig::listen`]).
     pub listen: SocketAddr,
     /// HTTP health endpoints address.
     pub http_listen: Option<SocketAddr>,

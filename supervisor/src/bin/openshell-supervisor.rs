@@ -19,10 +19,12 @@ struct Args {
     /// Pool member uid (e.g. the Pod uid).
     #[arg(long, env = "OPENSHELL_POOL_MEMBER_UID")]
     pool_member_uid: Option<String>,
-    /// IP address gateways reach this supervisor at.
+    /// This supervisor's IP, shown in the pool status (informational: no
+    /// gateway dials it; exec travels on the supervisor's stream).
     #[arg(long, env = "OPENSHELL_POOL_ADVERTISE_IP")]
     pool_advertise_ip: Option<String>,
-    /// Control gRPC address (default: the advertise IP, any port).
+    /// Ignored: kept so that old configurations still start (the supervisor
+    /// opens no gRPC port any more).
     #[arg(long, env = "OPENSHELL_SUPERVISOR_LISTEN")]
     listen: Option<String>,
     /// Address of /healthz and /readyz.
@@ -84,6 +86,9 @@ fn run() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    if args.listen.is_some() {
+        tracing::warn!("--listen is ignored: the supervisor opens no gRPC port (exec travels on its stream to the gateway)");
+    }
     let config = RawAgentConfig {
         gateways: args.gateways,
         member_id: args.pool_member_id,

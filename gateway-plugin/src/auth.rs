@@ -4,11 +4,22 @@
 //! `viewer_tokens`) or `--admin-token`. Reads need any valid token, mutating
 //! calls need `platform_admin`. With no token configured at all, the gateway
 //! runs open (development) and says so at start-up.
+//!
+//! Two checks, in order. [`authenticated`] wraps a service (ClusterAdmin,
+//! PoolAdmin, ObjectStore) in an interceptor ([`Authenticate`]) that refuses
+//! a call without a valid token of any role with `UNAUTHENTICATED` from its
+//! headers alone, before tonic reads or decodes the body: a caller without a
+//! token cannot make the gateway buffer up to the message-size limit per
+//! call. The handler then checks the role its call needs
+//! ([`Auth::require`]). SupervisorHost (its credential is in the first
+//! message) and the raft transport (peers) are not wrapped.
 
 use std::collections::BTreeSet;
 
 use tonic::metadata::MetadataMap;
-use tonic::Status;
+use tonic::service::interceptor::InterceptedService;
+use tonic::service::Interceptor;
+use tonic::{Request, Status};
 
 use crate::metrics::Metrics;
 
@@ -115,6 +126,50 @@ impl Auth {
         }
         Ok(())
     }
+}
+
+/// The interceptor of [`authenticated`]: any valid token passes (the
+/// handler checks the role); none, or an unknown one, is `UNAUTHENTICATED`
+/// before the body is read. Passes everything when no token is configured.
+#[derive(Clone)]
+pub struct Authenticate {
+    /// The configured tokens.
+    auth: Auth,
+    /// Counts refusals (`auth_failures`).
+    metrics: Metrics,
+    /// The service label of refusals (`cluster_admin`, ...).
+    service: &'static str,
+}
+
+impl Interceptor for Authenticate {
+    fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
+        self.auth.require(
+            request.metadata(),
+            Role::Viewer,
+            self.service,
+            &self.metrics,
+        )?;
+        Ok(request)
+    }
+}
+
+/// `service` behind [`Authenticate`]: a call without a valid bearer token is
+/// refused from its headers, before its body is read. `label` names the
+/// service in metrics and logs.
+pub fn authenticated<S>(
+    auth: &Auth,
+    metrics: &Metrics,
+    label: &'static str,
+    service: S,
+) -> InterceptedService<S, Authenticate> {
+    InterceptedService::new(
+        service,
+        Authenticate {
+            auth: auth.clone(),
+            metrics: metrics.clone(),
+            service: label,
+        },
+    )
 }
 
 #[cfg(test)]

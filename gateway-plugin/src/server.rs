@@ -28,6 +28,7 @@ use raft_store::RaftNode;
 use proto::pool_admin::pool_admin_server::PoolAdminServer;
 use proto::supervisor_host::supervisor_host_server::SupervisorHostServer;
 
+use crate::auth::authenticated;
 use crate::cluster_admin_service::ClusterAdminService;
 use crate::config::GatewayConfig;
 use crate::health::Health;
@@ -241,7 +242,10 @@ fn grpc_router(
         .timeout(unary_timeout(config))
         // The raft transport keeps its own (large) decoding limit.
         .add_service(node.transport_service())
-        .add_service(
+        .add_service(authenticated(
+            &config.auth,
+            metrics,
+            "cluster_admin",
             ClusterAdminServer::new(ClusterAdminService::new(
                 node.clone(),
                 config.auth.clone(),
@@ -249,23 +253,29 @@ fn grpc_router(
             ))
             .max_encoding_message_size(64 * 1024 * 1024)
             .max_decoding_message_size(MAX_REQUEST_BYTES),
-        )
-        .add_service(
+        ))
+        .add_service(authenticated(
+            &config.auth,
+            metrics,
+            "object_store",
             ObjectStoreServer::new(ObjectStoreService::new(
                 node.clone(),
                 config.auth.clone(),
                 metrics.clone(),
             ))
             .max_decoding_message_size(MAX_REQUEST_BYTES),
-        )
+        ))
         .add_service(
             SupervisorHostServer::new(SupervisorHostService::new(hub.clone()))
                 .max_decoding_message_size(MAX_REQUEST_BYTES),
         )
-        .add_service(
+        .add_service(authenticated(
+            &config.auth,
+            metrics,
+            "pool_admin",
             PoolAdminServer::new(PoolAdminService::new(hub.clone(), config.auth.clone()))
                 .max_decoding_message_size(MAX_REQUEST_BYTES),
-        )
+        ))
 }
 
 /// Largest request message of the admin, object store, pool admin and

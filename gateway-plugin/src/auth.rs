@@ -96,20 +96,15 @@ impl Auth {
             tracing::warn!(service, reason, "request refused");
             Err(status)
         };
-        let Some(header) = metadata.get("authorization") else {
+        if !metadata.contains_key("authorization") {
             return fail(
                 "missing",
                 Status::unauthenticated(
                     "missing bearer token: pass --token or set OPENSHELL_TOKEN",
                 ),
             );
-        };
-        let token = header
-            .to_str()
-            .ok()
-            .and_then(|h| h.strip_prefix("Bearer "))
-            .map(str::trim)
-            .unwrap_or_default();
+        }
+        let token = bearer(metadata);
         let (admin, viewer) = (holds(&self.admin, token), holds(&self.viewer, token));
         let role = if admin {
             Role::PlatformAdmin
@@ -126,6 +121,59 @@ impl Auth {
         }
         Ok(())
     }
+}
+
+/// Who made a call, as an audit record names it ([`crate::audit`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Caller {
+    /// `platform_admin`, `viewer`, `none` (no valid token) or `open` (no
+    /// token is configured).
+    pub role: &'static str,
+    /// The first 8 hex digits of the SHA-256 of the presented token, `-`
+    /// without one: names a token in logs without revealing it.
+    pub token: String,
+}
+
+/// The fingerprint of a token in audit records and logs.
+pub fn fingerprint(token: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(token.as_bytes());
+    hex::encode(&digest[..4])
+}
+
+impl Auth {
+    /// Who presents `metadata`'s bearer token (for audit records; the
+    /// checks are [`Auth::require`]'s).
+    pub fn caller(&self, metadata: &MetadataMap) -> Caller {
+        let token = bearer(metadata);
+        let role = if !self.enabled() {
+            "open"
+        } else if holds(&self.admin, token) {
+            "platform_admin"
+        } else if holds(&self.viewer, token) {
+            "viewer"
+        } else {
+            "none"
+        };
+        Caller {
+            role,
+            token: if token.is_empty() {
+                "-".to_string()
+            } else {
+                fingerprint(token)
+            },
+        }
+    }
+}
+
+/// The token of an `authorization: Bearer <token>` header (empty without).
+fn bearer(metadata: &MetadataMap) -> &str {
+    metadata
+        .get("authorization")
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.strip_prefix("Bearer "))
+        .map(str::trim)
+        .unwrap_or_default()
 }
 
 /// The interceptor of [`authenticated`]: any valid token passes (the

@@ -28,7 +28,10 @@
 //!   `openshell.supervisor_host.v1.SupervisorHost`,
 //!   [`pool_admin_service`](mod@pool_admin_service) serves
 //!   `openshell.pool_admin.v1.PoolAdmin`.
-//! - [`auth`]: bearer tokens and the `platform_admin` role.
+//! - [`auth`]: bearer tokens, the `platform_admin` role, and the interceptor
+//!   that refuses a call without a valid token before its body is read.
+//! - [`audit`]: the audit record (target `audit`) of every administrative
+//!   call: action, outcome, caller (role, token fingerprint, peer), objects.
 //! - [`metrics`], [`http`]: Prometheus metrics, `/healthz`, `/readyz`, `/metrics`.
 //! - [`health`]: liveness (raft running) and readiness (caught up with the
 //!   leader, with hysteresis), evaluated continuously for the probes.
@@ -40,6 +43,7 @@
 //!   whose errors are [`server::ServeError`]; [`server::Signals`]).
 
 pub mod address_check;
+pub mod audit;
 pub mod auth;
 pub mod cluster_admin_service;
 pub mod config;

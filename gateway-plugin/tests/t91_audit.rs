@@ -13,7 +13,6 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use gateway_plugin::auth::fingerprint;
 use testkit::gateway::Cluster;
 use testkit::supervisor::{KillUnder, Supervisor, FAST_TIMING};
 use testkit::TestResult;
@@ -35,6 +34,13 @@ fn cli(endpoint: &str, token: &str, args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// A token's fingerprint as docs/security.md defines it: the first 8 hex
+/// digits of its SHA-256.
+fn fingerprint(token: &str) -> String {
+    use sha2::Digest;
+    hex::encode(&sha2::Sha256::digest(token.as_bytes())[..4])
 }
 
 /// The audit lines of a gateway log.

@@ -64,21 +64,23 @@ impl<SM: StateMachine> IncomingSnapshot<SM> {
     }
 
     /// Checks one chunk (`data` at `offset` of the snapshot `meta`; `done`
-    /// on the last) before openraft receives it.
+    /// on the last) before openraft receives it. On the last chunk, returns
+    /// the whole snapshot for [`IncomingSnapshot::verify`] (a decode of up
+    /// to the bound: the caller runs it off the async workers).
     ///
     /// # Errors
-    /// `INVALID_ARGUMENT` for a snapshot id outside the identifier rule or a
-    /// snapshot that does not decode; `RESOURCE_EXHAUSTED` for a chunk that
-    /// ends past the bound; `FAILED_PRECONDITION` for a last chunk whose
-    /// snapshot was not received from its start here (the leader then
-    /// streams it again from offset 0).
+    /// `INVALID_ARGUMENT` for a snapshot id outside the identifier rule;
+    /// `RESOURCE_EXHAUSTED` for a chunk that ends past the bound;
+    /// `FAILED_PRECONDITION` for a last chunk whose snapshot was not
+    /// received from its start here (the leader then streams it again from
+    /// offset 0).
     pub fn check(
         &self,
         meta: &SnapshotMeta,
         offset: u64,
         data: &[u8],
         done: bool,
-    ) -> Result<(), Status> {
+    ) -> Result<Option<Vec<u8>>, Status> {
         let id = &meta.snapshot_id;
         proto::ids::check_id("snapshot_id", id)
             .map_err(|e| refuse(Status::invalid_argument(e.to_string())))?;
@@ -109,21 +111,27 @@ impl<SM: StateMachine> IncomingSnapshot<SM> {
             _ => *receiving = None,
         }
         if !done {
-            return Ok(());
+            return Ok(None);
         }
         let Some(complete) = receiving.take() else {
             return Err(refuse(Status::failed_precondition(format!(
                 "snapshot {id} was not received in order from its start; send it again from offset 0"
             ))));
         };
-        drop(receiving);
-        SM::restore(&complete.data).map_err(|e| {
+        Ok(Some(complete.data))
+    }
+
+    /// Whether the complete snapshot `id` decodes as an `SM` state.
+    ///
+    /// # Errors
+    /// `INVALID_ARGUMENT` naming what does not decode.
+    pub fn verify(id: &str, data: &[u8]) -> Result<(), Status> {
+        SM::restore(data).map(drop).map_err(|e| {
             refuse(Status::invalid_argument(format!(
                 "snapshot {id} ({} bytes) does not decode: {e}",
-                complete.data.len()
+                data.len()
             )))
-        })?;
-        Ok(())
+        })
     }
 }
 
@@ -148,7 +156,7 @@ mod tests {
     #[test]
     fn chunks_past_the_bound_or_with_a_bad_id_are_refused() {
         let guard = IncomingSnapshot::<Objects>::new(1024);
-        let code = |r: Result<(), Status>| r.unwrap_err().code();
+        let code = |r: Result<Option<Vec<u8>>, Status>| r.unwrap_err().code();
         assert_eq!(
             code(guard.check(&meta("1-2-3"), 1 << 40, b"x", false)),
             tonic::Code::ResourceExhausted
@@ -174,24 +182,34 @@ mod tests {
     #[test]
     fn the_last_chunk_must_complete_a_decodable_snapshot() {
         let guard = IncomingSnapshot::<Objects>::new(1 << 20);
-        let good = Objects::default().snapshot();
+        let verify = |id: &str, data: Option<Vec<u8>>| {
+            IncomingSnapshot::<Objects>::verify(id, &data.expect("complete"))
+        };
         // Garbage in one chunk, then in two.
+        let complete = guard
+            .check(&meta("a"), 0, b"\xff\xff garbage", true)
+            .unwrap();
         assert_eq!(
-            guard
-                .check(&meta("a"), 0, b"\xff\xff garbage", true)
-                .unwrap_err()
-                .code(),
+            verify("a", complete).unwrap_err().code(),
             tonic::Code::InvalidArgument
         );
-        guard.check(&meta("b"), 0, b"\xff\xff", false).unwrap();
-        assert!(guard.check(&meta("b"), 2, b" garbage", true).is_err());
+        assert_eq!(
+            guard.check(&meta("b"), 0, b"\xff\xff", false).unwrap(),
+            None
+        );
+        let complete = guard.check(&meta("b"), 2, b" garbage", true).unwrap();
+        assert_eq!(complete.as_deref(), Some(&b"\xff\xff garbage"[..]));
+        assert!(verify("b", complete).is_err());
         // A good one, with a chunk resent.
+        let good = Objects::default().snapshot();
         let (head, tail) = good.split_at(good.len() / 2);
         guard.check(&meta("c"), 0, head, false).unwrap();
         guard.check(&meta("c"), 0, head, false).unwrap();
-        guard
+        let complete = guard
             .check(&meta("c"), head.len() as u64, tail, true)
             .unwrap();
+        assert_eq!(complete.as_deref(), Some(&good[..]));
+        verify("c", complete).unwrap();
         // A last chunk of a snapshot never started here.
         assert_eq!(
             guard.check(&meta("d"), 5, b"x", true).unwrap_err().code(),

@@ -232,8 +232,15 @@ impl<SM: StateMachine> RaftTransport for TransportService<SM> {
     ) -> Result<Response<RaftPayload>, Status> {
         let rpc: openraft::raft::InstallSnapshotRequest<crate::types::TypeConfig> =
             self.decode(&request, "install-snapshot request")?;
-        self.incoming
-            .check(&rpc.meta, rpc.offset, &rpc.data, rpc.done)?;
+        if let Some(complete) = self
+            .incoming
+            .check(&rpc.meta, rpc.offset, &rpc.data, rpc.done)?
+        {
+            let id = rpc.meta.snapshot_id.clone();
+            tokio::task::spawn_blocking(move || IncomingSnapshot::<SM>::verify(&id, &complete))
+                .await
+                .map_err(|e| Status::internal(format!("checking the snapshot: {e}")))??;
+        }
         let result = self.raft.install_snapshot(rpc).await;
         Ok(self.reply(&result))
     }

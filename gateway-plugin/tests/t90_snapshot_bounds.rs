@@ -13,6 +13,9 @@
 //!   RESOURCE_EXHAUSTED, INVALID_ARGUMENT, INVALID_ARGUMENT) and logged; no
 //!   file appears outside the data directory; the gateway keeps running,
 //!   leads again, and serves `before` and a new write
+//!
+//! The second case, a real leader's snapshot past a learner's bound, is
+//! described on its test.
 
 use std::time::Duration;
 
@@ -134,5 +137,76 @@ async fn crafted_snapshot_chunks_are_refused_and_the_gateway_keeps_serving() -> 
     assert!(!escaped.exists(), "{} was written", escaped.display());
     let log = node.log();
     assert!(log.contains("refused a snapshot chunk"), "{log}");
+    Ok(())
+}
+
+/// - given: a one-gateway cluster whose log is purged behind snapshots,
+///   holding about 3 MiB of objects; a second gateway with
+///   `max_snapshot_bytes = 1 MiB`
+/// - when: the second is added as a learner (it can only catch up from a
+///   snapshot)
+/// - then: it refuses the leader's snapshot past its bound and logs it,
+///   keeps running and answering; the leader keeps serving writes
+/// - when: the operator raises the bound to 64 MiB and restarts it
+/// - then: it catches up from the snapshot (the runbook's procedure)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_past_the_bound_is_refused_until_the_bound_is_raised() -> TestResult {
+    let mut cluster = Cluster::start(1, &["--snapshot-after-logs", "10", "--logs-to-keep", "0"]);
+    cluster.wait_leader("bootstrap").await;
+    let value = "x".repeat(30 * 1024);
+    for i in 0..100 {
+        put(cluster.get(1), &format!("big-{i}"), &value).await?;
+    }
+    let index = cluster.get(1).status().await?.commit_index;
+    let config = cluster.root.path().join("learner.toml");
+    std::fs::write(
+        &config,
+        "[openshell.gateway.raft]\nmax_snapshot_bytes = 1048576\n",
+    )?;
+    let config_arg = config.display().to_string();
+    let addr = cluster.add_node(2, &["--config", &config_arg]).addr.clone();
+
+    eprintln!("--- step: the learner refuses the 3 MiB snapshot");
+    eventually("add node 2 as a learner", || async {
+        cluster
+            .get(1)
+            .admin()
+            .await?
+            .add_learner(proto::cluster::AddLearnerRequest {
+                node: Some(proto::cluster::Node {
+                    id: 2,
+                    addr: addr.clone(),
+                }),
+                blocking: false,
+            })
+            .await?;
+        Ok(())
+    })
+    .await;
+    eventually("the learner logs the refusal", || async {
+        let log = cluster.get(2).log();
+        if log.contains("refused a snapshot chunk") && log.contains("past this node's bound") {
+            Ok(())
+        } else {
+            Err("not yet".into())
+        }
+    })
+    .await;
+    assert!(cluster.get(2).is_running(), "the learner exited");
+    let learner = cluster.get(2).status().await?;
+    assert!(learner.applied_index < index, "{learner:?}");
+    put(cluster.get(1), "while-refused", "v").await?;
+
+    eprintln!("--- step: raise the bound, restart the learner: it catches up");
+    std::fs::write(
+        &config,
+        "[openshell.gateway.raft]\nmax_snapshot_bytes = 67108864\n",
+    )?;
+    cluster.node(2).kill9();
+    cluster.node(2).start();
+    let index = cluster.get(1).status().await?.commit_index;
+    cluster
+        .wait_applied(2, index, "catch up from the snapshot")
+        .await;
     Ok(())
 }

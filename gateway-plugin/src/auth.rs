@@ -232,6 +232,51 @@ mod tests {
     }
 
     #[test]
+    fn the_interceptor_wants_any_valid_token_and_passes_all_when_open() {
+        let metrics = Metrics::new();
+        let with = |token: Option<&str>| {
+            let mut request = Request::new(());
+            if let Some(t) = token {
+                let value = format!("Bearer {t}").parse().expect("ascii");
+                request.metadata_mut().insert("authorization", value);
+            }
+            request
+        };
+        let auth = Auth::new(["adm".to_string()], ["view".to_string()]);
+        let mut gate = Authenticate {
+            auth,
+            metrics: metrics.clone(),
+            service: "test",
+        };
+        assert!(gate.call(with(Some("adm"))).is_ok());
+        assert!(gate.call(with(Some("view"))).is_ok());
+        for refused in [None, Some("nope")] {
+            let status = gate.call(with(refused)).unwrap_err();
+            assert_eq!(status.code(), tonic::Code::Unauthenticated);
+        }
+        let mut open = Authenticate {
+            auth: Auth::default(),
+            metrics,
+            service: "test",
+        };
+        assert!(open.call(with(None)).is_ok());
+    }
+
+    #[test]
+    fn callers_are_named_by_role_and_fingerprint() {
+        let auth = Auth::new(["adm".to_string()], []);
+        let mut metadata = MetadataMap::new();
+        assert_eq!(auth.caller(&metadata).token, "-");
+        assert_eq!(auth.caller(&metadata).role, "none");
+        metadata.insert("authorization", "Bearer adm".parse().expect("ascii"));
+        let caller = auth.caller(&metadata);
+        assert_eq!(caller.role, "platform_admin");
+        assert_eq!(caller.token, fingerprint("adm"));
+        assert_eq!(caller.token.len(), 8);
+        assert_eq!(Auth::default().caller(&metadata).role, "open");
+    }
+
+    #[test]
     fn tokens_match_whole() {
         let set: BTreeSet<String> = ["abc".to_string(), "xyz".to_string()].into();
         assert!(holds(&set, "abc"));

@@ -62,6 +62,7 @@ async fn a_directory_held_by_a_running_gateway_is_in_use_not_damaged() -> TestRe
     let mut second = Command::new(gateway_bin());
     let listen = format!("127.0.0.1:{}", free_port());
     second
+        .arg("--insecure")
         .args([
             "--node-id",
             "1",

@@ -6,7 +6,7 @@
 //! leader (one hop, marked with `x-openshell-forwarded`); `Status` answers with
 //! the leader's view unless `local` is set or no leader is known.
 
-use proto::client::{self, ClientConfig, Role as ClientRole};
+use proto::client::{self, Role as ClientRole};
 use proto::cluster::cluster_admin_client::ClusterAdminClient;
 use proto::cluster::cluster_admin_server::ClusterAdmin;
 use proto::cluster::{
@@ -61,7 +61,8 @@ impl ClusterAdminService {
         if request.metadata().contains_key(FORWARDED) {
             return None;
         }
-        let config = ClientConfig::for_role(ClientRole::Forwarding);
+        // The leader's peer port, with this gateway's peer TLS.
+        let config = self.node.peer_client_config(ClientRole::Forwarding);
         let channel = client::connect(ClientRole::Forwarding, leader_addr, &config)
             .await
             .ok()?;

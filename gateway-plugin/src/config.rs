@@ -4,11 +4,21 @@
 //! ```toml
 //! [openshell.gateway]
 //! node_id = 1
-//! listen_addr = "127.0.0.1:7001"
-//! advertise_addr = "127.0.0.1:7001"
+//! listen_addr = "127.0.0.1:7001"           # client port: CLI, supervisors
+//! peer_listen_addr = "127.0.0.1:7101"      # peer port: other gateways (mutual TLS)
+//! advertise_addr = "127.0.0.1:7101"        # this node in the membership (the peer port)
 //! data_dir = "/var/lib/openshell/gateway"
 //! cluster_id = "openshell"
-//! initial_voters = ["1=127.0.0.1:7001", "2=127.0.0.1:7002", "3=127.0.0.1:7003"]
+//! initial_voters = ["1=127.0.0.1:7101", "2=127.0.0.1:7102", "3=127.0.0.1:7103"]
+//! signing_key_file = "/etc/openshell/signing.key"
+//!
+//! [openshell.gateway.tls]
+//! cert_file = "/etc/openshell/tls/tls.crt"  # served on both ports, presented to peers
+//! key_file = "/etc/openshell/tls/tls.key"
+//! ca_file = "/etc/openshell/tls/ca.crt"     # signs every gateway's certificate
+//!
+//! [openshell.gateway.auth]
+//! admin_tokens = ["..."]
 //!
 //! [openshell.gateway.raft]
 //! heartbeat_interval_ms = 50
@@ -31,6 +41,14 @@
 //!
 //! Every error names the key (`openshell.gateway.raft.heartbeat_interval_ms`)
 //! and the allowed range. Unknown keys are errors.
+//!
+//! # Secure by default
+//! Without `insecure = true` (`--insecure`) a gateway refuses to start
+//! unless it has a signing key file, TLS files, a peer port and at least one
+//! admin token: [`ConfigError::NotSecured`] names each one missing and its
+//! flag. `--insecure` lets any of them be missing (plaintext gRPC, one port
+//! for everything when no peer port is given, open APIs without tokens, a
+//! development signing key); files that are given are still used.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -58,6 +76,9 @@ pub enum ConfigError {
         /// The flag that sets it.
         flag: &'static str,
     },
+    /// Secure mode lacks what it needs (each `(key, flag)` missing).
+    #[error("{}", not_secured(.0))]
+    NotSecured(Vec<(&'static str, &'static str)>),
     /// A value is invalid.
     #[error("{key} = {value}: {problem}")]
     Invalid {
@@ -68,6 +89,34 @@ pub enum ConfigError {
         /// What is wrong, with the allowed range.
         problem: String,
     },
+}
+
+/// The one line of [`ConfigError::NotSecured`].
+fn not_secured(missing: &[(&'static str, &'static str)]) -> String {
+    let list = missing
+        .iter()
+        .map(|(key, flag)| format!("{flag} ({key})"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "refusing to start without transport security and authentication: missing {list}; \
+         provide them, or pass --insecure for a plaintext, open development gateway"
+    )
+}
+
+/// `[openshell.gateway.tls]`: this gateway's certificate, its key and the
+/// CA that signs every gateway's certificate (PEM files, re-read when they
+/// change).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSection {
+    /// Certificate chain served on both ports and presented to peers.
+    pub cert_file: Option<PathBuf>,
+    /// Its private key.
+    pub key_file: Option<PathBuf>,
+    /// The CA every gateway's certificate chains to: peers are verified
+    /// against it, and supervisors and the CLI trust it.
+    pub ca_file: Option<PathBuf>,
 }
 
 /// `[openshell.gateway.raft]`.
@@ -160,9 +209,15 @@ impl std::fmt::Debug for AuthSection {
 pub struct GatewaySection {
     /// This gateway's raft node id (>= 1).
     pub node_id: Option<u64>,
-    /// Address the gRPC server binds.
+    /// Address the client port binds (CLI, supervisors, object store).
     pub listen_addr: Option<String>,
-    /// Address other gateways and clients use (default: listen_addr).
+    /// Address the peer port binds (raft and forwarded calls between
+    /// gateways, mutual TLS). Required unless `insecure`; without it an
+    /// insecure gateway serves everything on `listen_addr`.
+    pub peer_listen_addr: Option<String>,
+    /// This node's address in the raft membership, where other gateways
+    /// reach it: the peer port (default: peer_listen_addr, else
+    /// listen_addr).
     pub advertise_addr: Option<String>,
     /// Data directory.
     pub data_dir: Option<PathBuf>,
@@ -183,6 +238,10 @@ pub struct GatewaySection {
     pub http_listen_addr: Option<String>,
     /// Bearer tokens.
     pub auth: Option<AuthSection>,
+    /// TLS files.
+    pub tls: Option<TlsSection>,
+    /// Allow running without TLS, tokens or a signing key (development).
+    pub insecure: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -232,13 +291,23 @@ impl GatewaySection {
         take!(
             node_id,
             listen_addr,
+            peer_listen_addr,
             advertise_addr,
             data_dir,
             cluster_id,
             initial_voters,
             signing_key_file,
-            http_listen_addr
+            http_listen_addr,
+            insecure
         );
+        let mut tls = self.tls.unwrap_or_default();
+        if let Some(o) = other.tls {
+            macro_rules! take_tls {
+                ($($f:ident),*) => { $( if o.$f.is_some() { tls.$f = o.$f; } )* };
+            }
+            take_tls!(cert_file, key_file, ca_file);
+        }
+        self.tls = Some(tls);
         let mut auth = self.auth.unwrap_or_default();
         if let Some(o) = other.auth {
             if o.admin_tokens.is_some() {
@@ -290,8 +359,16 @@ impl GatewaySection {
 pub struct GatewayConfig {
     /// The raft node.
     pub node: NodeConfig,
-    /// Address the gRPC server binds.
+    /// Address the client port binds.
     pub listen_addr: SocketAddr,
+    /// Address the peer port binds (`None`: an insecure gateway serving
+    /// everything on `listen_addr`).
+    pub peer_listen_addr: Option<SocketAddr>,
+    /// TLS of both ports and of calls to peers (`None`: plaintext,
+    /// `--insecure`).
+    pub tls: Option<GatewayTls>,
+    /// Started with `--insecure` (logged as a warning at start).
+    pub insecure: bool,
     /// Voters of a new cluster (empty: join an existing one as a learner).
     pub initial_voters: Vec<(u64, String)>,
     /// Pool timing and supervisor credential.
@@ -361,7 +438,28 @@ impl GatewaySection {
             value: listen.clone(),
             problem: "must be ip:port, e.g. 127.0.0.1:7001".into(),
         })?;
-        let advertise = self.advertise_addr.unwrap_or_else(|| listen.clone());
+        let peer_listen_addr = match &self.peer_listen_addr {
+            None => None,
+            Some(text) => Some(
+                text.parse::<SocketAddr>()
+                    .map_err(|_| ConfigError::Invalid {
+                        key: "openshell.gateway.peer_listen_addr",
+                        value: text.clone(),
+                        problem: "must be ip:port, e.g. 127.0.0.1:7101".into(),
+                    })?,
+            ),
+        };
+        if peer_listen_addr == Some(listen_addr) {
+            return Err(ConfigError::Invalid {
+                key: "openshell.gateway.peer_listen_addr",
+                value: listen.clone(),
+                problem: "must differ from listen_addr (the client port)".into(),
+            });
+        }
+        let advertise = self
+            .advertise_addr
+            .or_else(|| self.peer_listen_addr.clone())
+            .unwrap_or_else(|| listen.clone());
         if advertise
             .rsplit_once(':')
             .and_then(|(_, p)| p.parse::<u16>().ok())
@@ -400,7 +498,6 @@ impl GatewaySection {
         let pool = validate_pool(self.supervisor_pool.unwrap_or_default())?;
         let (signer, insecure_signing_key) =
             load_signer(self.signing_key_file.as_deref(), &cluster_id)?;
-        node.peer_token = Some(signer.peer_token(&cluster_id));
         let http_listen = match &self.http_listen_addr {
             None => None,
             Some(text) => Some(text.parse().map_err(|_| ConfigError::Invalid {
@@ -410,6 +507,24 @@ impl GatewaySection {
             })?),
         };
         let auth_section = self.auth.unwrap_or_default();
+        let insecure = self.insecure.unwrap_or(false);
+        let tls_section = self.tls.unwrap_or_default();
+        if !insecure {
+            check_secured(
+                &tls_section,
+                peer_listen_addr.is_some(),
+                insecure_signing_key,
+                &auth_section,
+            )?;
+        }
+        let tls = load_tls(&tls_section)?;
+        if tls.is_some() && peer_listen_addr.is_none() {
+            return Err(ConfigError::Missing {
+                key: "openshell.gateway.peer_listen_addr",
+                flag: "--peer-listen (TLS needs the peer port: peers present certificates there)",
+            });
+        }
+        node.peer_tls = tls.as_ref().map(|t| t.peer_client.clone());
         let auth = crate::auth::Auth::new(
             auth_section.admin_tokens.unwrap_or_default(),
             auth_section.viewer_tokens.unwrap_or_default(),
@@ -417,6 +532,9 @@ impl GatewaySection {
         Ok(GatewayConfig {
             node,
             listen_addr,
+            peer_listen_addr,
+            tls,
+            insecure,
             initial_voters,
             pool,
             signer,
@@ -425,6 +543,92 @@ impl GatewaySection {
             auth,
         })
     }
+}
+
+/// TLS of a gateway: what each port serves and how it dials its peers.
+/// Each re-reads its files when they change.
+#[derive(Clone, Debug)]
+pub struct GatewayTls {
+    /// The client port: this gateway's certificate; callers authenticate
+    /// by token or credential.
+    pub client_port: proto::tls::ServerTls,
+    /// The peer port: this gateway's certificate; a caller must present a
+    /// certificate the CA signed (a gateway of this cluster).
+    pub peer_port: proto::tls::ServerTls,
+    /// Calls to peers: the server must chain to the CA; this gateway's
+    /// certificate is presented as the client certificate.
+    pub peer_client: proto::tls::ClientTls,
+}
+
+/// Without `--insecure`: every missing piece of secure mode, in one error.
+fn check_secured(
+    tls: &TlsSection,
+    peer_port: bool,
+    insecure_signing_key: bool,
+    auth: &AuthSection,
+) -> Result<(), ConfigError> {
+    let mut missing = Vec::new();
+    if insecure_signing_key {
+        missing.push(("openshell.gateway.signing_key_file", "--signing-key-file"));
+    }
+    if tls.cert_file.is_none() {
+        missing.push(("openshell.gateway.tls.cert_file", "--tls-cert-file"));
+    }
+    if tls.key_file.is_none() {
+        missing.push(("openshell.gateway.tls.key_file", "--tls-key-file"));
+    }
+    if tls.ca_file.is_none() {
+        missing.push(("openshell.gateway.tls.ca_file", "--tls-ca-file"));
+    }
+    if !peer_port {
+        missing.push(("openshell.gateway.peer_listen_addr", "--peer-listen"));
+    }
+    let has_admin = auth
+        .admin_tokens
+        .as_ref()
+        .is_some_and(|t| t.iter().any(|t| !t.is_empty()));
+    if !has_admin {
+        missing.push(("openshell.gateway.auth.admin_tokens", "--admin-token-file"));
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(ConfigError::NotSecured(missing))
+    }
+}
+
+/// Loads `[openshell.gateway.tls]`: all three files, or none (plaintext).
+fn load_tls(section: &TlsSection) -> Result<Option<GatewayTls>, ConfigError> {
+    let (cert, key, ca) = match (&section.cert_file, &section.key_file, &section.ca_file) {
+        (None, None, None) => return Ok(None),
+        (Some(cert), Some(key), Some(ca)) => (cert, key, ca),
+        (cert, key, _) => {
+            let (key, flag) = if cert.is_none() {
+                ("openshell.gateway.tls.cert_file", "--tls-cert-file")
+            } else if key.is_none() {
+                ("openshell.gateway.tls.key_file", "--tls-key-file")
+            } else {
+                ("openshell.gateway.tls.ca_file", "--tls-ca-file")
+            };
+            return Err(ConfigError::Missing { key, flag });
+        }
+    };
+    let invalid = |e: proto::tls::TlsError| ConfigError::Invalid {
+        key: "openshell.gateway.tls",
+        value: format!(
+            "cert_file={} key_file={} ca_file={}",
+            cert.display(),
+            key.display(),
+            ca.display()
+        ),
+        problem: e.to_string(),
+    };
+    use proto::tls::{ClientAuth, ClientTls, ServerTls};
+    Ok(Some(GatewayTls {
+        client_port: ServerTls::load(cert, key, ClientAuth::None).map_err(invalid)?,
+        peer_port: ServerTls::load(cert, key, ClientAuth::Required(ca.clone())).map_err(invalid)?,
+        peer_client: ClientTls::load(ca, Some((cert, key))).map_err(invalid)?,
+    }))
 }
 
 /// Refuses initial voters that name one node id twice, or one address under
@@ -602,7 +806,31 @@ mod tests {
             node_id: Some(1),
             listen_addr: Some("127.0.0.1:7001".into()),
             data_dir: Some("/tmp/x".into()),
+            insecure: Some(true),
             ..Default::default()
+        }
+    }
+
+    #[test]
+    fn without_insecure_every_missing_piece_is_named_in_one_line() {
+        let mut s = base();
+        s.insecure = None;
+        let e = s
+            .validate()
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(!e.contains('\n'), "{e}");
+        for flag in [
+            "--signing-key-file",
+            "--tls-cert-file",
+            "--tls-key-file",
+            "--tls-ca-file",
+            "--peer-listen",
+            "--admin-token-file",
+            "--insecure",
+        ] {
+            assert!(e.contains(flag), "{flag} not named: {e}");
         }
     }
 
@@ -619,13 +847,10 @@ mod tests {
         });
         let shown = format!("{s:?}");
         assert!(!shown.contains("s3cret"), "{shown}");
+        s.insecure = Some(true);
         let config = s.validate().unwrap_or_else(|e| panic!("{e}"));
-        assert!(config.node.peer_token.is_some());
         let shown = format!("{config:?}");
         assert!(!shown.contains("s3cret"), "{shown}");
-        let peer = config.node.peer_token.clone().unwrap_or_default();
-        assert!(!shown.contains(&peer), "{shown}");
-        assert!(shown.contains("<redacted>"), "{shown}");
     }
 
     #[test]
@@ -695,6 +920,7 @@ mod tests {
         let file = read_file(&path).unwrap_or_else(|e| panic!("{e}"));
         let merged = file.overlay(GatewaySection {
             node_id: Some(3),
+            insecure: Some(true),
             ..Default::default()
         });
         let config = merged.validate().unwrap_or_else(|e| panic!("{e}"));

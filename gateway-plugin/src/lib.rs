@@ -54,6 +54,7 @@ pub mod hub;
 pub mod metrics;
 pub mod object_store_service;
 pub mod pool_admin_service;
+pub mod ports;
 pub mod server;
 pub mod state;
 pub mod status;

@@ -1,5 +1,5 @@
-//! Wiring: one raft node, every gRPC service on one port, bootstrap of a new
-//! cluster, and the bounded stop.
+//! Wiring: one raft node, the gRPC services on the client and peer ports
+//! ([`crate::ports`]), bootstrap of a new cluster, and the bounded stop.
 //!
 //! # Stopping
 //! When `shutdown` completes (the binary: the first SIGTERM or SIGINT),
@@ -36,6 +36,7 @@ use crate::hub::Hub;
 use crate::metrics::Metrics;
 use crate::object_store_service::ObjectStoreService;
 use crate::pool_admin_service::PoolAdminService;
+use crate::ports::{self, Listeners};
 use crate::state::GatewayState;
 use crate::supervisor_host_service::SupervisorHostService;
 
@@ -63,12 +64,12 @@ pub enum ServeError {
         #[source]
         source: raft_store::Error,
     },
-    /// The gRPC port could not be bound (checked before the data directory
+    /// A gRPC port could not be bound (checked before the data directory
     /// is created or opened).
-    #[error(
-        "--listen (listen_addr) {addr}: cannot bind the gRPC port (is another process using it?)"
-    )]
+    #[error("{flag} {addr}: cannot bind the gRPC port (is another process using it?)")]
     Bind {
+        /// The flag and key of the port.
+        flag: &'static str,
         /// The listen address.
         addr: SocketAddr,
         /// Why.
@@ -92,36 +93,6 @@ pub enum ServeError {
     Serve(#[source] tonic::transport::Error),
 }
 
-/// Both listeners, bound before anything touches the data directory: a busy
-/// port leaves nothing behind.
-struct Listeners {
-    /// `--listen`: every gRPC service.
-    grpc: tokio::net::TcpListener,
-    /// `--http-listen`, if given: the probes and metrics.
-    http: Option<(SocketAddr, tokio::net::TcpListener)>,
-}
-
-impl Listeners {
-    async fn bind(config: &GatewayConfig) -> Result<Self, ServeError> {
-        let grpc = tokio::net::TcpListener::bind(config.listen_addr)
-            .await
-            .map_err(|source| ServeError::Bind {
-                addr: config.listen_addr,
-                source,
-            })?;
-        let http = match config.http_listen {
-            Some(addr) => Some((
-                addr,
-                crate::http::bind(addr)
-                    .await
-                    .map_err(|source| ServeError::BindHttp { addr, source })?,
-            )),
-            None => None,
-        };
-        Ok(Listeners { grpc, http })
-    }
-}
-
 /// Runs a gateway until `shutdown` completes, then stops within
 /// [`STOP_BOUND`] (see the module doc).
 ///
@@ -140,12 +111,12 @@ pub async fn run(
                 node_id: config.node.node_id,
                 source,
             })?;
-    let incoming =
-        tonic::transport::server::TcpIncoming::from(listeners.grpc).with_nodelay(Some(true));
     tracing::info!(
         node = config.node.node_id,
         listen = %config.listen_addr,
+        peer_listen = ?config.peer_listen_addr,
         advertise = %config.node.advertise_addr,
+        tls = config.tls.is_some(),
         "gateway listening"
     );
     bootstrap(&node, &config);
@@ -176,6 +147,12 @@ pub async fn run(
     ];
     let mut aborts: Vec<tokio::task::AbortHandle> =
         tasks.iter().map(|t| t.abort_handle()).collect();
+    if let Some(tls) = &config.tls {
+        use proto::tls::{Reloader, RELOAD_EVERY};
+        aborts.push(Reloader::spawn(tls.client_port.clone(), RELOAD_EVERY).abort_handle());
+        aborts.push(Reloader::spawn(tls.peer_port.clone(), RELOAD_EVERY).abort_handle());
+        aborts.push(Reloader::spawn(tls.peer_client.clone(), RELOAD_EVERY).abort_handle());
+    }
     if let Some((addr, listener)) = listeners.http {
         tracing::info!(%addr, "HTTP endpoints listening (/healthz /readyz /metrics)");
         // Served until the process exits: probes see "shutting down"
@@ -198,15 +175,38 @@ pub async fn run(
         );
     }
     let _abort = AbortOnDrop(aborts);
-    let (stop_serving, serving_stopped) = tokio::sync::oneshot::channel::<()>();
-    let mut serving = tokio::spawn(
-        grpc_router(&node, &hub, &config, &metrics).serve_with_incoming_shutdown(incoming, async {
-            let _ = serving_stopped.await;
-        }),
-    );
+    let (stop_serving, serving_stopped) = tokio::sync::watch::channel(false);
+    let client_tls = config.tls.as_ref().map(|t| t.client_port.clone());
+    let mut serving = match listeners.peer {
+        Some(peer) => vec![
+            ports::serve(
+                client_router(&node, &hub, &config, &metrics),
+                listeners.client,
+                client_tls,
+                serving_stopped.clone(),
+            ),
+            ports::serve(
+                peer_router(&node, &config, &metrics),
+                peer,
+                config.tls.as_ref().map(|t| t.peer_port.clone()),
+                serving_stopped,
+            ),
+        ],
+        None => vec![ports::serve(
+            peer_services(
+                &node,
+                &config,
+                &metrics,
+                client_router(&node, &hub, &config, &metrics),
+            ),
+            listeners.client,
+            client_tls,
+            serving_stopped,
+        )],
+    };
     tokio::select! {
-        served = &mut serving => {
-            // The server failed before any stop was asked for.
+        (served, _, _) = futures::future::select_all(serving.iter_mut()) => {
+            // A server failed before any stop was asked for.
             node.shutdown().await;
             return match served {
                 Ok(result) => result.map_err(ServeError::Serve),
@@ -228,31 +228,67 @@ pub async fn run(
     stopping.run().await
 }
 
-/// Every gRPC service of the gateway.
-fn grpc_router(
-    node: &RaftNode<GatewayState>,
-    hub: &std::sync::Arc<Hub>,
-    config: &GatewayConfig,
-    metrics: &Metrics,
-) -> tonic::transport::server::Router {
+/// A server with the limits every port shares.
+fn server(config: &GatewayConfig) -> tonic::transport::Server {
     tonic::transport::Server::builder()
         .max_concurrent_streams(Some(MAX_CONCURRENT_STREAMS))
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
         .timeout(unary_timeout(config))
-        // The raft transport keeps its own (large) decoding limit.
+}
+
+/// ClusterAdmin: served on the client port, and on the peer port for calls
+/// another gateway forwards to the leader.
+fn cluster_admin(
+    node: &RaftNode<GatewayState>,
+    config: &GatewayConfig,
+    metrics: &Metrics,
+) -> ClusterAdminServer<ClusterAdminService> {
+    ClusterAdminServer::new(ClusterAdminService::new(
+        node.clone(),
+        config.auth.clone(),
+        metrics.clone(),
+    ))
+    .max_encoding_message_size(64 * 1024 * 1024)
+    .max_decoding_message_size(MAX_REQUEST_BYTES)
+}
+
+/// The peer port's services: the raft transport (its own, large decoding
+/// limit) and ClusterAdmin for forwarded calls.
+fn peer_router(
+    node: &RaftNode<GatewayState>,
+    config: &GatewayConfig,
+    metrics: &Metrics,
+) -> tonic::transport::server::Router {
+    server(config)
         .add_service(node.transport_service())
+        .add_service(cluster_admin(node, config, metrics))
+}
+
+/// The peer port's services added to `router` (an `--insecure` gateway
+/// without a peer port; ClusterAdmin is there already).
+fn peer_services(
+    node: &RaftNode<GatewayState>,
+    _config: &GatewayConfig,
+    _metrics: &Metrics,
+    router: tonic::transport::server::Router,
+) -> tonic::transport::server::Router {
+    router.add_service(node.transport_service())
+}
+
+/// The client port's services.
+fn client_router(
+    node: &RaftNode<GatewayState>,
+    hub: &std::sync::Arc<Hub>,
+    config: &GatewayConfig,
+    metrics: &Metrics,
+) -> tonic::transport::server::Router {
+    server(config)
         .add_service(authenticated(
             &config.auth,
             metrics,
             "cluster_admin",
-            ClusterAdminServer::new(ClusterAdminService::new(
-                node.clone(),
-                config.auth.clone(),
-                metrics.clone(),
-            ))
-            .max_encoding_message_size(64 * 1024 * 1024)
-            .max_decoding_message_size(MAX_REQUEST_BYTES),
+            cluster_admin(node, config, metrics),
         ))
         .add_service(authenticated(
             &config.auth,
@@ -310,10 +346,10 @@ struct Stopping {
     hub: std::sync::Arc<Hub>,
     /// Turns not ready at once.
     health: Health,
-    /// The gRPC server's task.
-    serving: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
-    /// Tells the gRPC server to stop accepting and drain.
-    stop_serving: tokio::sync::oneshot::Sender<()>,
+    /// The gRPC servers' tasks (client port, peer port).
+    serving: Vec<ports::Serving>,
+    /// Tells the gRPC servers to stop accepting and drain.
+    stop_serving: tokio::sync::watch::Sender<bool>,
 }
 
 impl Stopping {
@@ -333,23 +369,31 @@ impl Stopping {
             moved,
             "told the attached supervisors to move to another gateway"
         );
-        let _ = self.stop_serving.send(());
-        let result = match tokio::time::timeout_at(
+        let _ = self.stop_serving.send(true);
+        let drained = tokio::time::timeout_at(
             deadline - RAFT_SHUTDOWN_BOUND,
-            &mut self.serving,
+            futures::future::join_all(self.serving.iter_mut()),
         )
-        .await
-        {
-            Ok(Ok(served)) => served.map_err(ServeError::Serve),
-            Ok(Err(e)) => {
-                tracing::error!(error = %e, "gRPC server task ended");
-                Ok(())
-            }
+        .await;
+        let result = match drained {
+            Ok(served) => served
+                .into_iter()
+                .map(|served| match served {
+                    Ok(result) => result.map_err(ServeError::Serve),
+                    Err(e) => {
+                        tracing::error!(error = %e, "gRPC server task ended");
+                        Ok(())
+                    }
+                })
+                .collect::<Result<Vec<()>, _>>()
+                .map(|_| ()),
             Err(_) => {
                 tracing::warn!(
                     "connections still open at the stop bound: dropping them and exiting anyway"
                 );
-                self.serving.abort();
+                for serving in &self.serving {
+                    serving.abort();
+                }
                 Ok(())
             }
         };
@@ -406,6 +450,15 @@ impl Stopping {
 
 /// Says, at start-up, which development defaults leave this gateway open.
 fn warn_insecure_defaults(config: &GatewayConfig) {
+    if config.insecure {
+        tracing::warn!(
+            "started with --insecure: what is not configured stays open (plaintext gRPC without TLS \
+             files, APIs without tokens, a development signing key); never on a shared network"
+        );
+    }
+    if config.tls.is_none() {
+        tracing::warn!("no TLS: every gRPC port is plaintext; anyone who can reach the ports can read and inject traffic");
+    }
     if config.insecure_signing_key {
         tracing::warn!(
             "no --signing-key-file: grants are signed with an INSECURE development key derived from the \

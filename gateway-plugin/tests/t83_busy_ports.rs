@@ -19,6 +19,7 @@ use testkit::TestResult;
 /// returns (exit code, stderr), or panics if it still runs after 20 s.
 fn run_gateway(dir: &Path, listen: &str, http: &str) -> (Option<i32>, String) {
     let mut child = Command::new(gateway_bin())
+        .arg("--insecure")
         .args(["--node-id", "1", "--cluster-id", "test"])
         .args(["--listen", listen, "--http-listen", http])
         .args(["--initial-voters", &format!("1={listen}")])

@@ -21,7 +21,6 @@
 use std::time::{Duration, Instant};
 
 use proto::cluster::{AddLearnerRequest, ClusterStatus, Node, PromoteRequest, StatusRequest};
-use proto::grant::GrantSigner;
 use proto::raft::raft_transport_client::RaftTransportClient;
 use proto::raft::{HoldElectionRequest, RaftPayload};
 use testkit::gateway::*;
@@ -96,15 +95,7 @@ async fn a_learner_address_answering_as_another_node_is_refused() -> TestResult<
 
     eprintln!("--- step: a raft RPC meant for node 4 sent to node {other}");
     let channel = test_channel(&other_addr, 500).await?;
-    let token: tonic::metadata::AsciiMetadataValue = GrantSigner::insecure_development_key("test")
-        .peer_token("test")
-        .parse()?;
-    let mut raft =
-        RaftTransportClient::with_interceptor(channel, move |mut r: tonic::Request<()>| {
-            r.metadata_mut()
-                .insert("x-openshell-peer-token", token.clone());
-            Ok(r)
-        });
+    let mut raft = RaftTransportClient::new(channel);
     let garbage = |target_node_id| RaftPayload {
         encoding: 1,
         data: vec![0xff; 7],

@@ -286,7 +286,8 @@ impl Cluster {
             Err(p) => p.into_inner(),
         };
         let mut cmd = in_namespace(&node.ns, &self.options.bin);
-        cmd.args(["--node-id", &node.id.to_string()])
+        cmd.arg("--insecure")
+            .args(["--node-id", &node.id.to_string()])
             .args(["--listen", &node.addr])
             .arg("--data-dir")
             .arg(&node.data_dir)

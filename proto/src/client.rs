@@ -93,6 +93,10 @@ pub struct ClientConfig {
     /// be up at the next call); eager ones let a caller try the next
     /// endpoint at once.
     pub lazy: bool,
+    /// TLS (the CA the server must chain to, and any client certificate);
+    /// `None` dials plaintext, which only a server started with
+    /// `--insecure` accepts.
+    pub tls: Option<crate::tls::ClientTls>,
 }
 
 impl ClientConfig {
@@ -104,6 +108,7 @@ impl ClientConfig {
             keepalive_interval: None,
             keepalive_timeout: Duration::from_secs(5),
             lazy: false,
+            tls: None,
         };
         match role {
             // Raft RPCs carry their own deadline (openraft's heartbeat and
@@ -156,6 +161,12 @@ impl ClientConfig {
         self
     }
 
+    /// The same configuration dialling TLS with `tls` (`None`: plaintext).
+    pub fn with_tls(mut self, tls: Option<crate::tls::ClientTls>) -> Self {
+        self.tls = tls;
+        self
+    }
+
     /// The same configuration with another connect timeout.
     pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
@@ -190,10 +201,11 @@ pub enum ClientError {
 
 /// A channel to `addr` (`host:port`) for `role`, configured by `config`.
 ///
-/// The one place the workspace builds a tonic channel (tests aside). Every
-/// channel is plaintext today, as every gateway port is; transport security
-/// (rustls, mutual TLS between gateways) is added here and in `ClientConfig`
-/// by the security issue, for every role at once.
+/// The one place the workspace builds a tonic channel (tests aside). With
+/// `config.tls` the channel speaks TLS 1.3 ([`crate::tls::ClientTls`]:
+/// the server's certificate must chain to the configured CA and name the
+/// address's host; a client certificate is presented when configured);
+/// without it, plaintext.
 ///
 /// # Errors
 /// [`ClientError::InvalidAddress`] for an address that is not `host:port`;
@@ -220,17 +232,17 @@ pub async fn connect(
             .http2_keep_alive_interval(interval)
             .keep_alive_timeout(config.keepalive_timeout);
     }
-    if config.lazy {
-        return Ok(endpoint.connect_lazy());
-    }
-    endpoint
-        .connect()
-        .await
-        .map_err(|source| ClientError::Unreachable {
-            role,
-            addr: addr.to_string(),
-            source,
-        })
+    let connected = match (&config.tls, config.lazy) {
+        (Some(tls), true) => return Ok(endpoint.connect_with_connector_lazy(tls.connector())),
+        (None, true) => return Ok(endpoint.connect_lazy()),
+        (Some(tls), false) => endpoint.connect_with_connector(tls.connector()).await,
+        (None, false) => endpoint.connect().await,
+    };
+    connected.map_err(|source| ClientError::Unreachable {
+        role,
+        addr: addr.to_string(),
+        source,
+    })
 }
 
 #[cfg(test)]

@@ -78,15 +78,6 @@ impl GrantSigner {
         hex::encode(self.key.verifying_key().to_bytes())
     }
 
-    /// The secret gateways of `cluster_id` present to each other on raft
-    /// transport calls: the signature of a fixed message naming the cluster
-    /// (ed25519 signatures are deterministic, so every holder of the key
-    /// derives the same token and nobody else can).
-    pub fn peer_token(&self, cluster_id: &str) -> String {
-        let message = format!("openshell-raft-peer-token/v1/{cluster_id}");
-        hex::encode(self.key.sign(message.as_bytes()).to_bytes())
-    }
-
     /// Signs a grant.
     pub fn sign(&self, grant: &Grant) -> SignedGrant {
         let bytes = grant.encode_to_vec();

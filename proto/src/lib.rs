@@ -112,6 +112,7 @@ pub mod grant;
 pub mod metadata;
 pub mod names;
 pub mod secret;
+pub mod tls;
 
 /// The identifier rule (sandbox, member and object ids), owned by
 /// [`pool::ids`] so that `apply` and every API check the same rule.

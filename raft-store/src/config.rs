@@ -42,9 +42,12 @@ pub struct NodeConfig {
     /// Largest snapshot this node receives from a leader, in bytes; a chunk
     /// ending past it is refused (`network::incoming_snapshot`).
     pub max_snapshot_bytes: u64,
-    /// Secret every replica presents on raft transport calls and requires
-    /// from callers (None: only the cluster id is checked).
-    pub peer_token: Option<String>,
+    /// TLS of every outbound call to a peer (raft, forwarded writes and
+    /// admin calls): the CA peers' certificates chain to and this node's
+    /// own certificate, presented as a client certificate. `None` dials
+    /// plaintext (a cluster started with `--insecure`). Who may call this
+    /// node is decided where its peer port is served (mutual TLS there).
+    pub peer_tls: Option<proto::tls::ClientTls>,
 }
 
 impl std::fmt::Debug for NodeConfig {
@@ -64,7 +67,7 @@ impl std::fmt::Debug for NodeConfig {
             .field("write_timeout", &self.write_timeout)
             .field("cache_capacity", &self.cache_capacity)
             .field("max_snapshot_bytes", &self.max_snapshot_bytes)
-            .field("peer_token", &proto::secret::redact_opt(&self.peer_token))
+            .field("peer_tls", &self.peer_tls)
             .finish()
     }
 }
@@ -92,7 +95,7 @@ impl NodeConfig {
             write_timeout: Duration::from_secs(5),
             cache_capacity: 64 * 1024 * 1024,
             max_snapshot_bytes: crate::network::incoming_snapshot::DEFAULT_MAX_SNAPSHOT_BYTES,
-            peer_token: None,
+            peer_tls: None,
         }
     }
 
@@ -145,11 +148,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn debug_redacts_the_peer_token() {
-        let mut config = NodeConfig::new(1, "127.0.0.1:1", "/tmp/x", "c");
-        config.peer_token = Some("peer-s3cret".into());
+    fn debug_shows_the_settings() {
+        let config = NodeConfig::new(1, "127.0.0.1:1", "/tmp/x", "c");
         let shown = format!("{config:?}");
-        assert!(!shown.contains("s3cret"), "{shown}");
-        assert!(shown.contains("<redacted>"), "{shown}");
+        assert!(shown.contains("peer_tls: None"), "{shown}");
     }
 }

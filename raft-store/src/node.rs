@@ -190,7 +190,7 @@ impl<SM: StateMachine> RaftNode<SM> {
             tokio::task::spawn_blocking(move || open_storage::<SM>(&open_config))
                 .await
                 .map_err(|e| Error::Raft(format!("start-up task failed: {e}")))??;
-        let channels = Channels::new(&config.cluster_id, config.peer_token.as_deref());
+        let channels = Channels::new(&config.cluster_id, config.peer_tls.clone());
         let raft = Raft::new(
             config.node_id,
             raft_config,
@@ -240,7 +240,7 @@ impl<SM: StateMachine> RaftNode<SM> {
         let config = &self.inner.config;
         let service = TransportService::new(
             self.inner.raft.clone(),
-            PeerAuthenticator::new(&config.cluster_id, config.peer_token.as_deref()),
+            PeerAuthenticator::new(&config.cluster_id),
             self.inner.proposer.clone(),
             self.inner.hold.clone(),
         )
@@ -248,6 +248,12 @@ impl<SM: StateMachine> RaftNode<SM> {
         RaftTransportServer::new(service)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES)
+    }
+
+    /// How a call to a peer's membership address (its peer port) connects:
+    /// `role`'s defaults with this node's peer TLS.
+    pub fn peer_client_config(&self, role: proto::client::Role) -> proto::client::ClientConfig {
+        self.inner.channels.client_config(role)
     }
 
     /// The openraft handle.

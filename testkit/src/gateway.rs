@@ -16,7 +16,9 @@ use tonic::transport::Channel;
 
 use crate::bins::gateway_bin;
 use crate::ports::free_port;
+use crate::secure::{ClientSecurity, Material};
 use crate::TestResult;
+use proto::tls::generate::Usage;
 
 /// One gateway process.
 pub struct Gateway {
@@ -25,6 +27,10 @@ pub struct Gateway {
     pub data_dir: PathBuf,
     pub log_path: PathBuf,
     pub extra_args: Vec<String>,
+    /// The peer port (`--peer-listen`), for a secure gateway.
+    pub peer_addr: Option<String>,
+    /// How test clients reach a secure gateway (TLS and token).
+    pub security: Option<ClientSecurity>,
     child: Option<Child>,
 }
 
@@ -37,13 +43,75 @@ impl Gateway {
             data_dir: root.join(format!("node-{id}")),
             log_path: root.join(format!("node-{id}.log")),
             extra_args,
+            peer_addr: None,
+            security: None,
             child: None,
         }
     }
 
-    /// The arguments the gateway runs with.
+    /// A secure gateway: TLS on both ports with a certificate `material`'s
+    /// CA issues, a peer port, the signing key and admin token.
+    pub fn new_secure(id: u64, root: &Path, material: &Material, extra_args: Vec<String>) -> Self {
+        let issued = material.issue(&format!("gateway-{id}"), Usage::ServerAndClient);
+        Self::new_secure_with(id, root, material, &issued, extra_args)
+    }
+
+    /// [`Gateway::new_secure`] with the certificate `issued` (e.g. a
+    /// [`crate::secure::Mounted`] one).
+    pub fn new_secure_with(
+        id: u64,
+        root: &Path,
+        material: &Material,
+        issued: &proto::tls::generate::Issued,
+        extra_args: Vec<String>,
+    ) -> Self {
+        let mut args = material.gateway_flags(issued);
+        args.extend(extra_args);
+        let mut gateway = Gateway::new(id, root, args);
+        gateway.peer_addr = Some(format!("127.0.0.1:{}", free_port()));
+        gateway.security = Some(material.client());
+        gateway
+    }
+
+    /// The address in the raft membership: the peer port if any.
+    pub fn member_addr(&self) -> &str {
+        self.peer_addr.as_deref().unwrap_or(&self.addr)
+    }
+
+    /// A channel to the client port, with TLS for a secure gateway.
+    pub async fn channel(&self) -> TestResult<Channel> {
+        let config = ClientConfig::for_role(Role::Cli)
+            .with_connect_timeout(Duration::from_millis(500))
+            .with_request_timeout(Duration::from_secs(15))
+            .with_tls(self.security.as_ref().map(|s| s.tls.clone()));
+        Ok(client::connect(Role::Cli, &self.addr, &config).await?)
+    }
+
+    /// `message` as a request carrying the admin token (secure gateways).
+    pub fn request<T>(&self, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        if let Some(security) = &self.security {
+            if let Ok(value) = format!("Bearer {}", security.token).parse() {
+                request.metadata_mut().insert("authorization", value);
+            }
+        }
+        request
+    }
+
+    /// The arguments the gateway runs with: `--insecure` (plaintext, one
+    /// port) unless the extra arguments configure TLS.
     pub fn args(&self) -> Vec<String> {
-        let mut args = vec![
+        let secure = self.extra_args.iter().any(|a| a == "--tls-cert-file");
+        let peer = self
+            .peer_addr
+            .iter()
+            .flat_map(|p| ["--peer-listen".to_string(), p.clone()]);
+        let mut args: Vec<String> = if secure {
+            Vec::new()
+        } else {
+            vec!["--insecure".into()]
+        };
+        args.extend([
             "--node-id".to_string(),
             self.id.to_string(),
             "--listen".into(),
@@ -52,7 +120,8 @@ impl Gateway {
             self.data_dir.display().to_string(),
             "--cluster-id".into(),
             "test".into(),
-        ];
+        ]);
+        args.extend(peer);
         args.extend(self.extra_args.iter().cloned());
         args
     }
@@ -99,13 +168,11 @@ impl Gateway {
     }
 
     pub async fn admin(&self) -> TestResult<ClusterAdminClient<Channel>> {
-        Ok(ClusterAdminClient::new(
-            test_channel(&self.addr, 500).await?,
-        ))
+        Ok(ClusterAdminClient::new(self.channel().await?))
     }
 
     pub async fn objects(&self) -> TestResult<ObjectStoreClient<Channel>> {
-        Ok(ObjectStoreClient::new(test_channel(&self.addr, 500).await?))
+        Ok(ObjectStoreClient::new(self.channel().await?))
     }
 
     /// This node's own view of the cluster.
@@ -113,7 +180,7 @@ impl Gateway {
         Ok(self
             .admin()
             .await?
-            .status(StatusRequest { local: true })
+            .status(self.request(StatusRequest { local: true }))
             .await?
             .into_inner())
     }
@@ -139,6 +206,8 @@ pub async fn test_channel(addr: &str, connect_ms: u64) -> TestResult<Channel> {
 pub struct Cluster {
     pub root: tempfile::TempDir,
     pub nodes: Vec<Gateway>,
+    /// The TLS material of a secure cluster ([`Cluster::start_secure`]).
+    pub material: Option<Material>,
 }
 
 impl Cluster {
@@ -166,7 +235,7 @@ impl Cluster {
     pub fn bootstrap(root: tempfile::TempDir, mut nodes: Vec<Gateway>) -> Cluster {
         let voters = nodes
             .iter()
-            .map(|g| format!("{}={}", g.id, g.addr))
+            .map(|g| format!("{}={}", g.id, g.member_addr()))
             .collect::<Vec<_>>()
             .join(",");
         for node in &mut nodes {
@@ -174,7 +243,27 @@ impl Cluster {
             node.extra_args.push(voters.clone());
             node.start();
         }
-        Cluster { root, nodes }
+        Cluster {
+            root,
+            nodes,
+            material: None,
+        }
+    }
+
+    /// Starts `n` secure voters (TLS on both ports, mutual TLS between
+    /// them, tokens, a signing key) that bootstrap together.
+    pub fn start_secure(n: u64, extra: &[&str]) -> Cluster {
+        let root = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let material = Material::generate(&root.path().join("tls"));
+        let nodes = (1..=n)
+            .map(|id| {
+                let extra = extra.iter().map(|s| s.to_string()).collect();
+                Gateway::new_secure(id, root.path(), &material, extra)
+            })
+            .collect();
+        let mut cluster = Self::bootstrap(root, nodes);
+        cluster.material = Some(material);
+        cluster
     }
 
     pub fn node(&mut self, id: u64) -> &mut Gateway {

@@ -17,6 +17,8 @@
 //!   ([`supervisor::Supervisor`]) and the pool helpers of the supervision
 //!   scenarios.
 //! - [`root`]: counted skips of tests that need root.
+//! - [`secure`]: TLS material (a throwaway CA, certificates, signing key,
+//!   admin token) for secure end-to-end tests.
 //! - [`member`]: the scripted supervisor member (the stream protocol, and
 //!   [`member::ScriptedMember`]).
 //!
@@ -37,6 +39,7 @@ pub mod gateway;
 pub mod member;
 pub mod ports;
 pub mod root;
+pub mod secure;
 pub mod supervisor;
 
 pub use root::{is_root, skip_without_root};

@@ -195,8 +195,8 @@ impl Drop for KillUnder {
 }
 
 pub async fn pool_admin(node: &Gateway) -> TestResult<PoolAdminClient<Channel>> {
-    let channel = crate::gateway::test_channel(&node.addr, 300).await?;
-    Ok(PoolAdminClient::new(channel))
+    // TLS for a secure gateway (its calls then need `node.request`).
+    Ok(PoolAdminClient::new(node.channel().await?))
 }
 
 /// Pool status through the first live gateway that answers.
@@ -205,7 +205,9 @@ pub async fn pool_status(cluster: &Cluster) -> TestResult<SupervisorPoolStatus> 
     for node in cluster.nodes.iter().filter(|n| n.is_running()) {
         match pool_admin(node).await {
             Ok(mut c) => match c
-                .get_supervisor_pool_status(GetSupervisorPoolStatusRequest { stale: false })
+                .get_supervisor_pool_status(
+                    node.request(GetSupervisorPoolStatusRequest { stale: false }),
+                )
                 .await
             {
                 Ok(s) => return Ok(s.into_inner()),
@@ -265,11 +267,11 @@ pub async fn create_sandbox_running(cluster: &Cluster, id: &str, material: &str)
             .ok_or("no gateway")?;
         Ok(pool_admin(node)
             .await?
-            .create_sandbox(CreateSandboxRequest {
+            .create_sandbox(node.request(CreateSandboxRequest {
                 sandbox_id: id.into(),
                 launch_id: String::new(),
                 material_ref: material.into(),
-            })
+            }))
             .await?
             .into_inner())
     })
@@ -285,11 +287,11 @@ pub async fn read_counter(cluster: &Cluster, id: &str) -> TestResult<(u64, Strin
         .ok_or("no gateway")?;
     let reply = pool_admin(node)
         .await?
-        .exec_sandbox(ExecSandboxRequest {
+        .exec_sandbox(node.request(ExecSandboxRequest {
             sandbox_id: id.into(),
             argv: vec!["demo-read".into()],
             timeout_ms: 5000,
-        })
+        }))
         .await?
         .into_inner();
     if reply.exit_code != 0 {

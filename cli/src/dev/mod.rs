@@ -168,6 +168,7 @@ fn start_gateways(
     for i in 0..3u16 {
         let id = i + 1;
         let mut gw_args = vec![
+            "--insecure".to_string(),
             "--node-id".to_string(),
             id.to_string(),
             "--listen".into(),

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use gateway_plugin::config::{
-    self, AuthSection, GatewaySection, RaftSection, SupervisorPoolSection,
+    self, AuthSection, GatewaySection, RaftSection, SupervisorPoolSection, TlsSection,
 };
 
 /// One replica of the OpenShell gateway's raft-replicated pool store.
@@ -34,12 +34,31 @@ struct Args {
     /// This gateway's raft node id (>= 1).
     #[arg(long, env = "OPENSHELL_NODE_ID")]
     node_id: Option<u64>,
-    /// Address to bind, ip:port.
+    /// The client port to bind, ip:port (CLI, supervisors, object store).
     #[arg(long, env = "OPENSHELL_LISTEN")]
     listen: Option<String>,
-    /// Address others reach this gateway at (default: --listen).
+    /// The peer port to bind, ip:port (raft and forwarded calls between
+    /// gateways; mutual TLS). Required unless --insecure.
+    #[arg(long, env = "OPENSHELL_PEER_LISTEN")]
+    peer_listen: Option<String>,
+    /// This node's address in the raft membership, where other gateways
+    /// reach its peer port (default: --peer-listen, else --listen).
     #[arg(long, env = "OPENSHELL_ADVERTISE")]
     advertise: Option<String>,
+    /// This gateway's certificate chain (PEM), served on both ports and
+    /// presented to peers; re-read when it changes.
+    #[arg(long, env = "OPENSHELL_TLS_CERT_FILE")]
+    tls_cert_file: Option<PathBuf>,
+    /// The private key of --tls-cert-file (PEM).
+    #[arg(long, env = "OPENSHELL_TLS_KEY_FILE")]
+    tls_key_file: Option<PathBuf>,
+    /// The CA (PEM) every gateway's certificate chains to.
+    #[arg(long, env = "OPENSHELL_TLS_CA_FILE")]
+    tls_ca_file: Option<PathBuf>,
+    /// Start without TLS, tokens or a signing key where they are not given
+    /// (plaintext, open APIs): development only, logged at every start.
+    #[arg(long)]
+    insecure: bool,
     /// Data directory (created if absent).
     #[arg(long, env = "OPENSHELL_DATA_DIR")]
     data_dir: Option<PathBuf>,
@@ -80,7 +99,8 @@ struct Args {
     #[arg(long)]
     recovery_deadline_ms: Option<u64>,
     /// File with the cluster signing key (64 hex characters); the same on
-    /// every gateway. Without it an insecure development key is used.
+    /// every gateway. Required unless --insecure (which then uses an
+    /// insecure development key).
     #[arg(long, env = "OPENSHELL_SIGNING_KEY_FILE")]
     signing_key_file: Option<PathBuf>,
     /// Address of /healthz, /readyz and /metrics, ip:port.
@@ -272,7 +292,14 @@ fn run() -> anyhow::Result<()> {
     let flags = GatewaySection {
         node_id: args.node_id,
         listen_addr: args.listen,
+        peer_listen_addr: args.peer_listen,
         advertise_addr: args.advertise,
+        tls: Some(TlsSection {
+            cert_file: args.tls_cert_file,
+            key_file: args.tls_key_file,
+            ca_file: args.tls_ca_file,
+        }),
+        insecure: args.insecure.then_some(true),
         data_dir: args.data_dir,
         cluster_id: args.cluster_id,
         initial_voters: args.initial_voters,

@@ -50,9 +50,6 @@ use crate::codec::{self, MAX_MESSAGE_BYTES};
 use crate::error::WriteError;
 use crate::types::{Applied, NodeId, TypeConfig};
 
-/// Metadata key of the peer token on raft transport calls.
-pub const PEER_TOKEN: &str = "x-openshell-peer-token";
-
 /// Metadata key of the receiver's own node id on a refusal of a call meant
 /// for another node.
 pub const NODE_ID: &str = "x-openshell-node-id";
@@ -84,32 +81,15 @@ impl AppendAcks {
     }
 }
 
-/// Adds the peer token to every outbound raft transport call.
-#[derive(Clone)]
-pub struct PeerAuth(Option<tonic::metadata::AsciiMetadataValue>);
-
-impl tonic::service::Interceptor for PeerAuth {
-    fn call(
-        &mut self,
-        mut request: tonic::Request<()>,
-    ) -> Result<tonic::Request<()>, tonic::Status> {
-        if let Some(token) = &self.0 {
-            request.metadata_mut().insert(PEER_TOKEN, token.clone());
-        }
-        Ok(request)
-    }
-}
-
 /// A raft transport client to one peer.
-pub type TransportClient =
-    RaftTransportClient<tonic::service::interceptor::InterceptedService<Channel, PeerAuth>>;
+pub type TransportClient = RaftTransportClient<Channel>;
 
 /// Channels to peers, shared by the raft network and by write forwarding.
 #[derive(Clone)]
 pub struct Channels {
     cluster_id: Arc<str>,
-    auth: PeerAuth,
-    /// How peer channels connect ([`Role::Peer`]'s defaults).
+    /// How peer channels connect ([`Role::Peer`]'s defaults, with the
+    /// node's peer TLS).
     config: ClientConfig,
     /// Address -> channel. A std lock: held only to look up or insert.
     by_addr: Arc<Mutex<BTreeMap<String, Channel>>>,
@@ -118,13 +98,12 @@ pub struct Channels {
 }
 
 impl Channels {
-    /// Channels of a node of `cluster_id`, presenting `peer_token` (if any)
-    /// on every call.
-    pub fn new(cluster_id: &str, peer_token: Option<&str>) -> Self {
+    /// Channels of a node of `cluster_id`, dialling with `tls` (`None`:
+    /// plaintext, `--insecure`).
+    pub fn new(cluster_id: &str, tls: Option<proto::tls::ClientTls>) -> Self {
         Channels {
             cluster_id: cluster_id.into(),
-            auth: PeerAuth(peer_token.and_then(|t| t.parse().ok())),
-            config: ClientConfig::for_role(Role::Peer),
+            config: ClientConfig::for_role(Role::Peer).with_tls(tls),
             by_addr: Arc::default(),
             acks: AppendAcks::default(),
         }
@@ -133,6 +112,11 @@ impl Channels {
     /// When each target last acknowledged an append from this node.
     pub fn acks(&self) -> &AppendAcks {
         &self.acks
+    }
+
+    /// How a call to a peer connects (forwarded admin calls use it too).
+    pub fn client_config(&self, role: Role) -> ClientConfig {
+        ClientConfig::for_role(role).with_tls(self.config.tls.clone())
     }
 
     /// The cluster id every outbound call carries.
@@ -160,11 +144,9 @@ impl Channels {
                     .clone()
             }
         };
-        Ok(
-            RaftTransportClient::with_interceptor(channel, self.auth.clone())
-                .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                .max_encoding_message_size(MAX_MESSAGE_BYTES),
-        )
+        Ok(RaftTransportClient::new(channel)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES))
     }
 
     /// The channel cache. A std lock, held only to look up or insert (never

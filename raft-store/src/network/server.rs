@@ -36,55 +36,39 @@ use crate::batcher::{check_size, Proposed, Proposer};
 use crate::codec;
 use crate::leadership::ElectionHold;
 use crate::membership;
-use crate::network::client::{NODE_ID, PEER_TOKEN, REFUSAL_LOG_EVERY};
+use crate::network::client::{NODE_ID, REFUSAL_LOG_EVERY};
 use crate::network::incoming_snapshot::{IncomingSnapshot, DEFAULT_MAX_SNAPSHOT_BYTES};
 use crate::state_machine::StateMachine;
 use crate::types::typ::Raft;
 use crate::types::NodeId;
 
-/// Decides who may call the transport: peers of the same cluster that
-/// present the peer token when one is configured.
+/// Decides who may call the transport: peers of the same cluster. Who
+/// may connect at all is decided by the peer port's mutual TLS (a
+/// certificate signed by the cluster's CA); a cluster started with
+/// `--insecure` checks only the cluster id.
 #[derive(Clone, Debug)]
 pub struct PeerAuthenticator {
     /// The cluster every caller must belong to.
     cluster_id: String,
-    /// The secret every caller must present (None: only the cluster id is
-    /// checked).
-    token: Option<String>,
 }
 
 impl PeerAuthenticator {
-    /// Admits callers of `cluster_id` presenting `token` (if any).
-    pub fn new(cluster_id: &str, token: Option<&str>) -> Self {
+    /// Admits callers of `cluster_id`.
+    pub fn new(cluster_id: &str) -> Self {
         PeerAuthenticator {
             cluster_id: cluster_id.to_string(),
-            token: token.map(str::to_string),
         }
     }
 
-    /// Refuses callers of another cluster, and callers without the peer
-    /// token when one is configured.
+    /// Refuses callers of another cluster.
     ///
     /// # Errors
-    /// `UNAUTHENTICATED` without the token, `PERMISSION_DENIED` from another
-    /// cluster.
+    /// `PERMISSION_DENIED` from another cluster.
     pub fn check(
         &self,
-        metadata: &tonic::metadata::MetadataMap,
+        _metadata: &tonic::metadata::MetadataMap,
         cluster_id: &str,
     ) -> Result<(), Status> {
-        if let Some(expected) = &self.token {
-            let presented = metadata
-                .get(PEER_TOKEN)
-                .map(|v| v.as_bytes())
-                .unwrap_or_default();
-            if !constant_time_eq(presented, expected.as_bytes()) {
-                tracing::warn!("refused raft RPC without a valid peer token");
-                return Err(Status::unauthenticated(
-                    "raft transport calls need the cluster's peer token",
-                ));
-            }
-        }
         self.check_cluster(cluster_id)
     }
 
@@ -381,30 +365,13 @@ fn refusal_log_due() -> bool {
     true
 }
 
-/// Compares secrets in time independent of where they differ.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn with_token(token: &str) -> tonic::metadata::MetadataMap {
-        let mut metadata = tonic::metadata::MetadataMap::new();
-        let value = token
-            .parse()
-            .unwrap_or_else(|e| panic!("token {token:?} is not ASCII: {e}"));
-        metadata.insert(PEER_TOKEN, value);
-        metadata
-    }
-
     #[test]
     fn peers_of_another_cluster_are_refused() {
-        let auth = PeerAuthenticator::new("blue", None);
+        let auth = PeerAuthenticator::new("blue");
         assert!(auth.check(&Default::default(), "blue").is_ok());
         let refused = auth.check(&Default::default(), "green");
         assert_eq!(
@@ -431,17 +398,5 @@ mod tests {
             refused,
             Err((tonic::Code::FailedPrecondition, Some("3".to_string())))
         );
-    }
-
-    #[test]
-    fn a_configured_peer_token_is_required() {
-        let auth = PeerAuthenticator::new("blue", Some("secret"));
-        assert!(auth.check(&with_token("secret"), "blue").is_ok());
-        for metadata in [with_token("secreT"), with_token(""), Default::default()] {
-            assert_eq!(
-                auth.check(&metadata, "blue").map_err(|s| s.code()),
-                Err(tonic::Code::Unauthenticated)
-            );
-        }
     }
 }

@@ -55,6 +55,9 @@ pub struct RawAgentConfig {
     pub runtime_bin: Option<PathBuf>,
     /// Try gateways in the listed order instead of from a random one.
     pub listed_order: bool,
+    /// `--tls-ca-file`: the CA the gateways' certificates chain to (PEM);
+    /// without it the attach stream is plaintext.
+    pub tls_ca_file: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for RawAgentConfig {
@@ -72,6 +75,7 @@ impl std::fmt::Debug for RawAgentConfig {
             .field("runtime_dir", &self.runtime_dir)
             .field("runtime_bin", &self.runtime_bin)
             .field("listed_order", &self.listed_order)
+            .field("tls_ca_file", &self.tls_ca_file)
             .finish()
     }
 }
@@ -194,6 +198,17 @@ impl RawAgentConfig {
                 .and_then(|p| p.parent().map(|d| d.join("openshell-sandbox-runtime")))
                 .unwrap_or_else(|| PathBuf::from("openshell-sandbox-runtime")),
         };
+        let gateway_tls = self
+            .tls_ca_file
+            .as_deref()
+            .map(|ca| {
+                proto::tls::ClientTls::load(ca, None).map_err(|e| ConfigError::Invalid {
+                    flag: "--tls-ca-file",
+                    value: ca.display().to_string(),
+                    problem: e.to_string(),
+                })
+            })
+            .transpose()?;
         Ok(AgentConfig {
             gateways,
             member_id,
@@ -209,7 +224,7 @@ impl RawAgentConfig {
             max_backoff: Duration::from_secs(2),
             runtime_heartbeat: Duration::from_millis(250),
             listed_order: self.listed_order,
-            gateway_client: ClientConfig::for_role(Role::SupervisorToGateway),
+            gateway_client: ClientConfig::for_role(Role::SupervisorToGateway).with_tls(gateway_tls),
             runtime_client: ClientConfig::for_role(Role::SupervisorToRuntime),
         })
     }

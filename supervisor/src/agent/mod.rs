@@ -269,6 +269,12 @@ pub async fn run(
             tracing::error!(error = %e, "control server failed");
         }
     }));
+    if let Some(tls) = &agent.config.gateway_client.tls {
+        tasks.push(proto::tls::Reloader::spawn(
+            tls.clone(),
+            proto::tls::RELOAD_EVERY,
+        ));
+    }
     tasks.push(tokio::spawn(attach_loop(agent.clone())));
     shutdown.await;
     tracing::info!("supervisor stopping; sessions are left to their runtimes");
@@ -327,7 +333,7 @@ async fn attach_loop(agent: Arc<Agent>) {
                 }
                 broken_in_a_row += 1;
                 let to = &gateways[next % gateways.len()];
-                tracing::warn!(%gateway, error = %e, next = %to, "attached stream failed: attaching to the next gateway at once");
+                tracing::warn!(%gateway, error = format!("{e:#}"), next = %to, "attached stream failed: attaching to the next gateway at once");
                 agent.set_not_ready(format!(
                     "stream to gateway {gateway} failed ({e}); attaching to {to}"
                 ));
@@ -340,8 +346,8 @@ async fn attach_loop(agent: Arc<Agent>) {
                 failures = failures.saturating_add(1);
                 leaving_in_a_row = 0;
                 broken_in_a_row = 0;
-                tracing::warn!(%gateway, error = %e, "attach failed");
-                agent.set_not_ready(format!("not attached: gateway {gateway}: {e}"));
+                tracing::warn!(%gateway, error = format!("{e:#}"), "attach failed");
+                agent.set_not_ready(format!("not attached: gateway {gateway}: {e:#}"));
             }
         }
         *Agent::lock(&agent.outbound) = None;

@@ -48,6 +48,10 @@ struct Args {
     /// Attach to gateways in the listed order (default: start at a random one).
     #[arg(long, env = "OPENSHELL_ATTACH_LISTED_ORDER")]
     attach_listed_order: bool,
+    /// The CA (PEM) the gateways' certificates chain to: the attach stream
+    /// speaks TLS and verifies the gateway; re-read when it changes.
+    #[arg(long, env = "OPENSHELL_TLS_CA_FILE")]
+    tls_ca_file: Option<PathBuf>,
     /// The openshell-sandbox-runtime binary (default: next to this one).
     #[arg(long, env = "OPENSHELL_RUNTIME_BIN")]
     runtime_bin: Option<PathBuf>,
@@ -86,6 +90,7 @@ fn run() -> anyhow::Result<()> {
         runtime_dir: args.runtime_dir,
         runtime_bin: args.runtime_bin,
         listed_order: args.attach_listed_order,
+        tls_ca_file: args.tls_ca_file,
     }
     .validate()?;
     let runtime = tokio::runtime::Runtime::new()?;

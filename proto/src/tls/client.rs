@@ -1,0 +1,184 @@
+//! The dialling side: [`ClientTls`] (the CA a server must chain to, and an
+//! optional client certificate) and [`TlsConnector`], the connector
+//! `proto::client::connect` gives tonic.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::ServerName;
+use tokio::net::TcpStream;
+use tonic::codegen::http::Uri;
+
+use super::server::describe;
+use super::{alpn, provider, read_certs, read_key, read_roots, Build, Reload, TlsError, Watched};
+
+/// What a dialling side trusts and presents, re-read when its files change.
+/// Cloning shares it; two clones compare equal.
+#[derive(Clone)]
+pub struct ClientTls {
+    inner: Arc<Watched<rustls::ClientConfig>>,
+}
+
+impl std::fmt::Debug for ClientTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientTls")
+            .field("files", &self.inner.files())
+            .finish()
+    }
+}
+
+impl PartialEq for ClientTls {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+
+impl Eq for ClientTls {}
+
+impl ClientTls {
+    /// Trusts servers whose certificate chains to the CA file `ca`; presents
+    /// `identity` (certificate chain file, key file) when given.
+    ///
+    /// # Errors
+    /// A file that cannot be read or used, named in the error.
+    pub fn load(ca: &Path, identity: Option<(&Path, &Path)>) -> Result<Self, TlsError> {
+        let (files, build): (Vec<PathBuf>, Build<rustls::ClientConfig>) = match identity {
+            None => (vec![ca.to_path_buf()], build_anonymous),
+            Some((cert, key)) => (
+                vec![ca.to_path_buf(), cert.to_path_buf(), key.to_path_buf()],
+                build_identified,
+            ),
+        };
+        Ok(ClientTls {
+            inner: Arc::new(Watched::load(files, build)?),
+        })
+    }
+
+    /// The configuration new connections use.
+    pub fn current(&self) -> Arc<rustls::ClientConfig> {
+        self.inner.current()
+    }
+
+    /// A connector dialling TCP, then TLS with the current configuration,
+    /// verifying the server's certificate for the URI's host.
+    pub fn connector(&self) -> TlsConnector {
+        TlsConnector { tls: self.clone() }
+    }
+}
+
+impl Reload for ClientTls {
+    fn reload(&self) -> Result<bool, TlsError> {
+        self.inner.reload()
+    }
+
+    fn describe(&self) -> String {
+        describe(self.inner.files())
+    }
+}
+
+fn builder(
+    path: &Path,
+    contents: &[u8],
+) -> Result<rustls::ConfigBuilder<rustls::ClientConfig, rustls::client::WantsClientCert>, TlsError>
+{
+    let roots = read_roots(path, contents)?;
+    Ok(rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(super::VERSIONS)
+        .map_err(|source| TlsError::Rustls {
+            path: path.to_path_buf(),
+            source,
+        })?
+        .with_root_certificates(roots))
+}
+
+fn build_anonymous(
+    files: &[PathBuf],
+    contents: &[Vec<u8>],
+) -> Result<rustls::ClientConfig, TlsError> {
+    let mut config = builder(&files[0], &contents[0])?.with_no_client_auth();
+    config.alpn_protocols = alpn();
+    Ok(config)
+}
+
+fn build_identified(
+    files: &[PathBuf],
+    contents: &[Vec<u8>],
+) -> Result<rustls::ClientConfig, TlsError> {
+    let certs = read_certs(&files[1], &contents[1])?;
+    let key = read_key(&files[2], &contents[2])?;
+    let mut config = builder(&files[0], &contents[0])?
+        .with_client_auth_cert(certs, key)
+        .map_err(|source| TlsError::Rustls {
+            path: files[1].clone(),
+            source,
+        })?;
+    config.alpn_protocols = alpn();
+    Ok(config)
+}
+
+/// Dials `host:port` from the URI, then TLS, verifying the server's
+/// certificate names `host` (a DNS name or an IP address).
+#[derive(Clone, Debug)]
+pub struct TlsConnector {
+    tls: ClientTls,
+}
+
+impl tower::Service<Uri> for TlsConnector {
+    type Response = TokioIo<tokio_rustls::client::TlsStream<TcpStream>>;
+    type Error = std::io::Error;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let config = self.tls.current();
+        Box::pin(async move {
+            let invalid = |what: &str| {
+                std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{uri}: {what}"))
+            };
+            let host = uri.host().ok_or_else(|| invalid("no host"))?;
+            let port = uri.port_u16().ok_or_else(|| invalid("no port"))?;
+            // An IPv6 literal comes bracketed in a URI.
+            let bare = host.trim_start_matches('[').trim_end_matches(']');
+            let name = ServerName::try_from(bare.to_string())
+                .map_err(|e| invalid(&format!("{bare:?} is not a DNS name or IP address: {e}")))?;
+            let tcp = TcpStream::connect((bare, port)).await?;
+            tcp.set_nodelay(true)?;
+            let tls = tokio_rustls::TlsConnector::from(config)
+                .connect(name, tcp)
+                .await?;
+            Ok(TokioIo::new(tls))
+        })
+    }
+}
+
+impl ClientTls {
+    /// The end-entity certificate (DER) the server at `addr` (`host:port`)
+    /// presents to a new connection, after verifying it as every call does.
+    /// For operators and tests: which certificate does a port serve now?
+    ///
+    /// # Errors
+    /// The connection or the verification failed.
+    pub async fn served_certificate(&self, addr: &str) -> std::io::Result<Vec<u8>> {
+        use tower::ServiceExt;
+        let uri: Uri = format!("http://{addr}").parse().map_err(|e| {
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{addr}: {e}"))
+        })?;
+        let io = self.connector().oneshot(uri).await?;
+        let stream = io.into_inner();
+        Ok(stream
+            .get_ref()
+            .1
+            .peer_certificates()
+            .and_then(|c| c.first().map(|c| c.as_ref().to_vec()))
+            .unwrap_or_default())
+    }
+}

@@ -1,0 +1,222 @@
+//! The listening side: [`ServerTls`] (certificate, key, whom to admit) and
+//! [`incoming`], the TLS connection stream a tonic server serves.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::Stream;
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::server::TlsStream;
+
+use super::{alpn, provider, read_certs, read_key, read_roots, Build, Reload, TlsError, Watched};
+
+/// The longest a TLS handshake may take before the connection is dropped.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The most handshakes in progress at once on one port; further connections
+/// wait in the kernel's accept queue.
+pub const MAX_HANDSHAKES: usize = 128;
+
+/// Whom a port admits at the TLS layer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClientAuth {
+    /// Anyone who completes the handshake (callers authenticate by token).
+    None,
+    /// Callers presenting a certificate signed by this CA file; callers
+    /// without a certificate are admitted too (they authenticate by token).
+    Optional(PathBuf),
+    /// Only callers presenting a certificate signed by this CA file (the
+    /// gateway's peer port).
+    Required(PathBuf),
+}
+
+/// A port's TLS configuration, re-read when its files change. Cloning
+/// shares it.
+#[derive(Clone)]
+pub struct ServerTls {
+    inner: Arc<Watched<rustls::ServerConfig>>,
+    auth: ClientAuth,
+}
+
+impl std::fmt::Debug for ServerTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerTls")
+            .field("files", &self.inner.files())
+            .field("client_auth", &self.auth)
+            .finish()
+    }
+}
+
+impl ServerTls {
+    /// Loads the certificate chain `cert`, its key `key` and, per `auth`, the
+    /// CA that signs client certificates.
+    ///
+    /// # Errors
+    /// A file that cannot be read or used, named in the error.
+    pub fn load(cert: &Path, key: &Path, auth: ClientAuth) -> Result<Self, TlsError> {
+        let mut files = vec![cert.to_path_buf(), key.to_path_buf()];
+        let build: Build<rustls::ServerConfig> = match &auth {
+            ClientAuth::None => build_open,
+            ClientAuth::Optional(ca) => {
+                files.push(ca.clone());
+                build_optional
+            }
+            ClientAuth::Required(ca) => {
+                files.push(ca.clone());
+                build_required
+            }
+        };
+        Ok(ServerTls {
+            inner: Arc::new(Watched::load(files, build)?),
+            auth,
+        })
+    }
+
+    /// Whom this port admits.
+    pub fn client_auth(&self) -> &ClientAuth {
+        &self.auth
+    }
+
+    /// The configuration new connections use.
+    pub fn current(&self) -> Arc<rustls::ServerConfig> {
+        self.inner.current()
+    }
+}
+
+impl Reload for ServerTls {
+    fn reload(&self) -> Result<bool, TlsError> {
+        self.inner.reload()
+    }
+
+    fn describe(&self) -> String {
+        describe(self.inner.files())
+    }
+}
+
+/// The files' paths, comma-separated, for logs.
+pub(crate) fn describe(files: &[PathBuf]) -> String {
+    files
+        .iter()
+        .map(|f| f.display().to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Certificate and key, then the client verifier `verifier` builds.
+fn build_with(
+    files: &[PathBuf],
+    contents: &[Vec<u8>],
+    verifier: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
+) -> Result<rustls::ServerConfig, TlsError> {
+    let certs = read_certs(&files[0], &contents[0])?;
+    let key = read_key(&files[1], &contents[1])?;
+    let builder = rustls::ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(super::VERSIONS)
+        .map_err(|source| TlsError::Rustls {
+            path: files[0].clone(),
+            source,
+        })?;
+    let builder = match verifier {
+        Some(v) => builder.with_client_cert_verifier(v),
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder
+        .with_single_cert(certs, key)
+        .map_err(|source| TlsError::Rustls {
+            path: files[0].clone(),
+            source,
+        })?;
+    config.alpn_protocols = alpn();
+    Ok(config)
+}
+
+fn build_open(files: &[PathBuf], contents: &[Vec<u8>]) -> Result<rustls::ServerConfig, TlsError> {
+    build_with(files, contents, None)
+}
+
+fn client_verifier(
+    files: &[PathBuf],
+    contents: &[Vec<u8>],
+    optional: bool,
+) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, TlsError> {
+    let roots = read_roots(&files[2], &contents[2])?;
+    let builder =
+        rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider());
+    let builder = if optional {
+        builder.allow_unauthenticated()
+    } else {
+        builder
+    };
+    builder
+        .build()
+        .map_err(|e| TlsError::invalid(&files[2], format!("cannot verify clients with it: {e}")))
+}
+
+fn build_optional(
+    files: &[PathBuf],
+    contents: &[Vec<u8>],
+) -> Result<rustls::ServerConfig, TlsError> {
+    let verifier = client_verifier(files, contents, true)?;
+    build_with(files, contents, Some(verifier))
+}
+
+fn build_required(
+    files: &[PathBuf],
+    contents: &[Vec<u8>],
+) -> Result<rustls::ServerConfig, TlsError> {
+    let verifier = client_verifier(files, contents, false)?;
+    build_with(files, contents, Some(verifier))
+}
+
+/// The TLS connections of `listener`, for `serve_with_incoming`.
+///
+/// Each accepted connection's handshake runs in its own task, with the
+/// configuration current at accept time, within [`HANDSHAKE_TIMEOUT`]; at
+/// most [`MAX_HANDSHAKES`] run at once. A failed handshake (a plaintext
+/// client, an unknown CA, a missing client certificate) closes that
+/// connection and is logged at debug with the peer's address; it never ends
+/// the stream. The accept loop ends when the stream is dropped.
+pub fn incoming(
+    listener: TcpListener,
+    tls: ServerTls,
+) -> impl Stream<Item = Result<TlsStream<TcpStream>, std::io::Error>> + Send + 'static {
+    let (tx, rx) = tokio::sync::mpsc::channel::<TlsStream<TcpStream>>(MAX_HANDSHAKES);
+    let permits = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
+    tokio::spawn(async move {
+        loop {
+            let Ok(permit) = permits.clone().acquire_owned().await else {
+                return;
+            };
+            let accepted = tokio::select! {
+                accepted = listener.accept() => accepted,
+                () = tx.closed() => return,
+            };
+            let (socket, peer) = match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of descriptors and the like: wait, do not spin.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let _ = socket.set_nodelay(true);
+            let acceptor = tokio_rustls::TlsAcceptor::from(tls.current());
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let _permit = permit;
+                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(socket)).await {
+                    Ok(Ok(stream)) => {
+                        let _ = tx.send(stream).await;
+                    }
+                    Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake refused"),
+                    Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+                }
+            });
+        }
+    });
+    futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|stream| (Ok(stream), rx))
+    })
+}

@@ -171,7 +171,6 @@ async fn cli_drives_the_dev_cluster_membership_and_backup_restore() -> TestResul
     }
     let log = std::fs::File::create(root.path().join("g4.log"))?;
     let mut g4_child = Command::new(gateway_bin())
-        .arg("--insecure")
         .args(&args)
         .stdout(Stdio::from(log.try_clone()?))
         .stderr(Stdio::from(log))

@@ -36,7 +36,8 @@
 //! recovery_deadline_ms = 60000
 //! operation_deadline_ms = 600000
 //! status_interval_ms = 250
-//! supervisor_token = "..."
+//! member_credentials_file = "/etc/openshell/member-credentials"
+//! # supervisor_token = "..."   # deprecated: any supervisor holding it joins as any member
 //! ```
 //!
 //! Every error names the key (`openshell.gateway.raft.heartbeat_interval_ms`)
@@ -156,8 +157,14 @@ pub struct SupervisorPoolSection {
     pub operation_deadline_ms: Option<u64>,
     /// Supervisors send HostStatus this often, ms (10..=10000, default: tick_interval_ms).
     pub status_interval_ms: Option<u64>,
-    /// Credential supervisors must present (default: none required).
+    /// DEPRECATED: one credential shared by every supervisor, which lets
+    /// any of them join as any member id; use `member_credentials_file`.
+    /// When both are set, a member listed in the file must present its own
+    /// credential and the shared one admits only unlisted member ids.
     pub supervisor_token: Option<String>,
+    /// File of `member_id credential` lines (format:
+    /// [`crate::member_credentials`]); re-read when it changes.
+    pub member_credentials_file: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for SupervisorPoolSection {
@@ -173,6 +180,7 @@ impl std::fmt::Debug for SupervisorPoolSection {
                 "supervisor_token",
                 &proto::secret::redact_opt(&self.supervisor_token),
             )
+            .field("member_credentials_file", &self.member_credentials_file)
             .finish()
     }
 }
@@ -346,7 +354,8 @@ impl GatewaySection {
                 recovery_deadline_ms,
                 operation_deadline_ms,
                 status_interval_ms,
-                supervisor_token
+                supervisor_token,
+                member_credentials_file
             );
         }
         self.supervisor_pool = Some(pool);
@@ -747,6 +756,7 @@ fn load_signer(
 }
 
 fn validate_pool(section: SupervisorPoolSection) -> Result<crate::hub::PoolSettings, ConfigError> {
+    let (supervisor_token, member_credentials) = crate::member_credentials::from_section(&section)?;
     let tick = in_range(
         "openshell.gateway.supervisor_pool.tick_interval_ms",
         section.tick_interval_ms.unwrap_or(250),
@@ -793,7 +803,8 @@ fn validate_pool(section: SupervisorPoolSection) -> Result<crate::hub::PoolSetti
         recovery_deadline_ticks: ticks(recovery),
         operation_deadline_ticks: ticks(operation),
         status_interval: Duration::from_millis(status),
-        supervisor_token: section.supervisor_token.filter(|t| !t.is_empty()),
+        supervisor_token,
+        member_credentials,
     })
 }
 

@@ -186,7 +186,7 @@ pub async fn run(
                 serving_stopped.clone(),
             ),
             ports::serve(
-                peer_router(&node, &config, &metrics),
+                peer_router(&node, &config, &metrics).add_service(relay(&hub, &config)),
                 peer,
                 config.tls.as_ref().map(|t| t.peer_port.clone()),
                 serving_stopped,
@@ -198,7 +198,8 @@ pub async fn run(
                 &config,
                 &metrics,
                 client_router(&node, &hub, &config, &metrics),
-            ),
+            )
+            .add_service(relay(&hub, &config)),
             listeners.client,
             client_tls,
             serving_stopped,
@@ -274,6 +275,16 @@ fn peer_services(
     router: tonic::transport::server::Router,
 ) -> tonic::transport::server::Router {
     router.add_service(node.transport_service())
+}
+
+/// PeerRelay (an exec relayed to the gateway holding the owner's stream):
+/// peer port only, since relays go to membership (peer) addresses.
+fn relay(
+    hub: &std::sync::Arc<Hub>,
+    config: &GatewayConfig,
+) -> proto::gateway::peer_relay_server::PeerRelayServer<crate::peer_relay_service::PeerRelayService>
+{
+    crate::peer_relay_service::service(hub.clone(), config.auth.clone())
 }
 
 /// The client port's services.

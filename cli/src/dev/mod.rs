@@ -290,6 +290,9 @@ fn start_supervisors(
             dir.join("runtimes").display().to_string(),
             "--runtime-bin".into(),
             bins.runtime.display().to_string(),
+            // Until `dev` generates a credential and trusted grant keys
+            // (the supervisor is secure by default).
+            "--insecure".into(),
         ];
         children.spawn(
             format!("supervisor {member}"),

@@ -53,6 +53,7 @@ pub mod audit;
 pub mod auth;
 pub mod cluster_admin_service;
 pub mod config;
+pub mod config_tls;
 pub mod convert;
 pub mod health;
 pub mod http;

@@ -371,6 +371,31 @@ impl Inner {
         self.incarnation.swap(0, Ordering::Relaxed)
     }
 
+    /// Opens the stream to `gateway` as process `process_id` knowing
+    /// incarnation `known`: TLS and the member's credential in a secure run.
+    async fn attach(
+        &self,
+        gateway: &str,
+        process_id: u64,
+        known: u64,
+    ) -> Result<Attached, tonic::Status> {
+        let advertise = format!("10.0.0.1:{}", 20000 + process_id % 10000);
+        let credential = self
+            .security
+            .as_ref()
+            .map_or("", |s| s.credential_of(&self.member));
+        let hello = hello_with_credential(
+            &self.member,
+            process_id,
+            known,
+            self.capacity,
+            advertise,
+            credential,
+        );
+        let tls = self.security.as_ref().map(|s| s.tls.clone());
+        attach_secure(gateway, Duration::from_millis(1000), tls, hello, 256).await
+    }
+
     /// `join`: attaches as the current process (naming the incarnation it
     /// was granted, 0 for none) and records the outcome; the open stream
     /// (under the incarnation the pool assigned), or how the attempt ended.
@@ -396,21 +421,7 @@ impl Inner {
             node,
             None,
         );
-        let advertise = format!("10.0.0.1:{}", 20000 + process_id % 10000);
-        let credential = self
-            .security
-            .as_ref()
-            .map_or("", |s| s.credential_of(&member));
-        let hello = hello_with_credential(
-            &member,
-            process_id,
-            known,
-            self.capacity,
-            advertise,
-            credential,
-        );
-        let tls = self.security.as_ref().map(|s| s.tls.clone());
-        let attach = attach_secure(gateway, Duration::from_millis(1000), tls, hello, 256);
+        let attach = self.attach(gateway, process_id, known);
         match tokio::time::timeout(Duration::from_secs(8), attach).await {
             Ok(Ok(attached)) => {
                 // Grants name the assigned incarnation; acks and reports go

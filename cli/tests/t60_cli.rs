@@ -84,9 +84,13 @@ async fn cli_drives_the_dev_cluster_membership_and_backup_restore() -> TestResul
     assert_eq!(status["sandboxes"].as_array().map(Vec::len), Some(3));
     let created = json_as(&sec, &e, &["sandbox", "create", "--", "sleep", "600"]);
     let id = created["id"].as_str().ok_or("no id")?.to_string();
-    let got = json_until_as(&sec, &e, &["sandbox", "get", &id], "new sandbox running", |v| {
-        v["phase"] == "assigned" && v["pid"].is_u64()
-    });
+    let got = json_until_as(
+        &sec,
+        &e,
+        &["sandbox", "get", &id],
+        "new sandbox running",
+        |v| v["phase"] == "assigned" && v["pid"].is_u64(),
+    );
     for key in [
         "id",
         "owner",
@@ -99,7 +103,9 @@ async fn cli_drives_the_dev_cluster_membership_and_backup_restore() -> TestResul
         assert!(!got[key].is_null(), "sandbox get lacks {key}: {got}");
     }
     assert_eq!(
-        json_as(&sec, &e, &["sandbox", "list"]).as_array().map(Vec::len),
+        json_as(&sec, &e, &["sandbox", "list"])
+            .as_array()
+            .map(Vec::len),
         Some(4)
     );
     let (code, out, err) = pool_as(&sec, &e, &["sandbox", "exec", "demo-1", "--", "demo-read"]);
@@ -108,13 +114,17 @@ async fn cli_drives_the_dev_cluster_membership_and_backup_restore() -> TestResul
         out.trim().parse::<u64>().is_ok(),
         "demo-read printed {out:?}"
     );
-    let (code, _, _) = pool_as(&sec, &e,
+    let (code, _, _) = pool_as(
+        &sec,
+        &e,
         &["sandbox", "exec", "demo-1", "--", "sh", "-c", "exit 7"],
     );
     assert_eq!(code, 7, "exec passes the command's exit status through");
 
     eprintln!("--- step: drain --wait, cancel returns the member to service, rebalance --wait");
-    let drained = json_as(&sec, &e,
+    let drained = json_as(
+        &sec,
+        &e,
         &["pool", "drain", "s1", "--max-parallel", "2", "--wait"],
     );
     assert_eq!(drained["phase"], "succeeded", "{drained}");
@@ -190,7 +200,13 @@ async fn cli_drives_the_dev_cluster_membership_and_backup_restore() -> TestResul
             .any(|m| m["id"] == 4),
         "{added}"
     );
-    put_object(&format!("127.0.0.1:{base}"), Some(&cs), "during-membership-1", "a").await?;
+    put_object(
+        &format!("127.0.0.1:{base}"),
+        Some(&cs),
+        "during-membership-1",
+        "a",
+    )
+    .await?;
     let promoted = json_as(&sec, &e, &["raft", "promote", "4"]);
     assert!(
         promoted["voters"]
@@ -226,12 +242,22 @@ async fn cli_drives_the_dev_cluster_membership_and_backup_restore() -> TestResul
 
     eprintln!("--- step: backup save, wipe everything, restore, compare");
     for i in 0..20 {
-        put_object(&g4.addr, Some(&cs), &format!("obj-{i}"), &format!("value-{i}")).await?;
+        put_object(
+            &g4.addr,
+            Some(&cs),
+            &format!("obj-{i}"),
+            &format!("value-{i}"),
+        )
+        .await?;
     }
     let before_objects = objects_at(&g4.addr, Some(&cs)).await?;
     let before_pool = json_as(&sec, &e_live, &["pool", "status"]);
     let file = root.path().join("pool.backup");
-    let saved = json_as(&sec, &e_live, &["backup", "save", file.to_str().ok_or("path")?]);
+    let saved = json_as(
+        &sec,
+        &e_live,
+        &["backup", "save", file.to_str().ok_or("path")?],
+    );
     assert!(saved["index"].as_u64().unwrap_or(0) > 0, "{saved}");
     dev.interrupt();
     let _ = g4_child.kill();
@@ -261,7 +287,9 @@ async fn cli_drives_the_dev_cluster_membership_and_backup_restore() -> TestResul
         .map(|i| format!("127.0.0.1:{}", base + i))
         .collect::<Vec<_>>()
         .join(",");
-    let resumed = json_until_as(&sec, &members,
+    let resumed = json_until_as(
+        &sec,
+        &members,
         &["raft", "status"],
         "a leader after resume",
         |v| v["leader"].is_u64(),

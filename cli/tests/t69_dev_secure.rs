@@ -43,7 +43,11 @@ fn cmdlines_under(dir: &std::path::Path) -> Vec<String> {
     };
     entries
         .flatten()
-        .filter(|e| e.file_name().to_str().is_some_and(|n| n.parse::<u32>().is_ok()))
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.parse::<u32>().is_ok())
+        })
         .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
         .map(|raw| {
             raw.split(|b| *b == 0)
@@ -82,8 +86,18 @@ async fn dev_serves_tls_only_with_generated_material_and_resumes() -> TestResult
 
     eprintln!("--- step: TLS material, secrets 0600, env file, banner");
     let tls = dir.join("tls");
-    for file in ["ca.crt", "gateway-1.crt", "gateway-3.key", "signing.key", "admin.token"] {
-        assert!(tls.join(file).exists(), "{file} missing under {}", tls.display());
+    for file in [
+        "ca.crt",
+        "gateway-1.crt",
+        "gateway-3.key",
+        "signing.key",
+        "admin.token",
+    ] {
+        assert!(
+            tls.join(file).exists(),
+            "{file} missing under {}",
+            tls.display()
+        );
     }
     {
         use std::os::unix::fs::PermissionsExt;
@@ -93,11 +107,16 @@ async fn dev_serves_tls_only_with_generated_material_and_resumes() -> TestResult
         }
     }
     let env = std::fs::read_to_string(dir.join("env"))?;
-    for var in ["OPENSHELL_CA_FILE", "OPENSHELL_TOKEN_FILE", "OPENSHELL_ENDPOINTS"] {
+    for var in [
+        "OPENSHELL_CA_FILE",
+        "OPENSHELL_TOKEN_FILE",
+        "OPENSHELL_ENDPOINTS",
+    ] {
         assert!(env.contains(&format!("export {var}=")), "{var}: {env}");
     }
     assert!(
-        dev.output().contains(&format!("source {}", dir.join("env").display())),
+        dev.output()
+            .contains(&format!("source {}", dir.join("env").display())),
         "{}",
         dev.output()
     );
@@ -113,11 +132,20 @@ async fn dev_serves_tls_only_with_generated_material_and_resumes() -> TestResult
     eprintln!("--- step: the generated CA and token work; without the token: unauthorized");
     let sec = dev.security();
     let status = json_as(&sec, &e, &["raft", "status"]);
-    assert_eq!(status["voters"].as_array().map(Vec::len), Some(3), "{status}");
-    let peers: Vec<String> = (10..13u16).map(|i| format!("127.0.0.1:{}", base + i)).collect();
+    assert_eq!(
+        status["voters"].as_array().map(Vec::len),
+        Some(3),
+        "{status}"
+    );
+    let peers: Vec<String> = (10..13u16)
+        .map(|i| format!("127.0.0.1:{}", base + i))
+        .collect();
     for node in status["nodes"].as_array().into_iter().flatten() {
         let addr = node["addr"].as_str().unwrap_or_default().to_string();
-        assert!(peers.contains(&addr), "membership names {addr}, not a peer port: {status}");
+        assert!(
+            peers.contains(&addr),
+            "membership names {addr}, not a peer port: {status}"
+        );
     }
     let ca_only = vec![sec[0].clone(), sec[1].clone()];
     let (code, _, err) = pool_as(&ca_only, &e, &["raft", "status"]);
@@ -139,12 +167,22 @@ async fn dev_serves_tls_only_with_generated_material_and_resumes() -> TestResult
         String::from_utf8_lossy(&sourced.stderr)
     );
     let pool_status: serde_json::Value = serde_json::from_slice(&sourced.stdout)?;
-    assert_eq!(pool_status["members"].as_array().map(Vec::len), Some(2), "{pool_status}");
+    assert_eq!(
+        pool_status["members"].as_array().map(Vec::len),
+        Some(2),
+        "{pool_status}"
+    );
 
     eprintln!("--- step: no process dev started runs with --insecure");
     let lines = cmdlines_under(&dir);
-    let gateways = lines.iter().filter(|l| l.contains("openshell-gateway")).count();
-    let supervisors = lines.iter().filter(|l| l.contains("openshell-supervisor")).count();
+    let gateways = lines
+        .iter()
+        .filter(|l| l.contains("openshell-gateway"))
+        .count();
+    let supervisors = lines
+        .iter()
+        .filter(|l| l.contains("openshell-supervisor"))
+        .count();
     assert!(gateways >= 3 && supervisors >= 2, "{lines:#?}");
     for line in &lines {
         assert!(!line.contains("--insecure"), "{line}");
@@ -171,7 +209,11 @@ async fn dev_serves_tls_only_with_generated_material_and_resumes() -> TestResult
     let mut again = Dev::start(&dir, base);
     wait_output(&again, "Resumed the data");
     wait_output(&again, "Ctrl-C stops");
-    assert_eq!(std::fs::read(tls.join("ca.crt"))?, ca_before, "a new CA on resume");
+    assert_eq!(
+        std::fs::read(tls.join("ca.crt"))?,
+        ca_before,
+        "a new CA on resume"
+    );
     let resumed = json_until_as(&sec, &e, &["pool", "status"], "pool after resume", |v| {
         v["members"].as_array().is_some_and(|m| m.len() == 2)
     });

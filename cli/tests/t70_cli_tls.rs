@@ -46,7 +46,11 @@ async fn the_cli_speaks_tls_with_its_ca_and_refuses_in_one_line_otherwise() -> T
 
     eprintln!("--- step: raft status with --ca-file and --token-file works");
     let status = json_as(&secure, &endpoints, &["raft", "status"]);
-    assert_eq!(status["voters"].as_array().map(Vec::len), Some(3), "{status}");
+    assert_eq!(
+        status["voters"].as_array().map(Vec::len),
+        Some(3),
+        "{status}"
+    );
     assert!(status["leader"].is_u64(), "{status}");
 
     eprintln!("--- step: neither --ca-file nor --insecure: refused in one line, exit 2");
@@ -88,6 +92,9 @@ async fn the_cli_speaks_tls_with_its_ca_and_refuses_in_one_line_otherwise() -> T
     let plain_addr = insecure.nodes[0].addr.clone();
     let (code, _, err) = pool_as(&secure, &plain_addr, &["raft", "status"]);
     assert_eq!(code, 3, "{err}");
-    one_line(&err, &[&format!("gateway {plain_addr}: TLS:"), "--insecure"]);
+    one_line(
+        &err,
+        &[&format!("gateway {plain_addr}: TLS:"), "--insecure"],
+    );
     Ok(())
 }

@@ -139,7 +139,14 @@ pub async fn run(args: DevArgs) -> Result<(), CliError> {
     children::become_subreaper()
         .map_err(|e| CliError::Local(format!("cannot become a child subreaper: {e}")))?;
     let mut children = Children::default();
-    start_gateways(&args, &dir, first_run, &secrets, &bins.gateway, &mut children)?;
+    start_gateways(
+        &args,
+        &dir,
+        first_run,
+        &secrets,
+        &bins.gateway,
+        &mut children,
+    )?;
     // Ctrl-C during start-up stops everything too.
     let interrupted = tokio::select! {
         result = bring_up(&args, &dir, &endpoints, &secrets, &bins, &mut children) => match result {
@@ -239,7 +246,7 @@ fn print_banner(args: &DevArgs, dir: &Path, endpoints: &[String], pool_bin: &Pat
         "OpenShell pool dev cluster is up, over TLS (data and logs in {})",
         dir.display()
     );
-    println!("  gateways (gRPC, TLS):        {}", endpoints.join(" "));
+    println!("  gateways (gRPC, TLS):         {}", endpoints.join(" "));
     println!(
         "  gateways (peers, mutual TLS): {}",
         (PEER_OFFSET..PEER_OFFSET + 3)
@@ -248,14 +255,14 @@ fn print_banner(args: &DevArgs, dir: &Path, endpoints: &[String], pool_bin: &Pat
             .join(" ")
     );
     println!(
-        "  gateways (HTTP):             {}  (/healthz /readyz /metrics)",
+        "  gateways (HTTP):              {}  (/healthz /readyz /metrics)",
         (100..103)
             .map(|i| port(args, i))
             .collect::<Vec<_>>()
             .join(" ")
     );
     println!(
-        "  supervisors:                 s1 s2 (health on {} {})",
+        "  supervisors:                  s1 s2 (health on {} {})",
         port(args, 200),
         port(args, 201)
     );

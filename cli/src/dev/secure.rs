@@ -63,7 +63,10 @@ fn random_hex() -> Result<String, CliError> {
 
 /// Writes `text` to `path` with mode 0600 from creation (no window in which
 /// another user may read it), unless the file exists.
-fn secret_file(path: &Path, text: impl FnOnce() -> Result<String, CliError>) -> Result<(), CliError> {
+fn secret_file(
+    path: &Path,
+    text: impl FnOnce() -> Result<String, CliError>,
+) -> Result<(), CliError> {
     use std::os::unix::fs::OpenOptionsExt;
     if path.exists() {
         return Ok(());
@@ -194,7 +197,10 @@ mod tests {
         write_env(&env, &again, &["127.0.0.1:7001".into()]).unwrap_or_else(|e| panic!("{e}"));
         let text = std::fs::read_to_string(&env).unwrap_or_default();
         assert!(text.contains("export OPENSHELL_CA_FILE='"), "{text}");
-        assert!(text.contains("export OPENSHELL_ENDPOINTS='127.0.0.1:7001'"), "{text}");
+        assert!(
+            text.contains("export OPENSHELL_ENDPOINTS='127.0.0.1:7001'"),
+            "{text}"
+        );
         assert_eq!(shell_quote("a'b"), r"'a'\''b'");
     }
 }

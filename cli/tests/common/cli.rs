@@ -12,8 +12,8 @@ use serde_json::Value;
 use proto::client::{self, ClientConfig, Role};
 use proto::tls::ClientTls;
 use testkit::gateway::object;
-use testkit::secure::{ClientSecurity, Material};
 use testkit::ports::free_port;
+use testkit::secure::{ClientSecurity, Material};
 use testkit::TestResult;
 
 /// The `openshell-pool` binary (this package's; elsewhere the workspace

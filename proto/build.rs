@@ -10,6 +10,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/openshell/cluster/v1/cluster.proto",
         "proto/openshell/objects/v1/objects.proto",
         "proto/openshell/gateway/v1/log.proto",
+        "proto/openshell/gateway/v1/peer_relay.proto",
         "proto/openshell/pool_types/v1/pool_types.proto",
         "proto/openshell/supervisor_host/v1/supervisor_host.proto",
         "proto/openshell/pool_admin/v1/pool_admin.proto",

@@ -3,8 +3,9 @@
 //!
 //! - given: one gateway, one supervisor, a running demo sandbox
 //! - when: a command writes 2 MB on stdout; and exec is asked for a timeout
-//!   above 60 s through the CLI, the gateway's `PoolAdmin.ExecSandbox`, and
-//!   the supervisor's `SupervisorControl.Exec`
+//!   above 60 s through the CLI and the gateway's `PoolAdmin.ExecSandbox`
+//!   (the supervisor's own hop, an `ExecCall` on its stream, has no port a
+//!   test could call: `supervisor::agent::exec`'s unit test checks it)
 //! - then: the CLI prints the first 1 MiB, a line on stderr saying stdout
 //!   was cut, and `-o json` flags `stdout_truncated` (not
 //!   `stderr_truncated`); each timeout above the cap is refused
@@ -12,13 +13,9 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::cli::*;
 use proto::pool_admin::ExecSandboxRequest;
-use proto::supervisor_host::supervisor_control_client::SupervisorControlClient;
-use proto::supervisor_host::SupervisorExecRequest;
-use testkit::gateway::{test_channel, Cluster};
+use testkit::gateway::Cluster;
 use testkit::supervisor::*;
 use testkit::TestResult;
 
@@ -31,7 +28,7 @@ async fn exec_flags_cut_output_and_refuses_timeouts_above_the_cap() -> TestResul
     let mut supervisor = Supervisor::new("s1", vec![e.clone()], cluster.root.path());
     supervisor.start();
     wait_member(&cluster, "s1", "active").await;
-    let sandbox = running_sandbox(&cluster, "sb-1").await;
+    running_sandbox(&cluster, "sb-1").await;
 
     eprintln!("--- step: 2 MB on stdout, 10 bytes on stderr");
     let big = ["sandbox", "exec", "sb-1", "--", "sh", "-c"];
@@ -121,28 +118,5 @@ async fn exec_flags_cut_output_and_refuses_timeouts_above_the_cap() -> TestResul
         "{refused}"
     );
 
-    eprintln!("--- step: a timeout above 60 s, to the supervisor");
-    let status = pool_status(&cluster).await?;
-    let address = status
-        .members
-        .iter()
-        .find(|m| m.id == "s1")
-        .map(|m| m.address.clone())
-        .ok_or("no member s1")?;
-    let channel = tokio::time::timeout(Duration::from_secs(10), test_channel(&address, 500))
-        .await
-        .map_err(|_| "connecting to the supervisor timed out")??;
-    let refused = SupervisorControlClient::new(channel)
-        .exec(SupervisorExecRequest {
-            sandbox_id: "sb-1".into(),
-            term: sandbox.term,
-            argv: vec!["true".into()],
-            timeout_ms: 120_000,
-        })
-        .await
-        .err()
-        .ok_or("the supervisor accepted a 120 s timeout")?;
-    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused}");
-    assert!(refused.message().contains("60000"), "{refused}");
     Ok(())
 }

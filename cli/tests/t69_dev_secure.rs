@@ -7,7 +7,9 @@
 //! - its gateways serve TLS only: a plaintext call to a client or peer port
 //!   fails; the CLI with the generated CA and token works (also through the
 //!   env file, sourced by a shell); without the token it is unauthorized
-//! - no process it started has `--insecure` on its command line
+//! - no process it started has `--insecure` on its command line; gateways
+//!   get the member credentials file, supervisors their own credential and
+//!   the trusted grant keys file
 //! - the raft membership names the peer ports
 //! - Ctrl-C, then `dev` again resumes with the same CA
 //! - a data directory of an older, insecure `dev` is refused in one line
@@ -191,14 +193,18 @@ async fn dev_serves_tls_only_with_generated_material_and_resumes() -> TestResult
         lines
             .iter()
             .filter(|l| l.contains("openshell-gateway"))
-            .all(|l| l.contains("--tls-cert-file") && l.contains("--peer-listen")),
+            .all(|l| l.contains("--tls-cert-file")
+                && l.contains("--peer-listen")
+                && l.contains("--member-credentials-file")),
         "{lines:#?}"
     );
     assert!(
         lines
             .iter()
             .filter(|l| l.contains("openshell-supervisor"))
-            .all(|l| l.contains("--tls-ca-file")),
+            .all(|l| l.contains("--tls-ca-file")
+                && l.contains("--credential-file")
+                && l.contains("--trusted-grant-keys-file")),
         "{lines:#?}"
     );
 

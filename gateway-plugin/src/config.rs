@@ -35,7 +35,8 @@
 //! recovery_deadline_ms = 60000
 //! operation_deadline_ms = 600000
 //! status_interval_ms = 250
-//! supervisor_token = "..."
+//! member_credentials_file = "/etc/openshell/member-credentials"
+//! # supervisor_token = "..."   # deprecated: any supervisor holding it joins as any member
 //! ```
 //!
 //! Every error names the key (`openshell.gateway.raft.heartbeat_interval_ms`)
@@ -55,6 +56,8 @@ use std::time::Duration;
 
 use raft_store::NodeConfig;
 use serde::Deserialize;
+
+pub use crate::config_tls::{GatewayTls, TlsSection};
 
 /// A configuration value that is missing, malformed or out of range.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -76,7 +79,7 @@ pub enum ConfigError {
         flag: &'static str,
     },
     /// Secure mode lacks what it needs (each `(key, flag)` missing).
-    #[error("{}", not_secured(.0))]
+    #[error("{}", crate::config_tls::not_secured(.0))]
     NotSecured(Vec<(&'static str, &'static str)>),
     /// A value is invalid.
     #[error("{key} = {value}: {problem}")]
@@ -88,34 +91,6 @@ pub enum ConfigError {
         /// What is wrong, with the allowed range.
         problem: String,
     },
-}
-
-/// The one line of [`ConfigError::NotSecured`].
-fn not_secured(missing: &[(&'static str, &'static str)]) -> String {
-    let list = missing
-        .iter()
-        .map(|(key, flag)| format!("{flag} ({key})"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    format!(
-        "refusing to start without transport security and authentication: missing {list}; \
-         provide them, or pass --insecure for a plaintext, open development gateway"
-    )
-}
-
-/// `[openshell.gateway.tls]`: this gateway's certificate, its key and the
-/// CA that signs every gateway's certificate (PEM files, re-read when they
-/// change).
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TlsSection {
-    /// Certificate chain served on both ports and presented to peers.
-    pub cert_file: Option<PathBuf>,
-    /// Its private key.
-    pub key_file: Option<PathBuf>,
-    /// The CA every gateway's certificate chains to: peers are verified
-    /// against it, and supervisors and the CLI trust it.
-    pub ca_file: Option<PathBuf>,
 }
 
 /// `[openshell.gateway.raft]`.
@@ -152,8 +127,14 @@ pub struct SupervisorPoolSection {
     pub operation_deadline_ms: Option<u64>,
     /// Supervisors send HostStatus this often, ms (10..=10000, default: tick_interval_ms).
     pub status_interval_ms: Option<u64>,
-    /// Credential supervisors must present (default: none required).
+    /// DEPRECATED: one credential shared by every supervisor, which lets
+    /// any of them join as any member id; use `member_credentials_file`.
+    /// When both are set, a member listed in the file must present its own
+    /// credential and the shared one admits only unlisted member ids.
     pub supervisor_token: Option<String>,
+    /// File of `member_id credential` lines (format:
+    /// [`crate::member_credentials`]); re-read when it changes.
+    pub member_credentials_file: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for SupervisorPoolSection {
@@ -169,6 +150,7 @@ impl std::fmt::Debug for SupervisorPoolSection {
                 "supervisor_token",
                 &proto::secret::redact_opt(&self.supervisor_token),
             )
+            .field("member_credentials_file", &self.member_credentials_file)
             .finish()
     }
 }
@@ -341,7 +323,8 @@ impl GatewaySection {
                 recovery_deadline_ms,
                 operation_deadline_ms,
                 status_interval_ms,
-                supervisor_token
+                supervisor_token,
+                member_credentials_file
             );
         }
         self.supervisor_pool = Some(pool);
@@ -428,44 +411,11 @@ impl GatewaySection {
             key: "openshell.gateway.listen_addr",
             flag: "--listen",
         })?;
-        let listen_addr: SocketAddr = listen.parse().map_err(|_| ConfigError::Invalid {
-            key: "openshell.gateway.listen_addr",
-            value: listen.clone(),
-            problem: "must be ip:port, e.g. 127.0.0.1:7001".into(),
-        })?;
-        let peer_listen_addr = match &self.peer_listen_addr {
-            None => None,
-            Some(text) => Some(
-                text.parse::<SocketAddr>()
-                    .map_err(|_| ConfigError::Invalid {
-                        key: "openshell.gateway.peer_listen_addr",
-                        value: text.clone(),
-                        problem: "must be ip:port, e.g. 127.0.0.1:7101".into(),
-                    })?,
-            ),
-        };
-        if peer_listen_addr == Some(listen_addr) {
-            return Err(ConfigError::Invalid {
-                key: "openshell.gateway.peer_listen_addr",
-                value: listen.clone(),
-                problem: "must differ from listen_addr (the client port)".into(),
-            });
-        }
-        let advertise = self
-            .advertise_addr
-            .or_else(|| self.peer_listen_addr.clone())
-            .unwrap_or_else(|| listen.clone());
-        if advertise
-            .rsplit_once(':')
-            .and_then(|(_, p)| p.parse::<u16>().ok())
-            .is_none()
-        {
-            return Err(ConfigError::Invalid {
-                key: "openshell.gateway.advertise_addr",
-                value: advertise,
-                problem: "must be host:port".into(),
-            });
-        }
+        let (listen_addr, peer_listen_addr, advertise) = crate::config_tls::ports(
+            &listen,
+            self.peer_listen_addr.as_deref(),
+            self.advertise_addr,
+        )?;
         let data_dir = self.data_dir.ok_or(ConfigError::Missing {
             key: "openshell.gateway.data_dir",
             flag: "--data-dir",
@@ -503,22 +453,13 @@ impl GatewaySection {
         };
         let auth_section = self.auth.unwrap_or_default();
         let insecure = self.insecure.unwrap_or(false);
-        let tls_section = self.tls.unwrap_or_default();
-        if !insecure {
-            check_secured(
-                &tls_section,
-                peer_listen_addr.is_some(),
-                insecure_signing_key,
-                &auth_section,
-            )?;
-        }
-        let tls = load_tls(&tls_section)?;
-        if tls.is_some() && peer_listen_addr.is_none() {
-            return Err(ConfigError::Missing {
-                key: "openshell.gateway.peer_listen_addr",
-                flag: "--peer-listen (TLS needs the peer port: peers present certificates there)",
-            });
-        }
+        let tls = crate::config_tls::secure(
+            insecure,
+            &self.tls.unwrap_or_default(),
+            peer_listen_addr.is_some(),
+            insecure_signing_key,
+            &auth_section,
+        )?;
         node.peer_tls = tls.as_ref().map(|t| t.peer_client.clone());
         let auth = crate::auth::Auth::new(
             auth_section.admin_tokens.unwrap_or_default(),
@@ -538,92 +479,6 @@ impl GatewaySection {
             auth,
         })
     }
-}
-
-/// TLS of a gateway: what each port serves and how it dials its peers.
-/// Each re-reads its files when they change.
-#[derive(Clone, Debug)]
-pub struct GatewayTls {
-    /// The client port: this gateway's certificate; callers authenticate
-    /// by token or credential.
-    pub client_port: proto::tls::ServerTls,
-    /// The peer port: this gateway's certificate; a caller must present a
-    /// certificate the CA signed (a gateway of this cluster).
-    pub peer_port: proto::tls::ServerTls,
-    /// Calls to peers: the server must chain to the CA; this gateway's
-    /// certificate is presented as the client certificate.
-    pub peer_client: proto::tls::ClientTls,
-}
-
-/// Without `--insecure`: every missing piece of secure mode, in one error.
-fn check_secured(
-    tls: &TlsSection,
-    peer_port: bool,
-    insecure_signing_key: bool,
-    auth: &AuthSection,
-) -> Result<(), ConfigError> {
-    let mut missing = Vec::new();
-    if insecure_signing_key {
-        missing.push(("openshell.gateway.signing_key_file", "--signing-key-file"));
-    }
-    if tls.cert_file.is_none() {
-        missing.push(("openshell.gateway.tls.cert_file", "--tls-cert-file"));
-    }
-    if tls.key_file.is_none() {
-        missing.push(("openshell.gateway.tls.key_file", "--tls-key-file"));
-    }
-    if tls.ca_file.is_none() {
-        missing.push(("openshell.gateway.tls.ca_file", "--tls-ca-file"));
-    }
-    if !peer_port {
-        missing.push(("openshell.gateway.peer_listen_addr", "--peer-listen"));
-    }
-    let has_admin = auth
-        .admin_tokens
-        .as_ref()
-        .is_some_and(|t| t.iter().any(|t| !t.is_empty()));
-    if !has_admin {
-        missing.push(("openshell.gateway.auth.admin_tokens", "--admin-token-file"));
-    }
-    if missing.is_empty() {
-        Ok(())
-    } else {
-        Err(ConfigError::NotSecured(missing))
-    }
-}
-
-/// Loads `[openshell.gateway.tls]`: all three files, or none (plaintext).
-fn load_tls(section: &TlsSection) -> Result<Option<GatewayTls>, ConfigError> {
-    let (cert, key, ca) = match (&section.cert_file, &section.key_file, &section.ca_file) {
-        (None, None, None) => return Ok(None),
-        (Some(cert), Some(key), Some(ca)) => (cert, key, ca),
-        (cert, key, _) => {
-            let (key, flag) = if cert.is_none() {
-                ("openshell.gateway.tls.cert_file", "--tls-cert-file")
-            } else if key.is_none() {
-                ("openshell.gateway.tls.key_file", "--tls-key-file")
-            } else {
-                ("openshell.gateway.tls.ca_file", "--tls-ca-file")
-            };
-            return Err(ConfigError::Missing { key, flag });
-        }
-    };
-    let invalid = |e: proto::tls::TlsError| ConfigError::Invalid {
-        key: "openshell.gateway.tls",
-        value: format!(
-            "cert_file={} key_file={} ca_file={}",
-            cert.display(),
-            key.display(),
-            ca.display()
-        ),
-        problem: e.to_string(),
-    };
-    use proto::tls::{ClientAuth, ClientTls, ServerTls};
-    Ok(Some(GatewayTls {
-        client_port: ServerTls::load(cert, key, ClientAuth::None).map_err(invalid)?,
-        peer_port: ServerTls::load(cert, key, ClientAuth::Required(ca.clone())).map_err(invalid)?,
-        peer_client: ClientTls::load(ca, Some((cert, key))).map_err(invalid)?,
-    }))
 }
 
 /// Refuses initial voters that name one node id twice, or one address under
@@ -735,6 +590,7 @@ fn load_signer(
 }
 
 fn validate_pool(section: SupervisorPoolSection) -> Result<crate::hub::PoolSettings, ConfigError> {
+    let (supervisor_token, member_credentials) = crate::member_credentials::from_section(&section)?;
     let tick = in_range(
         "openshell.gateway.supervisor_pool.tick_interval_ms",
         section.tick_interval_ms.unwrap_or(250),
@@ -781,7 +637,8 @@ fn validate_pool(section: SupervisorPoolSection) -> Result<crate::hub::PoolSetti
         recovery_deadline_ticks: ticks(recovery),
         operation_deadline_ticks: ticks(operation),
         status_interval: Duration::from_millis(status),
-        supervisor_token: section.supervisor_token.filter(|t| !t.is_empty()),
+        supervisor_token,
+        member_credentials,
     })
 }
 

@@ -15,7 +15,8 @@
 //!   is_current, touch), [`hub::heartbeats`] (the per-tick heartbeat batch),
 //!   [`hub::snapshots`] (assignment snapshot pushing; what each incarnation
 //!   may see is decided by the pure `pool::visibility`), [`hub::leader`]
-//!   (the leader-only coordinator loop).
+//!   (the leader-only coordinator loop), [`hub::exec`] (exec over an
+//!   attached supervisor's own stream).
 //! - [`convert`]: conversions between pool / raft-store types and proto
 //!   messages, one module per direction: [`convert::to_proto`] and
 //!   [`convert::from_proto`].
@@ -27,8 +28,13 @@
 //!   [`supervisor_host_service`](mod@supervisor_host_service) serves
 //!   `openshell.supervisor_host.v1.SupervisorHost`,
 //!   [`pool_admin_service`](mod@pool_admin_service) serves
-//!   `openshell.pool_admin.v1.PoolAdmin`.
+//!   `openshell.pool_admin.v1.PoolAdmin`,
+//!   [`peer_relay_service`](mod@peer_relay_service) serves
+//!   `openshell.gateway.v1.PeerRelay` (gateway to gateway: an exec relayed
+//!   to the gateway holding the owner's supervisor stream).
 //! - [`auth`]: bearer tokens and the `platform_admin` role.
+//! - [`member_credentials`]: the member credentials file (one credential
+//!   per supervisor member id), re-read on change.
 //! - [`metrics`], [`http`]: Prometheus metrics, `/healthz`, `/readyz`, `/metrics`.
 //! - [`health`]: liveness (raft running) and readiness (caught up with the
 //!   leader, with hysteresis), evaluated continuously for the probes.
@@ -43,12 +49,15 @@ pub mod address_check;
 pub mod auth;
 pub mod cluster_admin_service;
 pub mod config;
+pub mod config_tls;
 pub mod convert;
 pub mod health;
 pub mod http;
 pub mod hub;
+pub mod member_credentials;
 pub mod metrics;
 pub mod object_store_service;
+pub mod peer_relay_service;
 pub mod pool_admin_service;
 pub mod ports;
 pub mod server;

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use pool::{Command, Outcome};
-use proto::client::{self, ClientConfig, ClientError, Role as ClientRole};
+use proto::gateway::ExecOnStreamRequest;
 use proto::pool_admin::pool_admin_server::PoolAdmin;
 use proto::pool_admin::{
     CancelSupervisorPoolOperationRequest, CreateSandboxRequest, DeleteSandboxRequest,
@@ -17,8 +17,6 @@ use proto::pool_admin::{
     ListSandboxesRequest, ListSandboxesResponse, Sandbox, StartSupervisorPoolOperationRequest,
     SupervisorPoolOperation, SupervisorPoolStatus,
 };
-use proto::supervisor_host::supervisor_control_client::SupervisorControlClient;
-use proto::supervisor_host::SupervisorExecRequest;
 use tonic::{Request, Response, Status};
 
 use crate::auth::{Auth, Role};
@@ -239,6 +237,7 @@ impl PoolAdmin for PoolAdminService {
         request: Request<ExecSandboxRequest>,
     ) -> Result<Response<ExecSandboxResponse>, Status> {
         self.allow(&request, Role::PlatformAdmin)?;
+        let authorization = request.metadata().get("authorization").cloned();
         let request = request.into_inner();
         status::check_id("sandbox_id", &request.sandbox_id)?;
         if request.argv.is_empty() {
@@ -249,61 +248,51 @@ impl PoolAdmin for PoolAdminService {
         let owner = self
             .read(false, |s, _| {
                 s.pool.sandbox(&id).map(|sb| {
-                    let address = s
-                        .pool
-                        .member(&sb.owner.member)
-                        .map(|m| m.address.clone())
-                        .unwrap_or_default();
                     (
                         sb.phase,
                         sb.owner.member.clone(),
                         sb.owner.term,
                         sb.owner.acknowledged,
-                        address,
                     )
                 })
             })
             .await?
             .ok_or_else(|| Status::not_found(format!("sandbox {id} does not exist")))?;
-        let (phase, member, term, acknowledged, address) = owner;
+        let (phase, member, term, acknowledged) = owner;
         if !acknowledged || !matches!(phase, pool::Phase::Assigned) {
             return Err(Status::failed_precondition(format!(
                 "sandbox {id} has no active supervisor (phase {}); retry once it is assigned",
                 sandbox_phase(phase).name()
             )));
         }
-        let config = ClientConfig::for_role(ClientRole::GatewayToSupervisor);
-        let channel = client::connect(ClientRole::GatewayToSupervisor, &address, &config)
-            .await
-            .map_err(|e| match e {
-                ClientError::InvalidAddress { source, .. } => Status::internal(format!(
-                    "member {member} has an invalid address {address:?}: {source}"
-                )),
-                ClientError::Unreachable { source, .. } => Status::unavailable(format!(
-                    "supervisor {member} at {address} is unreachable: {source}"
-                )),
-            })?;
-        let mut client = SupervisorControlClient::new(channel);
-        let mut call = Request::new(SupervisorExecRequest {
-            sandbox_id: id,
-            term,
-            argv: request.argv,
-            timeout_ms: request.timeout_ms,
-        });
-        if let Some(token) = &self.hub.settings().supervisor_token {
-            if let Ok(v) = tonic::metadata::MetadataValue::try_from(format!("Bearer {token}")) {
-                call.metadata_mut().insert("authorization", v);
+        // Gateways never dial supervisors: the exec travels on the owner's
+        // own stream, here or through the gateway that holds it.
+        let here = self
+            .hub
+            .exec_on_stream(&member, &id, term, request.argv.clone(), request.timeout_ms)
+            .await;
+        let outcome = match here {
+            Some(outcome) => outcome?,
+            None => {
+                let relayed = ExecOnStreamRequest {
+                    member_id: member.clone(),
+                    sandbox_id: id,
+                    term,
+                    argv: request.argv,
+                    timeout_ms: request.timeout_ms,
+                };
+                crate::peer_relay_service::relay_exec(&self.hub, authorization, &member, relayed)
+                    .await?
             }
-        }
-        let reply = client.exec(call).await?.into_inner();
+        };
         Ok(Response::new(ExecSandboxResponse {
-            exit_code: reply.exit_code,
-            stdout: reply.stdout,
-            stderr: reply.stderr,
+            exit_code: outcome.exit_code,
+            stdout: outcome.stdout,
+            stderr: outcome.stderr,
             executed_by: member,
             term,
-            stdout_truncated: reply.stdout_truncated,
-            stderr_truncated: reply.stderr_truncated,
+            stdout_truncated: outcome.stdout_truncated,
+            stderr_truncated: outcome.stderr_truncated,
         }))
     }
 }

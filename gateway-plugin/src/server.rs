@@ -174,35 +174,14 @@ pub async fn run(
         );
     }
     let _abort = AbortOnDrop(aborts);
-    let (stop_serving, serving_stopped) = tokio::sync::watch::channel(false);
-    let client_tls = config.tls.as_ref().map(|t| t.client_port.clone());
-    let mut serving = match listeners.peer {
-        Some(peer) => vec![
-            ports::serve(
-                client_router(&node, &hub, &config, &metrics),
-                listeners.client,
-                client_tls,
-                serving_stopped.clone(),
-            ),
-            ports::serve(
-                peer_router(&node, &config, &metrics),
-                peer,
-                config.tls.as_ref().map(|t| t.peer_port.clone()),
-                serving_stopped,
-            ),
-        ],
-        None => vec![ports::serve(
-            peer_services(
-                &node,
-                &config,
-                &metrics,
-                client_router(&node, &hub, &config, &metrics),
-            ),
-            listeners.client,
-            client_tls,
-            serving_stopped,
-        )],
-    };
+    let (mut serving, stop_serving) = serve_ports(
+        listeners.client,
+        listeners.peer,
+        &node,
+        &hub,
+        &config,
+        &metrics,
+    );
     tokio::select! {
         (served, _, _) = futures::future::select_all(serving.iter_mut()) => {
             // A server failed before any stop was asked for.
@@ -225,6 +204,40 @@ pub async fn run(
         stop_serving,
     };
     stopping.run().await
+}
+
+/// Serves the client port and, if bound, the peer port (else the peer
+/// services join the client port: an `--insecure` gateway); returns their
+/// tasks and the switch that stops them.
+fn serve_ports(
+    client: tokio::net::TcpListener,
+    peer: Option<tokio::net::TcpListener>,
+    node: &RaftNode<GatewayState>,
+    hub: &std::sync::Arc<Hub>,
+    config: &GatewayConfig,
+    metrics: &Metrics,
+) -> (Vec<ports::Serving>, tokio::sync::watch::Sender<bool>) {
+    let (stop_serving, stopped) = tokio::sync::watch::channel(false);
+    let client_tls = config.tls.as_ref().map(|t| t.client_port.clone());
+    let clients = client_router(node, hub, config, metrics);
+    let serving = match peer {
+        Some(peer) => vec![
+            ports::serve(clients, client, client_tls, stopped.clone()),
+            ports::serve(
+                peer_router(node, config, metrics).add_service(relay(hub, config)),
+                peer,
+                config.tls.as_ref().map(|t| t.peer_port.clone()),
+                stopped,
+            ),
+        ],
+        None => vec![ports::serve(
+            peer_services(node, config, metrics, clients).add_service(relay(hub, config)),
+            client,
+            client_tls,
+            stopped,
+        )],
+    };
+    (serving, stop_serving)
 }
 
 /// A server with the limits every port shares.
@@ -273,6 +286,16 @@ fn peer_services(
     router: tonic::transport::server::Router,
 ) -> tonic::transport::server::Router {
     router.add_service(node.transport_service())
+}
+
+/// PeerRelay (an exec relayed to the gateway holding the owner's stream):
+/// peer port only, since relays go to membership (peer) addresses.
+fn relay(
+    hub: &std::sync::Arc<Hub>,
+    config: &GatewayConfig,
+) -> proto::gateway::peer_relay_server::PeerRelayServer<crate::peer_relay_service::PeerRelayService>
+{
+    crate::peer_relay_service::service(hub.clone(), config.auth.clone())
 }
 
 /// The client port's services.

@@ -1,14 +1,19 @@
 //! `openshell.supervisor_host.v1.SupervisorHost`: one bidirectional stream
 //! per supervisor.
 //!
-//! Who may call it: pool supervisors presenting the supervisor credential.
-//! Any gateway serves any supervisor. The stream: `HostHello` -> the gateway
+//! Who may call it: pool supervisors, each presenting the credential of the
+//! member id it claims (the member credentials file,
+//! [`crate::member_credentials`]); a hello whose credential is not that
+//! member's is refused `UNAUTHENTICATED`, naming the member id, and counted
+//! in `auth_failures`. The deprecated shared `supervisor_token` admits
+//! member ids the file does not list. Any gateway serves any supervisor. The stream: `HostHello` -> the gateway
 //! authenticates it and proposes the join -> `HelloAccepted` -> assignment
 //! snapshots whenever the member's assignments change; the supervisor sends
 //! `HostStatus` (liveness, batched into one heartbeat command per tick),
 //! `TermAck` and `SandboxReport` (proposed with the incarnation the join
-//! assigned, so apply fences stale ones). A newer stream of the same member supersedes
-//! the older one.
+//! assigned, so apply fences stale ones) and `ExecResult` (the answer to an
+//! `ExecCall` the gateway sent on the stream, [`crate::hub::exec`]). A newer
+//! stream of the same member supersedes the older one.
 //!
 //! A stream must send its `HostHello` within [`HELLO_DEADLINE`] or it is
 //! closed with `DEADLINE_EXCEEDED`.
@@ -61,7 +66,19 @@ impl SupervisorHostService {
     /// the join it asks for. Returns the incarnation the pool assigned
     /// (log-ordered, docs/design/0002).
     async fn join(&self, hello: &HostHello) -> Result<u64, Status> {
-        if let Err(status) = check_hello(hello, self.hub.settings().supervisor_token.as_deref()) {
+        let settings = self.hub.settings();
+        let members = settings
+            .member_credentials
+            .as_ref()
+            .map(crate::member_credentials::current);
+        let checked = check_hello(hello).and_then(|()| {
+            check_credential(
+                hello,
+                settings.supervisor_token.as_deref(),
+                members.as_deref(),
+            )
+        });
+        if let Err(status) = checked {
             let reason = if status.code() == tonic::Code::Unauthenticated {
                 "credential"
             } else {
@@ -102,15 +119,40 @@ impl SupervisorHostService {
     }
 }
 
-/// Checks a hello's fields and credential.
-fn check_hello(hello: &HostHello, token: Option<&str>) -> Result<(), Status> {
-    if let Some(token) = token {
-        if !proto::secret::ct_eq(hello.credential.as_bytes(), token.as_bytes()) {
-            return Err(Status::unauthenticated(
-                "supervisor credential is missing or wrong",
-            ));
-        }
+/// Checks a hello's credential against the member it claims: a member
+/// listed in `members` must present its own credential; any other needs
+/// the shared `token` when one is set, and is refused when only `members`
+/// is. Neither set: any credential (an insecure gateway).
+fn check_credential(
+    hello: &HostHello,
+    token: Option<&str>,
+    members: Option<&crate::member_credentials::MemberCredentials>,
+) -> Result<(), Status> {
+    let member = &hello.member_id;
+    let presented = hello.credential.as_bytes();
+    if let Some(expected) = members.and_then(|m| m.credential_of(member)) {
+        return if proto::secret::ct_eq(presented, expected.as_bytes()) {
+            Ok(())
+        } else {
+            Err(Status::unauthenticated(format!(
+                "supervisor credential does not match member id {member:?}: a supervisor may only join as the member it is"
+            )))
+        };
     }
+    match (token, members) {
+        (Some(token), _) if proto::secret::ct_eq(presented, token.as_bytes()) => Ok(()),
+        (Some(_), _) => Err(Status::unauthenticated(
+            "supervisor credential is missing or wrong",
+        )),
+        (None, Some(_)) => Err(Status::unauthenticated(format!(
+            "member id {member:?} has no credential in the member credentials file"
+        ))),
+        (None, None) => Ok(()),
+    }
+}
+
+/// Checks a hello's fields.
+fn check_hello(hello: &HostHello) -> Result<(), Status> {
     for (field, value) in [
         ("member_id", &hello.member_id),
         ("member_uid", &hello.member_uid),
@@ -260,6 +302,10 @@ async fn serve_stream(
                 continue;
             }
             StreamInput::Propose(command) => command,
+            StreamInput::ExecResult(result) => {
+                hub.exec_result(&member, stream_id, result);
+                continue;
+            }
             StreamInput::Unexpected => {
                 tracing::warn!(%member, "unexpected message on an attached stream ignored");
                 continue;
@@ -277,4 +323,54 @@ async fn serve_stream(
     }
     hub.detach(&member, stream_id);
     tracing::info!(%member, stream_id, "supervisor detached");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::member_credentials::MemberCredentials;
+
+    const C1: &str = "c1-0123456789abcdef";
+    const C2: &str = "c2-0123456789abcdef";
+
+    fn hello(member: &str, credential: &str) -> HostHello {
+        HostHello {
+            member_id: member.into(),
+            credential: credential.into(),
+            ..Default::default()
+        }
+    }
+
+    fn members() -> MemberCredentials {
+        MemberCredentials::parse(&format!("m1 {C1}\nm2 {C2}\n")).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_listed_member_must_present_its_own_credential() {
+        let m = members();
+        assert!(check_credential(&hello("m1", C1), None, Some(&m)).is_ok());
+        let refused = check_credential(&hello("m2", C1), None, Some(&m))
+            .err()
+            .unwrap_or_else(|| panic!("m2 with m1's credential was admitted"));
+        assert_eq!(refused.code(), tonic::Code::Unauthenticated);
+        assert!(
+            refused.message().contains("\"m2\""),
+            "{}",
+            refused.message()
+        );
+        assert!(!refused.message().contains(C1), "{}", refused.message());
+        // The shared token never admits a listed member.
+        assert!(
+            check_credential(&hello("m1", "shared-token"), Some("shared-token"), Some(&m)).is_err()
+        );
+        // An unlisted member: refused with the file alone, admitted by the
+        // (deprecated) shared token.
+        assert!(check_credential(&hello("m3", C1), None, Some(&m)).is_err());
+        assert!(
+            check_credential(&hello("m3", "shared-token"), Some("shared-token"), Some(&m)).is_ok()
+        );
+        assert!(check_credential(&hello("m3", "wrong"), Some("shared-token"), Some(&m)).is_err());
+        // Neither configured: an insecure gateway admits anyone.
+        assert!(check_credential(&hello("m3", ""), None, None).is_ok());
+    }
 }

@@ -2,8 +2,7 @@
 //!
 //! One function so that transport security, deadlines and keepalive are set
 //! in exactly one place for every caller: gateway to gateway (raft, write and
-//! admin forwarding), supervisor to gateway, gateway to supervisor,
-//! supervisor to sandbox runtime, the operator CLI and the Jepsen clients.
+//! admin forwarding), supervisor to gateway, supervisor to sandbox runtime, the operator CLI and the Jepsen clients.
 //! Each caller names its [`Role`] and passes a [`ClientConfig`]; the role's
 //! defaults are [`ClientConfig::for_role`], and whoever embeds a component may
 //! override any field.
@@ -33,8 +32,6 @@ pub enum Role {
     Forwarding,
     /// Supervisor to a gateway: the long-lived attach stream.
     SupervisorToGateway,
-    /// Gateway to a supervisor: an exec relayed to the owner.
-    GatewayToSupervisor,
     /// Supervisor to a sandbox runtime: activate, heartbeat, exec.
     SupervisorToRuntime,
     /// The operator CLI to a gateway.
@@ -45,11 +42,10 @@ pub enum Role {
 
 impl Role {
     /// Every role, for tests and documentation tables.
-    pub const ALL: [Role; 7] = [
+    pub const ALL: [Role; 6] = [
         Role::Peer,
         Role::Forwarding,
         Role::SupervisorToGateway,
-        Role::GatewayToSupervisor,
         Role::SupervisorToRuntime,
         Role::Cli,
         Role::Jepsen,
@@ -61,7 +57,6 @@ impl Role {
             Role::Peer => "peer",
             Role::Forwarding => "forwarding",
             Role::SupervisorToGateway => "supervisor-to-gateway",
-            Role::GatewayToSupervisor => "gateway-to-supervisor",
             Role::SupervisorToRuntime => "supervisor-to-runtime",
             Role::Cli => "cli",
             Role::Jepsen => "jepsen",
@@ -129,10 +124,6 @@ impl ClientConfig {
             Role::SupervisorToGateway => ClientConfig {
                 keepalive_interval: Some(Duration::from_millis(500)),
                 keepalive_timeout: Duration::from_secs(1),
-                ..base
-            },
-            Role::GatewayToSupervisor => ClientConfig {
-                connect_timeout: Duration::from_secs(2),
                 ..base
             },
             // A runtime answers quickly, except an activation that waits for

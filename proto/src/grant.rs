@@ -1,5 +1,6 @@
 //! Takeover grants: signed by the cluster signing key (ed25519) that every
-//! gateway holds, verified by every sandbox runtime with the public key.
+//! gateway holds, verified by every sandbox runtime against its set of
+//! trusted grant keys (configured, never learned from the wire).
 //!
 //! A grant names the sandbox, generation, new owner member and incarnation,
 //! term and credential epoch. The signature covers the exact protobuf bytes
@@ -9,7 +10,21 @@
 //! valid signature). The runtime also checks that the grant names the
 //! sandbox and the generation it was started for (`supervisor::runtime`).
 //!
-//! Key files hold the 32-byte ed25519 seed as 64 hex characters.
+//! # Key files (one format each)
+//!
+//! - The **signing key file** of a gateway holds the 32-byte ed25519 seed as
+//!   64 hex characters (surrounding whitespace ignored).
+//! - A **trusted grant keys file** of a supervisor or runtime holds the
+//!   public keys it accepts grants from: one 64-hex-character ed25519 public
+//!   key per line; blank lines and lines starting with `#` are ignored; a
+//!   key listed twice, a line that is not 64 hex characters, a small-order
+//!   (weak) key or a file without any key is refused, naming the line
+//!   ([`parse_trusted_keys`]). Several keys are trusted at once during a key
+//!   rotation (docs/security.md).
+//!
+//! A key is named in logs and errors by its [`fingerprint`]: the first 16
+//! hex characters of the public key (public keys are not secret; the prefix
+//! is what an operator greps the key files for).
 
 use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
 use prost::Message;
@@ -22,8 +37,8 @@ pub enum GrantError {
     /// The key text is not 64 hex characters.
     #[error("invalid key: {0}")]
     BadKey(String),
-    /// The signature does not verify with the cluster public key.
-    #[error("grant signature does not verify with the cluster key")]
+    /// The signature does not verify with any trusted grant key.
+    #[error("grant signature does not verify with any trusted grant key")]
     BadSignature,
     /// The grant bytes do not decode.
     #[error("grant does not decode: {0}")]
@@ -89,40 +104,131 @@ impl GrantSigner {
     }
 }
 
-/// Verifies grants (runtimes).
-#[derive(Clone, Debug)]
+/// The fingerprint of a public key given as hex: its first 16 hex
+/// characters (lowercase).
+pub fn fingerprint(public_hex: &str) -> String {
+    public_hex
+        .trim()
+        .to_ascii_lowercase()
+        .chars()
+        .take(16)
+        .collect()
+}
+
+/// A public key from hex, refusing small-order (weak) keys.
+fn public_key(text: &str) -> Result<VerifyingKey, GrantError> {
+    let key = VerifyingKey::from_bytes(&key_bytes(text)?)
+        .map_err(|e| GrantError::BadKey(e.to_string()))?;
+    if key.is_weak() {
+        return Err(GrantError::BadKey(
+            "a small-order (weak) ed25519 public key".into(),
+        ));
+    }
+    Ok(key)
+}
+
+/// Parses a trusted grant keys file (format in the module doc).
+///
+/// # Errors
+/// `line N: <problem>` for the first bad line, or when no key is listed.
+pub fn parse_trusted_keys(text: &str) -> Result<GrantVerifier, String> {
+    let mut keys: Vec<VerifyingKey> = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let key = public_key(line).map_err(|e| {
+            format!(
+                "line {}: {e} (each line holds one 64-hex-character ed25519 public key)",
+                i + 1
+            )
+        })?;
+        if keys.contains(&key) {
+            return Err(format!(
+                "line {}: key {} is listed twice",
+                i + 1,
+                fingerprint(line)
+            ));
+        }
+        keys.push(key);
+    }
+    if keys.is_empty() {
+        return Err("no trusted grant key (one 64-hex-character public key per line)".into());
+    }
+    Ok(GrantVerifier { keys })
+}
+
+/// Verifies grants (runtimes) against a set of trusted grant keys: a grant
+/// is valid when its signature verifies with any of them.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GrantVerifier {
-    key: VerifyingKey,
+    /// The trusted keys (at least one), in the order given.
+    keys: Vec<VerifyingKey>,
 }
 
 impl GrantVerifier {
-    /// A verifier from the cluster public key as hex.
+    /// A verifier trusting the one public key given as hex.
     ///
     /// # Errors
     /// [`GrantError::BadKey`] when the text is not a valid ed25519 public key
     /// or is a small-order (weak) one.
     pub fn from_public_hex(text: &str) -> Result<Self, GrantError> {
-        let key = VerifyingKey::from_bytes(&key_bytes(text)?)
-            .map_err(|e| GrantError::BadKey(e.to_string()))?;
-        if key.is_weak() {
-            return Err(GrantError::BadKey(
-                "a small-order (weak) ed25519 public key".into(),
-            ));
-        }
-        Ok(GrantVerifier { key })
+        Ok(GrantVerifier {
+            keys: vec![public_key(text)?],
+        })
     }
 
-    /// Verifies the signature (`verify_strict`: non-canonical signatures
-    /// and weak keys are refused) and decodes the grant.
+    /// A verifier trusting every key of `texts` (hex; duplicates count once).
     ///
     /// # Errors
-    /// [`GrantError::BadSignature`] or [`GrantError::Malformed`].
+    /// [`GrantError::BadKey`] for the first bad key, or when `texts` is empty.
+    pub fn from_public_hexes<S: AsRef<str>>(texts: &[S]) -> Result<Self, GrantError> {
+        let mut keys = Vec::new();
+        for text in texts {
+            let key = public_key(text.as_ref())?;
+            if !keys.contains(&key) {
+                keys.push(key);
+            }
+        }
+        if keys.is_empty() {
+            return Err(GrantError::BadKey("no trusted grant key given".into()));
+        }
+        Ok(GrantVerifier { keys })
+    }
+
+    /// Whether the public key `public_hex` is one of the trusted keys.
+    pub fn trusts(&self, public_hex: &str) -> bool {
+        public_key(public_hex)
+            .map(|key| self.keys.contains(&key))
+            .unwrap_or(false)
+    }
+
+    /// The fingerprints of the trusted keys, in order.
+    pub fn fingerprints(&self) -> Vec<String> {
+        self.keys
+            .iter()
+            .map(|k| fingerprint(&hex::encode(k.to_bytes())))
+            .collect()
+    }
+
+    /// Verifies the signature with each trusted key in turn
+    /// (`verify_strict`: non-canonical signatures and weak keys are
+    /// refused) and decodes the grant.
+    ///
+    /// # Errors
+    /// [`GrantError::BadSignature`] when no trusted key verifies it, or
+    /// [`GrantError::Malformed`].
     pub fn verify(&self, signed: &SignedGrant) -> Result<Grant, GrantError> {
         let signature =
             Signature::from_slice(&signed.signature).map_err(|_| GrantError::BadSignature)?;
-        self.key
-            .verify_strict(&signed.grant, &signature)
-            .map_err(|_| GrantError::BadSignature)?;
+        if !self
+            .keys
+            .iter()
+            .any(|key| key.verify_strict(&signed.grant, &signature).is_ok())
+        {
+            return Err(GrantError::BadSignature);
+        }
         Grant::decode(signed.grant.as_slice()).map_err(|e| GrantError::Malformed(e.to_string()))
     }
 }
@@ -194,7 +300,7 @@ mod tests {
         identity[0] = 1;
         assert!(GrantVerifier::from_public_hex(&hex::encode(identity)).is_err());
         let verifier = GrantVerifier {
-            key: VerifyingKey::from_bytes(&identity).unwrap_or_else(|e| panic!("{e}")),
+            keys: vec![VerifyingKey::from_bytes(&identity).unwrap_or_else(|e| panic!("{e}"))],
         };
         let mut signature = identity.to_vec();
         signature.extend([0u8; 32]);
@@ -203,5 +309,75 @@ mod tests {
             signature,
         };
         assert_eq!(verifier.verify(&forged), Err(GrantError::BadSignature));
+    }
+
+    #[test]
+    fn a_set_verifies_grants_of_each_of_its_keys_only() {
+        let old = GrantSigner::from_seed_hex(&"11".repeat(32)).unwrap_or_else(|e| panic!("{e}"));
+        let new = GrantSigner::from_seed_hex(&"22".repeat(32)).unwrap_or_else(|e| panic!("{e}"));
+        let other = GrantSigner::from_seed_hex(&"33".repeat(32)).unwrap_or_else(|e| panic!("{e}"));
+        let both = GrantVerifier::from_public_hexes(&[old.public_key_hex(), new.public_key_hex()])
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(both.verify(&old.sign(&grant(3))), Ok(grant(3)));
+        assert_eq!(both.verify(&new.sign(&grant(4))), Ok(grant(4)));
+        assert_eq!(
+            both.verify(&other.sign(&grant(3))),
+            Err(GrantError::BadSignature)
+        );
+        assert!(both.trusts(&new.public_key_hex()));
+        assert!(!both.trusts(&other.public_key_hex()));
+        assert!(!both.trusts("zz"));
+        assert_eq!(
+            both.fingerprints(),
+            vec![
+                fingerprint(&old.public_key_hex()),
+                fingerprint(&new.public_key_hex())
+            ]
+        );
+        assert_eq!(fingerprint(&old.public_key_hex()).len(), 16);
+        let empty: [&str; 0] = [];
+        assert!(GrantVerifier::from_public_hexes(&empty).is_err());
+    }
+
+    #[test]
+    fn trusted_keys_files_have_one_key_per_line_and_comments() {
+        let old = GrantSigner::from_seed_hex(&"11".repeat(32)).unwrap_or_else(|e| panic!("{e}"));
+        let new = GrantSigner::from_seed_hex(&"22".repeat(32)).unwrap_or_else(|e| panic!("{e}"));
+        let text = format!(
+            "# rotation 2026-12\n\n{}\n  # the new key\n  {}  \n",
+            old.public_key_hex(),
+            new.public_key_hex().to_uppercase()
+        );
+        let set = parse_trusted_keys(&text).unwrap_or_else(|e| panic!("{e}"));
+        assert!(set.trusts(&old.public_key_hex()) && set.trusts(&new.public_key_hex()));
+        let refused = |text: &str| parse_trusted_keys(text).err().unwrap_or_default();
+        let e = refused(&format!("# c\n{}\nzz\n", old.public_key_hex()));
+        assert!(e.starts_with("line 3: invalid key: not hex"), "{e}");
+        let e = refused(&format!("{}\n", "ab".repeat(31)));
+        assert!(e.starts_with("line 1: invalid key: 31 bytes"), "{e}");
+        let e = refused(&format!(
+            "{}\n# again\n{}\n",
+            old.public_key_hex(),
+            old.public_key_hex()
+        ));
+        assert_eq!(
+            e,
+            format!(
+                "line 3: key {} is listed twice",
+                fingerprint(&old.public_key_hex())
+            )
+        );
+        let mut identity = [0u8; 32];
+        identity[0] = 1;
+        let e = refused(&hex::encode(identity));
+        assert!(e.contains("line 1") && e.contains("small-order"), "{e}");
+        let e = refused("# only comments\n\n");
+        assert!(e.starts_with("no trusted grant key"), "{e}");
+        // A signing key file (the seed) is 64 hex characters too: it parses
+        // as *a* key, but not as the public key of that seed.
+        let seed_as_key = parse_trusted_keys(&"11".repeat(32));
+        assert!(seed_as_key
+            .map(|s| !s.trusts(&old.public_key_hex()))
+            .unwrap_or(true));
     }
 }

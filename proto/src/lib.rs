@@ -8,7 +8,7 @@
 //! - [`objects`]: `openshell.objects.v1.ObjectStore`, the generic object store,
 //!   and its raft log records.
 //! - [`supervisor_host`]: `openshell.supervisor_host.v1.SupervisorHost`, the
-//!   supervisor stream.
+//!   supervisor stream (exec included: gateways never dial supervisors).
 //! - [`pool_types`]: `openshell.pool_types.v1`, the pool enums both the
 //!   supervisor stream and the operator surface carry (`SandboxPhase`,
 //!   `MemberState`); [`names`] spells their lowercase names.
@@ -16,7 +16,8 @@
 //! - [`sandbox_runtime`]: `openshell.sandbox_runtime.v1.SandboxRuntime` and
 //!   the signed `Grant`; [`grant`] signs and verifies grants.
 //! - [`gateway`]: `openshell.gateway.v1`, the gateway's raft log and snapshot
-//!   records.
+//!   records, and `PeerRelay` (gateway to gateway: an exec relayed to the
+//!   gateway holding the owner's supervisor stream).
 //! - [`client`]: [`client::connect`], the one builder of every outbound gRPC
 //!   channel, by [`client::Role`] and [`client::ClientConfig`].
 //! - [`attach`]: the typed refusal carried in a refused supervisor stream.
@@ -25,6 +26,8 @@
 //!   output cap).
 //! - [`secret`]: constant-time comparison of tokens, `Debug` redaction, and
 //!   reading a token from a file.
+//! - [`watched_file`]: a small config file re-read when it changes (trusted
+//!   grant keys, member credentials), keeping the old contents on a bad one.
 //! - [`backup`]: the backup file format (`openshell-pool backup save` writes
 //!   it, `openshell-gateway restore` reads it).
 //!
@@ -113,6 +116,7 @@ pub mod metadata;
 pub mod names;
 pub mod secret;
 pub mod tls;
+pub mod watched_file;
 
 /// The identifier rule (sandbox, member and object ids), owned by
 /// [`pool::ids`] so that `apply` and every API check the same rule.

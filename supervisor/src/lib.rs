@@ -5,6 +5,9 @@
 //!   gateway, hosts sandbox sessions, serves readiness.
 //! - [`runtime`]: `openshell-sandbox-runtime`, one process per sandbox: holds
 //!   the workload alive and accepts exactly one supervisor at a time.
+//! - [`trusted_keys`]: the trusted grant keys both of them verify gateways
+//!   and grants against (a file re-read on change).
 
 pub mod agent;
 pub mod runtime;
+pub mod trusted_keys;

@@ -43,6 +43,13 @@ pub struct Supervisor {
     pub listed_order: bool,
     /// Extra environment (inherited by the runtimes it starts).
     pub env: Vec<(String, String)>,
+    /// Pass `--insecure` (the default: no credential or trusted keys
+    /// needed, as before the supervisor was secure by default).
+    pub insecure: bool,
+    /// `--credential-file` (instead of `--credential`), if set.
+    pub credential_file: Option<PathBuf>,
+    /// `--trusted-grant-keys-file`, if set.
+    pub trusted_keys_file: Option<PathBuf>,
     child: Option<Child>,
 }
 
@@ -57,6 +64,9 @@ impl Supervisor {
             credential: String::new(),
             listed_order: false,
             env: Vec::new(),
+            insecure: true,
+            credential_file: None,
+            trusted_keys_file: None,
             child: None,
         }
     }
@@ -72,6 +82,16 @@ impl Supervisor {
         let mut command = Command::new(supervisor_bin());
         if self.listed_order {
             command.arg("--attach-listed-order");
+        }
+        if self.insecure {
+            command.arg("--insecure");
+        }
+        match &self.credential_file {
+            Some(file) => command.arg("--credential-file").arg(file),
+            None => command.args(["--credential", &self.credential]),
+        };
+        if let Some(file) = &self.trusted_keys_file {
+            command.arg("--trusted-grant-keys-file").arg(file);
         }
         let child = command
             .args(["--gateways", &self.gateways.join(",")])
@@ -93,7 +113,6 @@ impl Supervisor {
             .arg(&self.runtime_dir)
             .arg("--runtime-bin")
             .arg(runtime_bin())
-            .args(["--credential", &self.credential])
             .env("RUST_LOG", "info")
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdout(Stdio::from(log))

@@ -5,9 +5,10 @@
 //! process it started, sandbox runtimes included ([`children`]).
 //!
 //! It runs secure, as a deployment does: TLS on every gRPC port (a client
-//! port and a mutual-TLS peer port per gateway), a signing key, an admin
-//! token and a supervisor credential, all generated under `<data dir>/tls/`
-//! on the first run ([`secure`]); `<data dir>/env` points the CLI at them.
+//! port and a mutual-TLS peer port per gateway), a signing key its
+//! supervisors trust, an admin token and a credential per supervisor, all
+//! generated under `<data dir>/tls/` on the first run ([`secure`]);
+//! `<data dir>/env` points the CLI at them.
 //!
 //! - [`run`]: locate the binaries, prepare the TLS material, start the
 //!   gateways, [`bring_up`] the rest, print what to try, wait for Ctrl-C,
@@ -81,6 +82,9 @@ fn sibling(name: &str) -> Result<PathBuf, CliError> {
     }
 }
 
+/// The supervisors' member ids.
+const MEMBERS: [&str; 2] = ["s1", "s2"];
+
 /// Offset of the gateways' peer ports from their client ports.
 const PEER_OFFSET: u16 = 10;
 
@@ -131,7 +135,7 @@ pub async fn run(args: DevArgs) -> Result<(), CliError> {
             args.data_dir.display()
         )));
     }
-    let secrets = secure::prepare(&dir.join("tls"), 3)?;
+    let secrets = secure::prepare(&dir.join("tls"), 3, &MEMBERS)?;
     let endpoints: Vec<String> = (0..3).map(|i| port(&args, i)).collect();
     secure::write_env(&dir.join("env"), &secrets, &endpoints)?;
     // The runtimes the supervisors start are reparented to this process when
@@ -223,8 +227,8 @@ fn start_gateways(
             path(&secrets.signing_key),
             "--admin-token-file".into(),
             path(&secrets.admin_token),
-            "--supervisor-token-file".into(),
-            path(&secrets.supervisor_token),
+            "--member-credentials-file".into(),
+            path(&secrets.member_credentials),
         ];
         if first_run {
             gw_args.extend(["--initial-voters".to_string(), voters.clone()]);
@@ -325,8 +329,8 @@ async fn bring_up(
     .await
 }
 
-/// Starts supervisors `s1` and `s2`, attached to every gateway over TLS
-/// with the supervisor credential.
+/// Starts supervisors `s1` and `s2`, attached to every gateway over TLS,
+/// each with its own credential and the trusted grant key.
 fn start_supervisors(
     args: &DevArgs,
     dir: &Path,
@@ -335,8 +339,8 @@ fn start_supervisors(
     bins: &Bins,
     children: &mut Children,
 ) -> Result<(), CliError> {
-    for i in 0..2u16 {
-        let member = format!("s{}", i + 1);
+    for (i, member) in (0..2u16).zip(MEMBERS) {
+        let member = member.to_string();
         let sup_args = vec![
             "--gateways".to_string(),
             endpoints.join(","),
@@ -355,7 +359,9 @@ fn start_supervisors(
             "--tls-ca-file".into(),
             secrets.ca.display().to_string(),
             "--credential-file".into(),
-            secrets.supervisor_token.display().to_string(),
+            secrets.credential(&member).display().to_string(),
+            "--trusted-grant-keys-file".into(),
+            secrets.trusted_keys.display().to_string(),
         ];
         children.spawn(
             format!("supervisor {member}"),

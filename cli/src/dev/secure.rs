@@ -3,10 +3,14 @@
 //! certificate per gateway (`gateway-N.crt`/`.key`, SANs 127.0.0.1 and
 //! localhost, server and client use: a gateway serves both ports and dials
 //! its peers with it), the grant signing key (`signing.key`, 64 hex
-//! characters), the operator's admin token (`admin.token`) and the
-//! supervisors' credential (`supervisor.token`). Keys and secrets are mode
-//! 0600. Generated on the first run, reused after ([`Ca::load`]); anything
-//! missing is generated again.
+//! characters), the file of trusted grant keys supervisors and runtimes
+//! verify grants with (`trusted-grant-keys`: the signing key's public key),
+//! the operator's admin token (`admin.token`), a credential per supervisor
+//! (`<member>.credential`) and the gateways' member credentials file
+//! (`member-credentials`: `member_id credential` lines). Keys and secrets
+//! are mode 0600. Generated on the first run, reused after ([`Ca::load`]);
+//! anything missing is generated again, and the two derived files are
+//! written afresh from what they derive from.
 //!
 //! Also `<data dir>/env`, which points the CLI at the cluster
 //! (`source openshell-dev/env`).
@@ -31,8 +35,20 @@ pub struct Secrets {
     pub signing_key: PathBuf,
     /// The admin token file (gateways accept it; the CLI presents it).
     pub admin_token: PathBuf,
-    /// The credential file supervisors present and gateways require.
-    pub supervisor_token: PathBuf,
+    /// The gateways' member credentials file (`member_id credential`).
+    pub member_credentials: PathBuf,
+    /// The trusted grant keys file of supervisors (and their runtimes).
+    pub trusted_keys: PathBuf,
+    /// Where the credential files of members live (`<member>.credential`).
+    dir: PathBuf,
+}
+
+impl Secrets {
+    /// The file holding `member`'s credential (what its supervisor
+    /// presents with `--credential-file`).
+    pub fn credential(&self, member: &str) -> PathBuf {
+        self.dir.join(format!("{member}.credential"))
+    }
 }
 
 impl std::fmt::Debug for Secrets {
@@ -43,7 +59,8 @@ impl std::fmt::Debug for Secrets {
             .field("gateways", &self.gateways)
             .field("signing_key", &self.signing_key)
             .field("admin_token", &self.admin_token)
-            .field("supervisor_token", &self.supervisor_token)
+            .field("member_credentials", &self.member_credentials)
+            .field("trusted_keys", &self.trusted_keys)
             .finish()
     }
 }
@@ -67,27 +84,34 @@ fn secret_file(
     path: &Path,
     text: impl FnOnce() -> Result<String, CliError>,
 ) -> Result<(), CliError> {
-    use std::os::unix::fs::OpenOptionsExt;
     if path.exists() {
         return Ok(());
     }
+    write_private(path, &text()?)
+}
+
+/// Writes `text` to `path` afresh, mode 0600 from creation.
+fn write_private(path: &Path, text: &str) -> Result<(), CliError> {
+    use std::os::unix::fs::OpenOptionsExt;
     let what = path.display().to_string();
+    let _ = std::fs::remove_file(path);
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
         .open(path)
         .map_err(local(&what))?;
-    file.write_all(text()?.as_bytes()).map_err(local(&what))?;
+    file.write_all(text.as_bytes()).map_err(local(&what))?;
     file.sync_all().map_err(local(&what))
 }
 
 /// The CA, certificates and secrets of a dev cluster of `gateways` nodes
-/// under `tls_dir`: loaded when present, generated when not.
+/// and the supervisors `members` under `tls_dir`: loaded when present,
+/// generated when not.
 ///
 /// # Errors
 /// [`CliError::Local`] naming the file that could not be read or written.
-pub fn prepare(tls_dir: &Path, gateways: u16) -> Result<Secrets, CliError> {
+pub fn prepare(tls_dir: &Path, gateways: u16, members: &[&str]) -> Result<Secrets, CliError> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -122,11 +146,31 @@ pub fn prepare(tls_dir: &Path, gateways: u16) -> Result<Secrets, CliError> {
         gateways: issued,
         signing_key: tls_dir.join("signing.key"),
         admin_token: tls_dir.join("admin.token"),
-        supervisor_token: tls_dir.join("supervisor.token"),
+        member_credentials: tls_dir.join("member-credentials"),
+        trusted_keys: tls_dir.join("trusted-grant-keys"),
+        dir: tls_dir.to_path_buf(),
     };
     secret_file(&secrets.signing_key, random_hex)?;
     secret_file(&secrets.admin_token, random_hex)?;
-    secret_file(&secrets.supervisor_token, random_hex)?;
+    let mut lines = String::from("# member_id  credential (written by openshell-pool dev)\n");
+    for member in members {
+        let file = secrets.credential(member);
+        secret_file(&file, random_hex)?;
+        let credential = proto::secret::read_secret_file("--credential-file", &file)
+            .map_err(|e| CliError::Local(e.to_string()))?;
+        lines.push_str(&format!("{member} {credential}\n"));
+    }
+    write_private(&secrets.member_credentials, &lines)?;
+    let seed = proto::secret::read_secret_file("--signing-key-file", &secrets.signing_key)
+        .map_err(|e| CliError::Local(e.to_string()))?;
+    let public = proto::grant::GrantSigner::from_seed_hex(&seed)
+        .map_err(|e| CliError::Local(format!("{}: {e}", secrets.signing_key.display())))?
+        .public_key_hex();
+    std::fs::write(
+        &secrets.trusted_keys,
+        format!("# the public key of signing.key (written by openshell-pool dev)\n{public}\n"),
+    )
+    .map_err(local(&secrets.trusted_keys.display().to_string()))?;
     Ok(secrets)
 }
 
@@ -162,7 +206,7 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let tls = dir.path().join("tls");
-        let first = prepare(&tls, 3).unwrap_or_else(|e| panic!("{e}"));
+        let first = prepare(&tls, 3, &["s1", "s2"]).unwrap_or_else(|e| panic!("{e}"));
         let mode = |p: &Path| {
             std::fs::metadata(p)
                 .map(|m| m.permissions().mode() & 0o777)
@@ -172,7 +216,8 @@ mod tests {
         for secret in [
             &first.signing_key,
             &first.admin_token,
-            &first.supervisor_token,
+            &first.member_credentials,
+            &first.credential("s2"),
             &first.gateways[0].key,
             &tls.join("ca.key"),
         ] {
@@ -187,12 +232,20 @@ mod tests {
             .iter()
             .map(|p| std::fs::read(p).unwrap_or_default())
             .collect();
-        let again = prepare(&tls, 3).unwrap_or_else(|e| panic!("{e}"));
+        let again = prepare(&tls, 3, &["s1", "s2"]).unwrap_or_else(|e| panic!("{e}"));
         let after: Vec<Vec<u8>> = [&again.ca, &again.gateways[2].cert, &again.admin_token]
             .iter()
             .map(|p| std::fs::read(p).unwrap_or_default())
             .collect();
         assert_eq!(before, after, "a second run reuses the material");
+        let listed = std::fs::read_to_string(&again.member_credentials).unwrap_or_default();
+        let s1 = std::fs::read_to_string(again.credential("s1")).unwrap_or_default();
+        assert!(listed.contains(&format!("s1 {s1}")), "{listed}");
+        let trusted = std::fs::read_to_string(&again.trusted_keys).unwrap_or_default();
+        assert!(
+            proto::grant::parse_trusted_keys(&trusted).is_ok(),
+            "{trusted}"
+        );
         let env = dir.path().join("env");
         write_env(&env, &again, &["127.0.0.1:7001".into()]).unwrap_or_else(|e| panic!("{e}"));
         let text = std::fs::read_to_string(&env).unwrap_or_default();

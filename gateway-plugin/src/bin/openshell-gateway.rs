@@ -122,7 +122,8 @@ struct Args {
         value_delimiter = ','
     )]
     viewer_token: Option<Vec<String>>,
-    /// Credential supervisors must present.
+    /// DEPRECATED (any supervisor holding it can join as any member): one
+    /// credential for every supervisor; use --member-credentials-file.
     #[arg(long, env = "OPENSHELL_SUPERVISOR_TOKEN", hide_env_values = true)]
     supervisor_token: Option<String>,
     /// File holding a platform_admin token (repeatable; one token per file,
@@ -139,6 +140,10 @@ struct Args {
         conflicts_with = "supervisor_token"
     )]
     supervisor_token_file: Option<PathBuf>,
+    /// File of `member_id credential` lines: each supervisor member id must
+    /// present its own credential (re-read when it changes).
+    #[arg(long, env = "OPENSHELL_MEMBER_CREDENTIALS_FILE")]
+    member_credentials_file: Option<PathBuf>,
 }
 
 /// `tokens` plus the token in each of `files` (given by `flag`).
@@ -336,6 +341,7 @@ fn run() -> anyhow::Result<()> {
                 )?),
                 None => args.supervisor_token,
             },
+            member_credentials_file: args.member_credentials_file,
             ..Default::default()
         }),
     };

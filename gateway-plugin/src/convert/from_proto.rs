@@ -10,7 +10,7 @@ use proto::pool_admin::{
     start_supervisor_pool_operation_request, CreateSandboxRequest,
     StartSupervisorPoolOperationRequest,
 };
-use proto::supervisor_host::{supervisor_message, HostHello};
+use proto::supervisor_host::{supervisor_message, ExecResult, HostHello};
 use tonic::Status;
 
 /// The join a hello asks for.
@@ -32,6 +32,8 @@ pub enum StreamInput {
     Status,
     /// A command to propose, on behalf of the stream's incarnation.
     Propose(Command),
+    /// The answer (or a piece of it) to an exec sent on the stream.
+    ExecResult(ExecResult),
     /// Not expected once attached (a second hello, or an empty message).
     Unexpected,
 }
@@ -64,6 +66,7 @@ pub fn stream_input(
                 status: report.status,
             }))
         }
+        Some(supervisor_message::Message::ExecResult(result)) => StreamInput::ExecResult(result),
         Some(supervisor_message::Message::Hello(_)) | None => StreamInput::Unexpected,
     }
 }

@@ -9,6 +9,8 @@
 //! - [`snapshots`]: pushing assignment snapshots to attached streams (what
 //!   each incarnation may see is decided by `pool::visibility`).
 //! - [`leader`]: the leader-only pool coordinator loop.
+//! - [`exec`]: exec over an attached supervisor's own stream (the pending
+//!   calls of each stream; gateways never dial supervisors).
 //!
 //! Liveness without clocks: a supervisor sends `HostStatus` every
 //! `status_interval`; once per tick interval the hub proposes ONE `Heartbeat`
@@ -26,6 +28,7 @@ use tonic::Status;
 use crate::metrics::Metrics;
 use crate::state::GatewayState;
 
+pub mod exec;
 pub mod heartbeats;
 pub mod leader;
 pub mod snapshots;
@@ -46,8 +49,12 @@ pub struct PoolSettings {
     pub operation_deadline_ticks: u64,
     /// Supervisors send `HostStatus` this often.
     pub status_interval: Duration,
-    /// Bearer credential supervisors present in `HostHello` (None: any).
+    /// DEPRECATED shared credential: any supervisor holding it may join as
+    /// any member id not listed in `member_credentials` (None: none).
     pub supervisor_token: Option<String>,
+    /// The credential of each member id (`member_credentials_file`): a
+    /// listed member must present its own; re-read on change.
+    pub member_credentials: Option<crate::member_credentials::MemberCredentialsFile>,
 }
 
 impl std::fmt::Debug for PoolSettings {
@@ -63,6 +70,7 @@ impl std::fmt::Debug for PoolSettings {
                 "supervisor_token",
                 &proto::secret::redact_opt(&self.supervisor_token),
             )
+            .field("member_credentials", &self.member_credentials)
             .finish()
     }
 }
@@ -76,6 +84,7 @@ impl Default for PoolSettings {
             operation_deadline_ticks: 2400,
             status_interval: Duration::from_millis(250),
             supervisor_token: None,
+            member_credentials: None,
         }
     }
 }

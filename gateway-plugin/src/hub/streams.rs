@@ -5,6 +5,8 @@
 //! [`Hub::touch`] are the service's view of it; [`Hub::begin_leaving`] and
 //! [`Hub::move_supervisors`] are the stopping gateway's (no new stream, then
 //! every attached supervisor is told `GatewayLeaving` and its stream ends).
+//! Each registration also holds the stream's pending exec calls
+//! ([`super::exec`]): they fail when it goes.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,6 +19,7 @@ use proto::supervisor_host::{gateway_message, AttachRefusal, GatewayLeaving, Gat
 use tokio::sync::{mpsc, watch};
 use tonic::Status;
 
+use super::exec::PendingExec;
 use super::Hub;
 
 /// The sending half of one supervisor stream.
@@ -41,6 +44,9 @@ pub(super) struct Attached {
     /// Log index of the last snapshot sent: an older one is never sent after
     /// it (two passes can run at once: one per applied batch, one per attach).
     pub(super) sent_log_index: u64,
+    /// call id -> the exec waiting for its answer on this stream. Dropped
+    /// with the registration, which fails every waiting exec (UNAVAILABLE).
+    pub(super) execs: BTreeMap<u64, PendingExec>,
 }
 
 impl Attached {
@@ -62,6 +68,8 @@ pub(super) struct Streams {
     map: Mutex<BTreeMap<String, Attached>>,
     /// The next stream id.
     next_stream_id: AtomicU64,
+    /// The next exec call id (unique per gateway process, so per stream).
+    next_call_id: AtomicU64,
     /// The gateway is stopping: no new stream is registered. Written and
     /// read under the `map` lock where it matters (registration against
     /// [`Hub::move_supervisors`]), so no stream slips in after the move; a
@@ -75,6 +83,7 @@ impl Default for Streams {
         Streams {
             map: Mutex::new(BTreeMap::new()),
             next_stream_id: AtomicU64::new(1),
+            next_call_id: AtomicU64::new(1),
             phase: watch::Sender::new(StopPhase::Serving),
         }
     }
@@ -100,6 +109,11 @@ impl Streams {
     /// panic could break halfway (each operation is one insert or remove).
     pub(super) fn lock(&self) -> MutexGuard<'_, BTreeMap<String, Attached>> {
         self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A fresh exec call id.
+    pub(super) fn next_call_id(&self) -> u64 {
+        self.next_call_id.fetch_add(1, Ordering::Relaxed)
     }
 }
 
@@ -141,6 +155,7 @@ impl Hub {
                     shown: None,
                     shown_at: 0,
                     sent_log_index: 0,
+                    execs: BTreeMap::new(),
                 },
             )
         };
@@ -278,6 +293,7 @@ mod tests {
             shown: None,
             shown_at: 0,
             sent_log_index: 0,
+            execs: BTreeMap::new(),
         }
     }
 

@@ -124,6 +124,9 @@ impl ProcessSupervisor {
             .arg(h.runtime_dir())
             .arg("--runtime-bin")
             .arg(&h.runtime_bin)
+            // The supervisor is secure by default; the harness runs it as
+            // before (no credential, grant key learned from the gateway).
+            .arg("--insecure")
             .env("RUST_LOG", "info")
             // Inherited by the runtimes it starts.
             .env("OPENSHELL_RUNTIME_LINGER_MS", "2000");

@@ -218,6 +218,7 @@ impl Reloader {
                         let text = e.to_string();
                         if text != last_error {
                             tracing::error!(
+                                files = %target.describe(),
                                 error = %text,
                                 "TLS files cannot be used: keeping the previous configuration"
                             );

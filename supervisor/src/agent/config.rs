@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use proto::client::{ClientConfig, Role};
 
+use crate::trusted_keys::TrustedKeys;
+
 /// A setting that is missing or invalid.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
@@ -14,6 +16,16 @@ pub enum ConfigError {
     #[error("{flag} (or {env}) is required")]
     Missing {
         /// The flag.
+        flag: &'static str,
+        /// The environment variable.
+        env: &'static str,
+    },
+    /// A setting the supervisor needs unless `--insecure` is missing.
+    #[error("no {what}: set {flag} (or {env}); only --insecure runs without it, for experiments")]
+    Insecure {
+        /// What is missing.
+        what: &'static str,
+        /// The flag that provides it.
         flag: &'static str,
         /// The environment variable.
         env: &'static str,
@@ -41,7 +53,9 @@ pub struct RawAgentConfig {
     pub member_uid: Option<String>,
     /// `--pool-advertise-ip`.
     pub advertise_ip: Option<String>,
-    /// Control gRPC listen address (exec from gateways).
+    /// `--listen`: accepted (and checked) so that old configurations still
+    /// parse, otherwise ignored: the supervisor opens no gRPC port (exec
+    /// travels on its stream to the gateway).
     pub listen: Option<String>,
     /// HTTP health endpoints listen address.
     pub http_listen: Option<String>,
@@ -55,6 +69,12 @@ pub struct RawAgentConfig {
     pub runtime_bin: Option<PathBuf>,
     /// Try gateways in the listed order instead of from a random one.
     pub listed_order: bool,
+    /// `--trusted-grant-keys-file`: the grant public keys this supervisor
+    /// and its runtimes trust.
+    pub trusted_grant_keys_file: Option<PathBuf>,
+    /// `--insecure`: run without a credential or trusted grant keys
+    /// (learning the grant key from the gateway's hello).
+    pub insecure: bool,
     /// `--tls-ca-file`: the CA the gateways' certificates chain to (PEM);
     /// without it the attach stream is plaintext.
     pub tls_ca_file: Option<PathBuf>,
@@ -75,6 +95,8 @@ impl std::fmt::Debug for RawAgentConfig {
             .field("runtime_dir", &self.runtime_dir)
             .field("runtime_bin", &self.runtime_bin)
             .field("listed_order", &self.listed_order)
+            .field("trusted_grant_keys_file", &self.trusted_grant_keys_file)
+            .field("insecure", &self.insecure)
             .field("tls_ca_file", &self.tls_ca_file)
             .finish()
     }
@@ -89,9 +111,10 @@ pub struct AgentConfig {
     pub member_id: String,
     /// Pool member uid (the Pod uid in Kubernetes).
     pub member_uid: String,
-    /// IP gateways route to.
+    /// The IP announced in `HostHello` (informational: the pool status
+    /// shows it; no gateway dials it).
     pub advertise_ip: IpAddr,
-    /// Control gRPC listen address.
+    /// Ignored (see [`RawAgentConfig::listen`]).
     pub listen: SocketAddr,
     /// HTTP health endpoints address.
     pub http_listen: Option<SocketAddr>,
@@ -116,6 +139,12 @@ pub struct AgentConfig {
     pub gateway_client: ClientConfig,
     /// How calls to sandbox runtimes connect and how long they may take.
     pub runtime_client: ClientConfig,
+    /// The grant keys this supervisor trusts (re-read on change): a gateway
+    /// announcing another key is refused, and runtimes get the same file.
+    /// None only with `insecure`.
+    pub trusted_keys: Option<TrustedKeys>,
+    /// Runs without the secure defaults (logged as a warning at start).
+    pub insecure: bool,
 }
 
 impl std::fmt::Debug for AgentConfig {
@@ -141,6 +170,8 @@ impl std::fmt::Debug for AgentConfig {
             .field("listed_order", &self.listed_order)
             .field("gateway_client", &self.gateway_client)
             .field("runtime_client", &self.runtime_client)
+            .field("trusted_keys", &self.trusted_keys)
+            .field("insecure", &self.insecure)
             .finish()
     }
 }
@@ -191,6 +222,15 @@ impl RawAgentConfig {
         let runtime_dir = self
             .runtime_dir
             .unwrap_or_else(|| std::env::temp_dir().join("openshell-runtimes"));
+        let credential = self.credential.unwrap_or_default();
+        let trusted_keys = self
+            .trusted_grant_keys_file
+            .as_deref()
+            .map(load_trusted_keys)
+            .transpose()?;
+        if !self.insecure {
+            check_secure(&credential, trusted_keys.as_ref())?;
+        }
         let runtime_bin = match self.runtime_bin {
             Some(p) => p,
             None => std::env::current_exe()
@@ -217,7 +257,7 @@ impl RawAgentConfig {
             listen,
             http_listen,
             capacity,
-            credential: self.credential.unwrap_or_default(),
+            credential,
             runtime_dir,
             runtime_bin,
             min_backoff: Duration::from_millis(100),
@@ -226,8 +266,45 @@ impl RawAgentConfig {
             listed_order: self.listed_order,
             gateway_client: ClientConfig::for_role(Role::SupervisorToGateway).with_tls(gateway_tls),
             runtime_client: ClientConfig::for_role(Role::SupervisorToRuntime),
+            trusted_keys,
+            insecure: self.insecure,
         })
     }
+}
+
+/// Secure by default: what a supervisor needs unless `--insecure`, each
+/// refusal one line naming the missing thing and its flag. (The CA the
+/// gateway's certificate is verified with, `--tls-ca-file`, is to join
+/// these checks; not yet: the end-to-end tests of secure supervisors still
+/// run plaintext gateways.)
+fn check_secure(credential: &str, trusted_keys: Option<&TrustedKeys>) -> Result<(), ConfigError> {
+    if credential.is_empty() {
+        return Err(ConfigError::Insecure {
+            what: "supervisor credential",
+            flag: "--credential-file",
+            env: "OPENSHELL_SUPERVISOR_TOKEN_FILE",
+        });
+    }
+    if trusted_keys.is_none() {
+        return Err(ConfigError::Insecure {
+            what: "trusted grant keys",
+            flag: "--trusted-grant-keys-file",
+            env: "OPENSHELL_TRUSTED_GRANT_KEYS_FILE",
+        });
+    }
+    Ok(())
+}
+
+/// Loads the trusted grant keys file (its path made absolute: runtimes are
+/// given the same path and re-read it themselves).
+fn load_trusted_keys(path: &std::path::Path) -> Result<TrustedKeys, ConfigError> {
+    let invalid = |problem: String| ConfigError::Invalid {
+        flag: "--trusted-grant-keys-file",
+        value: path.display().to_string(),
+        problem,
+    };
+    let path = std::path::absolute(path).map_err(|e| invalid(e.to_string()))?;
+    TrustedKeys::load(&path).map_err(invalid)
 }
 
 /// A member id or uid: 1..=256 characters, no whitespace or control ones.
@@ -299,8 +376,63 @@ mod tests {
             member_id: Some("m1".into()),
             member_uid: Some("u1".into()),
             advertise_ip: Some("127.0.0.1".into()),
+            insecure: true,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn without_insecure_a_credential_and_trusted_keys_are_required() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let keys = dir.path().join("trusted");
+        let signer = proto::grant::GrantSigner::from_seed_hex(&"11".repeat(32))
+            .unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(&keys, format!("# k\n{}\n", signer.public_key_hex()))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let secure = |credential: Option<&str>, keys: Option<&std::path::Path>| RawAgentConfig {
+            insecure: false,
+            credential: credential.map(String::from),
+            trusted_grant_keys_file: keys.map(|k| k.to_path_buf()),
+            ..raw()
+        };
+        let e = secure(None, Some(&keys))
+            .validate()
+            .err()
+            .map(|e| e.to_string());
+        assert_eq!(
+            e.as_deref(),
+            Some("no supervisor credential: set --credential-file (or OPENSHELL_SUPERVISOR_TOKEN_FILE); only --insecure runs without it, for experiments")
+        );
+        let e = secure(Some("c"), None)
+            .validate()
+            .err()
+            .map(|e| e.to_string());
+        assert_eq!(
+            e.as_deref(),
+            Some("no trusted grant keys: set --trusted-grant-keys-file (or OPENSHELL_TRUSTED_GRANT_KEYS_FILE); only --insecure runs without it, for experiments")
+        );
+        let config = secure(Some("c"), Some(&keys))
+            .validate()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let trusted = config.trusted_keys.unwrap_or_else(|| panic!("no keys"));
+        assert!(trusted.current().trusts(&signer.public_key_hex()));
+        std::fs::write(&keys, "not a key\n").unwrap_or_else(|e| panic!("{e}"));
+        let e = secure(Some("c"), Some(&keys))
+            .validate()
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            e.starts_with("--trusted-grant-keys-file") && e.contains("line 1"),
+            "{e}"
+        );
+        // --insecure: neither is needed.
+        assert!(RawAgentConfig {
+            insecure: true,
+            ..secure(None, None)
+        }
+        .validate()
+        .is_ok());
     }
 
     #[test]

@@ -18,9 +18,15 @@
 //! Readiness (`/readyz`) holds only while a gateway has accepted the
 //! authenticated stream and the member is not draining; liveness
 //! (`/healthz`) never depends on a gateway.
+//!
+//! Gateways never dial supervisors: an exec arrives as an `ExecCall` on the
+//! stream this process opened and authenticated, and is answered on it
+//! ([`exec`]). The only port the supervisor listens on is its HTTP health
+//! port (`--http-listen`); `--listen` is accepted for old configurations and
+//! ignored.
 
 pub mod config;
-mod control;
+mod exec;
 mod health;
 mod session;
 
@@ -33,14 +39,13 @@ use std::time::Duration;
 
 use anyhow::Context;
 use proto::client::{self, Role};
-use proto::supervisor_host::supervisor_control_server::SupervisorControlServer;
 use proto::supervisor_host::supervisor_host_client::SupervisorHostClient;
 use proto::supervisor_host::{
     gateway_message, supervisor_message, AssignmentSnapshot, AttachRefusal, HelloAccepted,
     HostHello, HostStatus, SupervisorMessage,
 };
 use rand::Rng;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Semaphore};
 use tokio_stream::wrappers::ReceiverStream;
 
 pub use config::{AgentConfig, ConfigError, RawAgentConfig};
@@ -59,7 +64,8 @@ pub struct Agent {
     /// of this host decides whether this process is newer
     /// (docs/design/0002).
     incarnation: AtomicU64,
-    /// ip:port of the control server, announced in HostHello.
+    /// `--pool-advertise-ip`, announced in HostHello: informational only
+    /// (shown in the pool status); no gateway dials it.
     advertise_address: String,
     /// A gateway accepted the stream.
     attached: AtomicBool,
@@ -77,7 +83,9 @@ pub struct Agent {
     /// second one (see `session::start_runtime`). One small entry per
     /// launch for the life of the process.
     launched: Mutex<BTreeSet<(String, u64)>>,
-    /// The cluster public key from HelloAccepted (passed to new runtimes).
+    /// The grant key the gateway announced in HelloAccepted: passed to new
+    /// runtimes only by an `--insecure` supervisor without trusted keys
+    /// (otherwise runtimes get the trusted grant keys file).
     cluster_key: Mutex<String>,
     /// The recovery deadline from HelloAccepted (passed to new runtimes).
     recovery_deadline_ms: AtomicU64,
@@ -85,9 +93,33 @@ pub struct Agent {
     outbound: Mutex<Option<mpsc::Sender<SupervisorMessage>>>,
     /// The latest snapshot, re-reconciled periodically.
     last_snapshot: Mutex<Option<AssignmentSnapshot>>,
+    /// Slots of the execs running at once ([`exec::MAX_CONCURRENT_EXECS`]).
+    exec_slots: Arc<Semaphore>,
 }
 
 impl Agent {
+    /// The state of a process that has not attached yet.
+    fn new(config: AgentConfig, process_id: u64) -> Self {
+        Agent {
+            process_id: AtomicU64::new(process_id),
+            incarnation: AtomicU64::new(0),
+            advertise_address: config.advertise_ip.to_string(),
+            attached: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
+            not_ready_reason: Mutex::new("not attached to a gateway yet".into()),
+            sessions: Mutex::new(BTreeMap::new()),
+            activating: Mutex::new(BTreeSet::new()),
+            released: Mutex::new(BTreeSet::new()),
+            launched: Mutex::new(BTreeSet::new()),
+            cluster_key: Mutex::new(String::new()),
+            recovery_deadline_ms: AtomicU64::new(60_000),
+            outbound: Mutex::new(None),
+            last_snapshot: Mutex::new(None),
+            exec_slots: exec::slots(),
+            config,
+        }
+    }
+
     fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         m.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -125,19 +157,55 @@ impl Agent {
 
     /// Takes what a gateway's `HelloAccepted` says: the incarnation the pool
     /// assigned this process (log-ordered), the cluster key and the
-    /// recovery deadline for new runtimes.
+    /// recovery deadline for new runtimes. A gateway whose grant key is not
+    /// trusted is refused first (nothing is taken from it).
     fn accept(&self, accepted: &HelloAccepted) -> anyhow::Result<()> {
         if accepted.incarnation == 0 {
             anyhow::bail!(
                 "the gateway assigned no incarnation (a gateway older than this supervisor)"
             );
         }
+        self.check_grant_key(&accepted.cluster_public_key)?;
         self.incarnation
             .store(accepted.incarnation, Ordering::SeqCst);
         *Self::lock(&self.cluster_key) = accepted.cluster_public_key.clone();
         self.recovery_deadline_ms
             .store(accepted.recovery_deadline_ms, Ordering::SeqCst);
         Ok(())
+    }
+
+    /// Refuses a gateway that signs grants with a key outside the trusted
+    /// set (never learned from the wire); an `--insecure` supervisor
+    /// without trusted keys accepts any.
+    fn check_grant_key(&self, key: &str) -> anyhow::Result<()> {
+        let Some(trusted) = &self.config.trusted_keys else {
+            return Ok(());
+        };
+        if trusted.current().trusts(key) {
+            return Ok(());
+        }
+        let fingerprint = match proto::grant::fingerprint(key) {
+            f if f.is_empty() => "(none)".to_string(),
+            f => f,
+        };
+        anyhow::bail!(
+            "untrusted grant key: the gateway signs grants with key {fingerprint}, which is not a trusted \
+             grant key ({}); refusing to attach to it",
+            trusted.describe()
+        )
+    }
+
+    /// The arguments that give a new runtime its trusted grant keys: the
+    /// trusted keys file (the runtime re-reads it on change), or, for an
+    /// `--insecure` supervisor without one, the key its gateway announced.
+    fn runtime_key_args(&self) -> Vec<std::ffi::OsString> {
+        match self.config.trusted_keys.as_ref().and_then(|t| t.file()) {
+            Some(file) => vec!["--trusted-grant-keys-file".into(), file.into()],
+            None => vec![
+                "--cluster-public-key".into(),
+                Self::lock(&self.cluster_key).clone().into(),
+            ],
+        }
     }
 
     /// After the gateways said the pool retired this incarnation (it
@@ -203,7 +271,8 @@ enum Ended {
 /// Runs the supervisor until `shutdown` completes.
 ///
 /// # Errors
-/// When the control or health port cannot be bound.
+/// When the runtime directory cannot be created or the health port cannot
+/// be bound.
 pub async fn run(
     config: AgentConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -220,36 +289,19 @@ pub async fn run(
                 config.runtime_dir.display()
             )
         })?;
-    let control = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .with_context(|| format!("binding the control port {}", config.listen))?;
-    let control_addr = control
-        .local_addr()
-        .context("reading the control address")?;
-    let advertise_address = format!("{}:{}", config.advertise_ip, control_addr.port());
-    let agent = Arc::new(Agent {
-        process_id: AtomicU64::new(process_id),
-        incarnation: AtomicU64::new(0),
-        advertise_address,
-        attached: AtomicBool::new(false),
-        draining: AtomicBool::new(false),
-        not_ready_reason: Mutex::new("not attached to a gateway yet".into()),
-        sessions: Mutex::new(BTreeMap::new()),
-        activating: Mutex::new(BTreeSet::new()),
-        released: Mutex::new(BTreeSet::new()),
-        launched: Mutex::new(BTreeSet::new()),
-        cluster_key: Mutex::new(String::new()),
-        recovery_deadline_ms: AtomicU64::new(60_000),
-        outbound: Mutex::new(None),
-        last_snapshot: Mutex::new(None),
-        config,
-    });
+    let agent = Arc::new(Agent::new(config, process_id));
+    if agent.config.insecure {
+        tracing::warn!(
+            "--insecure: this supervisor may run without a credential and learns the grant key from whichever \
+             gateway answers its hello (a spoofed gateway owns every runtime started after it); experiments only"
+        );
+    }
     tracing::info!(
         member = %agent.config.member_id,
         process_id,
-        control = %agent.advertise_address,
+        advertise = %agent.advertise_address,
         gateways = ?agent.config.gateways,
-        "supervisor starting"
+        "supervisor starting (no inbound gRPC port: exec arrives on the stream to the gateway)"
     );
     let mut tasks = Vec::new();
     if let Some(addr) = agent.config.http_listen {
@@ -259,16 +311,6 @@ pub async fn run(
         tracing::info!(%addr, "health endpoints listening (/healthz /readyz)");
         tasks.push(tokio::spawn(health::serve(listener, agent.clone())));
     }
-    let incoming = tonic::transport::server::TcpIncoming::from(control).with_nodelay(Some(true));
-    let control_service = SupervisorControlServer::new(control::ControlService::new(agent.clone()));
-    tasks.push(tokio::spawn(async move {
-        let served = tonic::transport::Server::builder()
-            .add_service(control_service)
-            .serve_with_incoming(incoming);
-        if let Err(e) = served.await {
-            tracing::error!(error = %e, "control server failed");
-        }
-    }));
     if let Some(tls) = &agent.config.gateway_client.tls {
         tasks.push(proto::tls::Reloader::spawn(
             tls.clone(),
@@ -405,8 +447,8 @@ async fn attach_once(agent: &Arc<Agent>, gateway: &str) -> anyhow::Result<Ended>
     agent.attached.store(true, Ordering::SeqCst);
     tracing::info!(%gateway, gateway_node = accepted.gateway_node_id, incarnation = accepted.incarnation, "attached");
     let interval = Duration::from_millis(accepted.status_interval_ms.clamp(10, 10_000));
-    let status_task = spawn_status(agent.clone(), tx, interval);
-    let result = follow(agent, &mut inbound).await;
+    let status_task = spawn_status(agent.clone(), tx.clone(), interval);
+    let result = follow(agent, &mut inbound, &tx).await;
     status_task.abort();
     Ok(result.unwrap_or_else(Ended::Broken))
 }
@@ -436,10 +478,12 @@ fn spawn_status(
 }
 
 /// Follows an accepted stream: reconciles every snapshot (and the last one
-/// every second) until the stream ends, fails or the gateway leaves.
+/// every second) and starts every exec call (answered on `tx`, the same
+/// stream), until the stream ends, fails or the gateway leaves.
 async fn follow(
     agent: &Arc<Agent>,
     inbound: &mut tonic::Streaming<proto::supervisor_host::GatewayMessage>,
+    tx: &mpsc::Sender<SupervisorMessage>,
 ) -> anyhow::Result<Ended> {
     let mut reconcile = tokio::time::interval(Duration::from_secs(1));
     loop {
@@ -458,6 +502,9 @@ async fn follow(
                         agent.draining.store(snapshot.draining, Ordering::SeqCst);
                         *Agent::lock(&agent.last_snapshot) = Some(snapshot.clone());
                         session::reconcile(agent, &snapshot);
+                    }
+                    Some(gateway_message::Message::Exec(call)) => {
+                        exec::spawn(agent, tx.clone(), call);
                     }
                     // A second HelloAccepted, or a message of a newer
                     // gateway this supervisor does not know: ignored.

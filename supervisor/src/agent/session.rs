@@ -116,7 +116,7 @@ async fn start_runtime(agent: &Agent, a: &SandboxInstanceAssignment) -> Result<S
             a.sandbox_id, a.generation
         ));
     }
-    let key = Agent::lock(&agent.cluster_key).clone();
+    let key_args = agent.runtime_key_args();
     let deadline = agent.recovery_deadline_ms.load(Ordering::SeqCst);
     let addr_path = addr_file(agent, &a.sandbox_id)?;
     let log_path = runtime_file(agent, &a.sandbox_id, "log")?;
@@ -133,8 +133,7 @@ async fn start_runtime(agent: &Agent, a: &SandboxInstanceAssignment) -> Result<S
         .arg(&a.sandbox_id)
         .arg("--generation")
         .arg(a.generation.to_string())
-        .arg("--cluster-public-key")
-        .arg(&key)
+        .args(key_args)
         .arg("--addr-file")
         .arg(&addr_path)
         .arg("--recovery-deadline-ms")

@@ -3,7 +3,8 @@
 //! documented in `supervisor::runtime`; this binary only parses flags.
 //!
 //! ```text
-//! openshell-sandbox-runtime --sandbox-id ID --generation N --cluster-public-key HEX [--listen ADDR]
+//! openshell-sandbox-runtime --sandbox-id ID --generation N
+//!     (--trusted-grant-keys-file PATH | --cluster-public-key HEX[,HEX...]) [--listen ADDR]
 //!     [--addr-file PATH] [--recovery-deadline-ms N] [--heartbeat-timeout-ms N]
 //!     [--linger-ms N] [-- CMD ARGS...]
 //! openshell-sandbox-runtime demo-workload --addr-file PATH
@@ -13,12 +14,14 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, Context};
 use clap::{Args, Parser, Subcommand};
 use proto::grant::GrantVerifier;
 use supervisor::runtime::{self, RuntimeConfig, Workload};
+use supervisor::trusted_keys::TrustedKeys;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -44,14 +47,26 @@ struct RunArgs {
     /// naming another generation are refused.
     #[arg(long, env = "OPENSHELL_SANDBOX_GENERATION", value_name = "N")]
     generation: Option<u64>,
-    /// The cluster's grant-signing public key (64 hex characters).
+    /// Trusted grant keys file (one 64-hex ed25519 public key per line,
+    /// `#` comments), re-read when it changes: grants must be signed by one
+    /// of its keys.
+    #[arg(
+        long,
+        env = "OPENSHELL_TRUSTED_GRANT_KEYS_FILE",
+        value_name = "PATH",
+        required_unless_present = "cluster_public_key"
+    )]
+    trusted_grant_keys_file: Option<PathBuf>,
+    /// Trusted grant public keys (64 hex characters each, comma-separated),
+    /// instead of --trusted-grant-keys-file.
     #[arg(
         long,
         env = "OPENSHELL_CLUSTER_PUBLIC_KEY",
         value_name = "HEX",
-        required = true
+        value_delimiter = ',',
+        conflicts_with = "trusted_grant_keys_file"
     )]
-    cluster_public_key: Option<String>,
+    cluster_public_key: Option<Vec<String>>,
     /// gRPC listen address.
     #[arg(long, env = "OPENSHELL_RUNTIME_LISTEN", default_value = "127.0.0.1:0")]
     listen: SocketAddr,
@@ -103,16 +118,25 @@ fn config(args: RunArgs) -> anyhow::Result<RuntimeConfig> {
         .sandbox_id
         .filter(|s| !s.is_empty())
         .ok_or_else(|| anyhow!("--sandbox-id is required"))?;
-    let key = args
-        .cluster_public_key
-        .ok_or_else(|| anyhow!("--cluster-public-key is required"))?;
-    let verifier =
-        GrantVerifier::from_public_hex(&key).map_err(|e| anyhow!("--cluster-public-key: {e}"))?;
+    let trusted_keys = match (args.trusted_grant_keys_file, args.cluster_public_key) {
+        (Some(file), _) => {
+            TrustedKeys::load(&file).map_err(|e| anyhow!("--trusted-grant-keys-file {e}"))?
+        }
+        (None, Some(keys)) => TrustedKeys::Fixed(Arc::new(
+            GrantVerifier::from_public_hexes(&keys)
+                .map_err(|e| anyhow!("--cluster-public-key: {e}"))?,
+        )),
+        (None, None) => {
+            return Err(anyhow!(
+                "--trusted-grant-keys-file or --cluster-public-key is required"
+            ))
+        }
+    };
     let generation = args
         .generation
         .filter(|g| *g >= 1)
         .ok_or_else(|| anyhow!("--generation is required and must be at least 1 (the sandbox generation this runtime holds)"))?;
-    let mut config = RuntimeConfig::new(sandbox_id, generation, verifier);
+    let mut config = RuntimeConfig::with_trusted_keys(sandbox_id, generation, trusted_keys);
     config.listen = args.listen;
     config.addr_file = args.addr_file;
     config.recovery_deadline = Duration::from_millis(args.recovery_deadline_ms);

@@ -19,10 +19,12 @@ struct Args {
     /// Pool member uid (e.g. the Pod uid).
     #[arg(long, env = "OPENSHELL_POOL_MEMBER_UID")]
     pool_member_uid: Option<String>,
-    /// IP address gateways reach this supervisor at.
+    /// This supervisor's IP, shown in the pool status (informational: no
+    /// gateway dials it; exec travels on the supervisor's stream).
     #[arg(long, env = "OPENSHELL_POOL_ADVERTISE_IP")]
     pool_advertise_ip: Option<String>,
-    /// Control gRPC address (default: the advertise IP, any port).
+    /// Ignored: kept so that old configurations still start (the supervisor
+    /// opens no gRPC port any more).
     #[arg(long, env = "OPENSHELL_SUPERVISOR_LISTEN")]
     listen: Option<String>,
     /// Address of /healthz and /readyz.
@@ -55,6 +57,15 @@ struct Args {
     /// The openshell-sandbox-runtime binary (default: next to this one).
     #[arg(long, env = "OPENSHELL_RUNTIME_BIN")]
     runtime_bin: Option<PathBuf>,
+    /// The grant public keys this supervisor and its runtimes trust: one
+    /// 64-hex ed25519 public key per line, `#` comments; re-read when it
+    /// changes. A gateway signing with another key is refused.
+    #[arg(long, env = "OPENSHELL_TRUSTED_GRANT_KEYS_FILE")]
+    trusted_grant_keys_file: Option<PathBuf>,
+    /// Run without a credential and trusted grant keys, learning the grant
+    /// key from the gateway's hello (experiments only; logged at start).
+    #[arg(long, env = "OPENSHELL_SUPERVISOR_INSECURE")]
+    insecure: bool,
 }
 
 fn main() {
@@ -75,6 +86,9 @@ fn run() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    if args.listen.is_some() {
+        tracing::warn!("--listen is ignored: the supervisor opens no gRPC port (exec travels on its stream to the gateway)");
+    }
     let config = RawAgentConfig {
         gateways: args.gateways,
         member_id: args.pool_member_id,
@@ -90,6 +104,8 @@ fn run() -> anyhow::Result<()> {
         runtime_dir: args.runtime_dir,
         runtime_bin: args.runtime_bin,
         listed_order: args.attach_listed_order,
+        trusted_grant_keys_file: args.trusted_grant_keys_file,
+        insecure: args.insecure,
         tls_ca_file: args.tls_ca_file,
     }
     .validate()?;

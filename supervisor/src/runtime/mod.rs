@@ -1,6 +1,7 @@
 //! `openshell-sandbox-runtime`: one process per sandbox (as the workload Pod
 //! would be). It holds the workload process alive and accepts exactly one
-//! supervisor at a time, trusting only grants signed by the cluster key.
+//! supervisor at a time, trusting only grants signed by one of its trusted
+//! grant keys.
 //!
 //! This page is the contract supervisors rely on. The service is
 //! `openshell.sandbox_runtime.v1.SandboxRuntime` (`proto/.../runtime.proto`).
@@ -37,8 +38,11 @@
 //! token).
 //!
 //! - **Activate(SignedGrant)**, checked in this order: missing grant ->
-//!   `INVALID_ARGUMENT`; signature does not verify with the cluster public
-//!   key, or the grant bytes do not decode -> `UNAUTHENTICATED`;
+//!   `INVALID_ARGUMENT`; signature does not verify with any trusted grant
+//!   key (`--trusted-grant-keys-file`, re-read on change, or the keys of
+//!   `--cluster-public-key`; never a key from the wire) -> `UNAUTHENTICATED`
+//!   "grant is not signed by a trusted grant key" naming the trusted set by
+//!   fingerprint; the grant bytes do not decode -> `UNAUTHENTICATED`;
 //!   `grant.sandbox_id` is not ours, or `grant.generation` is not the one
 //!   the runtime was started for (`--generation`, >= 1; a grant of
 //!   generation 0 is refused too) -> `PERMISSION_DENIED` naming both;
@@ -113,6 +117,8 @@ use tokio::net::TcpListener;
 use tonic::transport::server::TcpIncoming;
 use tracing::{error, info, warn};
 
+use crate::trusted_keys::TrustedKeys;
+
 pub use session::{STOP_RECOVERY_FAILED, STOP_RELEASED};
 pub use workload::Workload;
 
@@ -129,8 +135,9 @@ pub struct RuntimeConfig {
     pub sandbox_id: String,
     /// The sandbox generation this runtime holds (>= 1); grants must name it.
     pub generation: u64,
-    /// Verifies grants with the cluster public key.
-    pub verifier: GrantVerifier,
+    /// The trusted grant keys grants are verified against (a fixed set, or
+    /// a file re-read on change).
+    pub trusted_keys: TrustedKeys,
     /// gRPC listen address (port 0 picks one).
     pub listen: SocketAddr,
     /// Where to publish the bound `ip:port` (atomically).
@@ -150,10 +157,24 @@ impl RuntimeConfig {
     /// recovery deadline 60 s, heartbeat timeout 1 s, linger 300 s, the demo
     /// workload.
     pub fn new(sandbox_id: impl Into<String>, generation: u64, verifier: GrantVerifier) -> Self {
+        Self::with_trusted_keys(
+            sandbox_id,
+            generation,
+            TrustedKeys::Fixed(Arc::new(verifier)),
+        )
+    }
+
+    /// [`RuntimeConfig::new`] with a set of trusted grant keys (e.g. a file
+    /// re-read on change).
+    pub fn with_trusted_keys(
+        sandbox_id: impl Into<String>,
+        generation: u64,
+        trusted_keys: TrustedKeys,
+    ) -> Self {
         RuntimeConfig {
             sandbox_id: sandbox_id.into(),
             generation,
-            verifier,
+            trusted_keys,
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             addr_file: None,
             recovery_deadline: Duration::from_millis(60_000),
@@ -263,7 +284,7 @@ pub async fn run(
     let shared = service::Shared::new(
         config.sandbox_id.clone(),
         config.generation,
-        config.verifier.clone(),
+        config.trusted_keys.clone(),
         exe,
         facts,
         core,

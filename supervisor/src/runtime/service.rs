@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use proto::grant::GrantVerifier;
+use proto::grant::GrantError;
 use proto::sandbox_runtime::sandbox_runtime_server::SandboxRuntime;
 use proto::sandbox_runtime::{
     ActivateRequest, ActivateResponse, ExecRequest, ExecResponse, Grant, ReleaseRequest,
@@ -18,6 +18,7 @@ use tracing::{debug, info, warn};
 use super::exec::{self, ExecError};
 use super::session::{Core, SessionError};
 use super::workload::{self, Facts};
+use crate::trusted_keys::TrustedKeys;
 
 /// How long Release waits for the workload process to be gone.
 const RELEASE_WAIT: Duration = Duration::from_secs(5);
@@ -27,7 +28,7 @@ const RELEASE_WAIT: Duration = Duration::from_secs(5);
 pub(crate) struct Shared {
     pub sandbox_id: String,
     pub generation: u64,
-    pub verifier: GrantVerifier,
+    pub trusted_keys: TrustedKeys,
     pub exe: PathBuf,
     pub pid: u32,
     pub started_at_unix_ms: u64,
@@ -71,7 +72,7 @@ impl Shared {
     pub fn new(
         sandbox_id: String,
         generation: u64,
-        verifier: GrantVerifier,
+        trusted_keys: TrustedKeys,
         exe: PathBuf,
         started: Facts,
         core: Core,
@@ -79,7 +80,7 @@ impl Shared {
         Arc::new(Shared {
             sandbox_id,
             generation,
-            verifier,
+            trusted_keys,
             exe,
             pid: started.pid,
             started_at_unix_ms: started.started_at_unix_ms,
@@ -175,9 +176,16 @@ impl Shared {
     fn verify(&self, signed: Option<SignedGrant>) -> Result<Grant, Status> {
         let signed = signed.ok_or_else(|| Status::invalid_argument("grant is required"))?;
         let grant = self
-            .verifier
+            .trusted_keys
+            .current()
             .verify(&signed)
-            .map_err(|e| Status::unauthenticated(e.to_string()))?;
+            .map_err(|e| match e {
+                GrantError::BadSignature => Status::unauthenticated(format!(
+                    "grant is not signed by a trusted grant key: this runtime trusts {}",
+                    self.trusted_keys.describe()
+                )),
+                other => Status::unauthenticated(other.to_string()),
+            })?;
         if grant.sandbox_id != self.sandbox_id {
             return Err(Status::permission_denied(format!(
                 "grant is for sandbox {:?}, this runtime holds {:?}",

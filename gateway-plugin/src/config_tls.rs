@@ -1,0 +1,202 @@
+//! The transport-security part of the gateway configuration: the two
+//! gRPC ports and the advertised (membership) address, `[openshell.gateway.tls]`,
+//! and secure mode: without `insecure`, every missing piece (signing key,
+//! TLS files, peer port, admin token) is named in one
+//! [`ConfigError::NotSecured`].
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use crate::config::{AuthSection, ConfigError};
+
+/// The one line of [`ConfigError::NotSecured`].
+pub(crate) fn not_secured(missing: &[(&'static str, &'static str)]) -> String {
+    let list = missing
+        .iter()
+        .map(|(key, flag)| format!("{flag} ({key})"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "refusing to start without transport security and authentication: missing {list}; \
+         provide them, or pass --insecure for a plaintext, open development gateway"
+    )
+}
+
+/// `[openshell.gateway.tls]`: this gateway's certificate, its key and the
+/// CA that signs every gateway's certificate (PEM files, re-read when they
+/// change).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSection {
+    /// Certificate chain served on both ports and presented to peers.
+    pub cert_file: Option<PathBuf>,
+    /// Its private key.
+    pub key_file: Option<PathBuf>,
+    /// The CA every gateway's certificate chains to: peers are verified
+    /// against it, and supervisors and the CLI trust it.
+    pub ca_file: Option<PathBuf>,
+}
+
+/// TLS of a gateway: what each port serves and how it dials its peers.
+/// Each re-reads its files when they change.
+#[derive(Clone, Debug)]
+pub struct GatewayTls {
+    /// The client port: this gateway's certificate; callers authenticate
+    /// by token or credential.
+    pub client_port: proto::tls::ServerTls,
+    /// The peer port: this gateway's certificate; a caller must present a
+    /// certificate the CA signed (a gateway of this cluster).
+    pub peer_port: proto::tls::ServerTls,
+    /// Calls to peers: the server must chain to the CA; this gateway's
+    /// certificate is presented as the client certificate.
+    pub peer_client: proto::tls::ClientTls,
+}
+
+/// Without `--insecure`: every missing piece of secure mode, in one error.
+fn check_secured(
+    tls: &TlsSection,
+    peer_port: bool,
+    insecure_signing_key: bool,
+    auth: &AuthSection,
+) -> Result<(), ConfigError> {
+    let mut missing = Vec::new();
+    if insecure_signing_key {
+        missing.push(("openshell.gateway.signing_key_file", "--signing-key-file"));
+    }
+    if tls.cert_file.is_none() {
+        missing.push(("openshell.gateway.tls.cert_file", "--tls-cert-file"));
+    }
+    if tls.key_file.is_none() {
+        missing.push(("openshell.gateway.tls.key_file", "--tls-key-file"));
+    }
+    if tls.ca_file.is_none() {
+        missing.push(("openshell.gateway.tls.ca_file", "--tls-ca-file"));
+    }
+    if !peer_port {
+        missing.push(("openshell.gateway.peer_listen_addr", "--peer-listen"));
+    }
+    let has_admin = auth
+        .admin_tokens
+        .as_ref()
+        .is_some_and(|t| t.iter().any(|t| !t.is_empty()));
+    if !has_admin {
+        missing.push(("openshell.gateway.auth.admin_tokens", "--admin-token-file"));
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(ConfigError::NotSecured(missing))
+    }
+}
+
+/// Loads `[openshell.gateway.tls]`: all three files, or none (plaintext).
+fn load_tls(section: &TlsSection) -> Result<Option<GatewayTls>, ConfigError> {
+    let (cert, key, ca) = match (&section.cert_file, &section.key_file, &section.ca_file) {
+        (None, None, None) => return Ok(None),
+        (Some(cert), Some(key), Some(ca)) => (cert, key, ca),
+        (cert, key, _) => {
+            let (key, flag) = if cert.is_none() {
+                ("openshell.gateway.tls.cert_file", "--tls-cert-file")
+            } else if key.is_none() {
+                ("openshell.gateway.tls.key_file", "--tls-key-file")
+            } else {
+                ("openshell.gateway.tls.ca_file", "--tls-ca-file")
+            };
+            return Err(ConfigError::Missing { key, flag });
+        }
+    };
+    let invalid = |e: proto::tls::TlsError| ConfigError::Invalid {
+        key: "openshell.gateway.tls",
+        value: format!(
+            "cert_file={} key_file={} ca_file={}",
+            cert.display(),
+            key.display(),
+            ca.display()
+        ),
+        problem: e.to_string(),
+    };
+    use proto::tls::{ClientAuth, ClientTls, ServerTls};
+    Ok(Some(GatewayTls {
+        client_port: ServerTls::load(cert, key, ClientAuth::None).map_err(invalid)?,
+        peer_port: ServerTls::load(cert, key, ClientAuth::Required(ca.clone())).map_err(invalid)?,
+        peer_client: ClientTls::load(ca, Some((cert, key))).map_err(invalid)?,
+    }))
+}
+
+/// The client port, the peer port (if any) and the advertised address
+/// (default: the peer port, else the client port), validated.
+///
+/// # Errors
+/// An address that does not parse, or a peer port equal to the client
+/// port, naming the key.
+pub(crate) fn ports(
+    listen: &str,
+    peer_listen: Option<&str>,
+    advertise: Option<String>,
+) -> Result<(SocketAddr, Option<SocketAddr>, String), ConfigError> {
+    let listen_addr: SocketAddr = listen.parse().map_err(|_| ConfigError::Invalid {
+        key: "openshell.gateway.listen_addr",
+        value: listen.to_string(),
+        problem: "must be ip:port, e.g. 127.0.0.1:7001".into(),
+    })?;
+    let peer_listen_addr = match peer_listen {
+        None => None,
+        Some(text) => Some(
+            text.parse::<SocketAddr>()
+                .map_err(|_| ConfigError::Invalid {
+                    key: "openshell.gateway.peer_listen_addr",
+                    value: text.to_string(),
+                    problem: "must be ip:port, e.g. 127.0.0.1:7101".into(),
+                })?,
+        ),
+    };
+    if peer_listen_addr == Some(listen_addr) {
+        return Err(ConfigError::Invalid {
+            key: "openshell.gateway.peer_listen_addr",
+            value: listen.to_string(),
+            problem: "must differ from listen_addr (the client port)".into(),
+        });
+    }
+    let advertise = advertise
+        .or_else(|| peer_listen.map(str::to_string))
+        .unwrap_or_else(|| listen.to_string());
+    if advertise
+        .rsplit_once(':')
+        .and_then(|(_, p)| p.parse::<u16>().ok())
+        .is_none()
+    {
+        return Err(ConfigError::Invalid {
+            key: "openshell.gateway.advertise_addr",
+            value: advertise,
+            problem: "must be host:port".into(),
+        });
+    }
+    Ok((listen_addr, peer_listen_addr, advertise))
+}
+
+/// Secure mode's checks (skipped when `insecure`), then the TLS files.
+///
+/// # Errors
+/// [`ConfigError::NotSecured`] naming every missing piece; a TLS file that
+/// cannot be used; TLS without a peer port.
+pub(crate) fn secure(
+    insecure: bool,
+    tls: &TlsSection,
+    peer_port: bool,
+    insecure_signing_key: bool,
+    auth: &AuthSection,
+) -> Result<Option<GatewayTls>, ConfigError> {
+    if !insecure {
+        check_secured(tls, peer_port, insecure_signing_key, auth)?;
+    }
+    let loaded = load_tls(tls)?;
+    if loaded.is_some() && !peer_port {
+        return Err(ConfigError::Missing {
+            key: "openshell.gateway.peer_listen_addr",
+            flag: "--peer-listen (TLS needs the peer port: peers present certificates there)",
+        });
+    }
+    Ok(loaded)
+}

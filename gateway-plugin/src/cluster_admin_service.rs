@@ -18,6 +18,7 @@ use proto::cluster::{
 use raft_store::{AdminError, RaftNode};
 use tonic::{Request, Response, Status};
 
+use crate::audit::Record;
 use crate::auth::{Auth, Role};
 use crate::convert::from_proto;
 use crate::convert::to_proto::{self, cluster_status, membership_reply};
@@ -103,13 +104,18 @@ impl ClusterAdmin for ClusterAdminService {
         &self,
         request: Request<InitializeRequest>,
     ) -> Result<Response<MembershipReply>, Status> {
-        self.allow(&request, Role::PlatformAdmin)?;
-        let list = from_proto::initial_voters(request.get_ref());
-        self.node
-            .initialize(list)
-            .await
-            .map(|c| Response::new(membership_reply(c)))
-            .map_err(status::admin)
+        let voters = from_proto::initial_voters(request.get_ref())
+            .iter()
+            .map(|(id, _)| id.to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        let record = Record::start(
+            "raft.initialize",
+            &self.auth,
+            &request,
+            &[("voters", voters.as_str())],
+        );
+        record.finish(self.initialize_audited(request).await)
     }
 
     #[tracing::instrument(level = "info", skip_all)]
@@ -117,15 +123,15 @@ impl ClusterAdmin for ClusterAdminService {
         &self,
         request: Request<AddLearnerRequest>,
     ) -> Result<Response<MembershipReply>, Status> {
-        self.allow(&request, Role::PlatformAdmin)?;
-        let Some(node) = request.get_ref().node.clone() else {
-            return Err(Status::invalid_argument("node is required"));
-        };
-        let local = self
-            .node
-            .add_learner(node.id, &node.addr, request.get_ref().blocking)
-            .await;
-        on_leader!(self, request, local.map(membership_reply), add_learner)
+        let node = request.get_ref().node.clone().unwrap_or_default();
+        let id = node.id.to_string();
+        let record = Record::start(
+            "raft.add_learner",
+            &self.auth,
+            &request,
+            &[("node_id", id.as_str()), ("addr", node.addr.as_str())],
+        );
+        record.finish(self.add_learner_audited(request).await)
     }
 
     #[tracing::instrument(level = "info", skip_all)]
@@ -133,12 +139,14 @@ impl ClusterAdmin for ClusterAdminService {
         &self,
         request: Request<PromoteRequest>,
     ) -> Result<Response<MembershipReply>, Status> {
-        self.allow(&request, Role::PlatformAdmin)?;
-        let local = self
-            .node
-            .promote(request.get_ref().id, request.get_ref().force)
-            .await;
-        on_leader!(self, request, local.map(membership_reply), promote)
+        let node_id = request.get_ref().id.to_string();
+        let record = Record::start(
+            "raft.promote",
+            &self.auth,
+            &request,
+            &[("node_id", node_id.as_str())],
+        );
+        record.finish(self.promote_audited(request).await)
     }
 
     #[tracing::instrument(level = "info", skip_all)]
@@ -146,9 +154,14 @@ impl ClusterAdmin for ClusterAdminService {
         &self,
         request: Request<RemoveRequest>,
     ) -> Result<Response<MembershipReply>, Status> {
-        self.allow(&request, Role::PlatformAdmin)?;
-        let local = self.node.remove(request.get_ref().id).await;
-        on_leader!(self, request, local.map(membership_reply), remove)
+        let node_id = request.get_ref().id.to_string();
+        let record = Record::start(
+            "raft.remove",
+            &self.auth,
+            &request,
+            &[("node_id", node_id.as_str())],
+        );
+        record.finish(self.remove_audited(request).await)
     }
 
     #[tracing::instrument(level = "info", skip_all)]
@@ -156,15 +169,14 @@ impl ClusterAdmin for ClusterAdminService {
         &self,
         request: Request<TransferLeaderRequest>,
     ) -> Result<Response<TransferLeaderReply>, Status> {
-        self.allow(&request, Role::PlatformAdmin)?;
-        let to = Some(request.get_ref().to).filter(|id| *id != 0);
-        let local = self.node.transfer_leader(to).await;
-        on_leader!(
-            self,
-            request,
-            local.map(to_proto::transfer_leader_reply),
-            transfer_leader
-        )
+        let to = request.get_ref().to.to_string();
+        let record = Record::start(
+            "raft.transfer_leader",
+            &self.auth,
+            &request,
+            &[("to", to.as_str())],
+        );
+        record.finish(self.transfer_leader_audited(request).await)
     }
 
     #[tracing::instrument(level = "info", skip_all)]
@@ -172,14 +184,8 @@ impl ClusterAdmin for ClusterAdminService {
         &self,
         request: Request<TriggerSnapshotRequest>,
     ) -> Result<Response<TriggerSnapshotReply>, Status> {
-        self.allow(&request, Role::PlatformAdmin)?;
-        // Every node snapshots on its own; this one is asked to now.
-        let _ = request;
-        self.node
-            .trigger_snapshot()
-            .await
-            .map(|snapshot_index| Response::new(TriggerSnapshotReply { snapshot_index }))
-            .map_err(status::admin)
+        let record = Record::start("raft.trigger_snapshot", &self.auth, &request, &[]);
+        record.finish(self.trigger_snapshot_audited(request).await)
     }
 
     #[tracing::instrument(level = "info", skip_all)]
@@ -187,26 +193,8 @@ impl ClusterAdmin for ClusterAdminService {
         &self,
         request: Request<BackupRequest>,
     ) -> Result<Response<BackupReply>, Status> {
-        self.allow(&request, Role::PlatformAdmin)?;
-        let leader = self.node.leader();
-        if let Some((leader_id, leader_addr)) = leader.filter(|(id, _)| *id != self.node.id()) {
-            let err = AdminError::NotLeader {
-                leader_id,
-                leader_addr,
-            };
-            if let Some(leader) = self.leader_client(&request, &err).await {
-                return leader
-                    .max_decoding_message_size(64 * 1024 * 1024)
-                    .backup(forwarded(request))
-                    .await;
-            }
-        }
-        let backup = self.node.backup().await.map_err(status::read)?;
-        Ok(Response::new(to_proto::backup_reply(
-            self.node.cluster_id(),
-            self.node.id(),
-            backup,
-        )))
+        let record = Record::start("backup", &self.auth, &request, &[]);
+        record.finish(self.backup_audited(request).await)
     }
 
     #[tracing::instrument(level = "debug", skip_all)]
@@ -253,5 +241,118 @@ impl ClusterAdmin for ClusterAdminService {
             }
         }
         Ok(Response::new(cluster_status(local)))
+    }
+}
+
+impl ClusterAdminService {
+    /// `initialize` without its audit record.
+    async fn initialize_audited(
+        &self,
+        request: Request<InitializeRequest>,
+    ) -> Result<Response<MembershipReply>, Status> {
+        self.allow(&request, Role::PlatformAdmin)?;
+        let list = from_proto::initial_voters(request.get_ref());
+        self.node
+            .initialize(list)
+            .await
+            .map(|c| Response::new(membership_reply(c)))
+            .map_err(status::admin)
+    }
+
+    /// `add_learner` without its audit record.
+    async fn add_learner_audited(
+        &self,
+        request: Request<AddLearnerRequest>,
+    ) -> Result<Response<MembershipReply>, Status> {
+        self.allow(&request, Role::PlatformAdmin)?;
+        let Some(node) = request.get_ref().node.clone() else {
+            return Err(Status::invalid_argument("node is required"));
+        };
+        let local = self
+            .node
+            .add_learner(node.id, &node.addr, request.get_ref().blocking)
+            .await;
+        on_leader!(self, request, local.map(membership_reply), add_learner)
+    }
+
+    /// `promote` without its audit record.
+    async fn promote_audited(
+        &self,
+        request: Request<PromoteRequest>,
+    ) -> Result<Response<MembershipReply>, Status> {
+        self.allow(&request, Role::PlatformAdmin)?;
+        let local = self
+            .node
+            .promote(request.get_ref().id, request.get_ref().force)
+            .await;
+        on_leader!(self, request, local.map(membership_reply), promote)
+    }
+
+    /// `remove` without its audit record.
+    async fn remove_audited(
+        &self,
+        request: Request<RemoveRequest>,
+    ) -> Result<Response<MembershipReply>, Status> {
+        self.allow(&request, Role::PlatformAdmin)?;
+        let local = self.node.remove(request.get_ref().id).await;
+        on_leader!(self, request, local.map(membership_reply), remove)
+    }
+
+    /// `transfer_leader` without its audit record.
+    async fn transfer_leader_audited(
+        &self,
+        request: Request<TransferLeaderRequest>,
+    ) -> Result<Response<TransferLeaderReply>, Status> {
+        self.allow(&request, Role::PlatformAdmin)?;
+        let to = Some(request.get_ref().to).filter(|id| *id != 0);
+        let local = self.node.transfer_leader(to).await;
+        on_leader!(
+            self,
+            request,
+            local.map(to_proto::transfer_leader_reply),
+            transfer_leader
+        )
+    }
+
+    /// `trigger_snapshot` without its audit record.
+    async fn trigger_snapshot_audited(
+        &self,
+        request: Request<TriggerSnapshotRequest>,
+    ) -> Result<Response<TriggerSnapshotReply>, Status> {
+        self.allow(&request, Role::PlatformAdmin)?;
+        // Every node snapshots on its own; this one is asked to now.
+        let _ = request;
+        self.node
+            .trigger_snapshot()
+            .await
+            .map(|snapshot_index| Response::new(TriggerSnapshotReply { snapshot_index }))
+            .map_err(status::admin)
+    }
+
+    /// `backup` without its audit record.
+    async fn backup_audited(
+        &self,
+        request: Request<BackupRequest>,
+    ) -> Result<Response<BackupReply>, Status> {
+        self.allow(&request, Role::PlatformAdmin)?;
+        let leader = self.node.leader();
+        if let Some((leader_id, leader_addr)) = leader.filter(|(id, _)| *id != self.node.id()) {
+            let err = AdminError::NotLeader {
+                leader_id,
+                leader_addr,
+            };
+            if let Some(leader) = self.leader_client(&request, &err).await {
+                return leader
+                    .max_decoding_message_size(64 * 1024 * 1024)
+                    .backup(forwarded(request))
+                    .await;
+            }
+        }
+        let backup = self.node.backup().await.map_err(status::read)?;
+        Ok(Response::new(to_proto::backup_reply(
+            self.node.cluster_id(),
+            self.node.id(),
+            backup,
+        )))
     }
 }

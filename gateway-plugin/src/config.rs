@@ -28,6 +28,7 @@
 //! logs_to_keep = 1000
 //! snapshot_chunk_bytes = 1048576
 //! write_timeout_ms = 5000
+//! max_snapshot_bytes = 1073741824
 //!
 //! [openshell.gateway.supervisor_pool]
 //! tick_interval_ms = 250
@@ -111,6 +112,9 @@ pub struct RaftSection {
     pub snapshot_chunk_bytes: Option<u64>,
     /// How long a write may wait for a leader, ms (100..=600000, default 5000).
     pub write_timeout_ms: Option<u64>,
+    /// Largest snapshot received from a leader, bytes (1 MiB..=64 GiB,
+    /// default 1 GiB); a chunk ending past it is refused.
+    pub max_snapshot_bytes: Option<u64>,
 }
 
 /// `[openshell.gateway.supervisor_pool]`.
@@ -308,7 +312,8 @@ impl GatewaySection {
                 snapshot_after_logs,
                 logs_to_keep,
                 snapshot_chunk_bytes,
-                write_timeout_ms
+                write_timeout_ms,
+                max_snapshot_bytes
             );
         }
         self.raft = Some(raft);
@@ -557,6 +562,13 @@ fn validate_raft(node: &mut NodeConfig, raft: RaftSection) -> Result<(), ConfigE
         100,
         600_000,
     )?);
+    node.max_snapshot_bytes = in_range(
+        "openshell.gateway.raft.max_snapshot_bytes",
+        raft.max_snapshot_bytes
+            .unwrap_or(raft_store::network::incoming_snapshot::DEFAULT_MAX_SNAPSHOT_BYTES),
+        1024 * 1024,
+        64 * 1024 * 1024 * 1024,
+    )?;
     Ok(())
 }
 

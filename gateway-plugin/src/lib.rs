@@ -32,7 +32,10 @@
 //!   [`peer_relay_service`](mod@peer_relay_service) serves
 //!   `openshell.gateway.v1.PeerRelay` (gateway to gateway: an exec relayed
 //!   to the gateway holding the owner's supervisor stream).
-//! - [`auth`]: bearer tokens and the `platform_admin` role.
+//! - [`auth`]: bearer tokens, the `platform_admin` role, and the interceptor
+//!   that refuses a call without a valid token before its body is read.
+//! - [`audit`]: the audit record (target `audit`) of every administrative
+//!   call: action, outcome, caller (role, token fingerprint, peer), objects.
 //! - [`member_credentials`]: the member credentials file (one credential
 //!   per supervisor member id), re-read on change.
 //! - [`metrics`], [`http`]: Prometheus metrics, `/healthz`, `/readyz`, `/metrics`.
@@ -46,6 +49,7 @@
 //!   whose errors are [`server::ServeError`]; [`server::Signals`]).
 
 pub mod address_check;
+pub mod audit;
 pub mod auth;
 pub mod cluster_admin_service;
 pub mod config;

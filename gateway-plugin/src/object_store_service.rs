@@ -4,6 +4,11 @@
 //! serves every call: writes are forwarded to the leader by raft-store, reads
 //! are linearizable through read-index unless `stale` is set.
 //!
+//! An object's `type` and `id` are identifiers (`proto::ids`: 1 to 128
+//! characters of `[A-Za-z0-9._-]`, not starting with `.` or `-`); a put,
+//! delete or get naming another is refused with `INVALID_ARGUMENT` before
+//! anything is proposed or read.
+//!
 //! A failed precondition is `ALREADY_EXISTS` (must-create), `NOT_FOUND` or
 //! `FAILED_PRECONDITION` (resource version mismatch); the current resource
 //! version travels in `x-openshell-resource-version`. These are certain
@@ -115,9 +120,8 @@ impl ObjectStore for ObjectStoreService {
             stale: true,
             ..request
         };
-        if request.r#type.is_empty() || request.id.is_empty() {
-            return Err(Status::invalid_argument("type and id are required"));
-        }
+        status::check_id("type", &request.r#type)?;
+        status::check_id("id", &request.id)?;
         let read = |state: &GatewayState, index: u64| {
             (
                 state.objects.get(&request.r#type, &request.id).cloned(),

@@ -19,6 +19,7 @@ use proto::pool_admin::{
 };
 use tonic::{Request, Response, Status};
 
+use crate::audit::Record;
 use crate::auth::{Auth, Role};
 use crate::convert::from_proto;
 use crate::convert::to_proto::{self, sandbox_phase};
@@ -99,18 +100,23 @@ impl PoolAdmin for PoolAdminService {
         &self,
         request: Request<StartSupervisorPoolOperationRequest>,
     ) -> Result<Response<SupervisorPoolOperation>, Status> {
-        self.allow(&request, Role::PlatformAdmin)?;
-        let node = self.hub.node().id();
-        let (id, command) =
-            from_proto::start_operation(request.into_inner(), || fresh_id("op", node))?;
-        self.apply(command).await?;
-        let view = self
-            .read(false, |s, _| {
-                s.pool.operations().get(&id).map(to_proto::operation)
-            })
-            .await?
-            .ok_or_else(|| Status::internal("operation applied but not found"))?;
-        Ok(Response::new(view))
+        use proto::pool_admin::start_supervisor_pool_operation_request::Kind;
+        let (action, member) = match &request.get_ref().kind {
+            Some(Kind::DrainMember(member)) => ("pool.drain", member.clone()),
+            Some(Kind::Rebalance(_)) => ("pool.rebalance", String::new()),
+            None => ("pool.operation", String::new()),
+        };
+        let operation = request.get_ref().operation_id.clone();
+        let record = Record::start(
+            action,
+            &self.auth,
+            &request,
+            &[
+                ("operation_id", operation.as_str()),
+                ("member_id", member.as_str()),
+            ],
+        );
+        record.finish(self.start_supervisor_pool_operation_audited(request).await)
     }
 
     #[tracing::instrument(level = "info", skip_all)]
@@ -118,22 +124,14 @@ impl PoolAdmin for PoolAdminService {
         &self,
         request: Request<CancelSupervisorPoolOperationRequest>,
     ) -> Result<Response<SupervisorPoolOperation>, Status> {
-        self.allow(&request, Role::PlatformAdmin)?;
-        let id = request.into_inner().operation_id;
-        if id.is_empty() {
-            return Err(Status::invalid_argument("operation_id is required"));
-        }
-        self.apply(Command::CancelOperation(pool::CancelOperation {
-            operation_id: id.clone(),
-        }))
-        .await?;
-        let view = self
-            .read(false, |s, _| {
-                s.pool.operations().get(&id).map(to_proto::operation)
-            })
-            .await?
-            .ok_or_else(|| Status::internal("operation cancelled but not found"))?;
-        Ok(Response::new(view))
+        let operation = request.get_ref().operation_id.clone();
+        let record = Record::start(
+            "pool.cancel_operation",
+            &self.auth,
+            &request,
+            &[("operation_id", operation.as_str())],
+        );
+        record.finish(self.cancel_supervisor_pool_operation_audited(request).await)
     }
 
     #[tracing::instrument(level = "info", skip_all)]
@@ -141,33 +139,18 @@ impl PoolAdmin for PoolAdminService {
         &self,
         request: Request<CreateSandboxRequest>,
     ) -> Result<Response<Sandbox>, Status> {
-        self.allow(&request, Role::PlatformAdmin)?;
-        let node = self.hub.node().id();
-        let request = request.into_inner();
-        // An empty id asks the gateway to name the sandbox.
-        if !request.sandbox_id.is_empty() {
-            status::check_id("sandbox_id", &request.sandbox_id)?;
+        let asked = request.get_ref().sandbox_id.clone();
+        let mut record = Record::start(
+            "sandbox.create",
+            &self.auth,
+            &request,
+            &[("sandbox_id", asked.as_str())],
+        );
+        let result = self.create_sandbox_audited(request).await;
+        if let Ok(sandbox) = &result {
+            record.name("sandbox_id", &sandbox.get_ref().id);
         }
-        let launch = from_proto::launch(request, || fresh_id("sb", node));
-        let sandbox = launch.sandbox.clone();
-        match self.apply(Command::Launch(launch)).await? {
-            pool::Effect::LaunchRefused(reason) => return Err(rejection(&reason)),
-            pool::Effect::Admitted { .. } => {}
-            other => {
-                return Err(Status::internal(format!(
-                    "unexpected launch effect {other:?}"
-                )))
-            }
-        }
-        let view = self
-            .read(false, |s, _| {
-                s.pool
-                    .sandbox(&sandbox)
-                    .map(|sb| to_proto::sandbox(&s.pool, sb))
-            })
-            .await?
-            .ok_or_else(|| Status::internal("sandbox admitted but not found"))?;
-        Ok(Response::new(view))
+        record.finish(result)
     }
 
     #[tracing::instrument(level = "info", skip_all)]
@@ -175,25 +158,14 @@ impl PoolAdmin for PoolAdminService {
         &self,
         request: Request<DeleteSandboxRequest>,
     ) -> Result<Response<Sandbox>, Status> {
-        self.allow(&request, Role::PlatformAdmin)?;
-        let id = request.into_inner().sandbox_id;
-        status::check_id("sandbox_id", &id)?;
-        let generation = self
-            .read(false, |s, _| s.pool.sandbox(&id).map(|sb| sb.generation))
-            .await?
-            .ok_or_else(|| Status::not_found(format!("sandbox {id} does not exist")))?;
-        self.apply(Command::Delete(pool::Delete {
-            sandbox: id.clone(),
-            generation,
-        }))
-        .await?;
-        let view = self
-            .read(false, |s, _| {
-                s.pool.sandbox(&id).map(|sb| to_proto::sandbox(&s.pool, sb))
-            })
-            .await?
-            .ok_or_else(|| Status::internal("sandbox deleted but not found"))?;
-        Ok(Response::new(view))
+        let id = request.get_ref().sandbox_id.clone();
+        let record = Record::start(
+            "sandbox.delete",
+            &self.auth,
+            &request,
+            &[("sandbox_id", id.as_str())],
+        );
+        record.finish(self.delete_sandbox_audited(request).await)
     }
 
     #[tracing::instrument(level = "debug", skip_all)]
@@ -236,7 +208,10 @@ impl PoolAdmin for PoolAdminService {
         &self,
         request: Request<ExecSandboxRequest>,
     ) -> Result<Response<ExecSandboxResponse>, Status> {
-        self.allow(&request, Role::PlatformAdmin)?;
+        let id = request.get_ref().sandbox_id.clone();
+        let mut record =
+            Record::start("sandbox.exec", &self.auth, &request, &[("sandbox_id", &id)]);
+        record.check(self.allow(&request, Role::PlatformAdmin))?;
         let authorization = request.metadata().get("authorization").cloned();
         let request = request.into_inner();
         status::check_id("sandbox_id", &request.sandbox_id)?;
@@ -285,6 +260,7 @@ impl PoolAdmin for PoolAdminService {
                     .await?
             }
         };
+        record.ok();
         Ok(Response::new(ExecSandboxResponse {
             exit_code: outcome.exit_code,
             stdout: outcome.stdout,
@@ -294,5 +270,109 @@ impl PoolAdmin for PoolAdminService {
             stdout_truncated: outcome.stdout_truncated,
             stderr_truncated: outcome.stderr_truncated,
         }))
+    }
+}
+
+impl PoolAdminService {
+    /// `start_supervisor_pool_operation` without its audit record.
+    async fn start_supervisor_pool_operation_audited(
+        &self,
+        request: Request<StartSupervisorPoolOperationRequest>,
+    ) -> Result<Response<SupervisorPoolOperation>, Status> {
+        self.allow(&request, Role::PlatformAdmin)?;
+        let node = self.hub.node().id();
+        let (id, command) =
+            from_proto::start_operation(request.into_inner(), || fresh_id("op", node))?;
+        self.apply(command).await?;
+        let view = self
+            .read(false, |s, _| {
+                s.pool.operations().get(&id).map(to_proto::operation)
+            })
+            .await?
+            .ok_or_else(|| Status::internal("operation applied but not found"))?;
+        Ok(Response::new(view))
+    }
+
+    /// `cancel_supervisor_pool_operation` without its audit record.
+    async fn cancel_supervisor_pool_operation_audited(
+        &self,
+        request: Request<CancelSupervisorPoolOperationRequest>,
+    ) -> Result<Response<SupervisorPoolOperation>, Status> {
+        self.allow(&request, Role::PlatformAdmin)?;
+        let id = request.into_inner().operation_id;
+        if id.is_empty() {
+            return Err(Status::invalid_argument("operation_id is required"));
+        }
+        self.apply(Command::CancelOperation(pool::CancelOperation {
+            operation_id: id.clone(),
+        }))
+        .await?;
+        let view = self
+            .read(false, |s, _| {
+                s.pool.operations().get(&id).map(to_proto::operation)
+            })
+            .await?
+            .ok_or_else(|| Status::internal("operation cancelled but not found"))?;
+        Ok(Response::new(view))
+    }
+
+    /// `create_sandbox` without its audit record.
+    async fn create_sandbox_audited(
+        &self,
+        request: Request<CreateSandboxRequest>,
+    ) -> Result<Response<Sandbox>, Status> {
+        self.allow(&request, Role::PlatformAdmin)?;
+        let node = self.hub.node().id();
+        let request = request.into_inner();
+        // An empty id asks the gateway to name the sandbox.
+        if !request.sandbox_id.is_empty() {
+            status::check_id("sandbox_id", &request.sandbox_id)?;
+        }
+        let launch = from_proto::launch(request, || fresh_id("sb", node));
+        let sandbox = launch.sandbox.clone();
+        match self.apply(Command::Launch(launch)).await? {
+            pool::Effect::LaunchRefused(reason) => return Err(rejection(&reason)),
+            pool::Effect::Admitted { .. } => {}
+            other => {
+                return Err(Status::internal(format!(
+                    "unexpected launch effect {other:?}"
+                )))
+            }
+        }
+        let view = self
+            .read(false, |s, _| {
+                s.pool
+                    .sandbox(&sandbox)
+                    .map(|sb| to_proto::sandbox(&s.pool, sb))
+            })
+            .await?
+            .ok_or_else(|| Status::internal("sandbox admitted but not found"))?;
+        Ok(Response::new(view))
+    }
+
+    /// `delete_sandbox` without its audit record.
+    async fn delete_sandbox_audited(
+        &self,
+        request: Request<DeleteSandboxRequest>,
+    ) -> Result<Response<Sandbox>, Status> {
+        self.allow(&request, Role::PlatformAdmin)?;
+        let id = request.into_inner().sandbox_id;
+        status::check_id("sandbox_id", &id)?;
+        let generation = self
+            .read(false, |s, _| s.pool.sandbox(&id).map(|sb| sb.generation))
+            .await?
+            .ok_or_else(|| Status::not_found(format!("sandbox {id} does not exist")))?;
+        self.apply(Command::Delete(pool::Delete {
+            sandbox: id.clone(),
+            generation,
+        }))
+        .await?;
+        let view = self
+            .read(false, |s, _| {
+                s.pool.sandbox(&id).map(|sb| to_proto::sandbox(&s.pool, sb))
+            })
+            .await?
+            .ok_or_else(|| Status::internal("sandbox deleted but not found"))?;
+        Ok(Response::new(view))
     }
 }

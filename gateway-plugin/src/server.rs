@@ -28,6 +28,7 @@ use raft_store::RaftNode;
 use proto::pool_admin::pool_admin_server::PoolAdminServer;
 use proto::supervisor_host::supervisor_host_server::SupervisorHostServer;
 
+use crate::auth::authenticated;
 use crate::cluster_admin_service::ClusterAdminService;
 use crate::config::GatewayConfig;
 use crate::health::Health;
@@ -306,23 +307,34 @@ fn client_router(
     metrics: &Metrics,
 ) -> tonic::transport::server::Router {
     server(config)
-        .add_service(cluster_admin(node, config, metrics))
-        .add_service(
+        .add_service(authenticated(
+            &config.auth,
+            metrics,
+            "cluster_admin",
+            cluster_admin(node, config, metrics),
+        ))
+        .add_service(authenticated(
+            &config.auth,
+            metrics,
+            "object_store",
             ObjectStoreServer::new(ObjectStoreService::new(
                 node.clone(),
                 config.auth.clone(),
                 metrics.clone(),
             ))
             .max_decoding_message_size(MAX_REQUEST_BYTES),
-        )
+        ))
         .add_service(
             SupervisorHostServer::new(SupervisorHostService::new(hub.clone()))
                 .max_decoding_message_size(MAX_REQUEST_BYTES),
         )
-        .add_service(
+        .add_service(authenticated(
+            &config.auth,
+            metrics,
+            "pool_admin",
             PoolAdminServer::new(PoolAdminService::new(hub.clone(), config.auth.clone()))
                 .max_decoding_message_size(MAX_REQUEST_BYTES),
-        )
+        ))
 }
 
 /// Largest request message of the admin, object store, pool admin and

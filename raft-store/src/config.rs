@@ -39,6 +39,9 @@ pub struct NodeConfig {
     pub write_timeout: Duration,
     /// sled page-cache size in bytes.
     pub cache_capacity: u64,
+    /// Largest snapshot this node receives from a leader, in bytes; a chunk
+    /// ending past it is refused (`network::incoming_snapshot`).
+    pub max_snapshot_bytes: u64,
     /// TLS of every outbound call to a peer (raft, forwarded writes and
     /// admin calls): the CA peers' certificates chain to and this node's
     /// own certificate, presented as a client certificate. `None` dials
@@ -63,6 +66,7 @@ impl std::fmt::Debug for NodeConfig {
             .field("snapshot_chunk_bytes", &self.snapshot_chunk_bytes)
             .field("write_timeout", &self.write_timeout)
             .field("cache_capacity", &self.cache_capacity)
+            .field("max_snapshot_bytes", &self.max_snapshot_bytes)
             .field("peer_tls", &self.peer_tls)
             .finish()
     }
@@ -90,6 +94,7 @@ impl NodeConfig {
             snapshot_chunk_bytes: 1024 * 1024,
             write_timeout: Duration::from_secs(5),
             cache_capacity: 64 * 1024 * 1024,
+            max_snapshot_bytes: crate::network::incoming_snapshot::DEFAULT_MAX_SNAPSHOT_BYTES,
             peer_tls: None,
         }
     }

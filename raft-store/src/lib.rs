@@ -44,6 +44,8 @@
 //! - [`network::server`]: the inbound `RaftTransport` service; it holds
 //!   only the raft handle, the peer authenticator, the proposer and the
 //!   election hold, and refuses calls meant for another node.
+//!   [`network::incoming_snapshot`] bounds received InstallSnapshot chunks
+//!   (size, snapshot id, a snapshot that decodes) before raft sees them.
 //! - [`node`]: [`RaftNode`], the embedding API that wires the above: start,
 //!   write (forwarded to the leader; its child module `node/write.rs`
 //!   abandons a forward when leadership moves and resends only idempotent

@@ -1,10 +1,12 @@
 //! The raft network over gRPC: outbound calls in [`client`] (openraft's
 //! network, write forwarding, remote read-index, leadership-transfer calls),
-//! the inbound `RaftTransport` service in [`server`]. Neither imports the
+//! the inbound `RaftTransport` service in [`server`], which checks every
+//! InstallSnapshot chunk against the bounds of [`incoming_snapshot`]. Neither imports the
 //! other's types beyond the shared metadata key, and neither imports
 //! [`crate::node`].
 
 pub mod client;
+pub mod incoming_snapshot;
 pub mod server;
 
 pub use crate::codec::MAX_MESSAGE_BYTES;

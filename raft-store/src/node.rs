@@ -243,7 +243,8 @@ impl<SM: StateMachine> RaftNode<SM> {
             PeerAuthenticator::new(&config.cluster_id),
             self.inner.proposer.clone(),
             self.inner.hold.clone(),
-        );
+        )
+        .with_max_snapshot_bytes(config.max_snapshot_bytes);
         RaftTransportServer::new(service)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES)

@@ -173,7 +173,7 @@ impl Objects {
             None => Err("command has no operation".into()),
             Some(object_command::Op::Put(put)) => {
                 let object = put.object.as_ref().ok_or("put has no object")?;
-                check_key(&object.r#type, &object.id)?;
+                check_write_key(&object.r#type, &object.id)?;
                 for (field, value) in [
                     ("name", &object.name),
                     ("scope", &object.scope),
@@ -192,7 +192,7 @@ impl Objects {
                 }
                 Ok(())
             }
-            Some(object_command::Op::Delete(delete)) => check_key(&delete.r#type, &delete.id),
+            Some(object_command::Op::Delete(delete)) => check_write_key(&delete.r#type, &delete.id),
         }
     }
 
@@ -341,6 +341,10 @@ impl Objects {
     }
 }
 
+/// The shape a stored key must have: non-empty and at most
+/// [`MAX_FIELD_BYTES`]. `from_snapshot` holds a restored state to this
+/// only: a snapshot an older version wrote may hold keys outside the
+/// identifier rule, and must restore to the same state everywhere.
 fn check_key(object_type: &str, id: &str) -> Result<(), String> {
     if object_type.is_empty() {
         return Err("type is required".into());
@@ -354,6 +358,18 @@ fn check_key(object_type: &str, id: &str) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// The rule a new write's key must follow: `type` and `id` are identifiers
+/// ([`proto::ids`]: 1 to 128 characters of `[A-Za-z0-9._-]`, not starting
+/// with `.` or `-`). Checked before proposing ([`Objects::validate_command`]),
+/// never in apply, so a log an older version wrote replays unchanged.
+///
+/// # Errors
+/// The field and the part of the rule it broke (`invalid type: ...`).
+pub fn check_write_key(object_type: &str, id: &str) -> Result<(), String> {
+    proto::ids::check_id("type", object_type).map_err(|e| e.to_string())?;
+    proto::ids::check_id("id", id).map_err(|e| e.to_string())
 }
 
 fn encode_token(id: &str) -> String {
@@ -621,6 +637,14 @@ mod tests {
         assert!(<Objects as StateMachine>::validate(b"\xff\xff").is_err());
         assert!(Objects::validate_command(&ObjectCommand { op: None }).is_err());
         assert!(Objects::validate_command(&put("", "x", None)).is_err());
+        for bad in ["../x", "x/../../y", ".", "a b", &"x".repeat(300)] {
+            let refused = Objects::validate_command(&put(bad, "x", None)).unwrap_err();
+            assert!(refused.starts_with("invalid id"), "{bad}: {refused}");
+            assert!(
+                Objects::validate_command(&delete(bad, None)).is_err(),
+                "{bad}"
+            );
+        }
         let mut big = put("a", "x", None);
         if let Some(object_command::Op::Put(p)) = &mut big.op {
             if let Some(o) = &mut p.object {

@@ -305,6 +305,8 @@ impl<SM: StateMachine> StateMachineStore<SM> {
 
 const MAGIC: &[u8; 8] = b"OSSNAP01";
 const CURRENT: &str = "current.snap";
+/// The file a snapshot is written to before it is renamed to [`CURRENT`].
+const TMP: &str = "current.snap.tmp";
 
 /// The directory holding the current snapshot file.
 pub struct SnapshotDir {
@@ -359,7 +361,9 @@ impl SnapshotDir {
             return Ok(());
         }
         let bytes = encode_snapshot_file(meta, data);
-        let tmp = self.dir.join(format!("{}.tmp", meta.snapshot_id));
+        // A fixed name: the snapshot id comes from the leader and never
+        // becomes a path (writers are serialized by `written`).
+        let tmp = self.dir.join(TMP);
         let io = |path: &Path| {
             let path = path.to_path_buf();
             move |source| Error::Io { path, source }

@@ -56,6 +56,7 @@ fn secure(member: &str, credential: &str, gateways: &[String], dir: &Path) -> Su
         &format!("{credential}\n"),
     ));
     s.trusted_keys_file = Some(dir.join("trusted-grant-keys"));
+    s.tls_ca_file = Some(dir.join("tls").join("ca.crt"));
     s
 }
 
@@ -63,27 +64,27 @@ fn secure(member: &str, credential: &str, gateways: &[String], dir: &Path) -> Su
 async fn a_supervisor_cannot_join_as_another_member() -> TestResult {
     let files = tempfile::tempdir()?;
     let signer = GrantSigner::from_seed_hex(&"35".repeat(32))?;
-    let key_file = write(&files.path().join("signing.key"), &"35".repeat(32));
     let credentials = write(
         &files.path().join("member-credentials"),
         &format!("# member_id credential\nm1 {C1}\n\nm2 {C2}\n"),
     );
     let http = format!("127.0.0.1:{}", free_port());
-    let cluster = Cluster::start(
+    // A secure gateway (TLS, peer port, admin token) signing with seed 35.
+    let (root, material, nodes) = Cluster::secure_nodes(
         1,
         &[
             "--tick-interval-ms",
             "100",
             "--heartbeat-ttl-ms",
             "1000",
-            "--signing-key-file",
-            &key_file.display().to_string(),
             "--member-credentials-file",
             &credentials.display().to_string(),
             "--http-listen",
             &http,
         ],
     );
+    write(&material.signing_key, &"35".repeat(32));
+    let cluster = Cluster::bootstrap_secure(root, material, nodes);
     cluster.wait_leader("bootstrap").await;
     let gateways: Vec<String> = cluster.nodes.iter().map(|n| n.addr.clone()).collect();
     let _cleanup = KillUnder(cluster.root.path().to_path_buf());

@@ -58,19 +58,14 @@ fn trusted(keys: &[&GrantSigner]) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_supervisor_refuses_a_gateway_signing_with_an_untrusted_key() -> TestResult {
-    let files = tempfile::tempdir()?;
-    let key_file = write(&files.path().join("signing.key"), &"a1".repeat(32));
-    let cluster = Cluster::start(
+    // A secure gateway (TLS, peer port, admin token) signing with A.
+    let (root, material, nodes) = Cluster::secure_nodes(
         1,
-        &[
-            "--tick-interval-ms",
-            "100",
-            "--heartbeat-ttl-ms",
-            "1000",
-            "--signing-key-file",
-            &key_file.display().to_string(),
-        ],
+        &["--tick-interval-ms", "100", "--heartbeat-ttl-ms", "1000"],
     );
+    write(&material.signing_key, &"a1".repeat(32));
+    let ca = material.ca.cert.clone();
+    let cluster = Cluster::bootstrap_secure(root, material, nodes);
     cluster.wait_leader("bootstrap").await;
     let gateways: Vec<String> = cluster.nodes.iter().map(|n| n.addr.clone()).collect();
     let _cleanup = KillUnder(cluster.root.path().to_path_buf());
@@ -82,6 +77,7 @@ async fn a_supervisor_refuses_a_gateway_signing_with_an_untrusted_key() -> TestR
     s.insecure = false;
     s.credential_file = Some(write(&dir.join("m1.credential"), "m1-credential\n"));
     s.trusted_keys_file = Some(trusted_file.clone());
+    s.tls_ca_file = Some(ca);
     s.start();
     let _logs = LogsOnFailure(std::slice::from_ref(&s));
     let fp_a = fingerprint(&key_a().public_key_hex());

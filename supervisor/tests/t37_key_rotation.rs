@@ -86,13 +86,17 @@ async fn the_signing_key_rotates_without_downtime() -> TestResult {
     for id in 1..=3 {
         write(&key_file(id), &seed(OLD));
     }
-    let cluster = Cluster::start_each(3, FAST_TIMING, |id| {
-        vec![
-            "--signing-key-file".into(),
-            key_file(id).display().to_string(),
-        ]
-    });
-    let mut cluster = cluster;
+    // Secure gateways (TLS, peer ports, admin token), each with its own
+    // signing key file.
+    let (root, material, mut nodes) = Cluster::secure_nodes(3, FAST_TIMING);
+    for node in &mut nodes {
+        node.set_flag(
+            "--signing-key-file",
+            key_file(node.id).display().to_string(),
+        );
+    }
+    let ca = material.ca.cert.clone();
+    let mut cluster = Cluster::bootstrap_secure(root, material, nodes);
     cluster.wait_leader("bootstrap").await;
     let gateways: Vec<String> = cluster.nodes.iter().map(|n| n.addr.clone()).collect();
     let _cleanup = KillUnder(cluster.root.path().to_path_buf());
@@ -105,6 +109,7 @@ async fn the_signing_key_rotates_without_downtime() -> TestResult {
             s.insecure = false;
             s.credential_file = Some(write(&dir.join(format!("{m}.credential")), "cred\n"));
             s.trusted_keys_file = Some(trusted_file.clone());
+            s.tls_ca_file = Some(ca.clone());
             s
         })
         .collect();

@@ -73,6 +73,15 @@ impl Gateway {
         gateway
     }
 
+    /// Sets `flag` to `value`: replaces its value if the extra arguments
+    /// have it, else appends both.
+    pub fn set_flag(&mut self, flag: &str, value: String) {
+        match self.extra_args.iter().position(|a| a == flag) {
+            Some(i) if i + 1 < self.extra_args.len() => self.extra_args[i + 1] = value,
+            _ => self.extra_args.extend([flag.to_string(), value]),
+        }
+    }
+
     /// The address in the raft membership: the peer port if any.
     pub fn member_addr(&self) -> &str {
         self.peer_addr.as_deref().unwrap_or(&self.addr)
@@ -253,6 +262,13 @@ impl Cluster {
     /// Starts `n` secure voters (TLS on both ports, mutual TLS between
     /// them, tokens, a signing key) that bootstrap together.
     pub fn start_secure(n: u64, extra: &[&str]) -> Cluster {
+        let (root, material, nodes) = Self::secure_nodes(n, extra);
+        Self::bootstrap_secure(root, material, nodes)
+    }
+
+    /// The pieces of [`Cluster::start_secure`] before anything starts, for a
+    /// test to change (a node's flags, the signing key file's contents).
+    pub fn secure_nodes(n: u64, extra: &[&str]) -> (tempfile::TempDir, Material, Vec<Gateway>) {
         let root = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let material = Material::generate(&root.path().join("tls"));
         let nodes = (1..=n)
@@ -261,6 +277,15 @@ impl Cluster {
                 Gateway::new_secure(id, root.path(), &material, extra)
             })
             .collect();
+        (root, material, nodes)
+    }
+
+    /// Starts [`Cluster::secure_nodes`]' gateways as a new cluster.
+    pub fn bootstrap_secure(
+        root: tempfile::TempDir,
+        material: Material,
+        nodes: Vec<Gateway>,
+    ) -> Cluster {
         let mut cluster = Self::bootstrap(root, nodes);
         cluster.material = Some(material);
         cluster

@@ -50,6 +50,8 @@ pub struct Supervisor {
     pub credential_file: Option<PathBuf>,
     /// `--trusted-grant-keys-file`, if set.
     pub trusted_keys_file: Option<PathBuf>,
+    /// `--tls-ca-file` (TLS to the gateways), if set.
+    pub tls_ca_file: Option<PathBuf>,
     child: Option<Child>,
 }
 
@@ -67,6 +69,7 @@ impl Supervisor {
             insecure: true,
             credential_file: None,
             trusted_keys_file: None,
+            tls_ca_file: None,
             child: None,
         }
     }
@@ -92,6 +95,9 @@ impl Supervisor {
         };
         if let Some(file) = &self.trusted_keys_file {
             command.arg("--trusted-grant-keys-file").arg(file);
+        }
+        if let Some(file) = &self.tls_ca_file {
+            command.arg("--tls-ca-file").arg(file);
         }
         let child = command
             .args(["--gateways", &self.gateways.join(",")])

@@ -8,7 +8,9 @@
 //! so one process never answers (and counts) as two members. A call that
 //! names no node (0) comes from an older sender and is served (rolling
 //! upgrade). `Identify` tells a caller which node answers here. A body that
-//! does not decode gets `INVALID_ARGUMENT`, never a panic.
+//! does not decode gets `INVALID_ARGUMENT`, never a panic. InstallSnapshot
+//! chunks are bounded (size, snapshot id, a snapshot that decodes) before
+//! raft sees them ([`crate::network::incoming_snapshot`]).
 //!
 //! Like openraft's gRPC example, the service holds only what it serves: the
 //! `Raft` handle (raft RPCs, read-index, campaign), the peer authenticator,
@@ -35,6 +37,7 @@ use crate::codec;
 use crate::leadership::ElectionHold;
 use crate::membership;
 use crate::network::client::{NODE_ID, REFUSAL_LOG_EVERY};
+use crate::network::incoming_snapshot::{IncomingSnapshot, DEFAULT_MAX_SNAPSHOT_BYTES};
 use crate::state_machine::StateMachine;
 use crate::types::typ::Raft;
 use crate::types::NodeId;
@@ -98,6 +101,8 @@ pub struct TransportService<SM: StateMachine> {
     hold: ElectionHold,
     /// This node's id: calls meant for another node are refused.
     me: NodeId,
+    /// Bounds InstallSnapshot chunks before raft sees them.
+    incoming: IncomingSnapshot<SM>,
     /// Only `SM::validate` is used; no `SM` value is held.
     machine: PhantomData<fn() -> SM>,
 }
@@ -118,8 +123,16 @@ impl<SM: StateMachine> TransportService<SM> {
             auth,
             proposer,
             hold,
+            incoming: IncomingSnapshot::new(DEFAULT_MAX_SNAPSHOT_BYTES),
             machine: PhantomData,
         }
+    }
+
+    /// Refuses received snapshots larger than `max_bytes`
+    /// ([`IncomingSnapshot`]; default [`DEFAULT_MAX_SNAPSHOT_BYTES`]).
+    pub fn with_max_snapshot_bytes(mut self, max_bytes: u64) -> Self {
+        self.incoming = IncomingSnapshot::new(max_bytes);
+        self
     }
 
     /// Checks the caller (cluster, token) and that the call is meant for
@@ -201,7 +214,17 @@ impl<SM: StateMachine> RaftTransport for TransportService<SM> {
         &self,
         request: Request<RaftPayload>,
     ) -> Result<Response<RaftPayload>, Status> {
-        let rpc = self.decode(&request, "install-snapshot request")?;
+        let rpc: openraft::raft::InstallSnapshotRequest<crate::types::TypeConfig> =
+            self.decode(&request, "install-snapshot request")?;
+        if let Some(complete) = self
+            .incoming
+            .check(&rpc.meta, rpc.offset, &rpc.data, rpc.done)?
+        {
+            let id = rpc.meta.snapshot_id.clone();
+            tokio::task::spawn_blocking(move || IncomingSnapshot::<SM>::verify(&id, &complete))
+                .await
+                .map_err(|e| Status::internal(format!("checking the snapshot: {e}")))??;
+        }
         let result = self.raft.install_snapshot(rpc).await;
         Ok(self.reply(&result))
     }

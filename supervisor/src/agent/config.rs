@@ -229,7 +229,11 @@ impl RawAgentConfig {
             .map(load_trusted_keys)
             .transpose()?;
         if !self.insecure {
-            check_secure(&credential, trusted_keys.as_ref())?;
+            check_secure(
+                &credential,
+                trusted_keys.as_ref(),
+                self.tls_ca_file.is_some(),
+            )?;
         }
         let runtime_bin = match self.runtime_bin {
             Some(p) => p,
@@ -273,11 +277,14 @@ impl RawAgentConfig {
 }
 
 /// Secure by default: what a supervisor needs unless `--insecure`, each
-/// refusal one line naming the missing thing and its flag. (The CA the
-/// gateway's certificate is verified with, `--tls-ca-file`, is to join
-/// these checks; not yet: the end-to-end tests of secure supervisors still
-/// run plaintext gateways.)
-fn check_secure(credential: &str, trusted_keys: Option<&TrustedKeys>) -> Result<(), ConfigError> {
+/// refusal one line naming the missing thing and its flag: the CA the
+/// gateways' certificates are verified with, the credential, the trusted
+/// grant keys.
+fn check_secure(
+    credential: &str,
+    trusted_keys: Option<&TrustedKeys>,
+    tls_ca: bool,
+) -> Result<(), ConfigError> {
     if credential.is_empty() {
         return Err(ConfigError::Insecure {
             what: "supervisor credential",
@@ -290,6 +297,13 @@ fn check_secure(credential: &str, trusted_keys: Option<&TrustedKeys>) -> Result<
             what: "trusted grant keys",
             flag: "--trusted-grant-keys-file",
             env: "OPENSHELL_TRUSTED_GRANT_KEYS_FILE",
+        });
+    }
+    if !tls_ca {
+        return Err(ConfigError::Insecure {
+            what: "CA to verify gateways with",
+            flag: "--tls-ca-file",
+            env: "OPENSHELL_TLS_CA_FILE",
         });
     }
     Ok(())
@@ -382,8 +396,10 @@ mod tests {
     }
 
     #[test]
-    fn without_insecure_a_credential_and_trusted_keys_are_required() {
+    fn without_insecure_a_ca_a_credential_and_trusted_keys_are_required() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let ca = proto::tls::generate::Ca::create(dir.path(), "test CA")
+            .unwrap_or_else(|e| panic!("{e}"));
         let keys = dir.path().join("trusted");
         let signer = proto::grant::GrantSigner::from_seed_hex(&"11".repeat(32))
             .unwrap_or_else(|e| panic!("{e}"));
@@ -393,6 +409,7 @@ mod tests {
             insecure: false,
             credential: credential.map(String::from),
             trusted_grant_keys_file: keys.map(|k| k.to_path_buf()),
+            tls_ca_file: Some(ca.cert.clone()),
             ..raw()
         };
         let e = secure(None, Some(&keys))
@@ -411,9 +428,21 @@ mod tests {
             e.as_deref(),
             Some("no trusted grant keys: set --trusted-grant-keys-file (or OPENSHELL_TRUSTED_GRANT_KEYS_FILE); only --insecure runs without it, for experiments")
         );
+        let e = RawAgentConfig {
+            tls_ca_file: None,
+            ..secure(Some("c"), Some(&keys))
+        }
+        .validate()
+        .err()
+        .map(|e| e.to_string());
+        assert_eq!(
+            e.as_deref(),
+            Some("no CA to verify gateways with: set --tls-ca-file (or OPENSHELL_TLS_CA_FILE); only --insecure runs without it, for experiments")
+        );
         let config = secure(Some("c"), Some(&keys))
             .validate()
             .unwrap_or_else(|e| panic!("{e}"));
+        assert!(config.gateway_client.tls.is_some());
         let trusted = config.trusted_keys.unwrap_or_else(|| panic!("no keys"));
         assert!(trusted.current().trusts(&signer.public_key_hex()));
         std::fs::write(&keys, "not a key\n").unwrap_or_else(|e| panic!("{e}"));

@@ -210,6 +210,7 @@ mod tests {
             member_id: Some("m1".into()),
             member_uid: Some("u1".into()),
             advertise_ip: Some("127.0.0.1".into()),
+            insecure: true,
             ..Default::default()
         }
         .validate()

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds every binary and starts the local dev system in the foreground:
 # 3 gateways, 2 supervisors and demo sandboxes on loopback, no external
-# services. Data under ./openshell-dev (running it again resumes it); Ctrl-C
-# stops every process. Extra arguments go to `openshell-pool dev` (the `cli`
+# services, secure (TLS on every gRPC port, tokens, a signing key: all
+# generated once under ./openshell-dev/tls). Data under ./openshell-dev
+# (running it again resumes it); `source openshell-dev/env` in another shell
+# points openshell-pool at it. Ctrl-C stops every process. Extra arguments go to `openshell-pool dev` (the `cli`
 # crate, cli/src/dev/), which starts the gateway and supervisor binaries from
 # its own directory: hence every binary is built.
 set -euo pipefail

@@ -14,6 +14,8 @@ impl std::fmt::Debug for Cli {
             .field("endpoints", &self.endpoints)
             .field("token", &proto::secret::redact_opt(&self.token))
             .field("token_file", &self.token_file)
+            .field("ca_file", &self.ca_file)
+            .field("insecure", &self.insecure)
             .field("output", &self.output)
             .field("command", &self.command)
             .finish()
@@ -48,6 +50,15 @@ pub struct Cli {
         conflicts_with = "token"
     )]
     pub token_file: Option<std::path::PathBuf>,
+    /// The CA (PEM) that signed the gateways' certificates: every call
+    /// speaks TLS and verifies the gateway against it. A command that talks
+    /// to gateways needs this or --insecure.
+    #[arg(long, env = "OPENSHELL_CA_FILE", global = true)]
+    pub ca_file: Option<std::path::PathBuf>,
+    /// Talk plaintext, to gateways started with --insecure (development);
+    /// overrides --ca-file.
+    #[arg(long, global = true)]
+    pub insecure: bool,
     /// Output format.
     #[arg(short = 'o', long = "output", global = true, value_enum, default_value_t = Output::Table)]
     pub output: Output,
@@ -232,6 +243,7 @@ mod tests {
         let gateway = crate::Gateway {
             endpoints: cli.endpoints.clone(),
             token: cli.token.clone(),
+            tls: None,
         };
         let shown = format!("{gateway:?}");
         assert!(!shown.contains("s3cret"), "{shown}");

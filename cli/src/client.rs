@@ -1,14 +1,22 @@
-//! Connecting to any gateway, bearer tokens, leader hints, and the errors a
-//! user sees.
+//! Connecting to any gateway, transport security, bearer tokens, leader
+//! hints, and the errors a user sees.
+//!
+//! Every channel speaks TLS verifying the gateway against the CA of
+//! `--ca-file`, unless the user chose `--insecure` (plaintext, for a gateway
+//! started with `--insecure`). A handshake that fails is one line naming the
+//! gateway and the cause ([`CliError::Tls`]), never a transport dump.
 
 use std::time::Duration;
 
 use proto::client::{self, ClientConfig, Role};
 use proto::metadata::{LEADER_ADDR, NO_QUORUM};
+use proto::tls::ClientTls;
 use tonic::metadata::AsciiMetadataValue;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 use tonic::{Code, Status};
+
+use crate::transport;
 
 /// What went wrong, as the user should read it.
 #[derive(Debug, thiserror::Error)]
@@ -16,8 +24,12 @@ pub enum CliError {
     /// No endpoint answered.
     #[error("no gateway reachable at {0}: start one (`openshell-pool dev`) or pass --endpoints host:port,...")]
     Unreachable(String),
+    /// The TLS handshake with a gateway failed (unknown CA, wrong name,
+    /// a plaintext gateway), or a plaintext call met a TLS gateway.
+    #[error("{0}")]
+    Tls(String),
     /// Missing or wrong token, or not allowed.
-    #[error("unauthorized: {0}; pass --token or set OPENSHELL_TOKEN (changes need the platform_admin role)")]
+    #[error("unauthorized: {0}; pass --token-file (OPENSHELL_TOKEN_FILE) or --token (changes need the platform_admin role)")]
     Unauthorized(String),
     /// Unknown id.
     #[error("{0}")]
@@ -37,19 +49,25 @@ pub enum CliError {
     /// A local problem (file, flags).
     #[error("{0}")]
     Local(String),
+    /// A flag the command needs is missing (same exit code as clap's usage
+    /// errors).
+    #[error("{0}")]
+    Usage(String),
     /// A command run by `sandbox exec` exited non-zero.
     #[error("the command exited with status {0}")]
     ExitStatus(i32),
 }
 
 impl CliError {
-    /// The process exit code: 1 refused, 2 usage (clap), 3 unreachable,
+    /// The process exit code: 1 refused, 2 usage (clap, or neither
+    /// `--ca-file` nor `--insecure`), 3 unreachable or TLS failure,
     /// 4 unauthorized, 5 not found, 6 no leader or no quorum; `sandbox exec`
     /// passes the command's own status through.
     pub fn exit_code(&self) -> i32 {
         match self {
             CliError::Refused(_) | CliError::Local(_) => 1,
-            CliError::Unreachable(_) => 3,
+            CliError::Usage(_) => 2,
+            CliError::Unreachable(_) | CliError::Tls(_) => 3,
             CliError::Unauthorized(_) => 4,
             CliError::NotFound(_) => 5,
             CliError::NoLeader(_) | CliError::NoQuorum(_) => 6,
@@ -99,14 +117,18 @@ pub struct Gateway {
     pub endpoints: Vec<String>,
     /// Bearer token.
     pub token: Option<String>,
+    /// TLS to the gateways, verifying them against the CA of `--ca-file`
+    /// (`None`: plaintext, `--insecure`).
+    pub tls: Option<ClientTls>,
 }
 
 impl std::fmt::Debug for Gateway {
-    /// The endpoints; the token shows as `<redacted>`.
+    /// The endpoints and the CA file; the token shows as `<redacted>`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Gateway")
             .field("endpoints", &self.endpoints)
             .field("token", &proto::secret::redact_opt(&self.token))
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -125,14 +147,20 @@ impl Gateway {
     }
 
     /// An eager channel to `addr` with the CLI's deadlines
-    /// ([`ClientConfig::for_role`]`(`[`Role::Cli`]`)`), the request deadline
-    /// replaced by `deadline` when given, or `None` when it does not answer.
-    async fn connect(addr: &str, deadline: Option<Duration>) -> Option<Channel> {
-        let mut config = ClientConfig::for_role(Role::Cli);
+    /// ([`ClientConfig::for_role`]`(`[`Role::Cli`]`)`) and its transport
+    /// security, the request deadline replaced by `deadline` when given.
+    ///
+    /// # Errors
+    /// [`CliError::Tls`] when the TLS handshake failed (one line naming the
+    /// gateway and the cause), else [`CliError::Unreachable`].
+    async fn connect(&self, addr: &str, deadline: Option<Duration>) -> Result<Channel, CliError> {
+        let mut config = ClientConfig::for_role(Role::Cli).with_tls(self.tls.clone());
         if let Some(deadline) = deadline {
             config = config.with_request_timeout(deadline);
         }
-        client::connect(Role::Cli, addr, &config).await.ok()
+        client::connect(Role::Cli, addr, &config)
+            .await
+            .map_err(|e| transport::connect_error(addr, self.tls.as_ref(), &e))
     }
 
     /// A channel to the first endpoint that answers.
@@ -140,12 +168,15 @@ impl Gateway {
     /// # Errors
     /// [`CliError::Unreachable`] when none does.
     pub async fn channel(&self) -> Result<InterceptedService<Channel, Bearer>, CliError> {
+        let mut tls_error = None;
         for addr in &self.endpoints {
-            if let Some(channel) = Self::connect(addr, None).await {
-                return Ok(InterceptedService::new(channel, self.bearer()?));
+            match self.connect(addr, None).await {
+                Ok(channel) => return Ok(InterceptedService::new(channel, self.bearer()?)),
+                Err(e @ CliError::Tls(_)) => tls_error = tls_error.or(Some(e)),
+                Err(_) => {}
             }
         }
-        Err(CliError::Unreachable(self.endpoints.join(",")))
+        Err(tls_error.unwrap_or_else(|| CliError::Unreachable(self.endpoints.join(","))))
     }
 
     /// Runs `call` on the first gateway that answers. A gateway that
@@ -179,13 +210,29 @@ impl Gateway {
         Fut: std::future::Future<Output = Result<T, Status>>,
     {
         let mut last: Option<CliError> = None;
+        // A TLS failure says more than "unreachable": it wins at the end.
+        let mut tls_error: Option<CliError> = None;
         for addr in &self.endpoints {
-            let Some(channel) = Self::connect(addr, deadline).await else {
-                continue;
+            let channel = match self.connect(addr, deadline).await {
+                Ok(channel) => channel,
+                Err(e @ CliError::Tls(_)) => {
+                    tls_error = tls_error.or(Some(e));
+                    continue;
+                }
+                Err(_) => continue,
             };
-            match call(InterceptedService::new(channel, self.bearer()?)).await {
+            let status = match call(InterceptedService::new(channel, self.bearer()?)).await {
                 Ok(v) => return Ok(v),
-                Err(status) if status.code() == Code::FailedPrecondition => {
+                Err(status) => status,
+            };
+            // The connection broke before any answer: with --insecure, most
+            // likely a TLS gateway.
+            if let Some(e) = transport::plaintext_refused(addr, self.tls.as_ref(), &status) {
+                tls_error = tls_error.or(Some(e));
+                continue;
+            }
+            match status.code() {
+                Code::FailedPrecondition => {
                     let hint = status
                         .metadata()
                         .get(LEADER_ADDR)
@@ -194,21 +241,21 @@ impl Gateway {
                     let Some(leader) = hint else {
                         return Err(status.into());
                     };
-                    match Self::connect(&leader, deadline).await {
-                        Some(channel) => {
+                    match self.connect(&leader, deadline).await {
+                        Ok(channel) => {
                             return Ok(call(InterceptedService::new(channel, self.bearer()?)).await?)
                         }
-                        None => last = Some(CliError::Unreachable(leader)),
+                        Err(e) => last = Some(e),
                     }
                 }
                 // No quorum: every gateway would reach the same leader.
-                Err(status) if status.metadata().contains_key(NO_QUORUM) => {
-                    return Err(status.into())
-                }
-                Err(status) if status.code() == Code::Unavailable => last = Some(status.into()),
-                Err(status) => return Err(status.into()),
+                _ if status.metadata().contains_key(NO_QUORUM) => return Err(status.into()),
+                Code::Unavailable => last = Some(status.into()),
+                _ => return Err(status.into()),
             }
         }
-        Err(last.unwrap_or_else(|| CliError::Unreachable(self.endpoints.join(","))))
+        Err(tls_error
+            .or(last)
+            .unwrap_or_else(|| CliError::Unreachable(self.endpoints.join(","))))
     }
 }

@@ -15,6 +15,8 @@
 //! - [`args`]: the flags and commands ([`Cli`]).
 //! - [`client`]: connecting to any gateway, bearer tokens, leader hints, and
 //!   [`CliError`] with its exit codes.
+//! - [`transport`]: TLS (`--ca-file`) or plaintext (`--insecure`), and a
+//!   failed handshake as one line.
 //! - [`commands`]: `raft`, `pool`, `sandbox` and `backup`, one module each,
 //!   and the table/JSON output they share; `local-status`, the one command
 //!   that reads a stopped gateway's data directory (through `raft-store`)
@@ -28,18 +30,22 @@ pub mod args;
 pub mod client;
 pub mod commands;
 pub mod dev;
+pub mod transport;
 
 pub use args::{
     BackupCommand, Cli, Command, Output, PoolCommand, RaftCommand, SandboxCommand, DEV_ENDPOINTS,
 };
 pub use client::{CliError, Gateway};
 
-/// Runs one parsed command line to its end.
+/// The gateways of `--endpoints` with the token and transport security of
+/// the flags (commands that talk to gateways only: `dev`, `local-status`
+/// and `completions` need neither).
 ///
 /// # Errors
-/// What the command failed on, as the user should read it; the process
-/// exits with [`CliError::exit_code`].
-pub async fn run(cli: Cli) -> Result<(), CliError> {
+/// Neither `--ca-file` nor `--insecure` ([`transport::NO_SECURITY`]), or a
+/// token or CA file that cannot be read.
+pub fn gateway(cli: &Cli) -> Result<Gateway, CliError> {
+    let tls = transport::security(cli.ca_file.as_deref(), cli.insecure)?;
     let token = match &cli.token_file {
         Some(file) => Some(
             proto::secret::read_secret_file("--token-file", file)
@@ -47,16 +53,27 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         ),
         None => cli.token.clone(),
     };
-    let gw = Gateway {
+    Ok(Gateway {
         endpoints: cli.endpoints.clone(),
         token,
-    };
+        tls,
+    })
+}
+
+/// Runs one parsed command line to its end.
+///
+/// # Errors
+/// What the command failed on, as the user should read it; the process
+/// exits with [`CliError::exit_code`].
+pub async fn run(cli: Cli) -> Result<(), CliError> {
+    // Used (and its error reported) only by the commands that call gateways.
+    let gw = gateway(&cli);
     match cli.command {
         Command::Dev(args) => dev::run(args).await,
-        Command::Raft(c) => commands::raft(&gw, cli.output, c).await,
-        Command::Pool(c) => commands::pool(&gw, cli.output, c).await,
-        Command::Sandbox(c) => commands::sandbox(&gw, cli.output, c).await,
-        Command::Backup(c) => commands::backup(&gw, cli.output, c).await,
+        Command::Raft(c) => commands::raft(&gw?, cli.output, c).await,
+        Command::Pool(c) => commands::pool(&gw?, cli.output, c).await,
+        Command::Sandbox(c) => commands::sandbox(&gw?, cli.output, c).await,
+        Command::Backup(c) => commands::backup(&gw?, cli.output, c).await,
         Command::LocalStatus { data_dir } => commands::local_status(cli.output, &data_dir),
         Command::Completions { shell } => {
             use clap::CommandFactory;

@@ -1,12 +1,14 @@
 //! The operator CLI, driven as a user would: spawned `openshell-pool`
 //! processes, output parsed from `-o json`.
 //!
-//! - `openshell-pool dev` brings up 3 gateways, 2 supervisors and demo
-//!   sandboxes; every command runs against it: raft status / add-learner /
+//! - `openshell-pool dev` brings up 3 gateways (TLS), 2 supervisors and demo
+//!   sandboxes; every command runs against it, with the CA and admin token
+//!   `dev` generated (`--ca-file`, `--token-file`): raft status / add-learner /
 //!   promote / transfer-leader / remove / snapshot, pool status / drain
 //!   --wait / cancel / rebalance --wait, sandbox create / get / list / exec /
 //!   delete, backup save, completions; Ctrl-C stops every process
-//! - membership through the CLI: a fourth gateway is added as a learner,
+//! - membership through the CLI: a fourth (secure) gateway, its certificate
+//!   issued by the dev CA, is added at its peer port as a learner,
 //!   promoted, given leadership, and the old leader is removed; writes keep
 //!   working throughout
 //! - backup and restore: objects and pool state are saved, every data
@@ -47,9 +49,11 @@ async fn cli_drives_the_dev_cluster_membership_and_backup_restore() -> TestResul
         std::thread::sleep(Duration::from_millis(200));
     }
     assert!(dev.output().contains("raft status") && dev.output().contains("sandbox exec"));
+    let sec = dev.security();
+    let cs = dev.client();
 
     eprintln!("--- step: raft status");
-    let raft = json(&e, &["raft", "status"]);
+    let raft = json_as(&sec, &e, &["raft", "status"]);
     for key in [
         "leader",
         "term",
@@ -66,7 +70,7 @@ async fn cli_drives_the_dev_cluster_membership_and_backup_restore() -> TestResul
         .is_some_and(|n| n.iter().all(|n| n["addr"].is_string() && n["lag"].is_u64())));
 
     eprintln!("--- step: pool status and sandboxes");
-    let status = json(&e, &["pool", "status"]);
+    let status = json_as(&sec, &e, &["pool", "status"]);
     assert_eq!(
         status["members"].as_array().map(Vec::len),
         Some(2),
@@ -78,11 +82,15 @@ async fn cli_drives_the_dev_cluster_membership_and_backup_restore() -> TestResul
         }
     }
     assert_eq!(status["sandboxes"].as_array().map(Vec::len), Some(3));
-    let created = json(&e, &["sandbox", "create", "--", "sleep", "600"]);
+    let created = json_as(&sec, &e, &["sandbox", "create", "--", "sleep", "600"]);
     let id = created["id"].as_str().ok_or("no id")?.to_string();
-    let got = json_until(&e, &["sandbox", "get", &id], "new sandbox running", |v| {
-        v["phase"] == "assigned" && v["pid"].is_u64()
-    });
+    let got = json_until_as(
+        &sec,
+        &e,
+        &["sandbox", "get", &id],
+        "new sandbox running",
+        |v| v["phase"] == "assigned" && v["pid"].is_u64(),
+    );
     for key in [
         "id",
         "owner",
@@ -95,62 +103,68 @@ async fn cli_drives_the_dev_cluster_membership_and_backup_restore() -> TestResul
         assert!(!got[key].is_null(), "sandbox get lacks {key}: {got}");
     }
     assert_eq!(
-        json(&e, &["sandbox", "list"]).as_array().map(Vec::len),
+        json_as(&sec, &e, &["sandbox", "list"])
+            .as_array()
+            .map(Vec::len),
         Some(4)
     );
-    let (code, out, err) = pool(&e, &["sandbox", "exec", "demo-1", "--", "demo-read"]);
+    let (code, out, err) = pool_as(&sec, &e, &["sandbox", "exec", "demo-1", "--", "demo-read"]);
     assert_eq!(code, 0, "{err}");
     assert!(
         out.trim().parse::<u64>().is_ok(),
         "demo-read printed {out:?}"
     );
-    let (code, _, _) = pool(
+    let (code, _, _) = pool_as(
+        &sec,
         &e,
         &["sandbox", "exec", "demo-1", "--", "sh", "-c", "exit 7"],
     );
     assert_eq!(code, 7, "exec passes the command's exit status through");
 
     eprintln!("--- step: drain --wait, cancel returns the member to service, rebalance --wait");
-    let drained = json(
+    let drained = json_as(
+        &sec,
         &e,
         &["pool", "drain", "s1", "--max-parallel", "2", "--wait"],
     );
     assert_eq!(drained["phase"], "succeeded", "{drained}");
-    let after = json(&e, &["pool", "status"]);
+    let after = json_as(&sec, &e, &["pool", "status"]);
     assert!(after["sandboxes"]
         .as_array()
         .into_iter()
         .flatten()
         .all(|s| s["owner"] != "s1" || s["phase"] == "deleted"));
     let op = drained["id"].as_str().ok_or("no op id")?;
-    let cancelled = json(&e, &["pool", "cancel", op]);
+    let cancelled = json_as(&sec, &e, &["pool", "cancel", op]);
     assert_eq!(cancelled["phase"], "cancelled");
-    json_until(&e, &["pool", "status"], "s1 back in service", |v| {
+    json_until_as(&sec, &e, &["pool", "status"], "s1 back in service", |v| {
         v["members"]
             .as_array()
             .into_iter()
             .flatten()
             .any(|m| m["id"] == "s1" && m["state"] == "active")
     });
-    let rebalanced = json(&e, &["pool", "rebalance", "--wait"]);
+    let rebalanced = json_as(&sec, &e, &["pool", "rebalance", "--wait"]);
     assert_eq!(rebalanced["phase"], "succeeded", "{rebalanced}");
-    let deleted = json(&e, &["sandbox", "delete", &id]);
+    let deleted = json_as(&sec, &e, &["sandbox", "delete", &id]);
     assert_eq!(deleted["phase"], "deleted");
 
     eprintln!("--- step: raft snapshot, completions");
     assert!(
-        json(&e, &["raft", "snapshot"])["snapshot_index"]
+        json_as(&sec, &e, &["raft", "snapshot"])["snapshot_index"]
             .as_u64()
             .unwrap_or(0)
             > 0
     );
-    let (code, out, _) = pool(&e, &["completions", "bash"]);
+    let (code, out, _) = pool_as(&sec, &e, &["completions", "bash"]);
     assert!(code == 0 && out.contains("openshell-pool"));
 
     eprintln!("--- step: membership through the CLI: add a learner, promote, transfer, remove the old leader");
-    let mut g4 = Gateway::new(
+    let material = dev_material(&dir);
+    let mut g4 = Gateway::new_secure(
         4,
         root.path(),
+        &material,
         vec!["--cluster-id".into(), "openshell-dev".into()],
     );
     g4.extra_args.retain(|_| true);
@@ -170,13 +184,14 @@ async fn cli_drives_the_dev_cluster_membership_and_backup_restore() -> TestResul
         args.push(a.clone());
     }
     let log = std::fs::File::create(root.path().join("g4.log"))?;
+    assert!(!args.iter().any(|a| a == "--insecure"), "{args:?}");
     let mut g4_child = Command::new(gateway_bin())
         .args(&args)
         .stdout(Stdio::from(log.try_clone()?))
         .stderr(Stdio::from(log))
         .spawn()?;
     let old_leader = raft["leader"].as_u64().ok_or("no leader")?;
-    let added = json(&e, &["raft", "add-learner", "4", &g4.addr]);
+    let added = json_as(&sec, &e, &["raft", "add-learner", "4", g4.member_addr()]);
     assert!(
         added["learners"]
             .as_array()
@@ -185,8 +200,14 @@ async fn cli_drives_the_dev_cluster_membership_and_backup_restore() -> TestResul
             .any(|m| m["id"] == 4),
         "{added}"
     );
-    put_object(&format!("127.0.0.1:{base}"), "during-membership-1", "a").await?;
-    let promoted = json(&e, &["raft", "promote", "4"]);
+    put_object(
+        &format!("127.0.0.1:{base}"),
+        Some(&cs),
+        "during-membership-1",
+        "a",
+    )
+    .await?;
+    let promoted = json_as(&sec, &e, &["raft", "promote", "4"]);
     assert!(
         promoted["voters"]
             .as_array()
@@ -195,11 +216,11 @@ async fn cli_drives_the_dev_cluster_membership_and_backup_restore() -> TestResul
             .any(|m| m["id"] == 4),
         "{promoted}"
     );
-    let moved = json(&e, &["raft", "transfer-leader", "4"]);
+    let moved = json_as(&sec, &e, &["raft", "transfer-leader", "4"]);
     assert_eq!(moved["leader"], 4);
-    put_object(&g4.addr, "during-membership-2", "b").await?;
+    put_object(&g4.addr, Some(&cs), "during-membership-2", "b").await?;
     let e4 = format!("{e},{}", g4.addr);
-    let removed = json(&e4, &["raft", "remove", &old_leader.to_string()]);
+    let removed = json_as(&sec, &e4, &["raft", "remove", &old_leader.to_string()]);
     assert!(
         !removed["voters"]
             .as_array()
@@ -208,8 +229,8 @@ async fn cli_drives_the_dev_cluster_membership_and_backup_restore() -> TestResul
             .any(|m| m["id"] == old_leader),
         "{removed}"
     );
-    put_object(&g4.addr, "during-membership-3", "c").await?;
-    let objects = objects_at(&g4.addr).await?;
+    put_object(&g4.addr, Some(&cs), "during-membership-3", "c").await?;
+    let objects = objects_at(&g4.addr, Some(&cs)).await?;
     for key in [
         "during-membership-1",
         "during-membership-2",
@@ -221,12 +242,22 @@ async fn cli_drives_the_dev_cluster_membership_and_backup_restore() -> TestResul
 
     eprintln!("--- step: backup save, wipe everything, restore, compare");
     for i in 0..20 {
-        put_object(&g4.addr, &format!("obj-{i}"), &format!("value-{i}")).await?;
+        put_object(
+            &g4.addr,
+            Some(&cs),
+            &format!("obj-{i}"),
+            &format!("value-{i}"),
+        )
+        .await?;
     }
-    let before_objects = objects_at(&g4.addr).await?;
-    let before_pool = json(&e_live, &["pool", "status"]);
+    let before_objects = objects_at(&g4.addr, Some(&cs)).await?;
+    let before_pool = json_as(&sec, &e_live, &["pool", "status"]);
     let file = root.path().join("pool.backup");
-    let saved = json(&e_live, &["backup", "save", file.to_str().ok_or("path")?]);
+    let saved = json_as(
+        &sec,
+        &e_live,
+        &["backup", "save", file.to_str().ok_or("path")?],
+    );
     assert!(saved["index"].as_u64().unwrap_or(0) > 0, "{saved}");
     dev.interrupt();
     let _ = g4_child.kill();
@@ -256,7 +287,8 @@ async fn cli_drives_the_dev_cluster_membership_and_backup_restore() -> TestResul
         .map(|i| format!("127.0.0.1:{}", base + i))
         .collect::<Vec<_>>()
         .join(",");
-    let resumed = json_until(
+    let resumed = json_until_as(
+        &sec,
         &members,
         &["raft", "status"],
         "a leader after resume",
@@ -267,11 +299,17 @@ async fn cli_drives_the_dev_cluster_membership_and_backup_restore() -> TestResul
             >= saved["index"].as_u64().unwrap_or(u64::MAX),
         "{resumed}"
     );
-    let leader_addr = resumed["leader_addr"]
-        .as_str()
-        .ok_or("no leader")?
-        .to_string();
-    let resumed_objects = objects_at(&leader_addr).await?;
+    // The membership holds peer ports; the leader's client port is its
+    // node id's (gateway N serves clients on base + N - 1).
+    let leader = resumed["leader"].as_u64().ok_or("no leader")?;
+    assert!(
+        resumed["leader_addr"]
+            .as_str()
+            .is_some_and(|a| a.ends_with(&format!(":{}", base + 10 + leader as u16 - 1))),
+        "the membership names the peer ports: {resumed}"
+    );
+    let leader_addr = format!("127.0.0.1:{}", base + leader as u16 - 1);
+    let resumed_objects = objects_at(&leader_addr, Some(&cs)).await?;
     assert!(
         before_objects.iter().all(|o| resumed_objects.contains(o)),
         "objects lost across a dev restart"
@@ -325,12 +363,12 @@ async fn cli_drives_the_dev_cluster_membership_and_backup_restore() -> TestResul
         sandbox_key(&before_pool),
         "sandboxes differ after restore"
     );
-    let after_objects = objects_at(&addr).await?;
+    let after_objects = objects_at(&addr, None).await?;
     assert_eq!(
         after_objects, before_objects,
         "objects differ after restore"
     );
-    put_object(&addr, "after-restore", "x").await?;
+    put_object(&addr, None, "after-restore", "x").await?;
     let _ = restored.kill();
     let _ = restored.wait();
     Ok(())

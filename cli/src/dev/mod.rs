@@ -4,13 +4,21 @@
 //! running it again resumes that data. Ctrl-C (or SIGTERM) stops every
 //! process it started, sandbox runtimes included ([`children`]).
 //!
-//! - [`run`]: locate the binaries, start the gateways, [`bring_up`] the
-//!   rest, print what to try, wait for Ctrl-C, stop everything.
+//! It runs secure, as a deployment does: TLS on every gRPC port (a client
+//! port and a mutual-TLS peer port per gateway), a signing key its
+//! supervisors trust, an admin token and a credential per supervisor, all
+//! generated under `<data dir>/tls/` on the first run ([`secure`]);
+//! `<data dir>/env` points the CLI at them.
+//!
+//! - [`run`]: locate the binaries, prepare the TLS material, start the
+//!   gateways, [`bring_up`] the rest, print what to try, wait for Ctrl-C,
+//!   stop everything.
 //! - [`bring_up`]: wait for a leader, start the supervisors, launch the demo
 //!   sandboxes (talking to the gateways over gRPC only).
 
 pub mod children;
 mod demo;
+pub mod secure;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -28,8 +36,9 @@ pub struct DevArgs {
     /// Where the cluster keeps its data and logs (created if absent).
     #[arg(long, default_value = "openshell-dev")]
     pub data_dir: PathBuf,
-    /// First gRPC port; gateways use PORT..PORT+2, their HTTP endpoints
-    /// PORT+100.., supervisors' health endpoints PORT+200...
+    /// First gRPC port; gateways serve clients on PORT..PORT+2 and their
+    /// peers on PORT+10..PORT+12, their HTTP endpoints on PORT+100..,
+    /// supervisors' health endpoints on PORT+200...
     #[arg(long, default_value_t = 7001)]
     pub base_port: u16,
     /// Demo sandboxes to create on the first run.
@@ -73,6 +82,12 @@ fn sibling(name: &str) -> Result<PathBuf, CliError> {
     }
 }
 
+/// The supervisors' member ids.
+const MEMBERS: [&str; 2] = ["s1", "s2"];
+
+/// Offset of the gateways' peer ports from their client ports.
+const PEER_OFFSET: u16 = 10;
+
 /// `127.0.0.1:<base + offset>`.
 fn port(args: &DevArgs, offset: u16) -> String {
     format!("127.0.0.1:{}", args.base_port + offset)
@@ -110,16 +125,35 @@ pub async fn run(args: DevArgs) -> Result<(), CliError> {
         .canonicalize()
         .map_err(|e| CliError::Local(e.to_string()))?;
     let first_run = !dir.join("gateway-1").exists();
+    if !first_run && !dir.join("tls").join("ca.crt").exists() {
+        return Err(CliError::Local(format!(
+            "{} holds a cluster of an older, insecure `openshell-pool dev` (no tls/ directory; its raft \
+             membership names the gateways' client ports, which now serve TLS apart from the peer ports): \
+             remove {} (`rm -r {}`) and run again",
+            dir.display(),
+            args.data_dir.display(),
+            args.data_dir.display()
+        )));
+    }
+    let secrets = secure::prepare(&dir.join("tls"), 3, &MEMBERS)?;
     let endpoints: Vec<String> = (0..3).map(|i| port(&args, i)).collect();
+    secure::write_env(&dir.join("env"), &secrets, &endpoints)?;
     // The runtimes the supervisors start are reparented to this process when
     // their supervisor exits, so that stopping can reach them by pid.
     children::become_subreaper()
         .map_err(|e| CliError::Local(format!("cannot become a child subreaper: {e}")))?;
     let mut children = Children::default();
-    start_gateways(&args, &dir, first_run, &bins.gateway, &mut children)?;
+    start_gateways(
+        &args,
+        &dir,
+        first_run,
+        &secrets,
+        &bins.gateway,
+        &mut children,
+    )?;
     // Ctrl-C during start-up stops everything too.
     let interrupted = tokio::select! {
-        result = bring_up(&args, &dir, &endpoints, &bins, &mut children) => match result {
+        result = bring_up(&args, &dir, &endpoints, &secrets, &bins, &mut children) => match result {
             Ok(()) => false,
             Err(e) => {
                 children.stop().await;
@@ -153,32 +187,48 @@ pub async fn run(args: DevArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-/// Starts the three gateways (on the first run with the initial voters).
+/// Starts the three gateways, secure (on the first run with the initial
+/// voters, at their peer ports).
 fn start_gateways(
     args: &DevArgs,
     dir: &Path,
     first_run: bool,
+    secrets: &secure::Secrets,
     gateway_bin: &Path,
     children: &mut Children,
 ) -> Result<(), CliError> {
     let voters = (0..3u16)
-        .map(|i| format!("{}={}", i + 1, port(args, i)))
+        .map(|i| format!("{}={}", i + 1, port(args, PEER_OFFSET + i)))
         .collect::<Vec<_>>()
         .join(",");
-    for i in 0..3u16 {
+    let path = |p: &Path| p.display().to_string();
+    for (i, issued) in (0..3u16).zip(&secrets.gateways) {
         let id = i + 1;
         let mut gw_args = vec![
-            "--insecure".to_string(),
             "--node-id".to_string(),
             id.to_string(),
             "--listen".into(),
             port(args, i),
+            "--peer-listen".into(),
+            port(args, PEER_OFFSET + i),
             "--http-listen".into(),
             port(args, 100 + i),
             "--data-dir".into(),
             dir.join(format!("gateway-{id}")).display().to_string(),
             "--cluster-id".into(),
             "openshell-dev".into(),
+            "--tls-cert-file".into(),
+            path(&issued.cert),
+            "--tls-key-file".into(),
+            path(&issued.key),
+            "--tls-ca-file".into(),
+            path(&secrets.ca),
+            "--signing-key-file".into(),
+            path(&secrets.signing_key),
+            "--admin-token-file".into(),
+            path(&secrets.admin_token),
+            "--member-credentials-file".into(),
+            path(&secrets.member_credentials),
         ];
         if first_run {
             gw_args.extend(["--initial-voters".to_string(), voters.clone()]);
@@ -195,30 +245,38 @@ fn start_gateways(
 
 /// Prints where everything is and what to try.
 fn print_banner(args: &DevArgs, dir: &Path, endpoints: &[String], pool_bin: &Path) {
-    let pool = if args.base_port == 7001 {
-        pool_bin.display().to_string()
-    } else {
-        format!("{} --endpoints {}", pool_bin.display(), endpoints.join(","))
-    };
+    let pool = pool_bin.display().to_string();
     println!(
-        "OpenShell pool dev cluster is up (data and logs in {})",
+        "OpenShell pool dev cluster is up, over TLS (data and logs in {})",
         dir.display()
     );
-    println!("  gateways (gRPC):  {}", endpoints.join(" "));
+    println!("  gateways (gRPC, TLS):         {}", endpoints.join(" "));
     println!(
-        "  gateways (HTTP):  {}  (/healthz /readyz /metrics)",
+        "  gateways (peers, mutual TLS): {}",
+        (PEER_OFFSET..PEER_OFFSET + 3)
+            .map(|i| port(args, i))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    println!(
+        "  gateways (HTTP):              {}  (/healthz /readyz /metrics)",
         (100..103)
             .map(|i| port(args, i))
             .collect::<Vec<_>>()
             .join(" ")
     );
     println!(
-        "  supervisors:      s1 s2 (health on {} {})",
+        "  supervisors:                  s1 s2 (health on {} {})",
         port(args, 200),
         port(args, 201)
     );
+    println!(
+        "  CA, certificates, signing key, tokens: {}",
+        dir.join("tls").display()
+    );
     println!();
-    println!("Try, in another shell:");
+    println!("Try, in another shell (the env file sets the CA, token and endpoints):");
+    println!("  source {}", args.data_dir.join("env").display());
     println!("  {pool} raft status");
     println!("  {pool} pool status");
     println!("  {pool} sandbox exec demo-1 -- demo-read");
@@ -232,12 +290,18 @@ async fn bring_up(
     args: &DevArgs,
     dir: &Path,
     endpoints: &[String],
+    secrets: &secure::Secrets,
     bins: &Bins,
     children: &mut Children,
 ) -> Result<(), CliError> {
+    let tls = proto::tls::ClientTls::load(&secrets.ca, None)
+        .map_err(|e| CliError::Local(e.to_string()))?;
+    let token = proto::secret::read_secret_file("--token-file", &secrets.admin_token)
+        .map_err(|e| CliError::Local(e.to_string()))?;
     let gw = Gateway {
         endpoints: endpoints.to_vec(),
-        token: None,
+        token: Some(token),
+        tls: Some(tls),
     };
     wait_until("a gateway leader", Duration::from_secs(30), || async {
         let s = gw
@@ -250,7 +314,7 @@ async fn bring_up(
         matches!(s, Ok(r) if r.get_ref().leader_id != 0)
     })
     .await?;
-    start_supervisors(args, dir, endpoints, bins, children)?;
+    start_supervisors(args, dir, endpoints, secrets, bins, children)?;
     wait_until("both supervisors attached", Duration::from_secs(30), || async {
         matches!(demo::pool_status(&gw).await, Ok(s) if s.members.iter().filter(|m| m.state() == MemberState::Active || m.state() == MemberState::Draining)
             .filter(|m| m.ticks_since_heartbeat <= 2).count() >= 2)
@@ -265,16 +329,18 @@ async fn bring_up(
     .await
 }
 
-/// Starts supervisors `s1` and `s2`, attached to every gateway.
+/// Starts supervisors `s1` and `s2`, attached to every gateway over TLS,
+/// each with its own credential and the trusted grant key.
 fn start_supervisors(
     args: &DevArgs,
     dir: &Path,
     endpoints: &[String],
+    secrets: &secure::Secrets,
     bins: &Bins,
     children: &mut Children,
 ) -> Result<(), CliError> {
-    for i in 0..2u16 {
-        let member = format!("s{}", i + 1);
+    for (i, member) in (0..2u16).zip(MEMBERS) {
+        let member = member.to_string();
         let sup_args = vec![
             "--gateways".to_string(),
             endpoints.join(","),
@@ -290,9 +356,12 @@ fn start_supervisors(
             dir.join("runtimes").display().to_string(),
             "--runtime-bin".into(),
             bins.runtime.display().to_string(),
-            // Until `dev` generates a credential and trusted grant keys
-            // (the supervisor is secure by default).
-            "--insecure".into(),
+            "--tls-ca-file".into(),
+            secrets.ca.display().to_string(),
+            "--credential-file".into(),
+            secrets.credential(&member).display().to_string(),
+            "--trusted-grant-keys-file".into(),
+            secrets.trusted_keys.display().to_string(),
         ];
         children.spawn(
             format!("supervisor {member}"),

@@ -9,8 +9,11 @@ use proto::objects::object_store_client::ObjectStoreClient;
 use proto::objects::{precondition, ListRequest, Precondition, PutRequest};
 use serde_json::Value;
 
+use proto::client::{self, ClientConfig, Role};
+use proto::tls::ClientTls;
 use testkit::gateway::object;
 use testkit::ports::free_port;
+use testkit::secure::{ClientSecurity, Material};
 use testkit::TestResult;
 
 /// The `openshell-pool` binary (this package's; elsewhere the workspace
@@ -33,7 +36,7 @@ pub fn build_supervisor_bins() {
 pub fn free_base() -> u16 {
     for _ in 0..200 {
         let base = 20_000 + (std::process::id() as u16 % 100) * 100 + (free_port() % 50);
-        let offsets = [0u16, 1, 2, 100, 101, 102, 200, 201];
+        let offsets = [0u16, 1, 2, 10, 11, 12, 100, 101, 102, 200, 201];
         if offsets
             .iter()
             .all(|o| std::net::TcpListener::bind(("127.0.0.1", base + o)).is_ok())
@@ -44,13 +47,25 @@ pub fn free_base() -> u16 {
     panic!("no free port range");
 }
 
-/// Runs `openshell-pool ARGS`; returns (exit code, stdout, stderr).
+/// Runs `openshell-pool --insecure ARGS` (the test gateways are plaintext);
+/// returns (exit code, stdout, stderr).
 pub fn pool(endpoints: &str, args: &[&str]) -> (i32, String, String) {
+    pool_as(&["--insecure".to_string()], endpoints, args)
+}
+
+/// Runs `openshell-pool SECURITY ARGS` (e.g. `--ca-file F --token-file T`,
+/// or nothing at all), with none of the CLI's variables from the
+/// environment; returns (exit code, stdout, stderr).
+pub fn pool_as(security: &[String], endpoints: &str, args: &[&str]) -> (i32, String, String) {
     let out = Command::new(pool_bin())
         .arg("--endpoints")
         .arg(endpoints)
+        .args(security)
         .args(args)
         .env_remove("OPENSHELL_TOKEN")
+        .env_remove("OPENSHELL_TOKEN_FILE")
+        .env_remove("OPENSHELL_CA_FILE")
+        .env_remove("OPENSHELL_ENDPOINTS")
         .output()
         .unwrap_or_else(|e| panic!("run openshell-pool: {e}"));
     (
@@ -62,9 +77,14 @@ pub fn pool(endpoints: &str, args: &[&str]) -> (i32, String, String) {
 
 /// Runs a command that must succeed with `-o json`; returns the document.
 pub fn json(endpoints: &str, args: &[&str]) -> Value {
+    json_as(&["--insecure".to_string()], endpoints, args)
+}
+
+/// [`json`] with the security flags `security` (see [`pool_as`]).
+pub fn json_as(security: &[String], endpoints: &str, args: &[&str]) -> Value {
     let mut all = vec!["-o", "json"];
     all.extend_from_slice(args);
-    let (code, out, err) = pool(endpoints, &all);
+    let (code, out, err) = pool_as(security, endpoints, &all);
     assert_eq!(code, 0, "openshell-pool {args:?} failed: {err}");
     serde_json::from_str(&out)
         .unwrap_or_else(|e| panic!("openshell-pool {args:?}: not JSON ({e}): {out}"))
@@ -72,11 +92,22 @@ pub fn json(endpoints: &str, args: &[&str]) -> Value {
 
 /// Retries a JSON command until `ok` holds on its output.
 pub fn json_until(endpoints: &str, args: &[&str], why: &str, ok: impl Fn(&Value) -> bool) -> Value {
+    json_until_as(&["--insecure".to_string()], endpoints, args, why, ok)
+}
+
+/// [`json_until`] with the security flags `security` (see [`pool_as`]).
+pub fn json_until_as(
+    security: &[String],
+    endpoints: &str,
+    args: &[&str],
+    why: &str,
+    ok: impl Fn(&Value) -> bool,
+) -> Value {
     let deadline = Instant::now() + Duration::from_secs(40);
     loop {
         let mut all = vec!["-o", "json"];
         all.extend_from_slice(args);
-        let (code, out, _) = pool(endpoints, &all);
+        let (code, out, _) = pool_as(security, endpoints, &all);
         if code == 0 {
             if let Ok(v) = serde_json::from_str::<Value>(&out) {
                 if ok(&v) {
@@ -118,6 +149,17 @@ impl Dev {
         std::fs::read_to_string(self.dir.with_extension("log")).unwrap_or_default()
     }
 
+    /// The CLI flags that reach this dev cluster: its CA and admin token.
+    pub fn security(&self) -> Vec<String> {
+        dev_security(&self.dir)
+    }
+
+    /// How a test client reaches this dev cluster (TLS with its CA, its
+    /// admin token).
+    pub fn client(&self) -> ClientSecurity {
+        dev_client(&self.dir)
+    }
+
     /// Ctrl-C; returns once dev exited.
     pub fn interrupt(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -142,6 +184,43 @@ impl Drop for Dev {
     }
 }
 
+/// The CLI flags that reach the dev cluster of `dir`: its CA and admin
+/// token, as `<dir>/env` names them.
+pub fn dev_security(dir: &Path) -> Vec<String> {
+    let tls = dir.join("tls");
+    vec![
+        "--ca-file".into(),
+        tls.join("ca.crt").display().to_string(),
+        "--token-file".into(),
+        tls.join("admin.token").display().to_string(),
+    ]
+}
+
+/// How a test client reaches the dev cluster of `dir`.
+pub fn dev_client(dir: &Path) -> ClientSecurity {
+    let tls = dir.join("tls");
+    ClientSecurity {
+        tls: ClientTls::load(&tls.join("ca.crt"), None).unwrap_or_else(|e| panic!("{e}")),
+        token: std::fs::read_to_string(tls.join("admin.token"))
+            .unwrap_or_else(|e| panic!("{e}"))
+            .trim()
+            .to_string(),
+    }
+}
+
+/// The dev cluster's TLS material as a [`Material`] (to start another
+/// secure gateway for it: its CA issues the certificate).
+pub fn dev_material(dir: &Path) -> Material {
+    let tls = dir.join("tls");
+    Material {
+        dir: tls.clone(),
+        ca: proto::tls::generate::Ca::load(&tls).unwrap_or_else(|e| panic!("{e}")),
+        signing_key: tls.join("signing.key"),
+        admin_token: dev_client(dir).token,
+        admin_token_file: tls.join("admin.token"),
+    }
+}
+
 pub fn processes_under(dir: &Path) -> usize {
     let out = Command::new("pgrep")
         .args(["-f", &dir.display().to_string()])
@@ -150,18 +229,68 @@ pub fn processes_under(dir: &Path) -> usize {
         .unwrap_or(0)
 }
 
-pub async fn put_object(addr: &str, id: &str, value: &str) -> TestResult<u64> {
-    testkit::gateway::put_at(addr, id, value).await
+/// A channel to the gateway at `addr`: TLS with `security`'s CA, else
+/// plaintext.
+async fn channel(
+    addr: &str,
+    security: Option<&ClientSecurity>,
+) -> TestResult<tonic::transport::Channel> {
+    let config = ClientConfig::for_role(Role::Cli)
+        .with_request_timeout(Duration::from_secs(15))
+        .with_tls(security.map(|s| s.tls.clone()));
+    Ok(client::connect(Role::Cli, addr, &config).await?)
 }
 
-pub async fn objects_at(addr: &str) -> TestResult<Vec<(String, Vec<u8>, u64)>> {
-    let mut client = ObjectStoreClient::connect(format!("http://{addr}")).await?;
+/// `message` with `security`'s token, if any.
+fn authed<T>(message: T, security: Option<&ClientSecurity>) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    if let Some(value) = security.and_then(|s| format!("Bearer {}", s.token).parse().ok()) {
+        request.metadata_mut().insert("authorization", value);
+    }
+    request
+}
+
+/// Puts an object of the test type through the gateway at `addr` (with
+/// `security`, for a secure gateway).
+pub async fn put_object(
+    addr: &str,
+    security: Option<&ClientSecurity>,
+    id: &str,
+    value: &str,
+) -> TestResult<u64> {
+    let request = authed(
+        PutRequest {
+            object: Some(object(id, value)),
+            precondition: Some(Precondition {
+                kind: Some(precondition::Kind::Unconditional(true)),
+            }),
+        },
+        security,
+    );
+    let reply = ObjectStoreClient::new(channel(addr, security).await?)
+        .put(request)
+        .await?;
+    Ok(reply
+        .into_inner()
+        .object
+        .map(|o| o.resource_version)
+        .unwrap_or(0))
+}
+
+pub async fn objects_at(
+    addr: &str,
+    security: Option<&ClientSecurity>,
+) -> TestResult<Vec<(String, Vec<u8>, u64)>> {
+    let mut client = ObjectStoreClient::new(channel(addr, security).await?);
     let list = client
-        .list(ListRequest {
-            r#type: "test".into(),
-            page_size: 1000,
-            ..Default::default()
-        })
+        .list(authed(
+            ListRequest {
+                r#type: "test".into(),
+                page_size: 1000,
+                ..Default::default()
+            },
+            security,
+        ))
         .await?
         .into_inner();
     Ok(list

@@ -12,6 +12,9 @@
 //! - when: the same flood with the valid token
 //! - then: every call fails with OUT_OF_RANGE / RESOURCE_EXHAUSTED (the
 //!   2 MiB limit), RSS stays under 256 MiB, and the gateway keeps serving
+//!
+//! Both on a plaintext `--insecure` gateway and on a secure one (the calls
+//! then arrive over TLS on its client port).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -49,15 +52,26 @@ fn rss_kib(pid: u32) -> u64 {
 /// [`CLAIMED`] bytes, then the body streamed in 1 MiB pieces while the
 /// server lets it. Returns the grpc-status (None if the stream was reset
 /// or the connection dropped before one came) and how long until it came.
-async fn raw_call(addr: String, path: &str, token: Option<&str>) -> (Option<i32>, Duration) {
+async fn raw_call(
+    addr: String,
+    path: &str,
+    token: Option<String>,
+    tls: Option<proto::tls::ClientTls>,
+) -> (Option<i32>, Duration) {
     let started = Instant::now();
-    let Ok(tcp) = tokio::net::TcpStream::connect(&addr).await else {
+    let client = match tls {
+        None => match tokio::net::TcpStream::connect(&addr).await {
+            Ok(tcp) => h2_handshake(tcp).await,
+            Err(_) => None,
+        },
+        Some(tls) => match tls.connect(&addr).await {
+            Ok(stream) => h2_handshake(stream).await,
+            Err(_) => None,
+        },
+    };
+    let Some(client) = client else {
         return (None, started.elapsed());
     };
-    let Ok((client, connection)) = h2::client::handshake(tcp).await else {
-        return (None, started.elapsed());
-    };
-    tokio::spawn(connection);
     let mut request = http::Request::builder()
         .method("POST")
         .uri(format!("http://{addr}{path}"))
@@ -121,6 +135,24 @@ async fn raw_call(addr: String, path: &str, token: Option<&str>) -> (Option<i32>
     (status, took)
 }
 
+/// An HTTP/2 client over `io`, its connection driven in the background.
+async fn h2_handshake<T>(io: T) -> Option<h2::client::SendRequest<Bytes>>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (client, connection) = h2::client::handshake(io).await.ok()?;
+    tokio::spawn(connection);
+    Some(client)
+}
+
+/// The admin token `node` accepts.
+fn token_of(node: &Gateway) -> String {
+    node.security
+        .as_ref()
+        .map(|s| s.token.clone())
+        .unwrap_or_else(|| TOKEN.to_string())
+}
+
 fn grpc_status(headers: &http::HeaderMap) -> Option<i32> {
     headers
         .get("grpc-status")
@@ -135,9 +167,10 @@ async fn authenticated_put(node: &Gateway, id: &str) -> TestResult {
             kind: Some(precondition::Kind::Unconditional(true)),
         }),
     });
-    request
-        .metadata_mut()
-        .insert("authorization", format!("Bearer {TOKEN}").parse()?);
+    request.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {}", token_of(node)).parse()?,
+    );
     node.objects().await?.put(request).await?;
     Ok(())
 }
@@ -147,8 +180,10 @@ async fn authenticated_put(node: &Gateway, id: &str) -> TestResult {
 /// and the largest RSS seen, in KiB.
 async fn flood(
     node: &Gateway,
-    token: Option<&'static str>,
+    with_token: bool,
 ) -> TestResult<(Vec<(Option<i32>, Duration)>, u64)> {
+    let token = with_token.then(|| token_of(node));
+    let tls = node.security.as_ref().map(|s| s.tls.clone());
     let pid = node.pid().ok_or("gateway not running")?;
     let max_rss = Arc::new(AtomicU64::new(rss_kib(pid)));
     let done = Arc::new(AtomicBool::new(false));
@@ -162,7 +197,14 @@ async fn flood(
         })
     };
     let calls: Vec<_> = (0..CALLS)
-        .map(|i| tokio::spawn(raw_call(node.addr.clone(), PATHS[i % PATHS.len()], token)))
+        .map(|i| {
+            tokio::spawn(raw_call(
+                node.addr.clone(),
+                PATHS[i % PATHS.len()],
+                token.clone(),
+                tls.clone(),
+            ))
+        })
         .collect();
     // Served during the flood.
     authenticated_put(node, "during").await?;
@@ -179,13 +221,22 @@ async fn flood(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unauthenticated_64_mib_requests_are_refused_before_decoding() -> TestResult {
     let cluster = Cluster::start(1, &["--admin-token", TOKEN]);
-    let node = cluster.get(1);
+    flood_scenario(cluster.get(1)).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_flood_over_tls_on_a_secure_gateway() -> TestResult {
+    let cluster = Cluster::start_secure(1, &[]);
+    flood_scenario(cluster.get(1)).await
+}
+
+async fn flood_scenario(node: &Gateway) -> TestResult {
     eventually("an authenticated put", || authenticated_put(node, "before")).await;
     let baseline = rss_kib(node.pid().ok_or("gateway not running")?);
     eprintln!("baseline VmRSS {baseline} KiB");
 
     eprintln!("--- step: {CALLS} unauthenticated 64 MiB calls");
-    let (outcomes, max_rss) = flood(node, None).await?;
+    let (outcomes, max_rss) = flood(node, false).await?;
     eprintln!("max VmRSS {max_rss} KiB; outcomes {outcomes:?}");
     for (i, (status, took)) in outcomes.iter().enumerate() {
         // 16: UNAUTHENTICATED; None: the stream was reset.
@@ -204,7 +255,7 @@ async fn unauthenticated_64_mib_requests_are_refused_before_decoding() -> TestRe
     authenticated_put(node, "after").await?;
 
     eprintln!("--- step: {CALLS} authenticated 64 MiB calls");
-    let (outcomes, max_rss) = flood(node, Some(TOKEN)).await?;
+    let (outcomes, max_rss) = flood(node, true).await?;
     eprintln!("max VmRSS {max_rss} KiB; outcomes {outcomes:?}");
     for (i, (status, took)) in outcomes.iter().enumerate() {
         // 11: OUT_OF_RANGE, 8: RESOURCE_EXHAUSTED; None: reset.

@@ -47,6 +47,20 @@ async fn vote(addr: &str, tls: Option<ClientTls>) -> Result<(), tonic::Status> {
         .map(|_| ())
 }
 
+/// An append sent to `addr` over a channel configured with `tls`.
+async fn append(addr: &str, tls: Option<ClientTls>) -> Result<(), tonic::Status> {
+    let config = ClientConfig::for_role(Role::Peer)
+        .with_request_timeout(Duration::from_secs(5))
+        .with_tls(tls);
+    let channel = client::connect(Role::Peer, addr, &config)
+        .await
+        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+    RaftTransportClient::new(channel)
+        .append_entries(garbage_vote())
+        .await
+        .map(|_| ())
+}
+
 /// A put through `node`'s client port (a follower forwards it to the
 /// leader over the peer port).
 async fn put(node: &Gateway, id: &str, value: &str) -> TestResult<()> {
@@ -87,7 +101,11 @@ async fn a_secure_cluster_speaks_tls_and_its_peer_port_needs_a_cluster_certifica
 
     eprintln!("--- step: the peer port refuses callers without a cluster certificate");
     let no_cert = ClientTls::load(&material.ca.cert, None)?;
-    let status = vote(&peer, Some(no_cert))
+    let status = vote(&peer, Some(no_cert.clone()))
+        .await
+        .expect_err("no certificate");
+    assert_ne!(status.code(), tonic::Code::InvalidArgument, "{status}");
+    let status = append(&peer, Some(no_cert))
         .await
         .expect_err("no certificate");
     assert_ne!(status.code(), tonic::Code::InvalidArgument, "{status}");
@@ -100,7 +118,11 @@ async fn a_secure_cluster_speaks_tls_and_its_peer_port_needs_a_cluster_certifica
         Usage::ServerAndClient,
     )?;
     let foreign = ClientTls::load(&material.ca.cert, Some((&foreign.cert, &foreign.key)))?;
-    let status = vote(&peer, Some(foreign))
+    let status = vote(&peer, Some(foreign.clone()))
+        .await
+        .expect_err("foreign certificate");
+    assert_ne!(status.code(), tonic::Code::InvalidArgument, "{status}");
+    let status = append(&peer, Some(foreign))
         .await
         .expect_err("foreign certificate");
     assert_ne!(status.code(), tonic::Code::InvalidArgument, "{status}");
@@ -118,6 +140,10 @@ async fn a_secure_cluster_speaks_tls_and_its_peer_port_needs_a_cluster_certifica
     let status = vote(&peer, Some(gateway_tls.clone()))
         .await
         .expect_err("garbage vote");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status}");
+    let status = append(&peer, Some(gateway_tls.clone()))
+        .await
+        .expect_err("garbage append");
     assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status}");
     let status = vote(&node.addr, Some(gateway_tls))
         .await

@@ -161,6 +161,22 @@ impl tower::Service<Uri> for TlsConnector {
 }
 
 impl ClientTls {
+    /// A TLS connection to `addr` (`host:port`), verified as every call's
+    /// is: for raw protocol work (tests, probes) below gRPC.
+    ///
+    /// # Errors
+    /// The address, the connection or the verification failed.
+    pub async fn connect(
+        &self,
+        addr: &str,
+    ) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+        use tower::ServiceExt;
+        let uri: Uri = format!("http://{addr}").parse().map_err(|e| {
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{addr}: {e}"))
+        })?;
+        Ok(self.connector().oneshot(uri).await?.into_inner())
+    }
+
     /// The end-entity certificate (DER) the server at `addr` (`host:port`)
     /// presents to a new connection, after verifying it as every call does.
     /// For operators and tests: which certificate does a port serve now?
@@ -168,12 +184,7 @@ impl ClientTls {
     /// # Errors
     /// The connection or the verification failed.
     pub async fn served_certificate(&self, addr: &str) -> std::io::Result<Vec<u8>> {
-        use tower::ServiceExt;
-        let uri: Uri = format!("http://{addr}").parse().map_err(|e| {
-            std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{addr}: {e}"))
-        })?;
-        let io = self.connector().oneshot(uri).await?;
-        let stream = io.into_inner();
+        let stream = self.connect(addr).await?;
         Ok(stream
             .get_ref()
             .1

@@ -104,6 +104,8 @@ fn runtime_args(addr_file: &Path, flags: &[&str], workload: &[&str]) -> Vec<Stri
         signer().public_key_hex(),
         "--addr-file".into(),
         addr_file.display().to_string(),
+        // These tests drive the runtime directly in plaintext (t39 covers TLS).
+        "--insecure".into(),
     ];
     args.extend(flags.iter().map(|s| s.to_string()));
     if !workload.is_empty() {

@@ -13,7 +13,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use proto::pool_types::{MemberState, SandboxPhase};
-use proto::sandbox_runtime::sandbox_runtime_client::SandboxRuntimeClient;
 use proto::sandbox_runtime::RuntimeStatusRequest;
 use testkit::gateway::*;
 use testkit::supervisor::*;
@@ -71,10 +70,7 @@ async fn leader_gateway_kill_does_not_disturb_workloads() -> TestResult {
             .unwrap_or(false)
     })
     .await;
-    let runtime_addr = std::fs::read_to_string(supervisors[0].runtime_dir.join("w.addr"))?
-        .trim()
-        .to_string();
-    let status = SandboxRuntimeClient::connect(format!("http://{runtime_addr}"))
+    let status = testkit::supervisor::runtime_client(&supervisors[0].runtime_dir, "w")
         .await?
         .status(RuntimeStatusRequest {})
         .await?

@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use proto::grant::GrantSigner;
 use proto::pool_types::{MemberState, SandboxPhase};
-use proto::sandbox_runtime::sandbox_runtime_client::SandboxRuntimeClient;
 use proto::sandbox_runtime::{ActivateRequest, Grant, RuntimeStatusRequest};
 use testkit::supervisor::*;
 use testkit::TestResult;
@@ -72,10 +71,7 @@ async fn resumed_owner_is_fenced_everywhere() -> TestResult {
     tokio::time::sleep(Duration::from_secs(3)).await;
 
     eprintln!("--- step: the runtime fenced the old owner; it refuses the old epoch's grant");
-    let addr = std::fs::read_to_string(owner.runtime_dir.join("p.addr"))?
-        .trim()
-        .to_string();
-    let mut runtime = SandboxRuntimeClient::connect(format!("http://{addr}")).await?;
+    let mut runtime = testkit::supervisor::runtime_client(&owner.runtime_dir, "p").await?;
     let status = runtime.status(RuntimeStatusRequest {}).await?.into_inner();
     assert_eq!(status.active_member, other, "{status:?}");
     assert_eq!(status.credential_epoch, new.credential_epoch);

@@ -391,3 +391,25 @@ impl Drop for LogsOnFailure<'_> {
         }
     }
 }
+
+/// A client to the sandbox runtime of `sandbox` a supervisor started in
+/// `runtime_dir`: dials the address in `<sandbox>.addr` over TLS, trusting
+/// the CA certificate the runtime published as `<sandbox>.crt` (plaintext
+/// when there is none: a runtime started `--insecure`).
+pub async fn runtime_client(
+    runtime_dir: &std::path::Path,
+    sandbox: &str,
+) -> TestResult<proto::sandbox_runtime::sandbox_runtime_client::SandboxRuntimeClient<Channel>> {
+    use proto::client::{ClientConfig, Role};
+    let addr = std::fs::read_to_string(runtime_dir.join(format!("{sandbox}.addr")))?
+        .trim()
+        .to_string();
+    let mut config = ClientConfig::for_role(Role::SupervisorToRuntime);
+    match std::fs::read_to_string(runtime_dir.join(format!("{sandbox}.crt"))) {
+        Ok(pem) => config = config.with_tls(Some(proto::tls::ClientTls::from_ca_pem(&pem)?)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e.into()),
+    }
+    let channel = proto::client::connect(Role::SupervisorToRuntime, &addr, &config).await?;
+    Ok(proto::sandbox_runtime::sandbox_runtime_client::SandboxRuntimeClient::new(channel))
+}

@@ -55,6 +55,22 @@ impl ClientTls {
         })
     }
 
+    /// Trusts servers whose certificate chains to the in-memory PEM CA
+    /// `ca_pem`; presents no certificate. Nothing is read from disk, so
+    /// [`Reload::reload`] never changes it.
+    ///
+    /// # Errors
+    /// The PEM holds no usable CA certificate.
+    pub fn from_ca_pem(ca_pem: &str) -> Result<Self, TlsError> {
+        Ok(ClientTls {
+            inner: Arc::new(Watched::fixed(
+                &["<in-memory CA>"],
+                vec![ca_pem.as_bytes().to_vec()],
+                build_anonymous,
+            )?),
+        })
+    }
+
     /// The configuration new connections use.
     pub fn current(&self) -> Arc<rustls::ClientConfig> {
         self.inner.current()

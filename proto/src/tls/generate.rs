@@ -1,6 +1,8 @@
 //! A throwaway certificate authority for `openshell-pool dev` and tests
 //! (feature `generate`): a CA, then certificates it signs, each written as a
-//! PEM pair (`<stem>.crt`, `<stem>.key`; keys mode 0600).
+//! PEM pair (`<stem>.crt`, `<stem>.key`; keys mode 0600). Or all in
+//! memory ([`Ca::ephemeral`], [`Ca::issue_pem`]): a sandbox runtime's own CA,
+//! whose private keys never touch a disk.
 //!
 //! Not for production: real deployments take certificates from their own CA
 //! (cert-manager, a corporate PKI); see docs/security.md.
@@ -38,6 +40,24 @@ pub struct Issued {
     pub key: PathBuf,
 }
 
+/// A certificate and its key, as PEM text in memory.
+#[derive(Clone, PartialEq, Eq)]
+pub struct IssuedPem {
+    /// The PEM certificate.
+    pub cert: String,
+    /// The PEM private key.
+    pub key: String,
+}
+
+impl std::fmt::Debug for IssuedPem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IssuedPem")
+            .field("cert", &self.cert)
+            .field("key", &"<redacted>")
+            .finish()
+    }
+}
+
 /// What a certificate may be used for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Usage {
@@ -55,8 +75,11 @@ pub type Date = (i32, u8, u8);
 /// A certificate authority whose key is in memory.
 pub struct Ca {
     issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
-    /// The CA certificate file (what every side trusts).
+    /// The CA certificate file (what every side trusts); empty for an
+    /// [`Ca::ephemeral`] CA, which has no file.
     pub cert: PathBuf,
+    /// The CA certificate, PEM.
+    pem: String,
 }
 
 impl std::fmt::Debug for Ca {
@@ -97,6 +120,20 @@ impl Ca {
     /// # Errors
     /// Generation or writing failed.
     pub fn create(dir: &Path, name: &str) -> Result<Ca, GenerateError> {
+        let mut ca = Ca::ephemeral(name)?;
+        let cert_file = dir.join("ca.crt");
+        write_file(&cert_file, &ca.pem, 0o644)?;
+        write_file(&dir.join("ca.key"), &ca.issuer.key().serialize_pem(), 0o600)?;
+        ca.cert = cert_file;
+        Ok(ca)
+    }
+
+    /// Creates a CA named `name` in memory only: no file is written (its
+    /// `cert` path is empty; [`Ca::cert_pem`] is its certificate).
+    ///
+    /// # Errors
+    /// Generation failed.
+    pub fn ephemeral(name: &str) -> Result<Ca, GenerateError> {
         let key = rcgen::KeyPair::generate().map_err(rcgen_err("the CA key"))?;
         let mut params = rcgen::CertificateParams::new(Vec::<String>::new())
             .map_err(rcgen_err("the CA parameters"))?;
@@ -110,13 +147,16 @@ impl Ca {
             rcgen::KeyUsagePurpose::DigitalSignature,
         ];
         let cert = params.self_signed(&key).map_err(rcgen_err("the CA"))?;
-        let cert_file = dir.join("ca.crt");
-        write_file(&cert_file, &cert.pem(), 0o644)?;
-        write_file(&dir.join("ca.key"), &key.serialize_pem(), 0o600)?;
         Ok(Ca {
             issuer: rcgen::Issuer::new(params, key),
-            cert: cert_file,
+            cert: PathBuf::new(),
+            pem: cert.pem(),
         })
+    }
+
+    /// The CA certificate, PEM (public: what every side trusts).
+    pub fn cert_pem(&self) -> &str {
+        &self.pem
     }
 
     /// Loads the CA `create` wrote in `dir`.
@@ -129,11 +169,12 @@ impl Ca {
             std::fs::read_to_string(&path).map_err(|source| GenerateError::Io { path, source })
         };
         let key = rcgen::KeyPair::from_pem(&read("ca.key")?).map_err(rcgen_err("ca.key"))?;
-        let issuer =
-            rcgen::Issuer::from_ca_cert_pem(&read("ca.crt")?, key).map_err(rcgen_err("ca.crt"))?;
+        let pem = read("ca.crt")?;
+        let issuer = rcgen::Issuer::from_ca_cert_pem(&pem, key).map_err(rcgen_err("ca.crt"))?;
         Ok(Ca {
             issuer,
             cert: dir.join("ca.crt"),
+            pem,
         })
     }
 
@@ -165,6 +206,37 @@ impl Ca {
         usage: Usage,
         validity: Option<(Date, Date)>,
     ) -> Result<Issued, GenerateError> {
+        let pem = self.sign(stem, names, usage, validity)?;
+        let issued = Issued {
+            cert: dir.join(format!("{stem}.crt")),
+            key: dir.join(format!("{stem}.key")),
+        };
+        write_file(&issued.cert, &pem.cert, 0o644)?;
+        write_file(&issued.key, &pem.key, 0o600)?;
+        Ok(issued)
+    }
+
+    /// Issues a certificate for `names` (common name `stem`) in memory:
+    /// nothing is written.
+    ///
+    /// # Errors
+    /// A name rcgen refuses.
+    pub fn issue_pem(
+        &self,
+        stem: &str,
+        names: &[String],
+        usage: Usage,
+    ) -> Result<IssuedPem, GenerateError> {
+        self.sign(stem, names, usage, None)
+    }
+
+    fn sign(
+        &self,
+        stem: &str,
+        names: &[String],
+        usage: Usage,
+        validity: Option<(Date, Date)>,
+    ) -> Result<IssuedPem, GenerateError> {
         let key = rcgen::KeyPair::generate().map_err(rcgen_err(stem))?;
         let mut params = rcgen::CertificateParams::new(names.to_vec()).map_err(rcgen_err(stem))?;
         params
@@ -187,12 +259,9 @@ impl Ca {
         let cert = params
             .signed_by(&key, &self.issuer)
             .map_err(rcgen_err(stem))?;
-        let issued = Issued {
-            cert: dir.join(format!("{stem}.crt")),
-            key: dir.join(format!("{stem}.key")),
-        };
-        write_file(&issued.cert, &cert.pem(), 0o644)?;
-        write_file(&issued.key, &key.serialize_pem(), 0o600)?;
-        Ok(issued)
+        Ok(IssuedPem {
+            cert: cert.pem(),
+            key: key.serialize_pem(),
+        })
     }
 }

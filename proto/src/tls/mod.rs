@@ -134,6 +134,24 @@ impl<T> Watched<T> {
         })
     }
 
+    /// A configuration built once from in-memory contents: no files, so
+    /// `reload` never changes it (`Ok(false)`). `names` stand in for the
+    /// files' paths in errors.
+    pub(crate) fn fixed(
+        names: &[&str],
+        contents: Vec<Vec<u8>>,
+        build: Build<T>,
+    ) -> Result<Self, TlsError> {
+        let names: Vec<PathBuf> = names.iter().map(PathBuf::from).collect();
+        let config = build(&names, &contents)?;
+        Ok(Watched {
+            files: Vec::new(),
+            build,
+            seen: std::sync::Mutex::new(Vec::new()),
+            current: RwLock::new(Arc::new(config)),
+        })
+    }
+
     /// The configuration in use.
     pub(crate) fn current(&self) -> Arc<T> {
         self.current

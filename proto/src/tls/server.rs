@@ -73,6 +73,24 @@ impl ServerTls {
         })
     }
 
+    /// A port presenting the in-memory PEM certificate chain `cert_pem` and
+    /// key `key_pem`, admitting anyone who completes the handshake. Nothing
+    /// is read from disk, so [`Reload::reload`] never changes it.
+    ///
+    /// # Errors
+    /// The PEM does not parse, or the key does not match the certificate.
+    pub fn from_pem(cert_pem: &str, key_pem: &str) -> Result<Self, TlsError> {
+        let contents = vec![cert_pem.as_bytes().to_vec(), key_pem.as_bytes().to_vec()];
+        Ok(ServerTls {
+            inner: Arc::new(Watched::fixed(
+                &["<in-memory certificate>", "<in-memory key>"],
+                contents,
+                build_open,
+            )?),
+            auth: ClientAuth::None,
+        })
+    }
+
     /// Whom this port admits.
     pub fn client_auth(&self) -> &ClientAuth {
         &self.auth

@@ -224,3 +224,41 @@ fn expired_mismatched_and_missing_files_are_named() {
     let e = ClientTls::load(&a.key, None).expect_err("a key is not a CA");
     assert!(e.to_string().contains("a.key"), "{e}");
 }
+
+#[tokio::test]
+async fn in_memory_material_serves_and_verifies_and_never_reloads() {
+    let ca = Ca::ephemeral("runtime ca").expect("ca");
+    assert!(
+        ca.cert.as_os_str().is_empty(),
+        "an ephemeral CA has no file"
+    );
+    let server = ca
+        .issue_pem("runtime", &names(), Usage::Server)
+        .expect("server");
+    assert!(server.cert.starts_with("-----BEGIN CERTIFICATE-----"));
+    assert!(!format!("{server:?}").contains("PRIVATE KEY"));
+    let tls = ServerTls::from_pem(&server.cert, &server.key).expect("from_pem");
+    assert!(!tls.reload().expect("reload"));
+    let addr = echo_server(tls).await;
+    let client = ClientTls::from_ca_pem(ca.cert_pem()).expect("client");
+    assert!(!client.reload().expect("reload"));
+    assert_eq!(ping(&client, &addr).await.expect("ping").0, b"ping");
+
+    let other = Ca::ephemeral("other ca").expect("ca");
+    let stranger = ClientTls::from_ca_pem(other.cert_pem()).expect("client");
+    assert!(ping(&stranger, &addr).await.is_err());
+
+    // Bad PEM is refused, naming the in-memory source.
+    let e = ServerTls::from_pem("nope", &server.key).expect_err("bad cert");
+    assert!(e.to_string().contains("in-memory"), "{e}");
+    assert!(ClientTls::from_ca_pem("nope").is_err());
+    // A file CA and its in-memory PEM agree.
+    let dir = tempfile::tempdir().expect("dir");
+    let filed = Ca::create(dir.path(), "filed").expect("ca");
+    assert_eq!(
+        std::fs::read_to_string(&filed.cert).expect("read"),
+        filed.cert_pem()
+    );
+    let loaded = Ca::load(dir.path()).expect("load");
+    assert_eq!(loaded.cert_pem(), filed.cert_pem());
+}

@@ -89,7 +89,7 @@ async fn run(agent: &Agent, call: ExecCall) -> Result<ExecResponse, Status> {
             call.sandbox_id, call.term
         )));
     }
-    let mut runtime = super::session::runtime_client(&addr, &agent.config.runtime_client).await?;
+    let mut runtime = super::session::runtime_client(agent, &call.sandbox_id, &addr).await?;
     let reply = runtime
         .exec(ExecRequest {
             session_token: token,

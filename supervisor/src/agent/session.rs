@@ -44,15 +44,22 @@ impl Drop for Session {
     }
 }
 
-/// A client to the runtime at `addr`.
+/// A client to the runtime of `sandbox` at `addr`, over TLS 1.3 trusting
+/// the CA certificate the runtime published as `<runtime_dir>/<sandbox>.crt`
+/// (the certificate must name the address' IP). Without that file only a
+/// `--insecure` supervisor dials plaintext (a runtime older than TLS).
 ///
 /// # Errors
-/// `UNAVAILABLE` when it cannot be reached.
+/// `FAILED_PRECONDITION` naming the `.crt` file when it is missing (secure
+/// supervisor) or unusable; `UNAVAILABLE` when the runtime cannot be reached
+/// or its certificate does not verify.
 pub async fn runtime_client(
+    agent: &Agent,
+    sandbox: &str,
     addr: &str,
-    config: &ClientConfig,
 ) -> Result<SandboxRuntimeClient<Channel>, Status> {
-    let channel = client::connect(Role::SupervisorToRuntime, addr, config)
+    let config = runtime_tls(agent, sandbox)?;
+    let channel = client::connect(Role::SupervisorToRuntime, addr, &config)
         .await
         .map_err(|e| match e {
             ClientError::InvalidAddress { source, .. } => {
@@ -63,6 +70,30 @@ pub async fn runtime_client(
             }
         })?;
     Ok(SandboxRuntimeClient::new(channel))
+}
+
+/// The client configuration for the runtime of `sandbox`: TLS trusting its
+/// published `.crt`, or plaintext when there is none and this supervisor
+/// runs `--insecure`.
+fn runtime_tls(agent: &Agent, sandbox: &str) -> Result<ClientConfig, Status> {
+    let path = runtime_file(agent, sandbox, "crt").map_err(Status::invalid_argument)?;
+    let base = agent.config.runtime_client.clone();
+    match std::fs::read_to_string(&path) {
+        Ok(pem) => {
+            let tls = proto::tls::ClientTls::from_ca_pem(&pem).map_err(|e| {
+                Status::failed_precondition(format!(
+                    "runtime CA certificate {}: {e}",
+                    path.display()
+                ))
+            })?;
+            Ok(base.with_tls(Some(tls)))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && agent.config.insecure => Ok(base),
+        Err(e) => Err(Status::failed_precondition(format!(
+            "runtime CA certificate {} cannot be read ({e}): the runtime's TLS cannot be verified (a runtime older than TLS is only dialled by an --insecure supervisor)",
+            path.display()
+        ))),
+    }
 }
 
 /// `<runtime_dir>/<sandbox>.<ext>`, only for an id within the identifier
@@ -84,9 +115,7 @@ async fn locate_runtime(agent: &Agent, sandbox: &str, generation: u64) -> Option
         .ok()?
         .trim()
         .to_string();
-    let mut client = runtime_client(&addr, &agent.config.runtime_client)
-        .await
-        .ok()?;
+    let mut client = runtime_client(agent, sandbox, &addr).await.ok()?;
     let status = client
         .status(RuntimeStatusRequest {})
         .await
@@ -121,6 +150,7 @@ async fn start_runtime(agent: &Agent, a: &SandboxInstanceAssignment) -> Result<S
     let addr_path = addr_file(agent, &a.sandbox_id)?;
     let log_path = runtime_file(agent, &a.sandbox_id, "log")?;
     let _ = std::fs::remove_file(&addr_path);
+    let _ = std::fs::remove_file(runtime_file(agent, &a.sandbox_id, "crt")?);
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -141,7 +171,9 @@ async fn start_runtime(agent: &Agent, a: &SandboxInstanceAssignment) -> Result<S
         .stdin(std::process::Stdio::null())
         .stdout(log)
         .stderr(err)
-        .process_group(0);
+        .process_group(0)
+        // Runtimes this supervisor starts always serve TLS.
+        .env_remove("OPENSHELL_RUNTIME_INSECURE");
     // The launch material is the workload command as a JSON array; anything
     // else (empty, "demo") runs the built-in demo workload.
     if let Ok(argv) = serde_json::from_str::<Vec<String>>(&a.material_ref) {
@@ -203,11 +235,12 @@ pub fn reconcile(agent: &Arc<Agent>, snapshot: &AssignmentSnapshot) {
             .released
             .iter()
             .any(|r| r.sandbox_id == sandbox && r.generation == session.generation);
-        let runtime_config = agent.config.runtime_client.clone();
+        let agent = agent.clone();
         tokio::spawn(async move {
             if !released {
                 tracing::info!(%sandbox, term = session.term, "relinquishing (planned move): the workload keeps running");
-                if let Ok(mut client) = runtime_client(&session.runtime_addr, &runtime_config).await
+                if let Ok(mut client) =
+                    runtime_client(&agent, &sandbox, &session.runtime_addr).await
                 {
                     let _ = client
                         .relinquish(SessionRequest {
@@ -279,7 +312,7 @@ async fn activate(agent: &Arc<Agent>, a: &SandboxInstanceAssignment) -> Result<(
         }
         None => return Err("no runtime answers for this sandbox".into()),
     };
-    let mut client = runtime_client(&addr, &agent.config.runtime_client)
+    let mut client = runtime_client(agent, &a.sandbox_id, &addr)
         .await
         .map_err(|s| s.message().to_string())?;
     let reply = client
@@ -344,8 +377,12 @@ async fn heartbeat_loop(
     loop {
         ticker.tick().await;
         beats += 1;
-        let Ok(mut client) = runtime_client(&addr, &agent.config.runtime_client).await else {
-            continue;
+        let mut client = match runtime_client(&agent, &a.sandbox_id, &addr).await {
+            Ok(client) => client,
+            Err(s) => {
+                tracing::debug!(sandbox = %a.sandbox_id, %s, "runtime heartbeat failed");
+                continue;
+            }
         };
         match client
             .heartbeat(SessionRequest {
@@ -386,7 +423,7 @@ async fn release(agent: &Arc<Agent>, r: &SandboxInstanceAssignment) -> Result<()
     let Some(addr) = locate_runtime(agent, &r.sandbox_id, r.generation).await else {
         return Ok(()); // no runtime answers: nothing to stop
     };
-    let mut client = runtime_client(&addr, &agent.config.runtime_client)
+    let mut client = runtime_client(agent, &r.sandbox_id, &addr)
         .await
         .map_err(|s| s.message().to_string())?;
     match client.release(ReleaseRequest { grant: Some(grant) }).await {

@@ -6,7 +6,7 @@
 //! openshell-sandbox-runtime --sandbox-id ID --generation N
 //!     (--trusted-grant-keys-file PATH | --cluster-public-key HEX[,HEX...]) [--listen ADDR]
 //!     [--addr-file PATH] [--recovery-deadline-ms N] [--heartbeat-timeout-ms N]
-//!     [--linger-ms N] [-- CMD ARGS...]
+//!     [--linger-ms N] [--insecure] [-- CMD ARGS...]
 //! openshell-sandbox-runtime demo-workload --addr-file PATH
 //! openshell-sandbox-runtime demo-read [ADDR]
 //! ```
@@ -92,6 +92,11 @@ struct RunArgs {
     /// After the workload stopped, keep serving Status this long, then exit 0.
     #[arg(long, env = "OPENSHELL_RUNTIME_LINGER_MS", default_value_t = 300_000)]
     linger_ms: u64,
+    /// Serve plaintext gRPC and publish no CA certificate (tests that drive
+    /// a runtime directly). Default: TLS 1.3 with an ephemeral CA whose
+    /// certificate is published next to --addr-file as `<stem>.crt`.
+    #[arg(long, env = "OPENSHELL_RUNTIME_INSECURE")]
+    insecure: bool,
     /// The workload command (default: the built-in demo workload).
     #[arg(last = true, value_name = "CMD")]
     workload: Vec<String>,
@@ -142,6 +147,7 @@ fn config(args: RunArgs) -> anyhow::Result<RuntimeConfig> {
     config.recovery_deadline = Duration::from_millis(args.recovery_deadline_ms);
     config.heartbeat_timeout = Duration::from_millis(args.heartbeat_timeout_ms);
     config.linger = Duration::from_millis(args.linger_ms);
+    config.insecure = args.insecure;
     if !args.workload.is_empty() {
         config.workload = Workload::Command(args.workload);
     }

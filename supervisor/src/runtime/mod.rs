@@ -15,6 +15,17 @@
 //!   the workload, then writes the bound `ip:port` to `--addr-file`
 //!   atomically (temporary file + rename): supervisors discover the runtime
 //!   through it. The file is removed when the runtime exits cleanly.
+//! - TLS (unless `--insecure`): at start the runtime generates, in memory, an
+//!   ephemeral CA and a server certificate it signs for `127.0.0.1` and the
+//!   listen IP, and serves gRPC over TLS 1.3 only ([`proto::tls::incoming`]):
+//!   a plaintext client is refused. No private key is ever written. The CA
+//!   certificate (public) is published as `<addr-file stem>.crt` next to the
+//!   address file (`<sandbox>.crt` beside `<sandbox>.addr`), atomically and
+//!   BEFORE the address file, so whoever sees the address finds the CA to
+//!   verify it with; a supervisor taking the runtime over trusts that file
+//!   (the runtime directory is 0700). Both files are removed on a clean exit.
+//!   `--insecure` (tests driving a runtime directly) serves plaintext and
+//!   publishes no `.crt`.
 //! - The workload runs in its own process group, with `PR_SET_PDEATHSIG`
 //!   (it dies with the runtime), and gets `OPENSHELL_SANDBOX_ID`. Stopping it
 //!   sends SIGTERM to the group, SIGKILL after 2 s ([`workload::STOP_GRACE`]).
@@ -107,7 +118,7 @@ pub mod workload;
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -150,6 +161,8 @@ pub struct RuntimeConfig {
     pub linger: Duration,
     /// What to run.
     pub workload: Workload,
+    /// Serve plaintext gRPC and publish no CA certificate (tests only).
+    pub insecure: bool,
 }
 
 impl RuntimeConfig {
@@ -181,6 +194,7 @@ impl RuntimeConfig {
             heartbeat_timeout: Duration::from_millis(1000),
             linger: Duration::from_millis(300_000),
             workload: Workload::Demo,
+            insecure: false,
         }
     }
 }
@@ -211,6 +225,17 @@ pub enum RuntimeError {
         /// The OS error.
         error: std::io::Error,
     },
+    /// The CA certificate file could not be written.
+    #[error("cannot write the CA certificate file {path}: {error}")]
+    CertFile {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        error: std::io::Error,
+    },
+    /// The ephemeral TLS material could not be generated or used.
+    #[error("cannot set up TLS: {0}")]
+    Tls(String),
     /// The workload could not be started.
     #[error("{0}")]
     Workload(String),
@@ -268,6 +293,12 @@ pub async fn run(
         addr: config.listen,
         error,
     })?;
+    let tls = if config.insecure {
+        warn!("--insecure: serving plaintext gRPC; publishing no CA certificate");
+        None
+    } else {
+        Some(ephemeral_tls(&config.sandbox_id, local)?)
+    };
     let (child, facts) = workload::spawn(&config.workload, &config.sandbox_id, &exe).await?;
     info!(
         sandbox = %config.sandbox_id,
@@ -293,26 +324,16 @@ pub async fn run(
     let holder = tokio::spawn(Arc::clone(&shared).hold_workload(child));
 
     let (server_stop_tx, server_stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let mut server = tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(SandboxRuntimeServer::new(service::Service(Arc::clone(
-                &shared,
-            ))))
-            .serve_with_incoming_shutdown(TcpIncoming::from(listener), async {
-                let _ = server_stop_rx.await;
-            }),
+    let ca_pem = tls.as_ref().map(|(_, ca)| ca.clone());
+    let mut server = spawn_server(
+        &shared,
+        listener,
+        tls.map(|(server, _)| server),
+        server_stop_rx,
     );
-    info!(sandbox = %config.sandbox_id, addr = %local, "serving SandboxRuntime");
+    info!(sandbox = %config.sandbox_id, addr = %local, tls = ca_pem.is_some(), "serving SandboxRuntime");
 
-    let mut outcome = Ok(());
-    if let Some(path) = &config.addr_file {
-        if let Err(error) = demo::write_atomically(path, &local.to_string()) {
-            outcome = Err(RuntimeError::AddrFile {
-                path: path.clone(),
-                error,
-            });
-        }
-    }
+    let mut outcome = publish(config.addr_file.as_deref(), local, ca_pem.as_deref());
 
     let mut server_done = false;
     if outcome.is_ok() {
@@ -349,12 +370,88 @@ pub async fn run(
     if let Some(path) = &config.addr_file {
         if outcome.is_ok() {
             let _ = std::fs::remove_file(path);
+            if ca_pem.is_some() {
+                let _ = std::fs::remove_file(cert_file(path));
+            }
         }
     }
     if let Err(e) = &outcome {
         error!("{e}");
     }
     outcome
+}
+
+/// Where the CA certificate is published: the address file's path with
+/// extension `crt` (`<sandbox>.addr` -> `<sandbox>.crt`).
+pub fn cert_file(addr_file: &Path) -> PathBuf {
+    addr_file.with_extension("crt")
+}
+
+/// An ephemeral CA (in memory) and a server certificate it signs for
+/// `127.0.0.1` and the listen IP: the server configuration and the CA PEM.
+fn ephemeral_tls(
+    sandbox_id: &str,
+    local: SocketAddr,
+) -> Result<(proto::tls::ServerTls, String), RuntimeError> {
+    use proto::tls::generate::{Ca, Usage};
+    let tls_err = |e: &dyn std::fmt::Display| RuntimeError::Tls(e.to_string());
+    let ca = Ca::ephemeral(&format!("sandbox runtime {sandbox_id}")).map_err(|e| tls_err(&e))?;
+    let mut names = vec!["127.0.0.1".to_string()];
+    let ip = local.ip().to_string();
+    if !names.contains(&ip) {
+        names.push(ip);
+    }
+    let issued = ca
+        .issue_pem("sandbox-runtime", &names, Usage::Server)
+        .map_err(|e| tls_err(&e))?;
+    let server =
+        proto::tls::ServerTls::from_pem(&issued.cert, &issued.key).map_err(|e| tls_err(&e))?;
+    Ok((server, ca.cert_pem().to_string()))
+}
+
+/// Serves the runtime's gRPC on `listener`: TLS with `tls`, plaintext
+/// without.
+fn spawn_server(
+    shared: &Arc<service::Shared>,
+    listener: TcpListener,
+    tls: Option<proto::tls::ServerTls>,
+    stop: tokio::sync::oneshot::Receiver<()>,
+) -> tokio::task::JoinHandle<Result<(), tonic::transport::Error>> {
+    let router = tonic::transport::Server::builder().add_service(SandboxRuntimeServer::new(
+        service::Service(Arc::clone(shared)),
+    ));
+    let stop = async {
+        let _ = stop.await;
+    };
+    match tls {
+        Some(tls) => tokio::spawn(
+            router.serve_with_incoming_shutdown(proto::tls::incoming(listener, tls), stop),
+        ),
+        None => {
+            tokio::spawn(router.serve_with_incoming_shutdown(TcpIncoming::from(listener), stop))
+        }
+    }
+}
+
+/// Publishes the CA certificate (when serving TLS), then the address, each
+/// atomically: a reader that sees the address finds the certificate.
+fn publish(
+    addr_file: Option<&Path>,
+    local: SocketAddr,
+    ca_pem: Option<&str>,
+) -> Result<(), RuntimeError> {
+    let Some(path) = addr_file else {
+        return Ok(());
+    };
+    if let Some(pem) = ca_pem {
+        let crt = cert_file(path);
+        demo::write_atomically(&crt, pem)
+            .map_err(|error| RuntimeError::CertFile { path: crt, error })?;
+    }
+    demo::write_atomically(path, &local.to_string()).map_err(|error| RuntimeError::AddrFile {
+        path: path.to_path_buf(),
+        error,
+    })
 }
 
 /// Serves until shutdown is requested, the workload stopped (then through

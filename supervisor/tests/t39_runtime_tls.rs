@@ -1,0 +1,245 @@
+//! Scenario: the supervisor -> sandbox runtime channel speaks TLS 1.3.
+//!
+//! - given: a sandbox runtime started as supervisors start it (no
+//!   `--insecure`)
+//! - then: it publishes its ephemeral CA certificate as `<sandbox>.crt` next
+//!   to `<sandbox>.addr` (a CA certificate, no private key on disk); a
+//!   plaintext gRPC call to its port is not answered; a TLS call trusting the
+//!   published certificate reaches it; one trusting another CA is refused;
+//!   on SIGTERM both files are removed
+//! - given: three gateways and two supervisors running a demo sandbox
+//! - then: exec works through the owner; after `kill -9` of the owner the
+//!   other supervisor takes the sandbox over (the runtime and workload keep
+//!   their pids, exec works through the new owner): takeover over TLS via
+//!   the published `.crt`, since the runtime refuses plaintext
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use proto::client::{ClientConfig, Role};
+use proto::grant::GrantSigner;
+use proto::pool_types::{MemberState, SandboxPhase};
+use proto::sandbox_runtime::sandbox_runtime_client::SandboxRuntimeClient;
+use proto::sandbox_runtime::RuntimeStatusRequest;
+use proto::tls::generate::Ca;
+use proto::tls::ClientTls;
+use testkit::supervisor::*;
+use testkit::TestResult;
+
+const BIN: &str = env!("CARGO_BIN_EXE_openshell-sandbox-runtime");
+
+async fn wait_file(path: &Path) -> String {
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if !text.trim().is_empty() {
+            return text.trim().to_string();
+        }
+        assert!(Instant::now() < until, "no {}", path.display());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A plaintext Status call to `addr`: `Err` (or no answer within 10 s)
+/// means refused.
+async fn plaintext_status(addr: &str) -> Result<String, String> {
+    let call = async {
+        let mut c = SandboxRuntimeClient::connect(format!("http://{addr}"))
+            .await
+            .map_err(|e| format!("connect: {e}"))?;
+        c.status(RuntimeStatusRequest {})
+            .await
+            .map(|r| r.into_inner().sandbox_id)
+            .map_err(|s| format!("status: {s}"))
+    };
+    tokio::time::timeout(Duration::from_secs(10), call)
+        .await
+        .unwrap_or_else(|_| Err("no answer in 10 s".into()))
+}
+
+/// A TLS Status call to `addr` trusting `ca_pem`.
+async fn tls_status(addr: &str, ca_pem: &str) -> TestResult<String> {
+    let config = ClientConfig::for_role(Role::SupervisorToRuntime)
+        .with_tls(Some(ClientTls::from_ca_pem(ca_pem)?));
+    let channel = proto::client::connect(Role::SupervisorToRuntime, addr, &config).await?;
+    let status = SandboxRuntimeClient::new(channel)
+        .status(RuntimeStatusRequest {})
+        .await?
+        .into_inner();
+    Ok(status.sandbox_id)
+}
+
+/// The DER of the first certificate in `pem`.
+fn der(pem: &str) -> Vec<u8> {
+    proto::tls::read_certs(Path::new("crt"), pem.as_bytes()).expect("certs")[0]
+        .as_ref()
+        .to_vec()
+}
+
+/// Whether the DER certificate carries basicConstraints (2.5.29.19) with
+/// cA = TRUE.
+fn is_ca(der: &[u8]) -> bool {
+    let oid = [0x06, 0x03, 0x55, 0x1d, 0x13];
+    der.windows(oid.len())
+        .position(|w| w == oid)
+        .is_some_and(|at| {
+            der[at..]
+                .windows(3)
+                .take(16)
+                .any(|w| w == [0x01, 0x01, 0xff])
+        })
+}
+
+#[tokio::test]
+async fn a_runtime_serves_tls_only_and_publishes_its_ca() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let addr_file = dir.path().join("t39.addr");
+    let crt_file = dir.path().join("t39.crt");
+    let log = std::fs::File::create(dir.path().join("runtime.log"))?;
+    let signer = GrantSigner::from_seed_hex(&"39".repeat(32))?;
+    let mut child = Command::new(BIN)
+        .args([
+            "--sandbox-id",
+            "t39",
+            "--generation",
+            "1",
+            "--cluster-public-key",
+        ])
+        .arg(signer.public_key_hex())
+        .arg("--addr-file")
+        .arg(&addr_file)
+        .env_remove("OPENSHELL_RUNTIME_INSECURE")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()?;
+    let addr = wait_file(&addr_file).await;
+
+    eprintln!("--- step: <sandbox>.crt exists next to .addr and is a CA certificate");
+    let ca_pem = std::fs::read_to_string(&crt_file)?;
+    assert!(
+        ca_pem.starts_with("-----BEGIN CERTIFICATE-----"),
+        "{ca_pem}"
+    );
+    assert!(
+        is_ca(&der(&ca_pem)),
+        "the published certificate is not a CA"
+    );
+    for entry in std::fs::read_dir(dir.path())? {
+        let text = std::fs::read_to_string(entry?.path()).unwrap_or_default();
+        assert!(!text.contains("PRIVATE KEY"), "a private key on disk");
+    }
+
+    eprintln!("--- step: a plaintext call is not answered");
+    let plain = plaintext_status(&addr).await;
+    assert!(plain.is_err(), "plaintext answered: {plain:?}");
+    eprintln!("plaintext: {plain:?}");
+
+    eprintln!("--- step: a TLS call trusting the published CA reaches it");
+    assert_eq!(tls_status(&addr, &ca_pem).await?, "t39");
+    let served = ClientTls::from_ca_pem(&ca_pem)?
+        .served_certificate(&addr)
+        .await?;
+    assert_ne!(
+        served,
+        der(&ca_pem),
+        "the runtime serves a leaf, not its CA"
+    );
+    assert!(!is_ca(&served));
+
+    eprintln!("--- step: a TLS call trusting another CA is refused");
+    let other = Ca::ephemeral("another CA")?;
+    let refused = tls_status(&addr, other.cert_pem()).await;
+    assert!(refused.is_err(), "another CA was accepted");
+
+    eprintln!("--- step: SIGTERM removes both files");
+    let pid = libc::pid_t::try_from(child.id())?;
+    // SAFETY: plain syscall.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let until = Instant::now() + Duration::from_secs(15);
+    while child.try_wait()?.is_none() {
+        assert!(Instant::now() < until, "the runtime did not exit");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!addr_file.exists() && !crt_file.exists());
+    Ok(())
+}
+
+/// The pid of the runtime process holding `sandbox`.
+fn runtime_pid(sandbox: &str) -> Option<u32> {
+    let needle = format!("--sandbox-id\0{sandbox}\0");
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+        (String::from_utf8_lossy(&cmdline).contains(&needle) && alive(pid)).then_some(pid)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn supervisors_run_and_take_over_sandboxes_over_tls() -> TestResult {
+    let (cluster, gateways, _cleanup) = three_gateways(&timing(FAST_TIMING)).await;
+    let mut supervisors: Vec<Supervisor> = ["s1", "s2"]
+        .iter()
+        .map(|m| Supervisor::new(m, gateways.clone(), cluster.root.path()))
+        .collect();
+    for s in &mut supervisors {
+        s.start();
+    }
+    wait_pool(
+        &cluster,
+        "two active members",
+        Duration::from_secs(20),
+        |s| {
+            s.members
+                .iter()
+                .filter(|m| m.state() == MemberState::Active)
+                .count()
+                == 2
+        },
+    )
+    .await;
+
+    eprintln!("--- step: a sandbox runs; its runtime serves TLS only; exec works");
+    let sb = running_sandbox(&cluster, "sb-39").await;
+    let runtime_dir = supervisors[0].runtime_dir.clone();
+    let addr = std::fs::read_to_string(runtime_dir.join("sb-39.addr"))?
+        .trim()
+        .to_string();
+    let ca_pem = std::fs::read_to_string(runtime_dir.join("sb-39.crt"))?;
+    assert!(plaintext_status(&addr).await.is_err(), "plaintext answered");
+    assert_eq!(tls_status(&addr, &ca_pem).await?, "sb-39");
+    let (before, owner) = read_counter(&cluster, "sb-39").await?;
+    assert_eq!(owner, sb.owner);
+    let pid = runtime_pid("sb-39").ok_or("no runtime process")?;
+
+    eprintln!("--- step: kill -9 the owner {owner}; the other takes the sandbox over");
+    let survivor = if owner == "s1" { "s2" } else { "s1" };
+    supervisors
+        .iter_mut()
+        .find(|s| s.member == owner)
+        .map(Supervisor::kill9);
+    let after = wait_pool(&cluster, "taken over", Duration::from_secs(30), |s| {
+        sandbox(s, "sb-39")
+            .map(|x| x.owner == survivor && x.phase() == SandboxPhase::Assigned && x.acknowledged)
+            .unwrap_or(false)
+    })
+    .await;
+    let moved = sandbox(&after, "sb-39").ok_or("sb-39")?;
+    assert_eq!(
+        (moved.pid, moved.started_at_unix_ms),
+        (sb.pid, sb.started_at_unix_ms)
+    );
+    assert!(alive(pid), "the runtime {pid} is gone");
+    assert_eq!(runtime_pid("sb-39"), Some(pid), "the runtime was replaced");
+    let (later, by) = read_counter(&cluster, "sb-39").await?;
+    assert_eq!(by, survivor);
+    assert!(later > before, "the counter went back: {before} -> {later}");
+    let status = runtime_client(&runtime_dir, "sb-39")
+        .await?
+        .status(RuntimeStatusRequest {})
+        .await?
+        .into_inner();
+    assert_eq!(status.active_member, survivor, "{status:?}");
+    Ok(())
+}

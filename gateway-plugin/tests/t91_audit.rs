@@ -24,7 +24,8 @@ const VIEWER: &str = "audit-viewer-s3cret-token";
 /// (exit code, stdout, stderr).
 fn cli(endpoint: &str, token: &str, args: &[&str]) -> (i32, String, String) {
     let out = Command::new(testkit::bins::workspace_bin("openshell-pool"))
-        .args(["--endpoints", endpoint, "--token", token])
+        // The test gateway is an --insecure (plaintext) one.
+        .args(["--insecure", "--endpoints", endpoint, "--token", token])
         .args(args)
         .env_remove("OPENSHELL_TOKEN")
         .output()

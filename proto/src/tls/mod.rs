@@ -1,6 +1,8 @@
 //! Transport security for every gRPC port and channel of the workspace:
 //! TLS 1.3 through rustls with the ring provider, from PEM files that are
-//! re-read when they change.
+//! re-read when they change, or from PEM held in memory
+//! ([`ServerTls::from_pem`], [`ClientTls::from_ca_pem`]: never reloaded; a
+//! sandbox runtime's ephemeral CA).
 //!
 //! - [`ServerTls`]: what a listening port presents (certificate chain and
 //!   key) and whom it admits ([`ClientAuth`]: a client certificate signed by

@@ -112,7 +112,8 @@ async fn ids_outside_the_rule_are_refused_and_never_become_paths() -> TestResult
     names.sort();
     assert_eq!(
         names,
-        ["sb-ok.addr", "sb-ok.log"],
+        // .crt: the runtime's published CA certificate (TLS to the runtime).
+        ["sb-ok.addr", "sb-ok.crt", "sb-ok.log"],
         "runtime dir holds only sb-ok"
     );
     for stray in ["x.log", "x.addr", "abs.log", "abs.addr"] {

@@ -133,13 +133,8 @@ async fn killed_supervisor_sessions_move_with_workloads_intact() -> TestResult {
             "{id}: workload changed"
         );
         assert!(alive(b.pid), "{id}: workload pid {} is gone", b.pid);
-        let (counter, by) = read_counter(&cluster, id).await?;
+        let (_, by) = read_counter_above(&cluster, id, counters[id]).await?;
         assert_eq!(by, survivor);
-        assert!(
-            counter > counters[id],
-            "{id}: counter went from {} to {counter}",
-            counters[id]
-        );
     }
     Ok(())
 }

@@ -232,9 +232,8 @@ async fn supervisors_run_and_take_over_sandboxes_over_tls() -> TestResult {
     );
     assert!(alive(pid), "the runtime {pid} is gone");
     assert_eq!(runtime_pid("sb-39"), Some(pid), "the runtime was replaced");
-    let (later, by) = read_counter(&cluster, "sb-39").await?;
+    let (_, by) = read_counter_above(&cluster, "sb-39", before).await?;
     assert_eq!(by, survivor);
-    assert!(later > before, "the counter went back: {before} -> {later}");
     let status = runtime_client(&runtime_dir, "sb-39")
         .await?
         .status(RuntimeStatusRequest {})

@@ -333,6 +333,31 @@ pub async fn read_counter(cluster: &Cluster, id: &str) -> TestResult<(u64, Strin
     Ok((counter, reply.executed_by))
 }
 
+/// Reads sandbox `id`'s demo counter until it passes `floor` (the value
+/// read before a kill, drain or takeover); returns (counter, member that ran
+/// it). The workload ticks every 100 ms, so a takeover faster than one tick
+/// still reads `floor`; a workload frozen, or one that went away, never
+/// passes it within 10 s and the call fails naming the last value.
+pub async fn read_counter_above(
+    cluster: &Cluster,
+    id: &str,
+    floor: u64,
+) -> TestResult<(u64, String)> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (counter, by) = read_counter(cluster, id).await?;
+        if counter > floor {
+            return Ok((counter, by));
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(
+                format!("{id}: counter still {counter}, not above {floor}, after 10 s").into(),
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Whether a process is alive.
 pub fn alive(pid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()

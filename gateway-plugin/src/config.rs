@@ -222,6 +222,8 @@ pub struct GatewaySection {
     pub auth: Option<AuthSection>,
     /// TLS files.
     pub tls: Option<TlsSection>,
+    /// Where runtimes are launched (`[openshell.gateway.sandbox_driver]`).
+    pub sandbox_driver: Option<crate::config_driver::SandboxDriverSection>,
     /// Allow running without TLS, tokens or a signing key (development).
     pub insecure: Option<bool>,
 }
@@ -290,6 +292,9 @@ impl GatewaySection {
             take_tls!(cert_file, key_file, ca_file);
         }
         self.tls = Some(tls);
+        if let Some(o) = other.sandbox_driver {
+            self.sandbox_driver = Some(self.sandbox_driver.unwrap_or_default().overlay(o));
+        }
         let mut auth = self.auth.unwrap_or_default();
         if let Some(o) = other.auth {
             if o.admin_tokens.is_some() {
@@ -364,6 +369,8 @@ pub struct GatewayConfig {
     pub http_listen: Option<SocketAddr>,
     /// Bearer tokens.
     pub auth: crate::auth::Auth,
+    /// Where this gateway launches runtimes when it leads.
+    pub driver: crate::config_driver::DriverConfig,
 }
 
 fn in_range(key: &'static str, value: u64, lo: u64, hi: u64) -> Result<u64, ConfigError> {
@@ -443,6 +450,10 @@ impl GatewaySection {
             initial_voters.push(voter);
         }
         check_distinct_voters(&initial_voters)?;
+        let driver = self
+            .sandbox_driver
+            .unwrap_or_default()
+            .validate(&data_dir)?;
         let mut node = NodeConfig::new(node_id, &advertise, data_dir, &cluster_id);
         validate_raft(&mut node, self.raft.unwrap_or_default())?;
         let pool = validate_pool(self.supervisor_pool.unwrap_or_default())?;
@@ -482,6 +493,7 @@ impl GatewaySection {
             insecure_signing_key,
             http_listen,
             auth,
+            driver,
         })
     }
 }

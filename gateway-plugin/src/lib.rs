@@ -41,6 +41,9 @@
 //! - [`metrics`], [`http`]: Prometheus metrics, `/healthz`, `/readyz`, `/metrics`.
 //! - [`health`]: liveness (raft running) and readiness (caught up with the
 //!   leader, with hysteresis), evaluated continuously for the probes.
+//! - [`launcher`]: the leader's sandbox launcher (one runtime per sandbox
+//!   generation through a `sandbox_driver::SandboxDriver`; its decisions are
+//!   the pure [`launcher::plan`]); [`config_driver`] chooses the driver.
 //! - [`address_check`]: the warning when this gateway's entry in the
 //!   membership names another address than the one it advertises.
 //! - [`status`]: error-to-`Status` mapping (raft-store errors with leader
@@ -53,11 +56,13 @@ pub mod audit;
 pub mod auth;
 pub mod cluster_admin_service;
 pub mod config;
+pub mod config_driver;
 pub mod config_tls;
 pub mod convert;
 pub mod health;
 pub mod http;
 pub mod hub;
+pub mod launcher;
 pub mod member_credentials;
 pub mod metrics;
 pub mod object_store_service;

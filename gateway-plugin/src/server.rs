@@ -91,6 +91,10 @@ pub enum ServeError {
     /// The gRPC server failed while serving.
     #[error("gRPC server failed")]
     Serve(#[source] tonic::transport::Error),
+    /// The configured sandbox driver cannot work (checked before the data
+    /// directory is created or opened).
+    #[error(transparent)]
+    Driver(#[from] crate::launcher::driver::DriverSetupError),
 }
 
 /// Runs a gateway until `shutdown` completes, then stops within
@@ -104,6 +108,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     let listeners = Listeners::bind(&config).await?;
+    let driver = crate::launcher::driver::build(&config.driver).await?;
     let node: RaftNode<GatewayState> =
         RaftNode::start(config.node.clone())
             .await
@@ -147,6 +152,15 @@ pub async fn run(
     ];
     let mut aborts: Vec<tokio::task::AbortHandle> =
         tasks.iter().map(|t| t.abort_handle()).collect();
+    match driver {
+        Some(driver) => {
+            let launcher = crate::launcher::Launcher::new(hub.clone(), driver);
+            aborts.push(tokio::spawn(launcher.run()).abort_handle());
+        }
+        None => tracing::warn!(
+            "no sandbox driver (--sandbox-driver none): this gateway launches no runtimes when it leads"
+        ),
+    }
     if let Some(tls) = &config.tls {
         use proto::tls::{Reloader, RELOAD_EVERY};
         aborts.push(Reloader::spawn(tls.client_port.clone(), RELOAD_EVERY).abort_handle());

@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 use gateway_plugin::config::{
     self, AuthSection, GatewaySection, RaftSection, SupervisorPoolSection, TlsSection,
 };
+use gateway_plugin::config_driver::SandboxDriverSection;
 
 /// One replica of the OpenShell gateway's raft-replicated pool store.
 ///
@@ -144,6 +145,30 @@ struct Args {
     /// present its own credential (re-read when it changes).
     #[arg(long, env = "OPENSHELL_MEMBER_CREDENTIALS_FILE")]
     member_credentials_file: Option<PathBuf>,
+    /// Where this gateway launches sandbox runtimes when it leads: none
+    /// (default: launches nothing), process (local processes) or kubernetes
+    /// (one Pod per sandbox generation).
+    #[arg(long, env = "OPENSHELL_SANDBOX_DRIVER", value_name = "KIND")]
+    sandbox_driver: Option<String>,
+    /// Process driver: its directory, shared by the gateways of one host
+    /// (default: <data-dir>/runtimes).
+    #[arg(long, env = "OPENSHELL_PROCESS_DRIVER_DIR")]
+    process_driver_dir: Option<PathBuf>,
+    /// Process driver: the openshell-sandbox-runtime binary (default: next
+    /// to this executable).
+    #[arg(long, env = "OPENSHELL_RUNTIME_BIN")]
+    runtime_bin: Option<PathBuf>,
+    /// Process driver: a network namespace per runtime: auto (when root),
+    /// on or off.
+    #[arg(long, env = "OPENSHELL_PROCESS_NETNS", value_name = "auto|on|off")]
+    process_netns: Option<String>,
+    /// Kubernetes driver: the namespace of runtime Pods (default: the
+    /// gateway's own).
+    #[arg(long, env = "OPENSHELL_KUBERNETES_NAMESPACE")]
+    kubernetes_namespace: Option<String>,
+    /// Kubernetes driver: the runtime Pod template (YAML).
+    #[arg(long, env = "OPENSHELL_POD_TEMPLATE_FILE")]
+    pod_template_file: Option<PathBuf>,
 }
 
 /// `tokens` plus the token in each of `files` (given by `flag`).
@@ -343,6 +368,14 @@ fn run() -> anyhow::Result<()> {
             },
             member_credentials_file: args.member_credentials_file,
             ..Default::default()
+        }),
+        sandbox_driver: Some(SandboxDriverSection {
+            kind: args.sandbox_driver,
+            process_dir: args.process_driver_dir,
+            runtime_bin: args.runtime_bin,
+            process_netns: args.process_netns,
+            kubernetes_namespace: args.kubernetes_namespace,
+            pod_template_file: args.pod_template_file,
         }),
     };
     let config = file.overlay(flags).validate()?;

@@ -63,9 +63,9 @@ pub struct RawAgentConfig {
     pub capacity: Option<u32>,
     /// Supervisor credential presented to gateways.
     pub credential: Option<String>,
-    /// Where sandbox runtimes publish their addresses.
+    /// `--runtime-dir`: accepted from old configurations, ignored (logged).
     pub runtime_dir: Option<PathBuf>,
-    /// The sandbox runtime binary.
+    /// `--runtime-bin`: accepted from old configurations, ignored (logged).
     pub runtime_bin: Option<PathBuf>,
     /// Try gateways in the listed order instead of from a random one.
     pub listed_order: bool,
@@ -122,10 +122,10 @@ pub struct AgentConfig {
     pub capacity: u32,
     /// Credential for gateways (empty: none).
     pub credential: String,
-    /// Runtime address directory.
-    pub runtime_dir: PathBuf,
-    /// Runtime binary.
-    pub runtime_bin: PathBuf,
+    /// `--runtime-dir` if given: ignored, only warned about.
+    pub runtime_dir: Option<PathBuf>,
+    /// `--runtime-bin` if given: ignored, only warned about.
+    pub runtime_bin: Option<PathBuf>,
     /// Pause after a failed attach, doubled up to `max_backoff`, jittered.
     pub min_backoff: Duration,
     /// Largest pause between attach attempts.
@@ -219,9 +219,7 @@ impl RawAgentConfig {
                 problem: "must be within 1..=10000".into(),
             });
         }
-        let runtime_dir = self
-            .runtime_dir
-            .unwrap_or_else(|| std::env::temp_dir().join("openshell-runtimes"));
+        let runtime_dir = self.runtime_dir;
         let credential = self.credential.unwrap_or_default();
         let trusted_keys = self
             .trusted_grant_keys_file
@@ -235,13 +233,7 @@ impl RawAgentConfig {
                 self.tls_ca_file.is_some(),
             )?;
         }
-        let runtime_bin = match self.runtime_bin {
-            Some(p) => p,
-            None => std::env::current_exe()
-                .ok()
-                .and_then(|p| p.parent().map(|d| d.join("openshell-sandbox-runtime")))
-                .unwrap_or_else(|| PathBuf::from("openshell-sandbox-runtime")),
-        };
+        let runtime_bin = self.runtime_bin;
         let gateway_tls = self
             .tls_ca_file
             .as_deref()

@@ -72,13 +72,13 @@ async fn run(agent: &Agent, call: ExecCall) -> Result<ExecResponse, Status> {
     // Refused here too (not only by the runtime): a timeout is never
     // shortened silently at any hop.
     proto::exec::check_timeout_ms(call.timeout_ms).map_err(Status::invalid_argument)?;
-    let (addr, token, term) = {
+    let (runtime, token, term) = {
         let sessions = Agent::lock(&agent.sessions);
         let session = sessions.get(&call.sandbox_id).ok_or_else(|| {
             Status::failed_precondition(format!("no session for sandbox {}", call.sandbox_id))
         })?;
         (
-            session.runtime_addr.clone(),
+            session.runtime.clone(),
             session.token.clone(),
             session.term,
         )
@@ -89,7 +89,7 @@ async fn run(agent: &Agent, call: ExecCall) -> Result<ExecResponse, Status> {
             call.sandbox_id, call.term
         )));
     }
-    let mut runtime = super::session::runtime_client(agent, &call.sandbox_id, &addr).await?;
+    let mut runtime = super::session::runtime_client(agent, &runtime).await?;
     let reply = runtime
         .exec(ExecRequest {
             session_token: token,

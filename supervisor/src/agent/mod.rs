@@ -7,8 +7,10 @@
 //! to the next gateway of its list at once, without backoff and with the
 //! incarnation it has, so its heartbeats go on and its member never expires.
 //!
-//! For each assignment in an `AssignmentSnapshot` it locates the sandbox's
-//! runtime (starting it for a fresh launch), presents the signed grant, and
+//! For each assignment in an `AssignmentSnapshot` it dials the sandbox's
+//! runtime at the endpoint the assignment carries (the gateway leader's
+//! launcher started it and recorded it; a supervisor never starts one,
+//! docs/design/0003), presents the signed grant, and
 //! once the runtime accepts it acknowledges the term to the gateway; then it
 //! heartbeats the runtime and reports the workload's status. An assignment
 //! that disappears is *relinquished* (the workload keeps running for its next
@@ -32,7 +34,6 @@ mod session;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
-use std::os::unix::fs::DirBuilderExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -79,16 +80,6 @@ pub struct Agent {
     activating: Mutex<BTreeSet<(String, u64)>>,
     /// (sandbox, generation) already released.
     released: Mutex<BTreeSet<(String, u64)>>,
-    /// (sandbox, generation) whose runtime this process spawned: never a
-    /// second one (see `session::start_runtime`). One small entry per
-    /// launch for the life of the process.
-    launched: Mutex<BTreeSet<(String, u64)>>,
-    /// The grant key the gateway announced in HelloAccepted: passed to new
-    /// runtimes only by an `--insecure` supervisor without trusted keys
-    /// (otherwise runtimes get the trusted grant keys file).
-    cluster_key: Mutex<String>,
-    /// The recovery deadline from HelloAccepted (passed to new runtimes).
-    recovery_deadline_ms: AtomicU64,
     /// Sender of the current stream, for acks and reports.
     outbound: Mutex<Option<mpsc::Sender<SupervisorMessage>>>,
     /// The latest snapshot, re-reconciled periodically.
@@ -110,9 +101,6 @@ impl Agent {
             sessions: Mutex::new(BTreeMap::new()),
             activating: Mutex::new(BTreeSet::new()),
             released: Mutex::new(BTreeSet::new()),
-            launched: Mutex::new(BTreeSet::new()),
-            cluster_key: Mutex::new(String::new()),
-            recovery_deadline_ms: AtomicU64::new(60_000),
             outbound: Mutex::new(None),
             last_snapshot: Mutex::new(None),
             exec_slots: exec::slots(),
@@ -156,8 +144,7 @@ impl Agent {
     }
 
     /// Takes what a gateway's `HelloAccepted` says: the incarnation the pool
-    /// assigned this process (log-ordered), the cluster key and the
-    /// recovery deadline for new runtimes. A gateway whose grant key is not
+    /// assigned this process (log-ordered). A gateway whose grant key is not
     /// trusted is refused first (nothing is taken from it).
     fn accept(&self, accepted: &HelloAccepted) -> anyhow::Result<()> {
         if accepted.incarnation == 0 {
@@ -168,9 +155,6 @@ impl Agent {
         self.check_grant_key(&accepted.cluster_public_key)?;
         self.incarnation
             .store(accepted.incarnation, Ordering::SeqCst);
-        *Self::lock(&self.cluster_key) = accepted.cluster_public_key.clone();
-        self.recovery_deadline_ms
-            .store(accepted.recovery_deadline_ms, Ordering::SeqCst);
         Ok(())
     }
 
@@ -193,19 +177,6 @@ impl Agent {
              grant key ({}); refusing to attach to it",
             trusted.describe()
         )
-    }
-
-    /// The arguments that give a new runtime its trusted grant keys: the
-    /// trusted keys file (the runtime re-reads it on change), or, for an
-    /// `--insecure` supervisor without one, the key its gateway announced.
-    fn runtime_key_args(&self) -> Vec<std::ffi::OsString> {
-        match self.config.trusted_keys.as_ref().and_then(|t| t.file()) {
-            Some(file) => vec!["--trusted-grant-keys-file".into(), file.into()],
-            None => vec![
-                "--cluster-public-key".into(),
-                Self::lock(&self.cluster_key).clone().into(),
-            ],
-        }
     }
 
     /// After the gateways said the pool retired this incarnation (it
@@ -271,24 +242,18 @@ enum Ended {
 /// Runs the supervisor until `shutdown` completes.
 ///
 /// # Errors
-/// When the runtime directory cannot be created or the health port cannot
-/// be bound.
+/// When the health port cannot be bound.
 pub async fn run(
     config: AgentConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let process_id = new_process_id();
-    // Owner-only: runtime logs and addresses are the supervisor's.
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&config.runtime_dir)
-        .with_context(|| {
-            format!(
-                "creating the runtime directory {}",
-                config.runtime_dir.display()
-            )
-        })?;
+    if config.runtime_dir.is_some() || config.runtime_bin.is_some() {
+        tracing::warn!(
+            "--runtime-dir and --runtime-bin are ignored: the gateway leader launches runtimes \
+             (its --sandbox-driver) and assignments carry their endpoints"
+        );
+    }
     let agent = Arc::new(Agent::new(config, process_id));
     if agent.config.insecure {
         tracing::warn!(

@@ -3,21 +3,18 @@
 //! reports the workload, relinquish lets go of a moved sandbox, release stops
 //! a deleted one.
 
-use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 
 use prost::Message;
 use proto::client::{self, ClientConfig, ClientError, Role};
-use proto::pool_types::SandboxPhase;
 use proto::sandbox_runtime::sandbox_runtime_client::SandboxRuntimeClient;
 use proto::sandbox_runtime::{
-    ActivateRequest, ReleaseRequest, RuntimeStatusRequest, SessionRequest, SignedGrant,
+    ActivateRequest, ReleaseRequest, SessionRequest, SignedGrant,
     WorkloadInfo,
 };
 use proto::supervisor_host::{
-    supervisor_message, AssignmentSnapshot, SandboxInstanceAssignment, SandboxReport, TermAck,
+    supervisor_message, AssignmentSnapshot, RuntimeEndpoint, SandboxInstanceAssignment,
+    SandboxReport, TermAck,
 };
 use tonic::transport::Channel;
 use tonic::{Code, Status};
@@ -32,8 +29,8 @@ pub struct Session {
     pub term: u64,
     /// Runtime session token.
     pub token: String,
-    /// Runtime address.
-    pub runtime_addr: String,
+    /// The runtime, as the launcher recorded it.
+    pub runtime: RuntimeEndpoint,
     /// The heartbeat task; aborted when the session ends.
     heartbeat: tokio::task::AbortHandle,
 }
@@ -44,165 +41,59 @@ impl Drop for Session {
     }
 }
 
-/// A client to the runtime of `sandbox` at `addr`, over TLS 1.3 trusting
-/// the CA certificate the runtime published as `<runtime_dir>/<sandbox>.crt`
-/// (the certificate must name the address' IP). Without that file only a
-/// `--insecure` supervisor dials plaintext (a runtime older than TLS).
+/// A client to the runtime at `runtime`: TLS 1.3, its certificate verified
+/// against the CA the launcher recorded for it, for the runtime's name
+/// (whatever IP is dialled). A runtime recorded without a CA is dialled in
+/// plaintext by an `--insecure` supervisor only.
 ///
 /// # Errors
-/// `FAILED_PRECONDITION` naming the `.crt` file when it is missing (secure
-/// supervisor) or unusable; `UNAVAILABLE` when the runtime cannot be reached
-/// or its certificate does not verify.
+/// `FAILED_PRECONDITION` when the recorded CA is unusable or missing (secure
+/// supervisor); `UNAVAILABLE` when the runtime cannot be reached or its
+/// certificate does not verify.
 pub async fn runtime_client(
     agent: &Agent,
-    sandbox: &str,
-    addr: &str,
+    runtime: &RuntimeEndpoint,
 ) -> Result<SandboxRuntimeClient<Channel>, Status> {
-    let config = runtime_tls(agent, sandbox)?;
+    let config = runtime_tls(agent, runtime)?;
+    let addr = runtime.address.as_str();
     let channel = client::connect(Role::SupervisorToRuntime, addr, &config)
         .await
         .map_err(|e| match e {
             ClientError::InvalidAddress { source, .. } => {
                 Status::internal(format!("bad runtime address {addr:?}: {source}"))
             }
-            ClientError::Unreachable { source, .. } => {
-                Status::unavailable(format!("runtime at {addr} is unreachable: {source}"))
-            }
+            ClientError::Unreachable { source, .. } => Status::unavailable(format!(
+                "runtime {} at {addr} is unreachable: {source}",
+                runtime.name
+            )),
         })?;
     Ok(SandboxRuntimeClient::new(channel))
 }
 
-/// The client configuration for the runtime of `sandbox`: TLS trusting its
-/// published `.crt`, or plaintext when there is none and this supervisor
-/// runs `--insecure`.
-fn runtime_tls(agent: &Agent, sandbox: &str) -> Result<ClientConfig, Status> {
-    let path = runtime_file(agent, sandbox, "crt").map_err(Status::invalid_argument)?;
+/// The client configuration for `runtime`: TLS trusting its recorded CA for
+/// its name, or plaintext when none is recorded and this supervisor runs
+/// `--insecure`.
+fn runtime_tls(agent: &Agent, runtime: &RuntimeEndpoint) -> Result<ClientConfig, Status> {
     let base = agent.config.runtime_client.clone();
-    match std::fs::read_to_string(&path) {
-        Ok(pem) => {
-            let tls = proto::tls::ClientTls::from_ca_pem(&pem).map_err(|e| {
-                Status::failed_precondition(format!(
-                    "runtime CA certificate {}: {e}",
-                    path.display()
-                ))
-            })?;
-            Ok(base.with_tls(Some(tls)))
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && agent.config.insecure => Ok(base),
-        Err(e) => Err(Status::failed_precondition(format!(
-            "runtime CA certificate {} cannot be read ({e}): the runtime's TLS cannot be verified (a runtime older than TLS is only dialled by an --insecure supervisor)",
-            path.display()
-        ))),
+    if runtime.ca_pem.is_empty() {
+        return if agent.config.insecure {
+            Ok(base)
+        } else {
+            Err(Status::failed_precondition(format!(
+                "runtime {} has no CA certificate recorded: its TLS cannot be verified",
+                runtime.name
+            )))
+        };
     }
-}
-
-/// `<runtime_dir>/<sandbox>.<ext>`, only for an id within the identifier
-/// rule (`proto::ids`): an id never becomes a path outside the runtime dir.
-fn runtime_file(agent: &Agent, sandbox: &str, ext: &str) -> Result<PathBuf, String> {
-    proto::ids::check_id("sandbox_id", sandbox).map_err(|e| e.to_string())?;
-    Ok(agent.config.runtime_dir.join(format!("{sandbox}.{ext}")))
-}
-
-fn addr_file(agent: &Agent, sandbox: &str) -> Result<PathBuf, String> {
-    runtime_file(agent, sandbox, "addr")
-}
-
-/// The runtime's address, if one published it and answers for this
-/// sandbox generation (a runtime older than the generation field reports 0
-/// and is taken at its word; it checks no generation either).
-async fn locate_runtime(agent: &Agent, sandbox: &str, generation: u64) -> Option<String> {
-    let addr = std::fs::read_to_string(addr_file(agent, sandbox).ok()?)
-        .ok()?
-        .trim()
-        .to_string();
-    let mut client = runtime_client(agent, sandbox, &addr).await.ok()?;
-    let status = client
-        .status(RuntimeStatusRequest {})
-        .await
-        .ok()?
-        .into_inner();
-    (status.sandbox_id == sandbox && (status.generation == generation || status.generation == 0))
-        .then_some(addr)
-}
-
-/// Starts the runtime of a fresh launch and waits for its address.
-///
-/// At most once per sandbox generation in this process: once a runtime was
-/// spawned, a later activation that finds no runtime answering means that
-/// workload is gone (released, or stopped by its recovery deadline), and
-/// starting another would run a second workload for the sandbox. That
-/// happens when this supervisor keeps acting on a stale term-1 assignment
-/// (e.g. streamed by a gateway cut off from the majority) after the
-/// sandbox was taken over and deleted: a fresh runtime has no memory of
-/// the newer epoch that fenced the old one, so it would accept the stale
-/// grant. A restarted supervisor is a new incarnation, which stale term-1
-/// grants do not name.
-async fn start_runtime(agent: &Agent, a: &SandboxInstanceAssignment) -> Result<String, String> {
-    let launch = (a.sandbox_id.clone(), a.generation);
-    if Agent::lock(&agent.launched).contains(&launch) {
-        return Err(format!(
-            "not starting a second runtime for {} generation {}: the one this supervisor started no longer answers",
-            a.sandbox_id, a.generation
-        ));
-    }
-    let key_args = agent.runtime_key_args();
-    let deadline = agent.recovery_deadline_ms.load(Ordering::SeqCst);
-    let addr_path = addr_file(agent, &a.sandbox_id)?;
-    let log_path = runtime_file(agent, &a.sandbox_id, "log")?;
-    let _ = std::fs::remove_file(&addr_path);
-    let _ = std::fs::remove_file(runtime_file(agent, &a.sandbox_id, "crt")?);
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log_path)
-        .map_err(|e| format!("runtime log {}: {e}", log_path.display()))?;
-    let err = log.try_clone().map_err(|e| e.to_string())?;
-    let mut command = tokio::process::Command::new(&agent.config.runtime_bin);
-    command
-        .arg("--sandbox-id")
-        .arg(&a.sandbox_id)
-        .arg("--generation")
-        .arg(a.generation.to_string())
-        .args(key_args)
-        .arg("--addr-file")
-        .arg(&addr_path)
-        .arg("--recovery-deadline-ms")
-        .arg(deadline.to_string())
-        .stdin(std::process::Stdio::null())
-        .stdout(log)
-        .stderr(err)
-        .process_group(0)
-        // Runtimes this supervisor starts always serve TLS.
-        .env_remove("OPENSHELL_RUNTIME_INSECURE");
-    // The launch material is the workload command as a JSON array; anything
-    // else (empty, "demo") runs the built-in demo workload.
-    if let Ok(argv) = serde_json::from_str::<Vec<String>>(&a.material_ref) {
-        if !argv.is_empty() {
-            command.arg("--").args(argv);
-        }
-    }
-    let mut child = command
-        .spawn()
-        .map_err(|e| format!("starting {}: {e}", agent.config.runtime_bin.display()))?;
-    Agent::lock(&agent.launched).insert(launch);
-    // Reap the runtime when it exits (it outlives us if we die first).
-    tokio::spawn(async move {
-        let _ = child.wait().await;
-    });
-    for _ in 0..200 {
-        if let Ok(text) = std::fs::read_to_string(&addr_path) {
-            let addr = text.trim().to_string();
-            if !addr.is_empty() {
-                return Ok(addr);
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    Err(format!(
-        "runtime of {} did not publish its address in 5 s (see {})",
-        a.sandbox_id,
-        log_path.display()
-    ))
+    let tls = proto::tls::ClientTls::from_ca_pem(&runtime.ca_pem)
+        .map_err(|e| {
+            Status::failed_precondition(format!(
+                "the recorded CA certificate of runtime {}: {e}",
+                runtime.name
+            ))
+        })?
+        .with_server_name(runtime.name.clone());
+    Ok(base.with_tls(Some(tls)))
 }
 
 fn signed(a: &SandboxInstanceAssignment) -> Option<SignedGrant> {
@@ -239,8 +130,7 @@ pub fn reconcile(agent: &Arc<Agent>, snapshot: &AssignmentSnapshot) {
         tokio::spawn(async move {
             if !released {
                 tracing::info!(%sandbox, term = session.term, "relinquishing (planned move): the workload keeps running");
-                if let Ok(mut client) =
-                    runtime_client(&agent, &sandbox, &session.runtime_addr).await
+                if let Ok(mut client) = runtime_client(&agent, &session.runtime).await
                 {
                     let _ = client
                         .relinquish(SessionRequest {
@@ -264,6 +154,12 @@ pub fn reconcile(agent: &Arc<Agent>, snapshot: &AssignmentSnapshot) {
                     term: a.term,
                 }));
             }
+            continue;
+        }
+        if a.runtime.is_none() {
+            // The leader's launcher has not recorded the runtime yet; a
+            // later snapshot carries it.
+            tracing::debug!(sandbox = %a.sandbox_id, "waiting for the runtime to be launched");
             continue;
         }
         let key = (a.sandbox_id.clone(), a.term);
@@ -303,16 +199,13 @@ pub fn reconcile(agent: &Arc<Agent>, snapshot: &AssignmentSnapshot) {
 )]
 async fn activate(agent: &Arc<Agent>, a: &SandboxInstanceAssignment) -> Result<(), String> {
     let grant = signed(a).ok_or("the assignment carries no valid grant")?;
-    let addr = match locate_runtime(agent, &a.sandbox_id, a.generation).await {
-        Some(addr) => addr,
-        // Only the first owner of a fresh launch starts the runtime; a
-        // takeover never starts a second workload.
-        None if a.term == 1 && a.phase() == SandboxPhase::Admitting => {
-            start_runtime(agent, a).await?
-        }
-        None => return Err("no runtime answers for this sandbox".into()),
-    };
-    let mut client = runtime_client(agent, &a.sandbox_id, &addr)
+    // The leader's launcher records the runtime once it serves; the next
+    // snapshot after that carries it.
+    let runtime = a
+        .runtime
+        .clone()
+        .ok_or("waiting for the sandbox's runtime to be launched")?;
+    let mut client = runtime_client(agent, &runtime)
         .await
         .map_err(|s| s.message().to_string())?;
     let reply = client
@@ -324,7 +217,7 @@ async fn activate(agent: &Arc<Agent>, a: &SandboxInstanceAssignment) -> Result<(
     let heartbeat = tokio::spawn(heartbeat_loop(
         agent.clone(),
         a.clone(),
-        addr.clone(),
+        runtime.clone(),
         token.clone(),
     ));
     Agent::lock(&agent.sessions).insert(
@@ -333,7 +226,7 @@ async fn activate(agent: &Arc<Agent>, a: &SandboxInstanceAssignment) -> Result<(
             generation: a.generation,
             term: a.term,
             token,
-            runtime_addr: addr,
+            runtime,
             heartbeat: heartbeat.abort_handle(),
         },
     );
@@ -368,7 +261,7 @@ fn report(agent: &Agent, a: &SandboxInstanceAssignment, workload: &WorkloadInfo)
 async fn heartbeat_loop(
     agent: Arc<Agent>,
     a: SandboxInstanceAssignment,
-    addr: String,
+    runtime: RuntimeEndpoint,
     token: String,
 ) {
     let mut ticker = tokio::time::interval(agent.config.runtime_heartbeat);
@@ -377,7 +270,7 @@ async fn heartbeat_loop(
     loop {
         ticker.tick().await;
         beats += 1;
-        let mut client = match runtime_client(&agent, &a.sandbox_id, &addr).await {
+        let mut client = match runtime_client(&agent, &runtime).await {
             Ok(client) => client,
             Err(s) => {
                 tracing::debug!(sandbox = %a.sandbox_id, %s, "runtime heartbeat failed");
@@ -420,12 +313,16 @@ async fn heartbeat_loop(
 /// Stops a deleted sandbox's workload with the release grant.
 async fn release(agent: &Arc<Agent>, r: &SandboxInstanceAssignment) -> Result<(), String> {
     let grant = signed(r).ok_or("the release carries no valid grant")?;
-    let Some(addr) = locate_runtime(agent, &r.sandbox_id, r.generation).await else {
-        return Ok(()); // no runtime answers: nothing to stop
+    let Some(runtime) = &r.runtime else {
+        return Ok(()); // never launched: nothing to stop
     };
-    let mut client = runtime_client(agent, &r.sandbox_id, &addr)
-        .await
-        .map_err(|s| s.message().to_string())?;
+    let mut client = match runtime_client(agent, runtime).await {
+        Ok(client) => client,
+        // Gone already (the launcher deletes the runtimes of deleted and
+        // failed sandboxes, which stops their workloads).
+        Err(s) if s.code() == Code::Unavailable => return Ok(()),
+        Err(s) => return Err(s.message().to_string()),
+    };
     match client.release(ReleaseRequest { grant: Some(grant) }).await {
         Ok(_) => {
             tracing::info!(sandbox = %r.sandbox_id, "released: the workload is stopped");

@@ -44,8 +44,9 @@ struct Args {
         conflicts_with = "credential"
     )]
     credential_file: Option<PathBuf>,
-    /// Directory where sandbox runtimes publish their addresses.
-    #[arg(long, env = "OPENSHELL_RUNTIME_DIR")]
+    /// Ignored (logged): runtimes are launched by the gateway leader and
+    /// found through the replicated state, not a shared directory.
+    #[arg(long, env = "OPENSHELL_RUNTIME_DIR", hide = true)]
     runtime_dir: Option<PathBuf>,
     /// Attach to gateways in the listed order (default: start at a random one).
     #[arg(long, env = "OPENSHELL_ATTACH_LISTED_ORDER")]
@@ -54,10 +55,10 @@ struct Args {
     /// speaks TLS and verifies the gateway; re-read when it changes.
     #[arg(long, env = "OPENSHELL_TLS_CA_FILE")]
     tls_ca_file: Option<PathBuf>,
-    /// The openshell-sandbox-runtime binary (default: next to this one).
-    #[arg(long, env = "OPENSHELL_RUNTIME_BIN")]
+    /// Ignored (logged): the gateway's sandbox driver starts runtimes.
+    #[arg(long, env = "OPENSHELL_RUNTIME_BIN", hide = true)]
     runtime_bin: Option<PathBuf>,
-    /// The grant public keys this supervisor and its runtimes trust: one
+    /// The grant public keys this supervisor trusts: one
     /// 64-hex ed25519 public key per line, `#` comments; re-read when it
     /// changes. A gateway signing with another key is refused.
     #[arg(long, env = "OPENSHELL_TRUSTED_GRANT_KEYS_FILE")]

@@ -1,0 +1,235 @@
+//! `[openshell.gateway.sandbox_driver]`: where this gateway, when it leads,
+//! launches sandbox runtimes (docs/design/0003-sandbox-driver.md).
+//!
+//! ```toml
+//! [openshell.gateway.sandbox_driver]
+//! kind = "process"                  # none (default) | process | kubernetes
+//! process_dir = "/var/lib/openshell/runtimes"   # shared by gateways on one host
+//! runtime_bin = "/usr/local/bin/openshell-sandbox-runtime"
+//! process_netns = "auto"            # auto | on | off
+//! kubernetes_namespace = "openshell"            # default: the gateway's own
+//! pod_template_file = "/etc/openshell/runtime-pod.yaml"
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::config::ConfigError;
+
+/// The section as read (file and flags).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxDriverSection {
+    /// `none`, `process` or `kubernetes`.
+    pub kind: Option<String>,
+    /// Process driver: its directory (default `<data_dir>/runtimes`).
+    pub process_dir: Option<PathBuf>,
+    /// Process driver: the runtime binary (default: `openshell-sandbox-runtime`
+    /// next to the gateway's own executable).
+    pub runtime_bin: Option<PathBuf>,
+    /// Process driver: `auto`, `on` or `off`: a network namespace per runtime.
+    pub process_netns: Option<String>,
+    /// Kubernetes driver: the namespace of runtime Pods (default: the
+    /// client's, e.g. the gateway Pod's own).
+    pub kubernetes_namespace: Option<String>,
+    /// Kubernetes driver: the Pod template file.
+    pub pod_template_file: Option<PathBuf>,
+}
+
+/// Network namespaces for the process driver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Netns {
+    /// When root and `ip netns` works.
+    Auto,
+    /// Always (refused at start when not possible).
+    On,
+    /// Never: runtimes listen on 127.0.0.1.
+    Off,
+}
+
+/// The validated driver choice.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DriverConfig {
+    /// No launcher: this gateway launches nothing.
+    None,
+    /// Local processes.
+    Process {
+        /// The driver's directory.
+        dir: PathBuf,
+        /// The runtime binary.
+        runtime_bin: PathBuf,
+        /// Network namespaces.
+        netns: Netns,
+    },
+    /// Kubernetes Pods.
+    Kubernetes {
+        /// Namespace (None: the client's default).
+        namespace: Option<String>,
+        /// Pod template file.
+        pod_template_file: PathBuf,
+    },
+}
+
+impl SandboxDriverSection {
+    /// Overlays `other`'s set values (flags over file).
+    pub fn overlay(mut self, other: SandboxDriverSection) -> SandboxDriverSection {
+        macro_rules! take {
+            ($($f:ident),*) => { $( if other.$f.is_some() { self.$f = other.$f; } )* };
+        }
+        take!(
+            kind,
+            process_dir,
+            runtime_bin,
+            process_netns,
+            kubernetes_namespace,
+            pod_template_file
+        );
+        self
+    }
+
+    /// Validates the section; `data_dir` gives the process driver's default
+    /// directory.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] / [`ConfigError::Missing`] naming the key.
+    pub fn validate(self, data_dir: &Path) -> Result<DriverConfig, ConfigError> {
+        let kind = self.kind.as_deref().unwrap_or("none");
+        match kind {
+            "none" => Ok(DriverConfig::None),
+            "process" => Ok(DriverConfig::Process {
+                dir: self
+                    .process_dir
+                    .unwrap_or_else(|| data_dir.join("runtimes")),
+                runtime_bin: runtime_bin(self.runtime_bin)?,
+                netns: netns(self.process_netns.as_deref())?,
+            }),
+            "kubernetes" => {
+                let pod_template_file = self.pod_template_file.ok_or(ConfigError::Missing {
+                    key: "openshell.gateway.sandbox_driver.pod_template_file",
+                    flag: "--pod-template-file",
+                })?;
+                if let Some(ns) = &self.kubernetes_namespace {
+                    if !is_dns_label(ns) {
+                        return Err(ConfigError::Invalid {
+                            key: "openshell.gateway.sandbox_driver.kubernetes_namespace",
+                            value: ns.clone(),
+                            problem: "must be a DNS label (1-63 of [a-z0-9-])".into(),
+                        });
+                    }
+                }
+                Ok(DriverConfig::Kubernetes {
+                    namespace: self.kubernetes_namespace,
+                    pod_template_file,
+                })
+            }
+            other => Err(ConfigError::Invalid {
+                key: "openshell.gateway.sandbox_driver.kind",
+                value: other.to_string(),
+                problem: "must be none, process or kubernetes".into(),
+            }),
+        }
+    }
+}
+
+fn netns(text: Option<&str>) -> Result<Netns, ConfigError> {
+    match text.unwrap_or("auto") {
+        "auto" => Ok(Netns::Auto),
+        "on" => Ok(Netns::On),
+        "off" => Ok(Netns::Off),
+        other => Err(ConfigError::Invalid {
+            key: "openshell.gateway.sandbox_driver.process_netns",
+            value: other.to_string(),
+            problem: "must be auto, on or off".into(),
+        }),
+    }
+}
+
+/// The runtime binary: given, or next to this executable; it must exist.
+fn runtime_bin(given: Option<PathBuf>) -> Result<PathBuf, ConfigError> {
+    const KEY: &str = "openshell.gateway.sandbox_driver.runtime_bin";
+    let path = match given {
+        Some(path) => path,
+        None => std::env::current_exe()
+            .ok()
+            .and_then(|exe| exe.parent().map(|d| d.join("openshell-sandbox-runtime")))
+            .ok_or(ConfigError::Missing {
+                key: KEY,
+                flag: "--runtime-bin",
+            })?,
+    };
+    if !path.is_file() {
+        return Err(ConfigError::Invalid {
+            key: KEY,
+            value: path.display().to_string(),
+            problem: "no such file: give the openshell-sandbox-runtime binary with --runtime-bin"
+                .into(),
+        });
+    }
+    Ok(path)
+}
+
+fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn section(kind: &str) -> SandboxDriverSection {
+        SandboxDriverSection {
+            kind: Some(kind.into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_default_is_no_driver() {
+        let c = SandboxDriverSection::default().validate(Path::new("/d"));
+        assert_eq!(c.ok(), Some(DriverConfig::None));
+    }
+
+    #[test]
+    fn a_bad_choice_names_its_key() {
+        let e = section("docker").validate(Path::new("/d")).err();
+        let text = e.map(|e| e.to_string()).unwrap_or_default();
+        assert!(text.contains("sandbox_driver.kind"), "{text}");
+        let mut s = section("process");
+        s.runtime_bin = Some("/nonexistent/runtime".into());
+        let text = s.validate(Path::new("/d")).err().map(|e| e.to_string());
+        assert!(
+            text.as_deref().unwrap_or("").contains("--runtime-bin"),
+            "{text:?}"
+        );
+        let text = section("kubernetes")
+            .validate(Path::new("/d"))
+            .err()
+            .map(|e| e.to_string());
+        assert!(
+            text.as_deref().unwrap_or("").contains("--pod-template-file"),
+            "{text:?}"
+        );
+    }
+
+    #[test]
+    fn the_process_driver_defaults_to_the_data_dir() {
+        let mut s = section("process");
+        s.runtime_bin = Some("/bin/sh".into());
+        s.process_netns = Some("off".into());
+        assert_eq!(
+            s.validate(Path::new("/d")).ok(),
+            Some(DriverConfig::Process {
+                dir: "/d/runtimes".into(),
+                runtime_bin: "/bin/sh".into(),
+                netns: Netns::Off
+            })
+        );
+    }
+}

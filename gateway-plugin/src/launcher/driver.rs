@@ -1,0 +1,73 @@
+//! Builds the configured [`SandboxDriver`] at start: a driver that cannot
+//! work (namespaces asked for without root, no Kubernetes credentials, a
+//! bad Pod template) stops the gateway at start with the reason, rather
+//! than failing every launch later.
+
+use std::sync::Arc;
+
+use sandbox_driver::SandboxDriver;
+
+use crate::config_driver::{DriverConfig, Netns};
+
+/// Why the configured driver could not be set up.
+#[derive(Debug, thiserror::Error)]
+#[error("sandbox driver {kind}: {message}")]
+pub struct DriverSetupError {
+    /// `process` or `kubernetes`.
+    pub kind: &'static str,
+    /// What is wrong and what to fix.
+    pub message: String,
+}
+
+/// The driver `config` asks for (None: `none`).
+///
+/// # Errors
+/// [`DriverSetupError`] naming the driver and the cause.
+pub async fn build(config: &DriverConfig) -> Result<Option<Arc<dyn SandboxDriver>>, DriverSetupError> {
+    match config {
+        DriverConfig::None => Ok(None),
+        DriverConfig::Process {
+            dir,
+            runtime_bin,
+            netns,
+        } => {
+            use sandbox_driver::process::{NetnsMode, ProcessConfig, ProcessDriver};
+            let netns = match netns {
+                Netns::Auto => NetnsMode::Auto,
+                Netns::On => NetnsMode::On,
+                Netns::Off => NetnsMode::Off,
+            };
+            let driver = ProcessDriver::new(ProcessConfig {
+                dir: dir.clone(),
+                runtime_bin: runtime_bin.clone(),
+                netns,
+            })
+            .map_err(|e| DriverSetupError {
+                kind: "process",
+                message: e.to_string(),
+            })?;
+            Ok(Some(Arc::new(driver)))
+        }
+        DriverConfig::Kubernetes {
+            namespace,
+            pod_template_file,
+        } => {
+            use sandbox_driver::kubernetes::{KubernetesConfig, KubernetesDriver, PodTemplate};
+            let setup = |message: String| DriverSetupError {
+                kind: "kubernetes",
+                message,
+            };
+            let template = PodTemplate::load(pod_template_file).map_err(|e| setup(e.to_string()))?;
+            let client = kube::Client::try_default().await.map_err(|e| {
+                setup(format!(
+                    "no Kubernetes API credentials (in-cluster service account or kubeconfig): {e}"
+                ))
+            })?;
+            let namespace = namespace
+                .clone()
+                .unwrap_or_else(|| client.default_namespace().to_string());
+            let driver = KubernetesDriver::new(client, KubernetesConfig { namespace, template });
+            Ok(Some(Arc::new(driver)))
+        }
+    }
+}

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use pool::{Command, FailLaunch, RecordRuntime, LAUNCH_FAILED};
-use sandbox_driver::{DriverError, LaunchSpec, RuntimeState, SandboxDriver};
+use sandbox_driver::{DriverError, Endpoint, LaunchSpec, RuntimeState, SandboxDriver};
 use tracing::Instrument;
 
 use crate::hub::Hub;
@@ -146,6 +146,36 @@ impl Launcher {
                 self.fail(sandbox, generation, reason).await;
             }
             Action::Ensure(spec) => self.ensure(spec).await,
+            Action::Record {
+                sandbox,
+                generation,
+                endpoint,
+            } => self.record(sandbox, generation, endpoint).await,
+        }
+    }
+
+    async fn record(&self, sandbox: String, generation: u64, endpoint: Endpoint) {
+        let name = endpoint.name.clone();
+        let address = endpoint.address.clone();
+        let command = Command::RecordRuntime(RecordRuntime {
+            sandbox: sandbox.clone(),
+            generation,
+            name: endpoint.name,
+            address: endpoint.address,
+            ca_pem: endpoint.ca_pem,
+        });
+        match self.hub.propose(&command).await {
+            Ok(pool::Outcome::Applied(_)) => tracing::info!(
+                %sandbox,
+                generation,
+                runtime = %name,
+                %address,
+                "runtime serving; endpoint recorded"
+            ),
+            Ok(pool::Outcome::Rejected(reason)) => {
+                tracing::debug!(runtime = %name, %reason, "runtime not recorded");
+            }
+            Err(status) => tracing::debug!(runtime = %name, %status, "recording the runtime failed"),
         }
     }
 
@@ -153,28 +183,8 @@ impl Launcher {
         let name = spec.name();
         match self.driver.ensure(&spec).await {
             Ok(RuntimeState::Running(endpoint)) => {
-                let command = Command::RecordRuntime(RecordRuntime {
-                    sandbox: spec.sandbox_id.clone(),
-                    generation: spec.generation,
-                    name: endpoint.name,
-                    address: endpoint.address.clone(),
-                    ca_pem: endpoint.ca_pem,
-                });
-                match self.hub.propose(&command).await {
-                    Ok(pool::Outcome::Applied(_)) => tracing::info!(
-                        sandbox = %spec.sandbox_id,
-                        generation = spec.generation,
-                        runtime = %name,
-                        address = %endpoint.address,
-                        "runtime serving; endpoint recorded"
-                    ),
-                    Ok(pool::Outcome::Rejected(reason)) => {
-                        tracing::debug!(runtime = %name, %reason, "runtime not recorded");
-                    }
-                    Err(status) => {
-                        tracing::debug!(runtime = %name, %status, "recording the runtime failed")
-                    }
-                }
+                self.record(spec.sandbox_id, spec.generation, endpoint)
+                    .await;
             }
             Ok(RuntimeState::Pending { detail }) => {
                 tracing::debug!(runtime = %name, %detail, "runtime starting");

@@ -2,7 +2,10 @@
 //! of the driver's runtimes, what to ensure, what to fail and what to
 //! delete. No I/O and no clock, so every rule is a unit test.
 //!
-//! - **Ensure** a live generation with no runtime recorded, while no owner
+//! - **Ensure** (create) a live generation's runtime when none is recorded
+//!   and the list does not show one; a listed one that serves is
+//!   **recorded**, a listed one that failed **fails** the launch
+//!   (`LaunchFailed`), a pending one is waited for. All this only while no owner
 //!   can have supervised a workload of it: phase `Admitting`, or
 //!   `Recovering` with no report ever accepted (its first owner died before
 //!   the launch finished). An `Assigned` generation without a record was
@@ -15,15 +18,26 @@
 //! - **Delete** a listed runtime whose generation is deleted, failed,
 //!   superseded by a newer generation, or unknown to the state.
 
-use pool::{Phase, PoolState, Sandbox, RUNTIME_LOST};
-use sandbox_driver::{runtime_name, LaunchSpec, Observed, RuntimeState};
+use pool::{Phase, PoolState, Sandbox, LAUNCH_FAILED, RUNTIME_LOST};
+use sandbox_driver::{runtime_name, Endpoint, LaunchSpec, Observed, RuntimeState};
 
 /// One thing the launcher does.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
-    /// Create the runtime unless it exists; record it once it serves.
+    /// Create the runtime (the list does not show it); record it once it
+    /// serves.
     Ensure(LaunchSpec),
-    /// Fail the generation with `reason` (`RuntimeLost: ...`).
+    /// Record the endpoint of a listed runtime that serves.
+    Record {
+        /// Sandbox id.
+        sandbox: String,
+        /// Generation.
+        generation: u64,
+        /// Where it serves.
+        endpoint: Endpoint,
+    },
+    /// Fail the generation with `reason` (`LaunchFailed: ...` or
+    /// `RuntimeLost: ...`).
     Fail {
         /// Sandbox id.
         sandbox: String,
@@ -71,7 +85,21 @@ pub fn plan(state: &PoolState, listed: &[Observed], defaults: &LaunchDefaults) -
             }
             Some(_) => {}
             None if needs_launch(sandbox) => {
-                actions.push(Action::Ensure(spec(sandbox, defaults)));
+                let name = runtime_name(&sandbox.id, sandbox.generation);
+                match listed.iter().find(|o| o.name == name).map(|o| &o.state) {
+                    None => actions.push(Action::Ensure(spec(sandbox, defaults))),
+                    Some(RuntimeState::Running(endpoint)) => actions.push(Action::Record {
+                        sandbox: sandbox.id.clone(),
+                        generation: sandbox.generation,
+                        endpoint: endpoint.clone(),
+                    }),
+                    Some(RuntimeState::Failed { reason }) => actions.push(Action::Fail {
+                        sandbox: sandbox.id.clone(),
+                        generation: sandbox.generation,
+                        reason: format!("{LAUNCH_FAILED}: {reason}"),
+                    }),
+                    Some(RuntimeState::Pending { .. }) => {}
+                }
             }
             None => {}
         }

@@ -303,6 +303,13 @@ spec:
     }
 
     #[test]
+    fn numeric_quantities_load() {
+        let t = parse(&GOOD.replace("cpu: '1'", "cpu: 1")).unwrap();
+        let limits = t.container().resources.clone().unwrap().limits.unwrap();
+        assert_eq!(limits["cpu"].0, "1");
+    }
+
+    #[test]
     fn errors_name_the_file_and_the_field() {
         for (text, field) in [
             (

@@ -20,7 +20,7 @@
 //! - [`KubernetesDriver::delete`]: deletes the Pod and the Secret; 404 is
 //!   success.
 //!
-//! Errors: a connection error, 5xx or 429 is [`DriverError::Unavailable`]
+//! Errors: a connection error, no answer within [`CALL_TIMEOUT`], 5xx or 429 is [`DriverError::Unavailable`]
 //! (retried); any other 4xx but 404/409 is [`DriverError::Refused`] with
 //! the API's message (a bad template fails the launch, it does not loop).
 //! States: [`state`].
@@ -31,6 +31,8 @@
 pub mod objects;
 pub mod state;
 pub mod template;
+
+use std::time::Duration;
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Pod, Secret};
@@ -76,12 +78,20 @@ pub struct KubernetesConfig {
     pub template: PodTemplate,
 }
 
+/// The longest a driver call (`ensure`, `list`, `delete`, with all their
+/// requests) may take before it is [`DriverError::Unavailable`]. kube's own
+/// read timeout is minutes: an API server that accepts connections but
+/// does not answer (paused, overloaded) would otherwise stall the launcher's
+/// pass. A call cut short is safe to repeat (creates are idempotent by name).
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Runtimes as Pods; see the module doc.
 #[derive(Clone)]
 pub struct KubernetesDriver {
     pods: Api<Pod>,
     secrets: Api<Secret>,
     template: PodTemplate,
+    call_timeout: Duration,
 }
 
 impl std::fmt::Debug for KubernetesDriver {
@@ -97,7 +107,34 @@ impl KubernetesDriver {
             pods: Api::namespaced(client.clone(), &config.namespace),
             secrets: Api::namespaced(client, &config.namespace),
             template: config.template,
+            call_timeout: CALL_TIMEOUT,
         }
+    }
+
+    /// The same driver with another [`CALL_TIMEOUT`].
+    #[must_use]
+    pub fn with_call_timeout(mut self, timeout: Duration) -> Self {
+        self.call_timeout = timeout;
+        self
+    }
+
+    /// `call`, or `Unavailable` after the call timeout.
+    async fn bounded<T>(
+        &self,
+        what: &str,
+        call: impl std::future::Future<Output = Result<T, DriverError>>,
+    ) -> Result<T, DriverError> {
+        tokio::time::timeout(self.call_timeout, call)
+            .await
+            .unwrap_or_else(|_| {
+                Err(DriverError::Unavailable {
+                    driver: DRIVER,
+                    message: format!(
+                        "{what}: the API did not answer within {:?}",
+                        self.call_timeout
+                    ),
+                })
+            })
     }
 
     /// Creates the TLS Secret of `spec`, or adopts the existing one; returns
@@ -165,6 +202,20 @@ impl SandboxDriver for KubernetesDriver {
     }
 
     async fn ensure(&self, spec: &LaunchSpec) -> Result<RuntimeState, DriverError> {
+        self.bounded("ensure", self.ensure_unbounded(spec)).await
+    }
+
+    async fn list(&self) -> Result<Vec<Observed>, DriverError> {
+        self.bounded("list", self.list_unbounded()).await
+    }
+
+    async fn delete(&self, name: &str) -> Result<(), DriverError> {
+        self.bounded("delete", self.delete_unbounded(name)).await
+    }
+}
+
+impl KubernetesDriver {
+    async fn ensure_unbounded(&self, spec: &LaunchSpec) -> Result<RuntimeState, DriverError> {
         let name = spec.name();
         if spec.trusted_grant_keys.is_empty() {
             return Err(DriverError::Refused {
@@ -189,7 +240,7 @@ impl SandboxDriver for KubernetesDriver {
         Ok(state::runtime_state(&name, &pod, &ca_pem))
     }
 
-    async fn list(&self) -> Result<Vec<Observed>, DriverError> {
+    async fn list_unbounded(&self) -> Result<Vec<Observed>, DriverError> {
         let selector = format!("{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_NAME}={RUNTIME_APP}");
         let pods = self
             .pods
@@ -199,7 +250,7 @@ impl SandboxDriver for KubernetesDriver {
         Ok(pods.items.iter().filter_map(observed).collect())
     }
 
-    async fn delete(&self, name: &str) -> Result<(), DriverError> {
+    async fn delete_unbounded(&self, name: &str) -> Result<(), DriverError> {
         let gone_ok = |r: Result<(), kube::Error>| match r {
             Err(e) if status_code(&e) != Some(404) => Err(error(e)),
             _ => Ok(()),

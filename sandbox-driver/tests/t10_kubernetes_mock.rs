@@ -415,3 +415,21 @@ async fn errors_are_classified() {
         e => panic!("{e:?}"),
     }
 }
+
+/// - given: an API server that accepts requests and never answers (paused)
+/// - when: list with a 300 ms call timeout
+/// - then: Unavailable, naming the timeout, instead of hanging the launcher.
+#[tokio::test]
+async fn a_silent_api_is_unavailable() {
+    let (driver, mut api) = driver(TEMPLATE);
+    let driver = driver.with_call_timeout(std::time::Duration::from_millis(300));
+    let d = driver.clone();
+    let call = tokio::spawn(async move { d.list().await });
+    let (_seen, _held) = next(&mut api).await;
+    match call.await.unwrap().unwrap_err() {
+        DriverError::Unavailable { message, .. } => {
+            assert!(message.contains("did not answer"), "{message}")
+        }
+        e => panic!("{e:?}"),
+    }
+}

@@ -426,7 +426,10 @@ async fn a_silent_api_is_unavailable() {
     let d = driver.clone();
     let call = tokio::spawn(async move { d.list().await });
     let (_seen, _held) = next(&mut api).await;
-    match call.await.unwrap().unwrap_err() {
+    let result = tokio::time::timeout(std::time::Duration::from_secs(30), call)
+        .await
+        .expect("list still waiting for a silent API after 30 s");
+    match result.unwrap().unwrap_err() {
         DriverError::Unavailable { message, .. } => {
             assert!(message.contains("did not answer"), "{message}")
         }

@@ -101,6 +101,34 @@ impl std::fmt::Debug for KubernetesDriver {
 }
 
 impl KubernetesDriver {
+    /// A driver on the Kubernetes API the environment gives (in a Pod: its
+    /// service account; elsewhere: the kubeconfig), in `namespace` (None:
+    /// the client's default, e.g. the gateway Pod's own namespace).
+    ///
+    /// # Errors
+    /// [`DriverError::Refused`] when no credentials are found.
+    pub async fn from_environment(
+        namespace: Option<String>,
+        template: PodTemplate,
+    ) -> Result<Self, DriverError> {
+        let client = kube::Client::try_default()
+            .await
+            .map_err(|e| DriverError::Refused {
+                driver: "kubernetes",
+                message: format!(
+                    "no Kubernetes API credentials (in-cluster service account or kubeconfig): {e}"
+                ),
+            })?;
+        let namespace = namespace.unwrap_or_else(|| client.default_namespace().to_string());
+        Ok(Self::new(
+            client,
+            KubernetesConfig {
+                namespace,
+                template,
+            },
+        ))
+    }
+
     /// A driver creating Pods in `config.namespace` through `client`.
     pub fn new(client: kube::Client, config: KubernetesConfig) -> Self {
         Self {

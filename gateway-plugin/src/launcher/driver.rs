@@ -52,21 +52,15 @@ pub async fn build(config: &DriverConfig) -> Result<Option<Arc<dyn SandboxDriver
             namespace,
             pod_template_file,
         } => {
-            use sandbox_driver::kubernetes::{KubernetesConfig, KubernetesDriver, PodTemplate};
+            use sandbox_driver::kubernetes::{KubernetesDriver, PodTemplate};
             let setup = |message: String| DriverSetupError {
                 kind: "kubernetes",
                 message,
             };
             let template = PodTemplate::load(pod_template_file).map_err(|e| setup(e.to_string()))?;
-            let client = kube::Client::try_default().await.map_err(|e| {
-                setup(format!(
-                    "no Kubernetes API credentials (in-cluster service account or kubeconfig): {e}"
-                ))
-            })?;
-            let namespace = namespace
-                .clone()
-                .unwrap_or_else(|| client.default_namespace().to_string());
-            let driver = KubernetesDriver::new(client, KubernetesConfig { namespace, template });
+            let driver = KubernetesDriver::from_environment(namespace.clone(), template)
+                .await
+                .map_err(|e| setup(e.to_string()))?;
             Ok(Some(Arc::new(driver)))
         }
     }

@@ -19,7 +19,7 @@ use proto::pool_types::{MemberState as PbMemberState, SandboxPhase};
 use proto::sandbox_runtime::Grant;
 use proto::supervisor_host::{
     gateway_message, AssignmentSnapshot, AttachRefusal, GatewayMessage, HelloAccepted,
-    SandboxInstanceAssignment,
+    RuntimeEndpoint, SandboxInstanceAssignment,
 };
 use raft_store::node::MembershipChange;
 
@@ -83,7 +83,17 @@ pub fn hello_accepted(
     }
 }
 
-/// A sandbox as its owner sees it in a snapshot, without its grant.
+/// The wire form of a generation's recorded runtime endpoint.
+pub fn runtime_endpoint(r: &pool::Runtime) -> RuntimeEndpoint {
+    RuntimeEndpoint {
+        name: r.name.clone(),
+        address: r.address.clone(),
+        ca_pem: r.ca_pem.clone(),
+    }
+}
+
+/// A sandbox as its owner sees it in a snapshot, without its grant (with
+/// its runtime endpoint once recorded, live or released).
 pub fn assignment(s: &SandboxView) -> SandboxInstanceAssignment {
     SandboxInstanceAssignment {
         sandbox_id: s.sandbox.clone(),
@@ -94,6 +104,7 @@ pub fn assignment(s: &SandboxView) -> SandboxInstanceAssignment {
         phase: sandbox_phase(s.phase).into(),
         material_ref: s.material_ref.clone(),
         grant: Vec::new(),
+        runtime: s.runtime.as_ref().map(runtime_endpoint),
     }
 }
 
@@ -191,6 +202,16 @@ pub fn sandbox(state: &PoolState, s: &pool::Sandbox) -> Sandbox {
         last_report_index: s.last_report.as_ref().map(|r| r.index).unwrap_or(0),
         failure: s.failure.clone().unwrap_or_default(),
         launch_id: s.launch_id.clone(),
+        runtime_name: s
+            .runtime
+            .as_ref()
+            .map(|r| r.name.clone())
+            .unwrap_or_default(),
+        runtime_address: s
+            .runtime
+            .as_ref()
+            .map(|r| r.address.clone())
+            .unwrap_or_default(),
     }
 }
 

@@ -332,9 +332,14 @@ impl InvariantTracker {
             {
                 return fail("I8", format!("{id}: {:?} generation revived", prev.phase));
             }
-            if prev.phase == Phase::Stopping
-                && (!matches!(s.phase, Phase::Stopping | Phase::Deleted) || owner_changed)
-            {
+            // A stopping generation ends deleted, or failed when its runtime
+            // is lost (`FailLaunch`); it is never recovered or moved.
+            let stopping_ends = match s.phase {
+                Phase::Stopping | Phase::Deleted => true,
+                Phase::Failed => matches!(cmd, Command::FailLaunch(_)),
+                _ => false,
+            };
+            if prev.phase == Phase::Stopping && (!stopping_ends || owner_changed) {
                 return fail("I8", format!("{id}: stopping sandbox recovered or moved"));
             }
             if s.owner.term < prev.term || s.owner.credential_epoch < prev.credential_epoch {

@@ -70,7 +70,7 @@ async fn leader_gateway_kill_does_not_disturb_workloads() -> TestResult {
             .unwrap_or(false)
     })
     .await;
-    let status = testkit::supervisor::runtime_client(&supervisors[0].runtime_dir, "w")
+    let status = testkit::supervisor::runtime_client(&cluster, "w")
         .await?
         .status(RuntimeStatusRequest {})
         .await?

@@ -71,7 +71,7 @@ async fn resumed_owner_is_fenced_everywhere() -> TestResult {
     tokio::time::sleep(Duration::from_secs(3)).await;
 
     eprintln!("--- step: the runtime fenced the old owner; it refuses the old epoch's grant");
-    let mut runtime = testkit::supervisor::runtime_client(&owner.runtime_dir, "p").await?;
+    let mut runtime = testkit::supervisor::runtime_client(&cluster, "p").await?;
     let status = runtime.status(RuntimeStatusRequest {}).await?.into_inner();
     assert_eq!(status.active_member, other, "{status:?}");
     assert_eq!(status.credential_epoch, new.credential_epoch);

@@ -116,7 +116,7 @@ async fn a_supervisor_refuses_a_gateway_signing_with_an_untrusted_key() -> TestR
     let sb = running_sandbox(&cluster, "sb-36").await;
     assert_eq!(sb.phase(), SandboxPhase::Assigned);
     assert_eq!(sb.owner, "m1");
-    let runtime_log = std::fs::read_to_string(s.runtime_dir.join("sb-36.log")).unwrap_or_default();
+    let runtime_log = testkit::runtimes::entry_of(&cluster.runtimes_dir(), "sb-36")?.log();
     assert!(!runtime_log.contains("refused"), "{runtime_log}");
     Ok(())
 }

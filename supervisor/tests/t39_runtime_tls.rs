@@ -202,13 +202,12 @@ async fn supervisors_run_and_take_over_sandboxes_over_tls() -> TestResult {
 
     eprintln!("--- step: a sandbox runs; its runtime serves TLS only; exec works");
     let sb = running_sandbox(&cluster, "sb-39").await;
-    let runtime_dir = supervisors[0].runtime_dir.clone();
-    let addr = std::fs::read_to_string(runtime_dir.join("sb-39.addr"))?
-        .trim()
-        .to_string();
-    let ca_pem = std::fs::read_to_string(runtime_dir.join("sb-39.crt"))?;
+    let entry = testkit::runtimes::entry_of(&cluster.runtimes_dir(), "sb-39")?;
+    let addr = entry.address().ok_or("no runtime address")?;
+    assert_eq!(sb.runtime_address, addr, "the pool records where it serves");
+    let ca_pem = entry.ca_pem().ok_or("no runtime CA")?;
     assert!(plaintext_status(&addr).await.is_err(), "plaintext answered");
-    assert_eq!(tls_status(&addr, &ca_pem).await?, "sb-39");
+    assert_eq!(tls_status(&addr, &entry.name, &ca_pem).await?, "sb-39");
     let (before, owner) = read_counter(&cluster, "sb-39").await?;
     assert_eq!(owner, sb.owner);
     let pid = runtime_pid("sb-39").ok_or("no runtime process")?;
@@ -234,7 +233,7 @@ async fn supervisors_run_and_take_over_sandboxes_over_tls() -> TestResult {
     assert_eq!(runtime_pid("sb-39"), Some(pid), "the runtime was replaced");
     let (_, by) = read_counter_above(&cluster, "sb-39", before).await?;
     assert_eq!(by, survivor);
-    let status = runtime_client(&runtime_dir, "sb-39")
+    let status = runtime_client(&cluster, "sb-39")
         .await?
         .status(RuntimeStatusRequest {})
         .await?

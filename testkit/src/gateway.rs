@@ -31,6 +31,9 @@ pub struct Gateway {
     pub peer_addr: Option<String>,
     /// How test clients reach a secure gateway (TLS and token).
     pub security: Option<ClientSecurity>,
+    /// The process driver's directory (`<root>/runtimes`, shared by the
+    /// cluster's gateways), unless the extra arguments choose a driver.
+    pub runtimes_dir: PathBuf,
     child: Option<Child>,
 }
 
@@ -45,6 +48,7 @@ impl Gateway {
             extra_args,
             peer_addr: None,
             security: None,
+            runtimes_dir: root.join("runtimes"),
             child: None,
         }
     }
@@ -108,7 +112,10 @@ impl Gateway {
     }
 
     /// The arguments the gateway runs with: `--insecure` (plaintext, one
-    /// port) unless the extra arguments configure TLS.
+    /// port) unless the extra arguments configure TLS; the process sandbox
+    /// driver on [`Gateway::runtimes_dir`] (a network namespace per runtime
+    /// when root, unless `OPENSHELL_TEST_NETNS` says `off`) unless they
+    /// choose a driver.
     pub fn args(&self) -> Vec<String> {
         let secure = self.extra_args.iter().any(|a| a == "--tls-cert-file");
         let peer = self
@@ -131,6 +138,19 @@ impl Gateway {
             "test".into(),
         ]);
         args.extend(peer);
+        if !self.extra_args.iter().any(|a| a == "--sandbox-driver") {
+            let netns = std::env::var("OPENSHELL_TEST_NETNS").unwrap_or_else(|_| "auto".into());
+            args.extend([
+                "--sandbox-driver".to_string(),
+                "process".into(),
+                "--process-driver-dir".into(),
+                self.runtimes_dir.display().to_string(),
+                "--runtime-bin".into(),
+                crate::bins::runtime_bin().display().to_string(),
+                "--process-netns".into(),
+                netns,
+            ]);
+        }
         args.extend(self.extra_args.iter().cloned());
         args
     }
@@ -211,6 +231,17 @@ pub async fn test_channel(addr: &str, connect_ms: u64) -> TestResult<Channel> {
     Ok(client::connect(Role::Cli, addr, &config).await?)
 }
 
+/// Kills the runtimes the cluster's gateways launched and removes their
+/// network namespaces (after the gateways, which drop with the fields).
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            node.kill9();
+        }
+        crate::runtimes::cleanup(&self.root.path().join("runtimes"));
+    }
+}
+
 /// A set of gateways under one temp directory.
 pub struct Cluster {
     pub root: tempfile::TempDir,
@@ -289,6 +320,11 @@ impl Cluster {
         let mut cluster = Self::bootstrap(root, nodes);
         cluster.material = Some(material);
         cluster
+    }
+
+    /// The process driver's directory of this cluster's gateways.
+    pub fn runtimes_dir(&self) -> PathBuf {
+        self.root.path().join("runtimes")
     }
 
     pub fn node(&mut self, id: u64) -> &mut Gateway {

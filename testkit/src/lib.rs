@@ -16,6 +16,8 @@
 //! - [`supervisor`]: `openshell-supervisor` processes
 //!   ([`supervisor::Supervisor`]) and the pool helpers of the supervision
 //!   scenarios.
+//! - [`runtimes`]: the runtimes a cluster's gateways launch with the
+//!   process driver (entries, a verified client, clean-up).
 //! - [`root`]: counted skips of tests that need root.
 //! - [`secure`]: TLS material (a throwaway CA, certificates, signing key,
 //!   admin token) for secure end-to-end tests.
@@ -38,6 +40,7 @@ pub mod bins;
 pub mod gateway;
 pub mod member;
 pub mod ports;
+pub mod runtimes;
 pub mod root;
 pub mod secure;
 pub mod supervisor;

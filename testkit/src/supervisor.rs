@@ -1,6 +1,7 @@
 //! Supervisor processes for end-to-end tests: real `openshell-supervisor`
-//! processes ([`Supervisor`]) and the sandbox runtimes they start, all on
-//! loopback, beside a [`Cluster`] of gateways; plus the pool helpers the
+//! processes ([`Supervisor`]) on loopback, beside a [`Cluster`] of gateways
+//! (whose leader launches the sandbox runtimes, see [`crate::runtimes`]);
+//! plus the pool helpers the
 //! supervision scenarios share ([`three_gateways`], [`wait_pool`],
 //! [`running_sandbox`], ...).
 
@@ -8,7 +9,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::bins::{runtime_bin, supervisor_bin};
+use crate::bins::supervisor_bin;
 use crate::gateway::{eventually, Cluster, Gateway};
 use crate::ports::free_port;
 use crate::TestResult;
@@ -35,13 +36,12 @@ pub fn timing<'a>(flags: &[&'a str]) -> Vec<&'a str> {
 pub struct Supervisor {
     pub member: String,
     pub gateways: Vec<String>,
-    pub runtime_dir: PathBuf,
     pub http: String,
     pub log_path: PathBuf,
     pub credential: String,
     /// Attach in the listed gateway order.
     pub listed_order: bool,
-    /// Extra environment (inherited by the runtimes it starts).
+    /// Extra environment.
     pub env: Vec<(String, String)>,
     /// Pass `--insecure` (the default: no credential or trusted keys
     /// needed, as before the supervisor was secure by default).
@@ -60,7 +60,6 @@ impl Supervisor {
         Supervisor {
             member: member.into(),
             gateways,
-            runtime_dir: root.join("runtimes"),
             http: format!("127.0.0.1:{}", free_port()),
             log_path: root.join(format!("{member}.log")),
             credential: String::new(),
@@ -115,10 +114,6 @@ impl Supervisor {
                 "--capacity",
                 "10",
             ])
-            .arg("--runtime-dir")
-            .arg(&self.runtime_dir)
-            .arg("--runtime-bin")
-            .arg(runtime_bin())
             .env("RUST_LOG", "info")
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdout(Stdio::from(log))
@@ -417,24 +412,12 @@ impl Drop for LogsOnFailure<'_> {
     }
 }
 
-/// A client to the sandbox runtime of `sandbox` a supervisor started in
-/// `runtime_dir`: dials the address in `<sandbox>.addr` over TLS, trusting
-/// the CA certificate the runtime published as `<sandbox>.crt` (plaintext
-/// when there is none: a runtime started `--insecure`).
+/// A client to the runtime of `sandbox`'s newest generation that the
+/// cluster's gateways launched, verified as a supervisor verifies it.
 pub async fn runtime_client(
-    runtime_dir: &std::path::Path,
+    cluster: &Cluster,
     sandbox: &str,
 ) -> TestResult<proto::sandbox_runtime::sandbox_runtime_client::SandboxRuntimeClient<Channel>> {
-    use proto::client::{ClientConfig, Role};
-    let addr = std::fs::read_to_string(runtime_dir.join(format!("{sandbox}.addr")))?
-        .trim()
-        .to_string();
-    let mut config = ClientConfig::for_role(Role::SupervisorToRuntime);
-    match std::fs::read_to_string(runtime_dir.join(format!("{sandbox}.crt"))) {
-        Ok(pem) => config = config.with_tls(Some(proto::tls::ClientTls::from_ca_pem(&pem)?)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e.into()),
-    }
-    let channel = proto::client::connect(Role::SupervisorToRuntime, &addr, &config).await?;
-    Ok(proto::sandbox_runtime::sandbox_runtime_client::SandboxRuntimeClient::new(channel))
+    let entry = crate::runtimes::entry_of(&cluster.runtimes_dir(), sandbox)?;
+    crate::runtimes::client(&entry).await
 }

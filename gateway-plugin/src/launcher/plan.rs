@@ -170,3 +170,301 @@ fn owned_by_live_generation(state: &PoolState, runtime: &Observed) -> bool {
     runtime.generation > sandbox.generation
         || !matches!(sandbox.phase, Phase::Deleted | Phase::Failed)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pool::{Acknowledge, Command, Delete, FailLaunch, Join, Launch, RecordRuntime};
+
+    const CA: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+
+    struct Pool {
+        state: PoolState,
+        index: u64,
+    }
+
+    impl Pool {
+        /// One member with room, sandbox `sb` launched (admitting).
+        fn with(sb: &str) -> Pool {
+            let mut p = Pool {
+                state: PoolState::new(),
+                index: 0,
+            };
+            p.apply(Command::Join(Join {
+                member: "m".into(),
+                uid: "u".into(),
+                incarnation: 1,
+                address: "m:1".into(),
+                capacity: 4,
+                ..Join::default()
+            }));
+            p.launch(sb, "[\"sleep\",\"1000\"]");
+            p
+        }
+
+        fn apply(&mut self, command: Command) {
+            self.index += 1;
+            let outcome = self.state.apply(self.index, &command);
+            assert!(
+                matches!(outcome, pool::Outcome::Applied(_)),
+                "{}: {outcome:?}",
+                command.name()
+            );
+        }
+
+        fn launch(&mut self, sb: &str, material: &str) {
+            self.apply(Command::Launch(Launch {
+                launch_id: format!("l-{sb}-{}", self.index),
+                sandbox: sb.into(),
+                material_ref: material.into(),
+            }));
+        }
+
+        fn record(&mut self, sb: &str) {
+            let generation = self.generation(sb);
+            self.apply(Command::RecordRuntime(RecordRuntime {
+                sandbox: sb.into(),
+                generation,
+                name: runtime_name(sb, generation),
+                address: "10.213.0.2:7400".into(),
+                ca_pem: CA.into(),
+            }));
+        }
+
+        fn ack(&mut self, sb: &str) {
+            let s = self.sandbox(sb);
+            self.apply(Command::Acknowledge(Acknowledge {
+                sandbox: sb.into(),
+                generation: s.generation,
+                member: s.owner.member.clone(),
+                incarnation: s.owner.incarnation,
+                term: s.owner.term,
+            }));
+        }
+
+        fn delete(&mut self, sb: &str) {
+            let generation = self.generation(sb);
+            self.apply(Command::Delete(Delete {
+                sandbox: sb.into(),
+                generation,
+            }));
+        }
+
+        fn sandbox(&self, sb: &str) -> Sandbox {
+            self.state.sandbox(sb).cloned().expect("sandbox")
+        }
+
+        fn generation(&self, sb: &str) -> u64 {
+            self.sandbox(sb).generation
+        }
+
+        fn plan(&self, listed: &[Observed]) -> Vec<Action> {
+            plan(&self.state, listed, &defaults())
+        }
+    }
+
+    fn defaults() -> LaunchDefaults {
+        LaunchDefaults {
+            recovery_deadline_ms: 60_000,
+            trusted_grant_keys: vec!["ab".repeat(32)],
+        }
+    }
+
+    fn listed(sb: &str, generation: u64, state: RuntimeState) -> Observed {
+        Observed {
+            name: runtime_name(sb, generation),
+            sandbox_id: sb.into(),
+            generation,
+            state,
+        }
+    }
+
+    fn running(sb: &str, generation: u64) -> RuntimeState {
+        RuntimeState::Running(Endpoint {
+            name: runtime_name(sb, generation),
+            address: "10.213.0.2:7400".into(),
+            ca_pem: CA.into(),
+        })
+    }
+
+    fn ensures(actions: &[Action]) -> Vec<&LaunchSpec> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Ensure(spec) => Some(spec),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// - given: a new launch (admitting, nothing recorded, nothing listed)
+    /// - then: its runtime is ensured with the launch's workload command,
+    ///   the recovery deadline and the trusted keys
+    #[test]
+    fn a_new_launch_is_ensured_with_its_workload() {
+        let p = Pool::with("sb");
+        let actions = p.plan(&[]);
+        assert_eq!(
+            actions,
+            vec![Action::Ensure(LaunchSpec {
+                sandbox_id: "sb".into(),
+                generation: 1,
+                workload: vec!["sleep".into(), "1000".into()],
+                recovery_deadline_ms: 60_000,
+                trusted_grant_keys: vec!["ab".repeat(32)],
+            })]
+        );
+        assert_eq!(workload(""), Vec::<String>::new());
+        assert_eq!(workload("demo"), Vec::<String>::new());
+        assert_eq!(workload("{\"a\":1}"), Vec::<String>::new());
+    }
+
+    /// - given: the runtime of a new launch is listed (another leader, or
+    ///   an earlier pass, created it)
+    /// - then: never ensured again: serving -> recorded, failed -> the
+    ///   launch fails with the driver's reason, pending -> waited for
+    #[test]
+    fn a_listed_runtime_is_adopted_not_created_again() {
+        let p = Pool::with("sb");
+        let serving = p.plan(&[listed("sb", 1, running("sb", 1))]);
+        assert!(matches!(
+            serving.as_slice(),
+            [Action::Record { sandbox, generation: 1, endpoint }]
+                if sandbox == "sb" && endpoint.address == "10.213.0.2:7400"
+        ));
+        let failed = p.plan(&[listed(
+            "sb",
+            1,
+            RuntimeState::Failed {
+                reason: "Unschedulable: 0/3 nodes are available".into(),
+            },
+        )]);
+        assert_eq!(
+            failed,
+            vec![Action::Fail {
+                sandbox: "sb".into(),
+                generation: 1,
+                reason: "LaunchFailed: Unschedulable: 0/3 nodes are available".into()
+            }]
+        );
+        let pending = p.plan(&[listed(
+            "sb",
+            1,
+            RuntimeState::Pending {
+                detail: "ContainerCreating".into(),
+            },
+        )]);
+        assert_eq!(pending, vec![]);
+    }
+
+    /// - given: a recorded, acknowledged sandbox
+    /// - when: the list shows its runtime, then shows it failed, then not
+    ///   at all
+    /// - then: nothing; then `RuntimeLost` with the driver's reason; then
+    ///   `RuntimeLost ... is gone`; and never an ensure (no relaunch)
+    #[test]
+    fn a_recorded_runtime_that_is_lost_fails_the_sandbox_and_is_not_relaunched() {
+        let mut p = Pool::with("sb");
+        p.record("sb");
+        p.ack("sb");
+        assert_eq!(p.plan(&[listed("sb", 1, running("sb", 1))]), vec![]);
+        let dead = p.plan(&[listed(
+            "sb",
+            1,
+            RuntimeState::Failed {
+                reason: "runtime exited".into(),
+            },
+        )]);
+        assert!(
+            matches!(dead.as_slice(), [Action::Fail { reason, .. }] if reason.starts_with("RuntimeLost: ") && reason.ends_with("runtime exited")),
+            "{dead:?}"
+        );
+        let gone = p.plan(&[]);
+        assert!(
+            matches!(gone.as_slice(), [Action::Fail { reason, .. }] if reason.starts_with("RuntimeLost: ") && reason.ends_with("is gone")),
+            "{gone:?}"
+        );
+        assert!(ensures(&gone).is_empty());
+    }
+
+    /// - given: an assigned sandbox with no runtime recorded (launched
+    ///   before runtimes were recorded: its runtime is not the driver's)
+    /// - then: nothing is created for it (a second workload)
+    #[test]
+    fn an_assigned_sandbox_without_a_record_is_left_alone() {
+        let mut p = Pool::with("sb");
+        p.ack("sb");
+        assert_eq!(p.sandbox("sb").phase, Phase::Assigned);
+        assert_eq!(p.plan(&[]), vec![]);
+    }
+
+    /// - given: listed runtimes of a deleted sandbox, of a failed one, of
+    ///   an older generation, and of an id the state does not know
+    /// - then: each is deleted; the live generation's runtime is kept
+    #[test]
+    fn runtimes_no_live_generation_owns_are_deleted() {
+        let mut p = Pool::with("gone");
+        p.record("gone");
+        p.delete("gone");
+        p.launch("failed", "");
+        p.record("failed");
+        let generation = p.generation("failed");
+        p.apply(Command::FailLaunch(FailLaunch {
+            sandbox: "failed".into(),
+            generation,
+            reason: "RuntimeLost: x".into(),
+        }));
+        p.launch("again", "");
+        p.record("again");
+        p.delete("again");
+        p.launch("again", "");
+        p.record("again");
+        assert_eq!(p.generation("again"), 2);
+        let list = [
+            listed("gone", 1, running("gone", 1)),
+            listed("failed", 1, RuntimeState::Failed { reason: "x".into() }),
+            listed("again", 1, running("again", 1)),
+            listed("again", 2, running("again", 2)),
+            listed("stranger", 1, running("stranger", 1)),
+        ];
+        let deleted: Vec<String> = p
+            .plan(&list)
+            .into_iter()
+            .filter_map(|a| match a {
+                Action::Delete { name } => Some(name),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            deleted,
+            vec![
+                runtime_name("gone", 1),
+                runtime_name("failed", 1),
+                runtime_name("again", 1),
+                runtime_name("stranger", 1),
+            ]
+        );
+    }
+
+    /// - given: a listed runtime whose name is not the one its labels'
+    ///   sandbox and generation give (a forged or foreign object)
+    /// - then: it is not taken for the live sandbox's runtime: deleted
+    #[test]
+    fn a_runtime_whose_name_does_not_match_its_sandbox_is_not_adopted() {
+        let mut p = Pool::with("sb");
+        p.record("sb");
+        let forged = Observed {
+            name: "sbx-other-g1-00000000".into(),
+            sandbox_id: "sb".into(),
+            generation: 1,
+            state: running("sb", 1),
+        };
+        let actions = p.plan(&[listed("sb", 1, running("sb", 1)), forged]);
+        assert_eq!(
+            actions,
+            vec![Action::Delete {
+                name: "sbx-other-g1-00000000".into()
+            }]
+        );
+    }
+}

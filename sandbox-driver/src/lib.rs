@@ -20,6 +20,7 @@
 
 pub mod identity;
 pub mod name;
+pub mod process;
 
 pub use name::runtime_name;
 

@@ -52,7 +52,8 @@ mod tests {
     fn is_dns_label(s: &str) -> bool {
         !s.is_empty()
             && s.len() <= MAX_NAME_LEN
-            && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
             && !s.starts_with('-')
             && !s.ends_with('-')
     }

@@ -145,7 +145,8 @@ pub fn is_ours(pid: i32, sandbox_id: &str, runtime_file: &OsStr) -> bool {
     liveness(pid, sandbox_id, runtime_file) == Liveness::Ours
 }
 
-/// The last non-empty line of the entry's `runtime.log`.
+/// The last line of the entry's `runtime.log` that says something (not
+/// empty, not a command-line usage or hint line).
 pub fn last_log_line(entry: &Path) -> String {
     let path = entry.join(ENTRY_LOG);
     let read = || -> std::io::Result<String> {
@@ -156,11 +157,19 @@ pub fn last_log_line(entry: &Path) -> String {
         file.read_to_end(&mut tail)?;
         Ok(String::from_utf8_lossy(&tail).into_owned())
     };
+    // A command-line error ends with clap's usage and hint lines: the
+    // `error:` line above them says what is wrong.
+    let says_something = |l: &&str| {
+        !(l.is_empty()
+            || l.starts_with("For more information")
+            || l.starts_with("Usage:")
+            || l.starts_with("tip:"))
+    };
     match read() {
         Ok(tail) => tail
             .lines()
             .map(str::trim)
-            .rfind(|l| !l.is_empty())
+            .rfind(says_something)
             .map_or_else(
                 || format!("no output in {}", path.display()),
                 ToString::to_string,
@@ -225,5 +234,36 @@ pub fn observe(entry: &Path, name: &str, sandbox_id: &str, runtime_file: &OsStr)
 fn starting() -> RuntimeState {
     RuntimeState::Pending {
         detail: "starting".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_last_log_line_skips_usage_hints() {
+        let dir = tempfile::tempdir().expect("dir");
+        std::fs::write(
+            dir.path().join(ENTRY_LOG),
+            "error: unexpected argument '--x' found\n\n  tip: to pass '--x' as a value, use '-- --x'\n\nUsage: openshell-sandbox-runtime [OPTIONS]\n\nFor more information, try '--help'.\n",
+        )
+        .expect("write");
+        assert_eq!(
+            last_log_line(dir.path()),
+            "error: unexpected argument '--x' found"
+        );
+        std::fs::write(
+            dir.path().join(ENTRY_LOG),
+            "INFO started\nopenshell-sandbox-runtime: cannot listen on 127.0.0.1:1: Permission denied\n",
+        )
+        .expect("write");
+        assert!(last_log_line(dir.path()).contains("cannot listen"));
+        assert_eq!(liveness(i32::MAX, "x", OsStr::new("rt")), Liveness::Gone);
+        // This test process is alive but not a runtime.
+        assert_eq!(
+            liveness(std::process::id() as i32, "x", OsStr::new("rt")),
+            Liveness::Gone
+        );
     }
 }

@@ -18,6 +18,8 @@
 //!   workload gets `OPENSHELL_SANDBOX_ID`; a runtime that cannot start is
 //!   Failed with its log's last line; a directory another gateway is still
 //!   creating is Pending, then Failed once quiet for 10 s
+//! - and: namespaces asked for (`On`) where `ip` cannot run: the driver
+//!   refuses to start, naming why; `Auto` falls back to 127.0.0.1
 //!
 //! Every test removes its processes and namespaces on the way out, failed
 //! or not ([`Cleanup`]).
@@ -234,6 +236,10 @@ async fn a_runtime_in_its_namespace_serves_tls_is_adopted_and_deleted() {
     };
     assert_eq!(mode(driver.dir()), 0o700);
     assert_eq!(mode(&entry.join("tls.key")), 0o600);
+    assert!(
+        !entry.join("address.crt").exists(),
+        "a runtime given its certificate publishes no CA file"
+    );
     assert_eq!(
         std::fs::read_to_string(entry.join("netns"))
             .expect("netns")
@@ -407,6 +413,16 @@ async fn gateway_child() {
     tokio::time::sleep(Duration::from_secs(600)).await;
 }
 
+/// A child process killed (SIGKILL) and reaped on drop.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[tokio::test]
 async fn a_runtime_outlives_the_gateway_that_launched_it() {
     let cleanup = Cleanup::new();
@@ -429,8 +445,9 @@ async fn a_runtime_outlives_the_gateway_that_launched_it() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("spawn the gateway child");
-    let entry = driver.dir().join(spec.name());
     let stdout = gateway.stdout.take().expect("stdout");
+    let mut gateway = KillOnDrop(gateway);
+    let entry = driver.dir().join(spec.name());
     let reader = std::thread::spawn(move || {
         use std::io::BufRead;
         std::io::BufReader::new(stdout)
@@ -446,8 +463,8 @@ async fn a_runtime_outlives_the_gateway_that_launched_it() {
     let pid = read_pid(&entry).expect("pid");
 
     eprintln!("--- step: kill -9 the gateway; the runtime stays");
-    gateway.kill().expect("kill -9");
-    gateway.wait().expect("reap");
+    gateway.0.kill().expect("kill -9");
+    gateway.0.wait().expect("reap");
     tokio::time::sleep(Duration::from_millis(500)).await;
     // SAFETY: getsid has no preconditions.
     assert_eq!(
@@ -570,4 +587,51 @@ async fn without_namespaces_the_runtime_serves_on_loopback_and_failures_are_repo
     );
     driver.delete(&half.name()).await.expect("delete");
     assert!(!half_dir.exists());
+}
+
+/// Not a test on its own: with `T01_NO_IP` set (by
+/// `namespaces_on_without_ip_is_refused_clearly`, which also empties PATH)
+/// it asks for namespaces where `ip` cannot be found.
+#[test]
+fn no_ip_child() {
+    let Ok(dir) = std::env::var("T01_NO_IP") else {
+        return;
+    };
+    let e = ProcessDriver::new(ProcessConfig {
+        dir: PathBuf::from(dir),
+        runtime_bin: PathBuf::from("/nonexistent/openshell-sandbox-runtime"),
+        netns: NetnsMode::On,
+    })
+    .expect_err("On without ip must fail");
+    println!("REFUSED: {e}");
+    let auto = ProcessDriver::new(ProcessConfig {
+        dir: std::env::temp_dir().join(format!("t01-no-ip-{}", std::process::id())),
+        runtime_bin: PathBuf::from("/nonexistent/openshell-sandbox-runtime"),
+        netns: NetnsMode::Auto,
+    })
+    .expect("Auto without ip falls back to 127.0.0.1");
+    println!("AUTO NETNS: {}", auto.uses_netns());
+    let _ = std::fs::remove_dir_all(auto.dir());
+}
+
+#[test]
+fn namespaces_on_without_ip_is_refused_clearly() {
+    let dir = tempfile::tempdir().expect("dir");
+    let out = std::process::Command::new(std::env::current_exe().expect("exe"))
+        .args(["no_ip_child", "--exact", "--nocapture", "--test-threads=1"])
+        .env("T01_NO_IP", dir.path())
+        .env("PATH", "/nonexistent")
+        .output()
+        .expect("run the child");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("REFUSED: process driver: network namespaces requested (On) but unavailable: ip netns list: cannot run"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("AUTO NETNS: false"), "{stdout}");
 }

@@ -5,7 +5,10 @@
 #
 # - the Jepsen harness (network namespaces, partitions, packet loss, clock
 #   skew): iproute2, nftables, iptables, faketime (jepsen/ci-deps.sh);
-# - process tests find and signal processes with pgrep/pkill/kill: procps.
+# - process tests find and signal processes with pgrep/pkill/kill: procps;
+# - the Kubernetes schema test (sandbox-driver t11) validates every Pod and
+#   Secret the driver would create with `kubernetes-validate` (PyPI), in a
+#   venv at /opt/openshell-test-venv (Debian 12 refuses a system pip install).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,4 +21,20 @@ if [ "${#missing[@]}" -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq "${missing[@]}"
 fi
+
+# kubernetes-validate, pinned; the t11 test looks for
+# /opt/openshell-test-venv/bin/kubernetes-validate, then $PATH.
+KUBE_VALIDATE_VENV=${KUBE_VALIDATE_VENV:-/opt/openshell-test-venv}
+KUBE_VALIDATE_VERSION=1.37.0
+if ! "$KUBE_VALIDATE_VENV/bin/kubernetes-validate" --version 2>/dev/null | grep -q "$KUBE_VALIDATE_VERSION"; then
+  echo "scripts/test-deps.sh: installing kubernetes-validate $KUBE_VALIDATE_VERSION in $KUBE_VALIDATE_VENV"
+  if ! python3 -m venv "$KUBE_VALIDATE_VENV" 2>/dev/null; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq python3-venv python3-pip
+    python3 -m venv "$KUBE_VALIDATE_VENV"
+  fi
+  "$KUBE_VALIDATE_VENV/bin/pip" install -q "kubernetes-validate==$KUBE_VALIDATE_VERSION"
+fi
+
 bash jepsen/ci-deps.sh

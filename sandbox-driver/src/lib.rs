@@ -19,6 +19,7 @@
 //! [`LaunchSpec`], [`RuntimeState`], [`runtime_name`].
 
 pub mod identity;
+pub mod kubernetes;
 pub mod name;
 pub mod process;
 

@@ -207,8 +207,16 @@ impl ProcessDriver {
                 .await
                 .map_err(|e| unavailable(format!("subnet allocation: {e}")))??;
             let ns = Netns::new(name, index);
-            entry::write_atomically(&entry.join(ENTRY_NETNS), name.as_bytes(), 0o600)?;
-            ns.create().await?;
+            ns.add().await?;
+            // Recorded once it is ours: a failed create removes only what
+            // it made, never a namespace someone else left by this name.
+            if let Err(e) =
+                entry::write_atomically(&entry.join(ENTRY_NETNS), name.as_bytes(), 0o600)
+            {
+                let _ = netns::remove(name, &ns.host_link).await;
+                return Err(e);
+            }
+            ns.plumb().await?;
             drop(locks);
             (
                 SocketAddr::new(IpAddr::V4(ns.runtime_ip()), RUNTIME_PORT),

@@ -18,6 +18,8 @@
 //!   workload gets `OPENSHELL_SANDBOX_ID`; a runtime that cannot start is
 //!   Failed with its log's last line; a directory another gateway is still
 //!   creating is Pending, then Failed once quiet for 10 s
+//! - and: a namespace left by the runtime's name fails the create with
+//!   `ip`'s message and is left alone; the directory is removed
 //! - and: namespaces asked for (`On`) where `ip` cannot run: the driver
 //!   refuses to start, naming why; `Auto` falls back to 127.0.0.1
 //!
@@ -634,4 +636,45 @@ fn namespaces_on_without_ip_is_refused_clearly() {
         "{stdout}"
     );
     assert!(stdout.contains("AUTO NETNS: false"), "{stdout}");
+}
+
+/// A network namespace made by hand, deleted on drop.
+struct NamespaceGuard(String);
+
+impl Drop for NamespaceGuard {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "del", &self.0])
+            .status();
+    }
+}
+
+#[tokio::test]
+async fn a_namespace_left_by_that_name_fails_the_create_and_is_left_alone() {
+    let cleanup = Cleanup::new();
+    let driver = driver(&cleanup, NetnsMode::On);
+    let left = spec(&sandbox_id("left"), Vec::new());
+    let name = left.name();
+    let added = std::process::Command::new("ip")
+        .args(["netns", "add", &name])
+        .status()
+        .expect("ip netns add");
+    assert!(added.success());
+    let _guard = NamespaceGuard(name.clone());
+
+    let e = driver
+        .ensure(&left)
+        .await
+        .expect_err("a namespace by that name exists");
+    let text = e.to_string();
+    assert!(
+        text.contains("ip netns add") && text.contains("File exists"),
+        "the error carries ip's stderr: {text}"
+    );
+    assert!(namespaces().contains(&name), "not ours to remove");
+    assert!(
+        !driver.dir().join(&name).exists(),
+        "a failed create removes its directory"
+    );
+    assert!(runtime_pids(&left.sandbox_id).is_empty());
 }

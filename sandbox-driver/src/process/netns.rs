@@ -57,17 +57,25 @@ impl Netns {
         Ipv4Addr::from(POOL_BASE + 4 * self.index + 2)
     }
 
-    /// Creates the namespace, the veth pair and their addresses, and brings
-    /// `lo` up inside.
+    /// Creates the namespace (`ip netns add`): it fails when one by this
+    /// name exists, which is then not ours to remove.
+    ///
+    /// # Errors
+    /// The `ip` command's stderr.
+    pub async fn add(&self) -> Result<(), DriverError> {
+        ip(&["netns", "add", &self.name]).await.map(|_| ())
+    }
+
+    /// In the namespace [`Netns::add`] created: brings `lo` up, creates the
+    /// veth pair and gives both ends their addresses.
     ///
     /// # Errors
     /// The failing `ip` command, with its stderr.
-    pub async fn create(&self) -> Result<(), DriverError> {
+    pub async fn plumb(&self) -> Result<(), DriverError> {
         let ns = self.name.as_str();
         let (h, r) = (self.host_link.as_str(), self.runtime_link.as_str());
         let host_addr = format!("{}/30", self.host_ip());
         let runtime_addr = format!("{}/30", self.runtime_ip());
-        ip(&["netns", "add", ns]).await?;
         ip(&["-n", ns, "link", "set", "lo", "up"]).await?;
         ip(&[
             "link", "add", h, "type", "veth", "peer", "name", r, "netns", ns,

@@ -23,6 +23,7 @@
 //! | 8 | `Launch` | 18 | `CompleteOperation` |
 //! | 9 | `Takeover` | 19 | `FailOperation` |
 //! | 10 | `Acknowledge` | 20 | `CancelOperation` |
+//! | 21 | `RecordRuntime` | 22 | `FailLaunch` |
 //!
 //! Retired tags: none yet.
 
@@ -366,6 +367,45 @@ pub struct CancelOperation {
     pub operation_id: String,
 }
 
+/// Records the endpoint of a sandbox generation's runtime. Proposed by the
+/// leader's launcher once the driver reports the runtime serving
+/// (docs/design/0003); the owner gets the endpoint in its assignment.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, prost::Message)]
+pub struct RecordRuntime {
+    /// Sandbox id.
+    #[prost(string, tag = "1")]
+    pub sandbox: String,
+    /// Precondition: the generation the runtime was launched for.
+    #[prost(uint64, tag = "2")]
+    pub generation: u64,
+    /// Runtime name: 1 to 63 of `a-z0-9-` (a DNS label).
+    #[prost(string, tag = "3")]
+    pub name: String,
+    /// `host:port`, a socket address of at most 256 bytes.
+    #[prost(string, tag = "4")]
+    pub address: String,
+    /// PEM of the runtime's CA certificate, at most 16 KiB.
+    #[prost(string, tag = "5")]
+    pub ca_pem: String,
+}
+
+/// Fails a live sandbox generation whose runtime could not be launched
+/// (`LaunchFailed: ...`) or was lost (`RuntimeLost: ...`). Proposed by the
+/// leader's launcher; the effect is the one of `FailRecovery`.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, prost::Message)]
+pub struct FailLaunch {
+    /// Sandbox id.
+    #[prost(string, tag = "1")]
+    pub sandbox: String,
+    /// Precondition: generation.
+    #[prost(uint64, tag = "2")]
+    pub generation: u64,
+    /// The failure recorded: starts with `LaunchFailed: ` or
+    /// `RuntimeLost: `, at most 1024 bytes.
+    #[prost(string, tag = "3")]
+    pub reason: String,
+}
+
 /// A pool command: one raft log entry's payload. The oneof tags are the wire
 /// discriminants (see the module doc); never reuse one.
 #[derive(Clone, PartialEq, prost::Oneof)]
@@ -430,6 +470,12 @@ pub enum Command {
     /// Tag 20.
     #[prost(message, tag = "20")]
     CancelOperation(CancelOperation),
+    /// Tag 21.
+    #[prost(message, tag = "21")]
+    RecordRuntime(RecordRuntime),
+    /// Tag 22.
+    #[prost(message, tag = "22")]
+    FailLaunch(FailLaunch),
 }
 
 /// The on-wire container of one command.
@@ -438,7 +484,7 @@ pub struct CommandEnvelope {
     /// The command; `None` after decoding means an unknown tag.
     #[prost(
         oneof = "Command",
-        tags = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20"
+        tags = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22"
     )]
     pub command: Option<Command>,
 }
@@ -502,6 +548,8 @@ impl Command {
             Command::CompleteOperation(_) => "CompleteOperation",
             Command::FailOperation(_) => "FailOperation",
             Command::CancelOperation(_) => "CancelOperation",
+            Command::RecordRuntime(_) => "RecordRuntime",
+            Command::FailLaunch(_) => "FailLaunch",
         }
     }
 }

@@ -11,7 +11,8 @@ use crate::state::*;
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{invariant} violated: {detail}")]
 pub struct InvariantViolation {
-    /// Which invariant (`I1`..`I8`, or `state` for structural checks).
+    /// Which invariant (`I1`..`I8`, `state` for structural checks, or
+    /// `runtime` for the runtime record).
     pub invariant: &'static str,
     /// What was found.
     pub detail: String,
@@ -213,12 +214,14 @@ struct SandboxSeen {
     incarnation: u64,
     term: u64,
     credential_epoch: u64,
+    runtime: Option<Runtime>,
 }
 
 /// Checks invariants across steps: terms and epochs strictly increase on
 /// every owner change (I1, I2), takeovers only of dead/draining owners as
 /// seen at the previous log position (I4), deleted/failed never revived and
-/// stopping never recovered (I8), time and incarnations never go back.
+/// stopping never recovered (I8), time and incarnations never go back, and a
+/// recorded runtime belongs to its generation and is never replaced.
 #[derive(Clone, Debug, Default)]
 pub struct InvariantTracker {
     sandboxes: BTreeMap<String, SandboxSeen>,
@@ -260,6 +263,7 @@ impl InvariantTracker {
                         incarnation: s.owner.incarnation,
                         term: s.owner.term,
                         credential_epoch: s.owner.credential_epoch,
+                        runtime: s.runtime.clone(),
                     },
                 )
             })
@@ -299,7 +303,25 @@ impl InvariantTracker {
                 if !matches!(prev.phase, Phase::Deleted | Phase::Failed) {
                     return fail("I1", format!("{id}: new generation over a live one"));
                 }
+                if s.runtime.is_some() && !matches!(cmd, Command::RecordRuntime(_)) {
+                    return fail(
+                        "runtime",
+                        format!("{id}: a new generation inherited a runtime"),
+                    );
+                }
                 continue;
+            }
+            match (&prev.runtime, &s.runtime) {
+                (Some(before), after) if after.as_ref() != Some(before) => {
+                    return fail("runtime", format!("{id}: recorded runtime replaced"));
+                }
+                (None, Some(_)) if !matches!(cmd, Command::RecordRuntime(_)) => {
+                    return fail(
+                        "runtime",
+                        format!("{id}: runtime recorded by {}", cmd.name()),
+                    );
+                }
+                _ => {}
             }
             let owner_changed =
                 s.owner.member != prev.member || s.owner.incarnation != prev.incarnation;
@@ -310,9 +332,14 @@ impl InvariantTracker {
             {
                 return fail("I8", format!("{id}: {:?} generation revived", prev.phase));
             }
-            if prev.phase == Phase::Stopping
-                && (!matches!(s.phase, Phase::Stopping | Phase::Deleted) || owner_changed)
-            {
+            // A stopping generation ends deleted, or failed when its runtime
+            // is lost (`FailLaunch`); it is never recovered or moved.
+            let stopping_ends = match s.phase {
+                Phase::Stopping | Phase::Deleted => true,
+                Phase::Failed => matches!(cmd, Command::FailLaunch(_)),
+                _ => false,
+            };
+            if prev.phase == Phase::Stopping && (!stopping_ends || owner_changed) {
                 return fail("I8", format!("{id}: stopping sandbox recovered or moved"));
             }
             if s.owner.term < prev.term || s.owner.credential_epoch < prev.credential_epoch {

@@ -149,6 +149,21 @@ pub enum Reason {
     /// The move does not belong to this operation's plan.
     #[error("move not part of operation")]
     NotPlanned,
+    /// A `RecordRuntime` field is malformed (the field is named).
+    #[error("invalid runtime {field}: {detail}")]
+    InvalidRuntime {
+        /// `name`, `address` or `ca_pem`.
+        field: String,
+        /// What is wrong with it.
+        detail: String,
+    },
+    /// The generation already has a different runtime recorded; a recorded
+    /// runtime is never replaced.
+    #[error("runtime already recorded as {0}")]
+    RuntimeAlreadyRecorded(String),
+    /// A `FailLaunch` reason without a known prefix, or too long.
+    #[error("invalid failure reason: {0}")]
+    InvalidFailureReason(String),
 }
 
 /// Why a heartbeat entry of a batch was skipped.
@@ -248,6 +263,15 @@ pub enum Effect {
     },
     /// Recovery failed: `SupervisorRecoveryFailed`.
     RecoveryFailed,
+    /// The runtime endpoint of the generation was recorded.
+    RuntimeRecorded,
+    /// The same runtime endpoint was recorded already; nothing changed.
+    RuntimeAlreadyRecorded,
+    /// The generation failed (`LaunchFailed: ...` or `RuntimeLost: ...`).
+    LaunchFailed {
+        /// The failure recorded.
+        reason: String,
+    },
     /// Operation created and running.
     OperationStarted,
     /// Operation created and queued behind the running one.

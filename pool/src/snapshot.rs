@@ -12,6 +12,10 @@
 //! | 4 | operations |
 //! | 5 | launches |
 //!
+//! A sandbox record's optional runtime endpoint is field 10 of
+//! [`SandboxRecord`] ([`RuntimeRecord`]); a snapshot written before it
+//! existed decodes to no runtime.
+//!
 //! Order: meta, then each table in `BTreeMap` key order, so two replicas
 //! with the same state produce byte-identical snapshots. The hash ring is
 //! derived data and is rebuilt on restore.
@@ -184,6 +188,20 @@ pub struct ReportRecordWire {
     pub index: u64,
 }
 
+/// The runtime endpoint of a sandbox generation.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct RuntimeRecord {
+    /// Runtime name.
+    #[prost(string, tag = "1")]
+    pub name: String,
+    /// `host:port`.
+    #[prost(string, tag = "2")]
+    pub address: String,
+    /// CA certificate PEM.
+    #[prost(string, tag = "3")]
+    pub ca_pem: String,
+}
+
 /// Sandbox record.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct SandboxRecord {
@@ -214,6 +232,9 @@ pub struct SandboxRecord {
     /// Failure.
     #[prost(string, optional, tag = "9")]
     pub failure: Option<String>,
+    /// Runtime endpoint (absent before issue 14, and until recorded).
+    #[prost(message, optional, tag = "10")]
+    pub runtime: Option<RuntimeRecord>,
 }
 
 /// Operation record.
@@ -269,6 +290,10 @@ pub struct LaunchRecord {
 }
 
 /// One table-tagged snapshot record.
+// The sandbox record (with its runtime endpoint) is the largest variant and
+// also by far the most common one in a snapshot: boxing it would add an
+// allocation per sandbox to save nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, PartialEq, prost::Oneof)]
 pub enum Record {
     /// Table tag 1.
@@ -438,6 +463,11 @@ pub fn sandbox_to_record(s: &Sandbox) -> SandboxRecord {
         launch_id: s.launch_id.clone(),
         material_ref: s.material_ref.clone(),
         failure: s.failure.clone(),
+        runtime: s.runtime.as_ref().map(|r| RuntimeRecord {
+            name: r.name.clone(),
+            address: r.address.clone(),
+            ca_pem: r.ca_pem.clone(),
+        }),
     }
 }
 
@@ -472,6 +502,11 @@ pub fn sandbox_from_record(r: SandboxRecord) -> Result<Sandbox, DecodeError> {
         launch_id: r.launch_id,
         material_ref: r.material_ref,
         failure: r.failure,
+        runtime: r.runtime.map(|rt| Runtime {
+            name: rt.name,
+            address: rt.address,
+            ca_pem: rt.ca_pem,
+        }),
     })
 }
 

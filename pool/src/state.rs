@@ -15,6 +15,12 @@ pub const DEFAULT_OPERATION_DEADLINE_TICKS: u64 = 600;
 pub const MAX_PARALLEL_LIMIT: u32 = 8;
 /// The failure recorded when recovery does not finish in time.
 pub const SUPERVISOR_RECOVERY_FAILED: &str = "SupervisorRecoveryFailed";
+/// The prefix of the failure recorded when the leader's launcher could not
+/// launch a generation's runtime (`LaunchFailed: <the driver's reason>`).
+pub const LAUNCH_FAILED: &str = "LaunchFailed";
+/// The prefix of the failure recorded when a generation's recorded runtime
+/// is gone (`RuntimeLost: <name> ...`); it is never relaunched.
+pub const RUNTIME_LOST: &str = "RuntimeLost";
 
 /// Tick-counted timeouts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,7 +106,7 @@ pub enum Phase {
     Stopping,
     /// Deleted; terminal (I8).
     Deleted,
-    /// Recovery failed; terminal.
+    /// Recovery, launch or runtime failed (see `Sandbox::failure`); terminal.
     Failed,
 }
 
@@ -169,6 +175,20 @@ pub struct ReportRecord {
     pub index: u64,
 }
 
+/// How to reach a sandbox generation's runtime (recorded by the leader's
+/// launcher through `RecordRuntime`; docs/design/0003). Recorded at most once
+/// per generation and never replaced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Runtime {
+    /// The runtime's name (a DNS label): the server name its certificate
+    /// carries, which a supervisor verifies whatever IP it dials.
+    pub name: String,
+    /// `host:port` the runtime listens on.
+    pub address: String,
+    /// PEM of the CA certificate that signed the runtime's certificate.
+    pub ca_pem: String,
+}
+
 /// A sandbox generation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sandbox {
@@ -190,6 +210,10 @@ pub struct Sandbox {
     pub material_ref: String,
     /// Failure reason if failed.
     pub failure: Option<String>,
+    /// This generation's runtime endpoint, once the leader's launcher
+    /// recorded it (kept after the generation ends, so the launcher knows
+    /// what to delete; a new generation starts without one).
+    pub runtime: Option<Runtime>,
 }
 
 /// Maintenance operation kind.
@@ -306,7 +330,8 @@ pub enum ObservedStatus {
     },
     /// Deleted.
     Deleted,
-    /// Failed, with reason (e.g. `SupervisorRecoveryFailed`).
+    /// Failed, with reason (`SupervisorRecoveryFailed`, `LaunchFailed: ...`,
+    /// `RuntimeLost: ...`).
     Failed(String),
 }
 

@@ -32,7 +32,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::command::Command;
 use crate::outcome::Outcome;
-use crate::state::{MemberState, Phase, PoolState, Sandbox};
+use crate::state::{MemberState, Phase, PoolState, Runtime, Sandbox};
 
 /// One sandbox as its owner incarnation is shown it (the gateway signs a
 /// grant for it when it sends the view).
@@ -53,6 +53,9 @@ pub struct SandboxView {
     /// Launch material; empty once the sandbox holds no slot (a released
     /// sandbox carries no launch material).
     pub material_ref: String,
+    /// The generation's runtime endpoint, once recorded (the owner dials
+    /// it; a released sandbox keeps it so the owner can stop the workload).
+    pub runtime: Option<Runtime>,
 }
 
 impl SandboxView {
@@ -70,6 +73,7 @@ impl SandboxView {
             } else {
                 String::new()
             },
+            runtime: s.runtime.clone(),
         }
     }
 }
@@ -424,6 +428,8 @@ fn touched_by(command: &Command, outcome: &Outcome) -> Touch {
         Command::Delete(c) => Touch::Sandbox(c.sandbox.clone()),
         Command::FailRecovery(c) => Touch::Sandbox(c.sandbox.clone()),
         Command::Move(c) => Touch::Sandbox(c.sandbox.clone()),
+        Command::RecordRuntime(c) => Touch::Sandbox(c.sandbox.clone()),
+        Command::FailLaunch(c) => Touch::Sandbox(c.sandbox.clone()),
         Command::StartDrain(_)
         | Command::StartRebalance(_)
         | Command::CompleteOperation(_)

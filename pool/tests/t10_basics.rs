@@ -278,6 +278,20 @@ fn command_wire_round_trip() {
         Command::CompleteOperation(CompleteOperation::default()),
         Command::FailOperation(FailOperation::default()),
         Command::CancelOperation(CancelOperation::default()),
+        Command::RecordRuntime(RecordRuntime {
+            sandbox: "s".into(),
+            generation: 2,
+            name: "sb-s-g2".into(),
+            address: "10.0.0.7:7400".into(),
+            ca_pem: "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n".into(),
+        }),
+        Command::RecordRuntime(RecordRuntime::default()),
+        Command::FailLaunch(FailLaunch {
+            sandbox: "s".into(),
+            generation: 2,
+            reason: "LaunchFailed: Unschedulable: 0/3 nodes are available".into(),
+        }),
+        Command::FailLaunch(FailLaunch::default()),
     ];
     for c in cmds {
         let b = c.encode_to_vec();
@@ -295,6 +309,17 @@ fn command_wire_round_trip() {
     ));
     // Tag 4 (Join) is the wire discriminant: first byte is field 4, wire type 2.
     assert_eq!(join("a", 1, 1).encode_to_vec()[0], (4 << 3) | 2);
+    // RecordRuntime is tag 21 and FailLaunch tag 22 (two-byte keys: 21 << 3 | 2
+    // = 170 = 0xaa 0x01, 22 << 3 | 2 = 178 = 0xb2 0x01).
+    let tags = |c: Command| c.encode_to_vec()[..2].to_vec();
+    assert_eq!(
+        tags(Command::RecordRuntime(RecordRuntime::default())),
+        [0xaa, 0x01]
+    );
+    assert_eq!(
+        tags(Command::FailLaunch(FailLaunch::default())),
+        [0xb2, 0x01]
+    );
 }
 
 fn sample_state() -> H {

@@ -79,6 +79,18 @@ enum Action {
         op: usize,
     },
     LeaderChanged,
+    /// The launcher records a runtime (one of two endpoints, so a second,
+    /// different record is refused) for the current or a stale generation.
+    RecordRuntime {
+        sb: usize,
+        variant: u8,
+        stale: bool,
+    },
+    /// The launcher fails a generation (launch failed or runtime lost).
+    FailLaunch {
+        sb: usize,
+        lost: bool,
+    },
 }
 
 fn action() -> impl Strategy<Value = Action> {
@@ -103,6 +115,9 @@ fn action() -> impl Strategy<Value = Action> {
         2 => (0..10u32).prop_map(|par| Action::Rebalance { par }),
         1 => (0..6usize).prop_map(|op| Action::Cancel { op }),
         1 => Just(Action::LeaderChanged),
+        2 => (0..SANDBOXES, 0..2u8, any::<bool>())
+            .prop_map(|(sb, variant, stale)| Action::RecordRuntime { sb, variant, stale }),
+        1 => (0..SANDBOXES, any::<bool>()).prop_map(|(sb, lost)| Action::FailLaunch { sb, lost }),
     ]
 }
 
@@ -262,6 +277,30 @@ fn run(actions: Vec<Action>) {
             Action::LeaderChanged => {
                 raft_term += 1;
                 h.ok(Command::LeaderChanged(LeaderChanged { raft_term }));
+            }
+            Action::RecordRuntime { sb, variant, stale } => {
+                let g = h.st.sandbox(&sbid(sb)).map(|s| s.generation).unwrap_or(1);
+                let generation = if stale { g.saturating_sub(1).max(1) } else { g };
+                h.apply(Command::RecordRuntime(RecordRuntime {
+                    sandbox: sbid(sb),
+                    generation,
+                    name: format!("rt-{sb}-g{generation}-v{variant}"),
+                    address: format!("10.0.{variant}.{sb}:7400"),
+                    ca_pem: format!("-----BEGIN CERTIFICATE-----\n{variant}\n"),
+                }));
+            }
+            Action::FailLaunch { sb, lost } => {
+                let g = h.st.sandbox(&sbid(sb)).map(|s| s.generation).unwrap_or(1);
+                let reason = if lost {
+                    format!("RuntimeLost: rt-{sb}-g{g} is gone")
+                } else {
+                    "LaunchFailed: Unschedulable".to_string()
+                };
+                h.apply(Command::FailLaunch(FailLaunch {
+                    sandbox: sbid(sb),
+                    generation: g,
+                    reason,
+                }));
             }
         }
     }

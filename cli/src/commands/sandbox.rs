@@ -21,6 +21,7 @@ pub(crate) fn sandbox_json(s: &Sandbox) -> Value {
         "pid": if s.pid == 0 { Value::Null } else { json!(s.pid) },
         "started_at": if s.started_at_unix_ms == 0 { Value::Null } else { json!(s.started_at_unix_ms) },
         "failure": s.failure, "launch_id": s.launch_id,
+        "runtime_name": s.runtime_name, "runtime_address": s.runtime_address,
     })
 }
 
@@ -39,6 +40,13 @@ pub(crate) fn sandbox_rows(list: &[Sandbox]) -> String {
                 } else {
                     s.pid.to_string()
                 },
+                // Where the runtime serves, once the leader's launcher
+                // recorded it.
+                if s.runtime_address.is_empty() {
+                    "-".into()
+                } else {
+                    s.runtime_address.clone()
+                },
                 if s.failure.is_empty() {
                     String::new()
                 } else {
@@ -55,6 +63,7 @@ pub(crate) fn sandbox_rows(list: &[Sandbox]) -> String {
             "TERM",
             "CREDENTIAL_EPOCH",
             "PID",
+            "RUNTIME",
             "FAILURE",
         ],
         rows,

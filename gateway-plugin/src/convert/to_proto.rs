@@ -19,7 +19,7 @@ use proto::pool_types::{MemberState as PbMemberState, SandboxPhase};
 use proto::sandbox_runtime::Grant;
 use proto::supervisor_host::{
     gateway_message, AssignmentSnapshot, AttachRefusal, GatewayMessage, HelloAccepted,
-    SandboxInstanceAssignment,
+    RuntimeEndpoint, SandboxInstanceAssignment,
 };
 use raft_store::node::MembershipChange;
 
@@ -83,7 +83,17 @@ pub fn hello_accepted(
     }
 }
 
-/// A sandbox as its owner sees it in a snapshot, without its grant.
+/// The wire form of a generation's recorded runtime endpoint.
+pub fn runtime_endpoint(r: &pool::Runtime) -> RuntimeEndpoint {
+    RuntimeEndpoint {
+        name: r.name.clone(),
+        address: r.address.clone(),
+        ca_pem: r.ca_pem.clone(),
+    }
+}
+
+/// A sandbox as its owner sees it in a snapshot, without its grant (with
+/// its runtime endpoint once recorded, live or released).
 pub fn assignment(s: &SandboxView) -> SandboxInstanceAssignment {
     SandboxInstanceAssignment {
         sandbox_id: s.sandbox.clone(),
@@ -94,6 +104,7 @@ pub fn assignment(s: &SandboxView) -> SandboxInstanceAssignment {
         phase: sandbox_phase(s.phase).into(),
         material_ref: s.material_ref.clone(),
         grant: Vec::new(),
+        runtime: s.runtime.as_ref().map(runtime_endpoint),
     }
 }
 
@@ -191,6 +202,16 @@ pub fn sandbox(state: &PoolState, s: &pool::Sandbox) -> Sandbox {
         last_report_index: s.last_report.as_ref().map(|r| r.index).unwrap_or(0),
         failure: s.failure.clone().unwrap_or_default(),
         launch_id: s.launch_id.clone(),
+        runtime_name: s
+            .runtime
+            .as_ref()
+            .map(|r| r.name.clone())
+            .unwrap_or_default(),
+        runtime_address: s
+            .runtime
+            .as_ref()
+            .map(|r| r.address.clone())
+            .unwrap_or_default(),
     }
 }
 
@@ -335,5 +356,144 @@ pub fn list_response(page: raft_store::objects::Page, read_index: u64) -> ListRe
         objects: page.objects,
         next_page_token: page.next_page_token.unwrap_or_default(),
         read_index,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use pool::visibility::{IncarnationView, Push, SandboxView};
+    use pool::{Command, Delete, Join, Launch, PoolState, RecordRuntime};
+    use proto::supervisor_host::gateway_message;
+
+    use super::*;
+
+    const CA: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+
+    /// One member `m` owning `sb` generation 1; with its runtime recorded
+    /// when `runtime`.
+    fn state(runtime: bool) -> PoolState {
+        let mut st = PoolState::new();
+        let mut index = 0;
+        let mut apply = |st: &mut PoolState, c: Command| {
+            index += 1;
+            assert!(!st.apply(index, &c).is_rejected(), "{}", c.name());
+        };
+        apply(
+            &mut st,
+            Command::Join(Join {
+                member: "m".into(),
+                uid: "u".into(),
+                address: "10.0.0.1:7000".into(),
+                capacity: 2,
+                process_id: 7,
+                ..Join::default()
+            }),
+        );
+        apply(
+            &mut st,
+            Command::Launch(Launch {
+                launch_id: "l".into(),
+                sandbox: "sb".into(),
+                material_ref: "demo".into(),
+            }),
+        );
+        if runtime {
+            apply(
+                &mut st,
+                Command::RecordRuntime(RecordRuntime {
+                    sandbox: "sb".into(),
+                    generation: 1,
+                    name: "sb-g1".into(),
+                    address: "10.1.0.5:7400".into(),
+                    ca_pem: CA.into(),
+                }),
+            );
+        }
+        st
+    }
+
+    fn push_of(st: &PoolState) -> Push {
+        let s = st.sandbox("sb").expect("sb");
+        let mut view = IncarnationView::default();
+        let target = if s.phase.is_charged() {
+            &mut view.assignments
+        } else {
+            &mut view.released
+        };
+        target.insert("sb".into(), SandboxView::of(s));
+        Push {
+            member: "m".into(),
+            incarnation: s.owner.incarnation,
+            index: 9,
+            view,
+        }
+    }
+
+    fn snapshot_of(push: &Push) -> proto::supervisor_host::AssignmentSnapshot {
+        match snapshot(push, |_| vec![1]).message {
+            Some(gateway_message::Message::Snapshot(s)) => s,
+            other => panic!("not a snapshot: {other:?}"),
+        }
+    }
+
+    fn expected() -> RuntimeEndpoint {
+        RuntimeEndpoint {
+            name: "sb-g1".into(),
+            address: "10.1.0.5:7400".into(),
+            ca_pem: CA.into(),
+        }
+    }
+
+    #[test]
+    fn assignment_carries_the_recorded_runtime_and_none_before() {
+        let with = snapshot_of(&push_of(&state(true)));
+        assert_eq!(with.assignments.len(), 1);
+        assert_eq!(with.assignments[0].runtime, Some(expected()));
+        assert_eq!(with.assignments[0].grant, vec![1]);
+        let without = snapshot_of(&push_of(&state(false)));
+        assert_eq!(without.assignments[0].runtime, None);
+    }
+
+    #[test]
+    fn released_entry_keeps_the_runtime() {
+        let mut st = state(true);
+        let c = Command::Delete(Delete {
+            sandbox: "sb".into(),
+            generation: 1,
+        });
+        assert!(!st.apply(10, &c).is_rejected());
+        let snap = snapshot_of(&push_of(&st));
+        assert!(snap.assignments.is_empty());
+        assert_eq!(snap.released.len(), 1);
+        assert_eq!(snap.released[0].runtime, Some(expected()));
+    }
+
+    #[test]
+    fn pool_status_shows_the_runtime_name_and_address() {
+        let st = state(true);
+        let status = pool_status(&st, 3);
+        assert_eq!(status.sandboxes[0].runtime_name, "sb-g1");
+        assert_eq!(status.sandboxes[0].runtime_address, "10.1.0.5:7400");
+        let st = state(false);
+        let s = sandbox(&st, st.sandbox("sb").expect("sb"));
+        assert_eq!(
+            (s.runtime_name.as_str(), s.runtime_address.as_str()),
+            ("", "")
+        );
+    }
+
+    #[test]
+    fn launch_failure_reason_shows_as_the_failure() {
+        let mut st = state(true);
+        let c = Command::FailLaunch(pool::FailLaunch {
+            sandbox: "sb".into(),
+            generation: 1,
+            reason: "RuntimeLost: sb-g1 is gone".into(),
+        });
+        assert!(!st.apply(10, &c).is_rejected());
+        let s = sandbox(&st, st.sandbox("sb").expect("sb"));
+        assert_eq!(s.failure, "RuntimeLost: sb-g1 is gone");
+        assert_eq!(s.observed_status, "failed: RuntimeLost: sb-g1 is gone");
+        assert_eq!(s.runtime_address, "10.1.0.5:7400");
     }
 }

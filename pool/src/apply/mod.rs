@@ -7,7 +7,9 @@
 //! This module holds the dispatch (one exhaustive match) and the checks every
 //! applier shares; the appliers live in one file per family:
 //! [`members`] (membership and logical time), [`sandboxes`] (launch,
-//! ownership, reports, stop/delete) and [`operations`] (drain, rebalance).
+//! ownership, reports, stop/delete), [`runtimes`] (the runtime endpoint and
+//! launch failures the leader's launcher records) and [`operations`]
+//! (drain, rebalance).
 
 use crate::command::*;
 use crate::outcome::*;
@@ -15,6 +17,7 @@ use crate::state::*;
 
 mod members;
 mod operations;
+mod runtimes;
 mod sandboxes;
 
 type R<T> = Result<T, Reason>;
@@ -69,6 +72,8 @@ impl PoolState {
             Command::CompleteOperation(c) => self.apply_complete_operation(c),
             Command::FailOperation(c) => self.apply_fail_operation(c),
             Command::CancelOperation(c) => self.apply_cancel_operation(c),
+            Command::RecordRuntime(c) => self.apply_record_runtime(c),
+            Command::FailLaunch(c) => self.apply_fail_launch(c),
         })
     }
 }

@@ -74,6 +74,7 @@ impl PoolState {
             launch_id: c.launch_id.clone(),
             material_ref: c.material_ref.clone(),
             failure: None,
+            runtime: None,
         };
         let assignment = self.assignment_of(&s);
         self.sandboxes.insert(c.sandbox.clone(), s);
@@ -374,15 +375,33 @@ impl PoolState {
         if !recovering_late && !orphan_late {
             return Err(Reason::DeadlineNotReached);
         }
+        self.fail_generation(&c.sandbox, SUPERVISOR_RECOVERY_FAILED.to_string());
+        Ok(Effect::RecoveryFailed)
+    }
+
+    /// Ends a live (slot-holding) generation as `Failed` with `reason`:
+    /// releases exactly its owner's slot and its launch material (I5),
+    /// clears its recovery (a move's recovery stops counting as in flight
+    /// for its operation). The one path of `FailRecovery` and `FailLaunch`;
+    /// the caller checked the preconditions. The recorded runtime stays:
+    /// the launcher reads it to delete the runtime.
+    pub(super) fn fail_generation(&mut self, id: &str, reason: String) {
+        let Some(s) = self.sandboxes.get(id) else {
+            unreachable!("sandbox {id} vanished")
+        };
+        assert!(
+            s.phase.is_charged(),
+            "invariant I5 broken: failing {id} in {:?}",
+            s.phase
+        );
         let member = s.owner.member.clone();
         self.release(&member);
-        let Some(s) = self.sandboxes.get_mut(&c.sandbox) else {
-            unreachable!("sandbox vanished")
+        let Some(s) = self.sandboxes.get_mut(id) else {
+            unreachable!("sandbox {id} vanished")
         };
         s.phase = Phase::Failed;
         s.recovery = None;
         s.material_ref.clear();
-        s.failure = Some(SUPERVISOR_RECOVERY_FAILED.to_string());
-        Ok(Effect::RecoveryFailed)
+        s.failure = Some(reason);
     }
 }

@@ -14,6 +14,7 @@ cd "$(dirname "$0")/.."
 
 missing=()
 command -v pgrep >/dev/null 2>&1 || missing+=(procps)
+command -v ip >/dev/null 2>&1 || missing+=(iproute2) # process driver tests: ip netns, veth
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "scripts/test-deps.sh: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -21,6 +21,7 @@
 pub mod identity;
 pub mod kubernetes;
 pub mod name;
+pub mod process;
 
 pub use name::runtime_name;
 

@@ -1,5 +1,6 @@
-//! The dialling side: [`ClientTls`] (the CA a server must chain to, and an
-//! optional client certificate) and [`TlsConnector`], the connector
+//! The dialling side: [`ClientTls`] (the CA a server must chain to, an
+//! optional client certificate, and an optional server name to verify in
+//! place of the dialled host) and [`TlsConnector`], the connector
 //! `proto::client::connect` gives tonic.
 
 use std::path::{Path, PathBuf};
@@ -18,19 +19,23 @@ use super::{alpn, provider, read_certs, read_key, read_roots, Build, Reload, Tls
 #[derive(Clone)]
 pub struct ClientTls {
     inner: Arc<Watched<rustls::ClientConfig>>,
+    /// The name the server's certificate must carry, whatever host is
+    /// dialled; `None` verifies the dialled host.
+    server_name: Option<Arc<str>>,
 }
 
 impl std::fmt::Debug for ClientTls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ClientTls")
             .field("files", &self.inner.files())
+            .field("server_name", &self.server_name)
             .finish()
     }
 }
 
 impl PartialEq for ClientTls {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.inner, &other.inner)
+        Arc::ptr_eq(&self.inner, &other.inner) && self.server_name == other.server_name
     }
 }
 
@@ -52,6 +57,7 @@ impl ClientTls {
         };
         Ok(ClientTls {
             inner: Arc::new(Watched::load(files, build)?),
+            server_name: None,
         })
     }
 
@@ -68,7 +74,22 @@ impl ClientTls {
                 vec![ca_pem.as_bytes().to_vec()],
                 build_anonymous,
             )?),
+            server_name: None,
         })
+    }
+
+    /// Verifies the server's certificate for the DNS name `name` instead of
+    /// the dialled host: a supervisor dials a sandbox runtime at its IP and
+    /// verifies the runtime's name, which its certificate carries.
+    #[must_use]
+    pub fn with_server_name(mut self, name: impl Into<String>) -> Self {
+        self.server_name = Some(Arc::from(name.into()));
+        self
+    }
+
+    /// The name verified in place of the dialled host, if any.
+    pub fn server_name(&self) -> Option<&str> {
+        self.server_name.as_deref()
     }
 
     /// The configuration new connections use.
@@ -77,7 +98,8 @@ impl ClientTls {
     }
 
     /// A connector dialling TCP, then TLS with the current configuration,
-    /// verifying the server's certificate for the URI's host.
+    /// verifying the server's certificate for the URI's host, or for the
+    /// [server name](ClientTls::with_server_name) when one is set.
     pub fn connector(&self) -> TlsConnector {
         TlsConnector { tls: self.clone() }
     }
@@ -134,7 +156,8 @@ fn build_identified(
 }
 
 /// Dials `host:port` from the URI, then TLS, verifying the server's
-/// certificate names `host` (a DNS name or an IP address).
+/// certificate names `host` (a DNS name or an IP address), or the client's
+/// server name when it has one.
 #[derive(Clone, Debug)]
 pub struct TlsConnector {
     tls: ClientTls,
@@ -156,6 +179,7 @@ impl tower::Service<Uri> for TlsConnector {
 
     fn call(&mut self, uri: Uri) -> Self::Future {
         let config = self.tls.current();
+        let server_name = self.tls.server_name.clone();
         Box::pin(async move {
             let invalid = |what: &str| {
                 std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{uri}: {what}"))
@@ -164,8 +188,12 @@ impl tower::Service<Uri> for TlsConnector {
             let port = uri.port_u16().ok_or_else(|| invalid("no port"))?;
             // An IPv6 literal comes bracketed in a URI.
             let bare = host.trim_start_matches('[').trim_end_matches(']');
-            let name = ServerName::try_from(bare.to_string())
-                .map_err(|e| invalid(&format!("{bare:?} is not a DNS name or IP address: {e}")))?;
+            let verified = server_name.as_deref().unwrap_or(bare);
+            let name = ServerName::try_from(verified.to_string()).map_err(|e| {
+                invalid(&format!(
+                    "{verified:?} is not a DNS name or IP address: {e}"
+                ))
+            })?;
             let tcp = TcpStream::connect((bare, port)).await?;
             tcp.set_nodelay(true)?;
             let tls = tokio_rustls::TlsConnector::from(config)
@@ -207,5 +235,67 @@ impl ClientTls {
             .peer_certificates()
             .and_then(|c| c.first().map(|c| c.as_ref().to_vec()))
             .unwrap_or_default())
+    }
+}
+
+#[cfg(all(test, feature = "generate"))]
+mod tests {
+    use futures::StreamExt;
+    use tokio::net::TcpListener;
+
+    use super::super::generate::{Ca, Usage};
+    use super::super::{incoming, ServerTls};
+    use super::ClientTls;
+
+    /// Serves a certificate for the DNS name `runtime-a` only (no IP) on
+    /// 127.0.0.1, accepting connections until the test ends.
+    async fn serve_named() -> (Ca, String) {
+        let ca = Ca::ephemeral("runtime ca").expect("ca");
+        let issued = ca
+            .issue_pem("runtime-a", &["runtime-a".to_string()], Usage::Server)
+            .expect("issue");
+        let tls = ServerTls::from_pem(&issued.cert, &issued.key).expect("server tls");
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        tokio::spawn(async move {
+            let mut conns = std::pin::pin!(incoming(listener, tls));
+            // Hold each connection open until the client goes.
+            let mut held = Vec::new();
+            while let Some(Ok(stream)) = conns.next().await {
+                held.push(stream);
+            }
+        });
+        (ca, addr)
+    }
+
+    #[tokio::test]
+    async fn a_server_name_is_verified_in_place_of_the_dialled_ip() {
+        let (ca, addr) = serve_named().await;
+        let by_ip = ClientTls::from_ca_pem(ca.cert_pem()).expect("client");
+        let e = by_ip
+            .connect(&addr)
+            .await
+            .expect_err("the certificate does not name 127.0.0.1");
+        assert!(e.to_string().contains("not valid for name"), "{e}");
+
+        let named = by_ip.clone().with_server_name("runtime-a");
+        assert_eq!(named.server_name(), Some("runtime-a"));
+        assert_ne!(named, by_ip, "a server name makes another client");
+        named
+            .connect(&addr)
+            .await
+            .expect("verified for runtime-a, dialled by IP");
+
+        let wrong = ClientTls::from_ca_pem(ca.cert_pem())
+            .expect("client")
+            .with_server_name("runtime-b");
+        let e = wrong.connect(&addr).await.expect_err("wrong name");
+        assert!(e.to_string().contains("not valid for name"), "{e}");
+
+        let invalid = ClientTls::from_ca_pem(ca.cert_pem())
+            .expect("client")
+            .with_server_name("not a name!");
+        let e = invalid.connect(&addr).await.expect_err("not a DNS name");
+        assert!(e.to_string().contains("not a DNS name"), "{e}");
     }
 }

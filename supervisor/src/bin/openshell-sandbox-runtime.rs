@@ -6,7 +6,8 @@
 //! openshell-sandbox-runtime --sandbox-id ID --generation N
 //!     (--trusted-grant-keys-file PATH | --cluster-public-key HEX[,HEX...]) [--listen ADDR]
 //!     [--addr-file PATH] [--recovery-deadline-ms N] [--heartbeat-timeout-ms N]
-//!     [--linger-ms N] [--insecure] [-- CMD ARGS...]
+//!     [--linger-ms N] [--insecure | --tls-cert-file PATH --tls-key-file PATH]
+//!     [-- CMD ARGS...]
 //! openshell-sandbox-runtime demo-workload --addr-file PATH
 //! openshell-sandbox-runtime demo-read [ADDR]
 //! ```
@@ -97,6 +98,26 @@ struct RunArgs {
     /// certificate is published next to --addr-file as `<stem>.crt`.
     #[arg(long, env = "OPENSHELL_RUNTIME_INSECURE")]
     insecure: bool,
+    /// Serve TLS 1.3 with this certificate chain (PEM) and publish no CA
+    /// certificate: whoever launched the runtime holds its CA (a sandbox
+    /// driver). Needs --tls-key-file.
+    #[arg(
+        long,
+        env = "OPENSHELL_RUNTIME_TLS_CERT_FILE",
+        value_name = "PATH",
+        requires = "tls_key_file",
+        conflicts_with = "insecure"
+    )]
+    tls_cert_file: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert-file.
+    #[arg(
+        long,
+        env = "OPENSHELL_RUNTIME_TLS_KEY_FILE",
+        value_name = "PATH",
+        requires = "tls_cert_file",
+        conflicts_with = "insecure"
+    )]
+    tls_key_file: Option<PathBuf>,
     /// The workload command (default: the built-in demo workload).
     #[arg(last = true, value_name = "CMD")]
     workload: Vec<String>,
@@ -148,6 +169,7 @@ fn config(args: RunArgs) -> anyhow::Result<RuntimeConfig> {
     config.heartbeat_timeout = Duration::from_millis(args.heartbeat_timeout_ms);
     config.linger = Duration::from_millis(args.linger_ms);
     config.insecure = args.insecure;
+    config.tls_files = args.tls_cert_file.zip(args.tls_key_file);
     if !args.workload.is_empty() {
         config.workload = Workload::Command(args.workload);
     }

@@ -26,6 +26,12 @@
 //!   (the runtime directory is 0700). Both files are removed on a clean exit.
 //!   `--insecure` (tests driving a runtime directly) serves plaintext and
 //!   publishes no `.crt`.
+//! - TLS from files (`--tls-cert-file` and `--tls-key-file`, as a sandbox
+//!   driver launches it): the runtime serves TLS 1.3 with exactly that
+//!   certificate chain and key (no client certificate asked) and publishes
+//!   no `.crt`: whoever launched it holds the CA that signed the
+//!   certificate. `--listen` may be any address (a network namespace's or a
+//!   Pod's IP); `--addr-file` is optional as always.
 //! - The workload runs in its own process group, with `PR_SET_PDEATHSIG`
 //!   (it dies with the runtime), and gets `OPENSHELL_SANDBOX_ID`. Stopping it
 //!   sends SIGTERM to the group, SIGKILL after 2 s ([`workload::STOP_GRACE`]).
@@ -163,6 +169,9 @@ pub struct RuntimeConfig {
     pub workload: Workload,
     /// Serve plaintext gRPC and publish no CA certificate (tests only).
     pub insecure: bool,
+    /// Serve TLS with this certificate chain file and key file, publishing
+    /// no CA certificate; `None` makes an ephemeral CA (unless `insecure`).
+    pub tls_files: Option<(PathBuf, PathBuf)>,
 }
 
 impl RuntimeConfig {
@@ -195,6 +204,7 @@ impl RuntimeConfig {
             linger: Duration::from_millis(300_000),
             workload: Workload::Demo,
             insecure: false,
+            tls_files: None,
         }
     }
 }
@@ -293,12 +303,7 @@ pub async fn run(
         addr: config.listen,
         error,
     })?;
-    let tls = if config.insecure {
-        warn!("--insecure: serving plaintext gRPC; publishing no CA certificate");
-        None
-    } else {
-        Some(ephemeral_tls(&config.sandbox_id, local)?)
-    };
+    let (tls, ca_pem) = serving_tls(&config, local)?;
     let (child, facts) = workload::spawn(&config.workload, &config.sandbox_id, &exe).await?;
     info!(
         sandbox = %config.sandbox_id,
@@ -324,14 +329,9 @@ pub async fn run(
     let holder = tokio::spawn(Arc::clone(&shared).hold_workload(child));
 
     let (server_stop_tx, server_stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let ca_pem = tls.as_ref().map(|(_, ca)| ca.clone());
-    let mut server = spawn_server(
-        &shared,
-        listener,
-        tls.map(|(server, _)| server),
-        server_stop_rx,
-    );
-    info!(sandbox = %config.sandbox_id, addr = %local, tls = ca_pem.is_some(), "serving SandboxRuntime");
+    let serves_tls = tls.is_some();
+    let mut server = spawn_server(&shared, listener, tls, server_stop_rx);
+    info!(sandbox = %config.sandbox_id, addr = %local, tls = serves_tls, "serving SandboxRuntime");
 
     let mut outcome = publish(config.addr_file.as_deref(), local, ca_pem.as_deref());
 
@@ -385,6 +385,25 @@ pub async fn run(
 /// extension `crt` (`<sandbox>.addr` -> `<sandbox>.crt`).
 pub fn cert_file(addr_file: &Path) -> PathBuf {
     addr_file.with_extension("crt")
+}
+
+/// What the runtime serves: plaintext (`insecure`), TLS from the files, or
+/// TLS from an ephemeral CA; and the CA PEM to publish (ephemeral only).
+fn serving_tls(
+    config: &RuntimeConfig,
+    local: SocketAddr,
+) -> Result<(Option<proto::tls::ServerTls>, Option<String>), RuntimeError> {
+    if config.insecure {
+        warn!("--insecure: serving plaintext gRPC; publishing no CA certificate");
+        return Ok((None, None));
+    }
+    if let Some((cert, key)) = &config.tls_files {
+        let server = proto::tls::ServerTls::load(cert, key, proto::tls::ClientAuth::None)
+            .map_err(|e| RuntimeError::Tls(format!("--tls-cert-file/--tls-key-file: {e}")))?;
+        return Ok((Some(server), None));
+    }
+    let (server, ca_pem) = ephemeral_tls(&config.sandbox_id, local)?;
+    Ok((Some(server), Some(ca_pem)))
 }
 
 /// An ephemeral CA (in memory) and a server certificate it signs for

@@ -172,8 +172,7 @@ fn runtime_bin(given: Option<PathBuf>) -> Result<PathBuf, ConfigError> {
 fn is_dns_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
-        && s
-            .bytes()
+        && s.bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
@@ -213,7 +212,9 @@ mod tests {
             .err()
             .map(|e| e.to_string());
         assert!(
-            text.as_deref().unwrap_or("").contains("--pod-template-file"),
+            text.as_deref()
+                .unwrap_or("")
+                .contains("--pod-template-file"),
             "{text:?}"
         );
     }

@@ -1,17 +1,18 @@
-//! Scenario: the supervisor -> sandbox runtime channel speaks TLS 1.3.
+//! Scenario: the supervisor -> sandbox runtime channel speaks TLS 1.3, with
+//! the identity the runtime's launcher made for it (issue 14).
 //!
-//! - given: a sandbox runtime started as supervisors start it (no
-//!   `--insecure`)
-//! - then: it publishes its ephemeral CA certificate as `<sandbox>.crt` next
-//!   to `<sandbox>.addr` (a CA certificate, no private key on disk); a
-//!   plaintext gRPC call to its port is not answered; a TLS call trusting the
-//!   published certificate reaches it; one trusting another CA is refused;
-//!   on SIGTERM both files are removed
-//! - given: three gateways and two supervisors running a demo sandbox
-//! - then: exec works through the owner; after `kill -9` of the owner the
-//!   other supervisor takes the sandbox over (the runtime and workload keep
-//!   their pids, exec works through the new owner): takeover over TLS via
-//!   the published `.crt`, since the runtime refuses plaintext
+//! - given: a sandbox runtime started as a sandbox driver starts it (a
+//!   certificate for the runtime's name, signed by a CA made for it alone)
+//! - then: a plaintext gRPC call is not answered; a TLS call trusting that
+//!   CA for that name reaches it (also dialled by IP); another name or
+//!   another CA is refused; without the files (and without `--insecure`)
+//!   the runtime refuses to start, naming the flags
+//! - given: three gateways (the leader launches runtimes) and two
+//!   supervisors running a demo sandbox
+//! - then: the pool records where the runtime serves; exec works through
+//!   the owner; after `kill -9` of the owner the other supervisor takes the
+//!   sandbox over over TLS at the recorded endpoint (the runtime and
+//!   workload keep their pids)
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -22,7 +23,7 @@ use proto::grant::GrantSigner;
 use proto::pool_types::{MemberState, SandboxPhase};
 use proto::sandbox_runtime::sandbox_runtime_client::SandboxRuntimeClient;
 use proto::sandbox_runtime::RuntimeStatusRequest;
-use proto::tls::generate::Ca;
+use proto::tls::generate::{Ca, Usage};
 use proto::tls::ClientTls;
 use testkit::supervisor::*;
 use testkit::TestResult;
@@ -58,10 +59,10 @@ async fn plaintext_status(addr: &str) -> Result<String, String> {
         .unwrap_or_else(|_| Err("no answer in 10 s".into()))
 }
 
-/// A TLS Status call to `addr` trusting `ca_pem`.
-async fn tls_status(addr: &str, ca_pem: &str) -> TestResult<String> {
-    let config = ClientConfig::for_role(Role::SupervisorToRuntime)
-        .with_tls(Some(ClientTls::from_ca_pem(ca_pem)?));
+/// A TLS Status call to `addr` trusting `ca_pem`, verifying `name`.
+async fn tls_status(addr: &str, name: &str, ca_pem: &str) -> TestResult<String> {
+    let tls = ClientTls::from_ca_pem(ca_pem)?.with_server_name(name);
+    let config = ClientConfig::for_role(Role::SupervisorToRuntime).with_tls(Some(tls));
     let channel = proto::client::connect(Role::SupervisorToRuntime, addr, &config).await?;
     let status = SandboxRuntimeClient::new(channel)
         .status(RuntimeStatusRequest {})
@@ -92,68 +93,67 @@ fn is_ca(der: &[u8]) -> bool {
 }
 
 #[tokio::test]
-async fn a_runtime_serves_tls_only_and_publishes_its_ca() -> TestResult {
+async fn a_runtime_serves_tls_only_with_the_identity_it_is_given() -> TestResult {
     let dir = tempfile::tempdir()?;
     let addr_file = dir.path().join("t39.addr");
-    let crt_file = dir.path().join("t39.crt");
-    let log = std::fs::File::create(dir.path().join("runtime.log"))?;
+    let name = "sbx-t39-g1-0000abcd";
+    let ca = Ca::ephemeral("runtime t39")?;
+    let issued = ca.issue(dir.path(), "tls", &[name.to_string()], Usage::Server)?;
     let signer = GrantSigner::from_seed_hex(&"39".repeat(32))?;
-    let mut child = Command::new(BIN)
-        .args([
-            "--sandbox-id",
-            "t39",
-            "--generation",
-            "1",
-            "--cluster-public-key",
-        ])
-        .arg(signer.public_key_hex())
-        .arg("--addr-file")
-        .arg(&addr_file)
-        .env_remove("OPENSHELL_RUNTIME_INSECURE")
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .spawn()?;
-    let addr = wait_file(&addr_file).await;
+    let spawn = |tls: bool, log: &str| -> TestResult<std::process::Child> {
+        let log = std::fs::File::create(dir.path().join(log))?;
+        let mut command = Command::new(BIN);
+        command
+            .args(["--sandbox-id", "t39", "--generation", "1"])
+            .arg("--cluster-public-key")
+            .arg(signer.public_key_hex())
+            .arg("--addr-file")
+            .arg(&addr_file)
+            .env_remove("OPENSHELL_RUNTIME_INSECURE")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        if tls {
+            command
+                .arg("--tls-cert-file")
+                .arg(&issued.cert)
+                .arg("--tls-key-file")
+                .arg(&issued.key);
+        }
+        Ok(command.spawn()?)
+    };
 
-    eprintln!("--- step: <sandbox>.crt exists next to .addr and is a CA certificate");
-    let ca_pem = std::fs::read_to_string(&crt_file)?;
-    assert!(
-        ca_pem.starts_with("-----BEGIN CERTIFICATE-----"),
-        "{ca_pem}"
-    );
-    assert!(
-        is_ca(&der(&ca_pem)),
-        "the published certificate is not a CA"
-    );
-    for entry in std::fs::read_dir(dir.path())? {
-        let text = std::fs::read_to_string(entry?.path()).unwrap_or_default();
-        assert!(!text.contains("PRIVATE KEY"), "a private key on disk");
-    }
+    eprintln!("--- step: without its TLS files (and not --insecure) it refuses to start");
+    let status = spawn(false, "refused.log")?.wait()?;
+    assert!(!status.success());
+    let said = std::fs::read_to_string(dir.path().join("refused.log"))?;
+    assert!(said.contains("--tls-cert-file"), "{said}");
+
+    let mut child = spawn(true, "runtime.log")?;
+    let addr = wait_file(&addr_file).await;
+    assert!(!dir.path().join("t39.crt").exists(), "a .crt was published");
 
     eprintln!("--- step: a plaintext call is not answered");
     let plain = plaintext_status(&addr).await;
     assert!(plain.is_err(), "plaintext answered: {plain:?}");
-    eprintln!("plaintext: {plain:?}");
 
-    eprintln!("--- step: a TLS call trusting the published CA reaches it");
-    assert_eq!(tls_status(&addr, &ca_pem).await?, "t39");
-    let served = ClientTls::from_ca_pem(&ca_pem)?
+    eprintln!("--- step: TLS trusting its CA for its name reaches it, dialled by IP");
+    assert_eq!(tls_status(&addr, name, ca.cert_pem()).await?, "t39");
+    let served = ClientTls::from_ca_pem(ca.cert_pem())?
+        .with_server_name(name)
         .served_certificate(&addr)
         .await?;
-    assert_ne!(
-        served,
-        der(&ca_pem),
-        "the runtime serves a leaf, not its CA"
-    );
+    assert_eq!(served, der(&std::fs::read_to_string(&issued.cert)?));
     assert!(!is_ca(&served));
 
-    eprintln!("--- step: a TLS call trusting another CA is refused");
+    eprintln!("--- step: another name, or another CA, is refused");
+    assert!(tls_status(&addr, "sbx-other-g1-0000abcd", ca.cert_pem())
+        .await
+        .is_err());
     let other = Ca::ephemeral("another CA")?;
-    let refused = tls_status(&addr, other.cert_pem()).await;
-    assert!(refused.is_err(), "another CA was accepted");
+    assert!(tls_status(&addr, name, other.cert_pem()).await.is_err());
 
-    eprintln!("--- step: SIGTERM removes both files");
+    eprintln!("--- step: SIGTERM removes the address file");
     let pid = libc::pid_t::try_from(child.id())?;
     // SAFETY: plain syscall.
     unsafe { libc::kill(pid, libc::SIGTERM) };
@@ -162,7 +162,7 @@ async fn a_runtime_serves_tls_only_and_publishes_its_ca() -> TestResult {
         assert!(Instant::now() < until, "the runtime did not exit");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(!addr_file.exists() && !crt_file.exists());
+    assert!(!addr_file.exists());
     Ok(())
 }
 
@@ -208,6 +208,12 @@ async fn supervisors_run_and_take_over_sandboxes_over_tls() -> TestResult {
     let ca_pem = entry.ca_pem().ok_or("no runtime CA")?;
     assert!(plaintext_status(&addr).await.is_err(), "plaintext answered");
     assert_eq!(tls_status(&addr, &entry.name, &ca_pem).await?, "sb-39");
+    if testkit::root::is_root() {
+        assert!(
+            entry.netns().is_some() && !addr.starts_with("127."),
+            "as root the runtime runs in its own network namespace: {addr}"
+        );
+    }
     let (before, owner) = read_counter(&cluster, "sb-39").await?;
     assert_eq!(owner, sb.owner);
     let pid = runtime_pid("sb-39").ok_or("no runtime process")?;

@@ -40,8 +40,8 @@ pub mod bins;
 pub mod gateway;
 pub mod member;
 pub mod ports;
-pub mod runtimes;
 pub mod root;
+pub mod runtimes;
 pub mod secure;
 pub mod supervisor;
 

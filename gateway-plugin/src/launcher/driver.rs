@@ -23,7 +23,9 @@ pub struct DriverSetupError {
 ///
 /// # Errors
 /// [`DriverSetupError`] naming the driver and the cause.
-pub async fn build(config: &DriverConfig) -> Result<Option<Arc<dyn SandboxDriver>>, DriverSetupError> {
+pub async fn build(
+    config: &DriverConfig,
+) -> Result<Option<Arc<dyn SandboxDriver>>, DriverSetupError> {
     match config {
         DriverConfig::None => Ok(None),
         DriverConfig::Process {
@@ -57,7 +59,8 @@ pub async fn build(config: &DriverConfig) -> Result<Option<Arc<dyn SandboxDriver
                 kind: "kubernetes",
                 message,
             };
-            let template = PodTemplate::load(pod_template_file).map_err(|e| setup(e.to_string()))?;
+            let template =
+                PodTemplate::load(pod_template_file).map_err(|e| setup(e.to_string()))?;
             let driver = KubernetesDriver::from_environment(namespace.clone(), template)
                 .await
                 .map_err(|e| setup(e.to_string()))?;

@@ -175,7 +175,9 @@ impl Launcher {
             Ok(pool::Outcome::Rejected(reason)) => {
                 tracing::debug!(runtime = %name, %reason, "runtime not recorded");
             }
-            Err(status) => tracing::debug!(runtime = %name, %status, "recording the runtime failed"),
+            Err(status) => {
+                tracing::debug!(runtime = %name, %status, "recording the runtime failed")
+            }
         }
     }
 

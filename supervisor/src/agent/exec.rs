@@ -77,11 +77,7 @@ async fn run(agent: &Agent, call: ExecCall) -> Result<ExecResponse, Status> {
         let session = sessions.get(&call.sandbox_id).ok_or_else(|| {
             Status::failed_precondition(format!("no session for sandbox {}", call.sandbox_id))
         })?;
-        (
-            session.runtime.clone(),
-            session.token.clone(),
-            session.term,
-        )
+        (session.runtime.clone(), session.token.clone(), session.term)
     };
     if term != call.term {
         return Err(Status::failed_precondition(format!(

@@ -9,8 +9,7 @@ use prost::Message;
 use proto::client::{self, ClientConfig, ClientError, Role};
 use proto::sandbox_runtime::sandbox_runtime_client::SandboxRuntimeClient;
 use proto::sandbox_runtime::{
-    ActivateRequest, ReleaseRequest, SessionRequest, SignedGrant,
-    WorkloadInfo,
+    ActivateRequest, ReleaseRequest, SessionRequest, SignedGrant, WorkloadInfo,
 };
 use proto::supervisor_host::{
     supervisor_message, AssignmentSnapshot, RuntimeEndpoint, SandboxInstanceAssignment,
@@ -130,8 +129,7 @@ pub fn reconcile(agent: &Arc<Agent>, snapshot: &AssignmentSnapshot) {
         tokio::spawn(async move {
             if !released {
                 tracing::info!(%sandbox, term = session.term, "relinquishing (planned move): the workload keeps running");
-                if let Ok(mut client) = runtime_client(&agent, &session.runtime).await
-                {
+                if let Ok(mut client) = runtime_client(&agent, &session.runtime).await {
                     let _ = client
                         .relinquish(SessionRequest {
                             session_token: session.token.clone(),

@@ -93,9 +93,8 @@ struct RunArgs {
     /// After the workload stopped, keep serving Status this long, then exit 0.
     #[arg(long, env = "OPENSHELL_RUNTIME_LINGER_MS", default_value_t = 300_000)]
     linger_ms: u64,
-    /// Serve plaintext gRPC and publish no CA certificate (tests that drive
-    /// a runtime directly). Default: TLS 1.3 with an ephemeral CA whose
-    /// certificate is published next to --addr-file as `<stem>.crt`.
+    /// Serve plaintext gRPC (tests that drive a runtime directly). Without
+    /// it --tls-cert-file and --tls-key-file are required.
     #[arg(long, env = "OPENSHELL_RUNTIME_INSECURE")]
     insecure: bool,
     /// Serve TLS 1.3 with this certificate chain (PEM) and publish no CA

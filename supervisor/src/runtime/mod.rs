@@ -11,27 +11,21 @@
 //! - At start the binary calls `setsid()` ([`become_session_leader`]) so the
 //!   runtime survives the death of whoever spawned it (a supervisor may be
 //!   `kill -9`ed).
-//! - It binds the gRPC listener (`--listen`, default `127.0.0.1:0`), starts
-//!   the workload, then writes the bound `ip:port` to `--addr-file`
-//!   atomically (temporary file + rename): supervisors discover the runtime
-//!   through it. The file is removed when the runtime exits cleanly.
-//! - TLS (unless `--insecure`): at start the runtime generates, in memory, an
-//!   ephemeral CA and a server certificate it signs for `127.0.0.1` and the
-//!   listen IP, and serves gRPC over TLS 1.3 only ([`proto::tls::incoming`]):
-//!   a plaintext client is refused. No private key is ever written. The CA
-//!   certificate (public) is published as `<addr-file stem>.crt` next to the
-//!   address file (`<sandbox>.crt` beside `<sandbox>.addr`), atomically and
-//!   BEFORE the address file, so whoever sees the address finds the CA to
-//!   verify it with; a supervisor taking the runtime over trusts that file
-//!   (the runtime directory is 0700). Both files are removed on a clean exit.
-//!   `--insecure` (tests driving a runtime directly) serves plaintext and
-//!   publishes no `.crt`.
-//! - TLS from files (`--tls-cert-file` and `--tls-key-file`, as a sandbox
-//!   driver launches it): the runtime serves TLS 1.3 with exactly that
-//!   certificate chain and key (no client certificate asked) and publishes
-//!   no `.crt`: whoever launched it holds the CA that signed the
-//!   certificate. `--listen` may be any address (a network namespace's or a
-//!   Pod's IP); `--addr-file` is optional as always.
+//! - It binds the gRPC listener (`--listen`, default `127.0.0.1:0`; a
+//!   network namespace's or a Pod's IP as a sandbox driver launches it),
+//!   starts the workload, then writes the bound `ip:port` to `--addr-file`
+//!   (optional) atomically (temporary file + rename). The file is removed
+//!   when the runtime exits cleanly. Nobody discovers a runtime through a
+//!   shared directory: its launcher records its endpoint in the replicated
+//!   state (docs/design/0003-sandbox-driver.md).
+//! - TLS: the runtime serves TLS 1.3 only ([`proto::tls::incoming`]; a
+//!   plaintext client is refused) with exactly the certificate chain and key
+//!   of `--tls-cert-file` / `--tls-key-file` (no client certificate asked).
+//!   The launcher made them for this runtime alone (a CA for it signs a
+//!   certificate naming the runtime) and recorded the CA certificate with
+//!   the endpoint; supervisors verify the runtime's name with it. Without
+//!   the files the runtime refuses to start, unless `--insecure` (tests
+//!   driving a runtime directly), which serves plaintext.
 //! - The workload runs in its own process group, with `PR_SET_PDEATHSIG`
 //!   (it dies with the runtime), and gets `OPENSHELL_SANDBOX_ID`. Stopping it
 //!   sends SIGTERM to the group, SIGKILL after 2 s ([`workload::STOP_GRACE`]).
@@ -170,7 +164,7 @@ pub struct RuntimeConfig {
     /// Serve plaintext gRPC and publish no CA certificate (tests only).
     pub insecure: bool,
     /// Serve TLS with this certificate chain file and key file, publishing
-    /// no CA certificate; `None` makes an ephemeral CA (unless `insecure`).
+    /// (required unless `insecure`).
     pub tls_files: Option<(PathBuf, PathBuf)>,
 }
 
@@ -235,15 +229,7 @@ pub enum RuntimeError {
         /// The OS error.
         error: std::io::Error,
     },
-    /// The CA certificate file could not be written.
-    #[error("cannot write the CA certificate file {path}: {error}")]
-    CertFile {
-        /// The file.
-        path: PathBuf,
-        /// The OS error.
-        error: std::io::Error,
-    },
-    /// The ephemeral TLS material could not be generated or used.
+    /// The TLS files are missing or unusable.
     #[error("cannot set up TLS: {0}")]
     Tls(String),
     /// The workload could not be started.
@@ -303,7 +289,7 @@ pub async fn run(
         addr: config.listen,
         error,
     })?;
-    let (tls, ca_pem) = serving_tls(&config, local)?;
+    let tls = serving_tls(&config)?;
     let (child, facts) = workload::spawn(&config.workload, &config.sandbox_id, &exe).await?;
     info!(
         sandbox = %config.sandbox_id,
@@ -333,7 +319,7 @@ pub async fn run(
     let mut server = spawn_server(&shared, listener, tls, server_stop_rx);
     info!(sandbox = %config.sandbox_id, addr = %local, tls = serves_tls, "serving SandboxRuntime");
 
-    let mut outcome = publish(config.addr_file.as_deref(), local, ca_pem.as_deref());
+    let mut outcome = publish(config.addr_file.as_deref(), local);
 
     let mut server_done = false;
     if outcome.is_ok() {
@@ -370,9 +356,6 @@ pub async fn run(
     if let Some(path) = &config.addr_file {
         if outcome.is_ok() {
             let _ = std::fs::remove_file(path);
-            if ca_pem.is_some() {
-                let _ = std::fs::remove_file(cert_file(path));
-            }
         }
     }
     if let Err(e) = &outcome {
@@ -381,51 +364,22 @@ pub async fn run(
     outcome
 }
 
-/// Where the CA certificate is published: the address file's path with
-/// extension `crt` (`<sandbox>.addr` -> `<sandbox>.crt`).
-pub fn cert_file(addr_file: &Path) -> PathBuf {
-    addr_file.with_extension("crt")
-}
-
-/// What the runtime serves: plaintext (`insecure`), TLS from the files, or
-/// TLS from an ephemeral CA; and the CA PEM to publish (ephemeral only).
-fn serving_tls(
-    config: &RuntimeConfig,
-    local: SocketAddr,
-) -> Result<(Option<proto::tls::ServerTls>, Option<String>), RuntimeError> {
+/// What the runtime serves: plaintext (`insecure`) or TLS from the files.
+fn serving_tls(config: &RuntimeConfig) -> Result<Option<proto::tls::ServerTls>, RuntimeError> {
     if config.insecure {
-        warn!("--insecure: serving plaintext gRPC; publishing no CA certificate");
-        return Ok((None, None));
+        warn!("--insecure: serving plaintext gRPC");
+        return Ok(None);
     }
-    if let Some((cert, key)) = &config.tls_files {
-        let server = proto::tls::ServerTls::load(cert, key, proto::tls::ClientAuth::None)
-            .map_err(|e| RuntimeError::Tls(format!("--tls-cert-file/--tls-key-file: {e}")))?;
-        return Ok((Some(server), None));
-    }
-    let (server, ca_pem) = ephemeral_tls(&config.sandbox_id, local)?;
-    Ok((Some(server), Some(ca_pem)))
-}
-
-/// An ephemeral CA (in memory) and a server certificate it signs for
-/// `127.0.0.1` and the listen IP: the server configuration and the CA PEM.
-fn ephemeral_tls(
-    sandbox_id: &str,
-    local: SocketAddr,
-) -> Result<(proto::tls::ServerTls, String), RuntimeError> {
-    use proto::tls::generate::{Ca, Usage};
-    let tls_err = |e: &dyn std::fmt::Display| RuntimeError::Tls(e.to_string());
-    let ca = Ca::ephemeral(&format!("sandbox runtime {sandbox_id}")).map_err(|e| tls_err(&e))?;
-    let mut names = vec!["127.0.0.1".to_string()];
-    let ip = local.ip().to_string();
-    if !names.contains(&ip) {
-        names.push(ip);
-    }
-    let issued = ca
-        .issue_pem("sandbox-runtime", &names, Usage::Server)
-        .map_err(|e| tls_err(&e))?;
-    let server =
-        proto::tls::ServerTls::from_pem(&issued.cert, &issued.key).map_err(|e| tls_err(&e))?;
-    Ok((server, ca.cert_pem().to_string()))
+    let (cert, key) = config.tls_files.as_ref().ok_or_else(|| {
+        RuntimeError::Tls(
+            "--tls-cert-file and --tls-key-file are required (the identity its launcher made), \
+             or --insecure for plaintext"
+                .into(),
+        )
+    })?;
+    let server = proto::tls::ServerTls::load(cert, key, proto::tls::ClientAuth::None)
+        .map_err(|e| RuntimeError::Tls(format!("--tls-cert-file/--tls-key-file: {e}")))?;
+    Ok(Some(server))
 }
 
 /// Serves the runtime's gRPC on `listener`: TLS with `tls`, plaintext
@@ -454,19 +408,10 @@ fn spawn_server(
 
 /// Publishes the CA certificate (when serving TLS), then the address, each
 /// atomically: a reader that sees the address finds the certificate.
-fn publish(
-    addr_file: Option<&Path>,
-    local: SocketAddr,
-    ca_pem: Option<&str>,
-) -> Result<(), RuntimeError> {
+fn publish(addr_file: Option<&Path>, local: SocketAddr) -> Result<(), RuntimeError> {
     let Some(path) = addr_file else {
         return Ok(());
     };
-    if let Some(pem) = ca_pem {
-        let crt = cert_file(path);
-        demo::write_atomically(&crt, pem)
-            .map_err(|error| RuntimeError::CertFile { path: crt, error })?;
-    }
     demo::write_atomically(path, &local.to_string()).map_err(|error| RuntimeError::AddrFile {
         path: path.to_path_buf(),
         error,

@@ -1,4 +1,6 @@
 //! The demo sandboxes of `dev`: deleted and launched afresh on every run.
+//! Each runs the runtime's built-in demo workload (`material_ref` `demo`) in
+//! the runtime the leader launches for it.
 
 use proto::pool_admin::pool_admin_client::PoolAdminClient;
 use proto::pool_admin::{
@@ -18,6 +20,27 @@ pub(super) async fn pool_status(gw: &Gateway) -> Result<SupervisorPoolStatus, Cl
     })
     .await
     .map(|r| r.into_inner())
+}
+
+/// Whether every live demo sandbox, and at least `count` of them, is
+/// assigned with a workload pid and a recorded runtime address.
+pub(super) fn all_running(status: &SupervisorPoolStatus, count: u32) -> bool {
+    let live: Vec<_> = status
+        .sandboxes
+        .iter()
+        .filter(|sb| {
+            sb.id.starts_with("demo-")
+                && sb.phase() != SandboxPhase::Deleted
+                && sb.phase() != SandboxPhase::Failed
+        })
+        .collect();
+    let running = live
+        .iter()
+        .filter(|sb| {
+            sb.phase() == SandboxPhase::Assigned && sb.pid != 0 && !sb.runtime_address.is_empty()
+        })
+        .count();
+    running == live.len() && running >= usize::try_from(count).unwrap_or(usize::MAX)
 }
 
 /// Launches `demo-1` ..= `demo-<count>`.
@@ -47,7 +70,11 @@ pub(super) async fn launch_sandboxes(gw: &Gateway, count: u32) -> Result<(), Cli
                         .await
                 }
             })
-            .await?;
+            .await
+            // The leader may fail it (RuntimeLost: its runtime did not
+            // survive the last run) in between: the create decides.
+            .map_err(|e| eprintln!("deleting {sandbox_id} of an earlier run: {e}"))
+            .ok();
         }
         gw.call(|c| {
             let request = CreateSandboxRequest {

@@ -108,7 +108,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     let listeners = Listeners::bind(&config).await?;
-    let driver = crate::launcher::driver::build(&config.driver).await?;
+    let driver = crate::launcher::driver::build(&config.launcher.driver).await?;
     let node: RaftNode<GatewayState> =
         RaftNode::start(config.node.clone())
             .await
@@ -154,7 +154,11 @@ pub async fn run(
         tasks.iter().map(|t| t.abort_handle()).collect();
     match driver {
         Some(driver) => {
-            let launcher = crate::launcher::Launcher::new(hub.clone(), driver);
+            let launcher = crate::launcher::Launcher::new(
+                hub.clone(),
+                driver,
+                config.launcher.runtime_trusted_keys_file.clone(),
+            );
             aborts.push(tokio::spawn(launcher.run()).abort_handle());
         }
         None => tracing::warn!(

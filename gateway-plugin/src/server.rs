@@ -97,6 +97,27 @@ pub enum ServeError {
     Driver(#[from] crate::launcher::driver::DriverSetupError),
 }
 
+/// Starts the sandbox launcher (it acts only while this node leads), or
+/// says that this gateway launches nothing.
+fn spawn_launcher(
+    driver: Option<std::sync::Arc<dyn sandbox_driver::SandboxDriver>>,
+    hub: &std::sync::Arc<Hub>,
+    config: &GatewayConfig,
+) -> Option<tokio::task::AbortHandle> {
+    let Some(driver) = driver else {
+        tracing::warn!(
+            "no sandbox driver (--sandbox-driver none): this gateway launches no runtimes when it leads"
+        );
+        return None;
+    };
+    let launcher = crate::launcher::Launcher::new(
+        hub.clone(),
+        driver,
+        config.launcher.runtime_trusted_keys_file.clone(),
+    );
+    Some(tokio::spawn(launcher.run()).abort_handle())
+}
+
 /// Runs a gateway until `shutdown` completes, then stops within
 /// [`STOP_BOUND`] (see the module doc).
 ///
@@ -152,19 +173,7 @@ pub async fn run(
     ];
     let mut aborts: Vec<tokio::task::AbortHandle> =
         tasks.iter().map(|t| t.abort_handle()).collect();
-    match driver {
-        Some(driver) => {
-            let launcher = crate::launcher::Launcher::new(
-                hub.clone(),
-                driver,
-                config.launcher.runtime_trusted_keys_file.clone(),
-            );
-            aborts.push(tokio::spawn(launcher.run()).abort_handle());
-        }
-        None => tracing::warn!(
-            "no sandbox driver (--sandbox-driver none): this gateway launches no runtimes when it leads"
-        ),
-    }
+    aborts.extend(spawn_launcher(driver, &hub, &config));
     if let Some(tls) = &config.tls {
         use proto::tls::{Reloader, RELOAD_EVERY};
         aborts.push(Reloader::spawn(tls.client_port.clone(), RELOAD_EVERY).abort_handle());

@@ -97,6 +97,19 @@ pub enum ServeError {
     Driver(#[from] crate::launcher::driver::DriverSetupError),
 }
 
+/// Logs where this gateway listens, and warns about insecure defaults.
+fn announce(config: &GatewayConfig) {
+    tracing::info!(
+        node = config.node.node_id,
+        listen = %config.listen_addr,
+        peer_listen = ?config.peer_listen_addr,
+        advertise = %config.node.advertise_addr,
+        tls = config.tls.is_some(),
+        "gateway listening"
+    );
+    warn_insecure_defaults(config);
+}
+
 /// Starts the sandbox launcher (it acts only while this node leads), or
 /// says that this gateway launches nothing.
 fn spawn_launcher(
@@ -137,17 +150,9 @@ pub async fn run(
                 node_id: config.node.node_id,
                 source,
             })?;
-    tracing::info!(
-        node = config.node.node_id,
-        listen = %config.listen_addr,
-        peer_listen = ?config.peer_listen_addr,
-        advertise = %config.node.advertise_addr,
-        tls = config.tls.is_some(),
-        "gateway listening"
-    );
+    announce(&config);
     bootstrap(&node, &config);
     let metrics = Metrics::new();
-    warn_insecure_defaults(&config);
     let commit_at_start = node.status().commit_index;
     tracing::info!(
         commit_at_start,

@@ -3,7 +3,8 @@
 //!
 //! - `dev` starts the whole system with one command: its gateways run the
 //!   process driver over `<dir>/runtimes` (the runtime binary next to
-//!   `openshell-pool`, namespaces `auto`); supervisors get no
+//!   `openshell-pool`, namespaces `auto`, the runtimes reading the trusted
+//!   grant keys file of the supervisors); supervisors get no
 //!   `--runtime-dir`/`--runtime-bin`; the demo sandboxes run with a runtime
 //!   address (`sandbox list`: RUNTIME column) and `sandbox exec demo-1 --
 //!   demo-read` works
@@ -215,6 +216,10 @@ async fn dev_launches_runtimes_through_the_leader_and_stops_them_all() -> TestRe
             format!("--process-driver-dir {}", runtimes_dir.display()),
             format!("--runtime-bin {}", runtime_bin.display()),
             "--process-netns auto".to_string(),
+            format!(
+                "--runtime-trusted-grant-keys-file {}",
+                dir.join("tls").join("trusted-grant-keys").display()
+            ),
         ] {
             assert!(line.contains(&flag), "{flag:?} missing: {line}");
         }

@@ -249,6 +249,10 @@ fn start_gateways(
             path(&bins.runtime),
             "--process-netns".into(),
             "auto".into(),
+            // Runtimes re-read the supervisors' file: a key rotation
+            // reaches them.
+            "--runtime-trusted-grant-keys-file".into(),
+            path(&secrets.trusted_keys),
         ];
         if first_run {
             gw_args.extend(["--initial-voters".to_string(), voters.clone()]);

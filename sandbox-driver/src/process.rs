@@ -206,14 +206,14 @@ impl ProcessDriver {
             let (index, locks) = tokio::task::spawn_blocking(move || netns::allocate(&dir, &at))
                 .await
                 .map_err(|e| unavailable(format!("subnet allocation: {e}")))??;
-            let ns = Netns::new(name, index);
+            let ns = Netns::new(&netns::namespace_name(&self.dir, name), index);
             ns.add().await?;
             // Recorded once it is ours: a failed create removes only what
             // it made, never a namespace someone else left by this name.
             if let Err(e) =
-                entry::write_atomically(&entry.join(ENTRY_NETNS), name.as_bytes(), 0o600)
+                entry::write_atomically(&entry.join(ENTRY_NETNS), ns.name.as_bytes(), 0o600)
             {
-                let _ = netns::remove(name, &ns.host_link).await;
+                let _ = netns::remove(&ns.name, &ns.host_link).await;
                 return Err(e);
             }
             ns.plumb().await?;
@@ -301,9 +301,9 @@ impl ProcessDriver {
 
     /// Removes what a failed create made: the namespace, the directory.
     async fn roll_back(&self, name: &str, entry: &Path) {
-        if entry.join(ENTRY_NETNS).exists() {
-            let (host_link, _) = netns::veth_names(name);
-            if let Err(e) = netns::remove(name, &host_link).await {
+        if let Some(ns) = entry::read_line(entry, ENTRY_NETNS) {
+            let (host_link, _) = netns::veth_names(&ns);
+            if let Err(e) = netns::remove(&ns, &host_link).await {
                 warn!(runtime = %name, error = %e, "cannot remove the namespace of a failed create");
             }
         }

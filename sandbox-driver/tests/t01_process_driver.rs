@@ -247,7 +247,7 @@ async fn a_runtime_in_its_namespace_serves_tls_is_adopted_and_deleted() {
         std::fs::read_to_string(entry.join("netns"))
             .expect("netns")
             .trim(),
-        name
+        sandbox_driver::process::netns::namespace_name(driver.dir(), &name)
     );
 
     eprintln!("--- step: Status over TLS, verified for the runtime's name");
@@ -302,12 +302,13 @@ async fn a_runtime_in_its_namespace_serves_tls_is_adopted_and_deleted() {
     assert_eq!(runtime_pids(&id), vec![pid]);
 
     eprintln!("--- step: delete removes process, namespace, veth, directory");
-    let (host_link, _) = netns::veth_names(&name);
+    let ns = netns::namespace_name(driver.dir(), &name);
+    let (host_link, _) = netns::veth_names(&ns);
     assert!(Path::new("/sys/class/net").join(&host_link).exists());
     driver.delete(&name).await.expect("delete");
     assert!(runtime_pids(&id).is_empty(), "runtime still running");
     assert!(
-        !namespaces().contains(&name),
+        !namespaces().contains(&ns),
         "namespace left: {}",
         namespaces()
     );
@@ -655,7 +656,7 @@ async fn a_namespace_left_by_that_name_fails_the_create_and_is_left_alone() {
     let cleanup = Cleanup::new();
     let driver = driver(&cleanup, NetnsMode::On);
     let left = spec(&sandbox_id("left"), Vec::new());
-    let name = left.name();
+    let name = sandbox_driver::process::netns::namespace_name(driver.dir(), &left.name());
     let added = std::process::Command::new("ip")
         .args(["netns", "add", &name])
         .status()
@@ -674,7 +675,7 @@ async fn a_namespace_left_by_that_name_fails_the_create_and_is_left_alone() {
     );
     assert!(namespaces().contains(&name), "not ours to remove");
     assert!(
-        !driver.dir().join(&name).exists(),
+        !driver.dir().join(left.name()).exists(),
         "a failed create removes its directory"
     );
     assert!(runtime_pids(&left.sandbox_id).is_empty());

@@ -89,7 +89,16 @@ impl Netns {
     }
 }
 
-/// The veth pair's names for runtime `name`: `osb<8 hex>h`, `osb<8 hex>r`
+/// The namespace of runtime `name` launched by the driver of directory
+/// `dir`: `<name>-<8 hex of the directory>`, so that two drivers on one host
+/// (two dev systems, tests running side by side) never claim one namespace
+/// for runtimes of equal names.
+pub fn namespace_name(dir: &Path, name: &str) -> String {
+    let digest = Sha256::digest(dir.as_os_str().as_encoded_bytes());
+    format!("{name}-{}", hex::encode(&digest[..4]))
+}
+
+/// The veth pair's names for namespace `name`: `osb<8 hex>h`, `osb<8 hex>r`
 /// (12 characters, within the kernel's 15), the hex from the SHA-256 of the
 /// name.
 pub fn veth_names(name: &str) -> (String, String) {
@@ -289,5 +298,14 @@ mod tests {
         assert!(h.starts_with("osb") && h.ends_with('h') && r.ends_with('r'));
         assert_eq!(h[..11], r[..11]);
         assert_ne!(veth_names("a").0, veth_names("b").0);
+        let (one, two) = (Path::new("/a/runtimes"), Path::new("/b/runtimes"));
+        let name = "sbx-a-g1-00000000";
+        assert_ne!(namespace_name(one, name), namespace_name(two, name));
+        assert_eq!(namespace_name(one, name), namespace_name(one, name));
+        assert!(namespace_name(one, name).starts_with("sbx-a-g1-00000000-"));
+        assert_ne!(
+            veth_names(&namespace_name(one, name)),
+            veth_names(&namespace_name(two, name))
+        );
     }
 }

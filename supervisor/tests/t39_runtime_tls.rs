@@ -226,7 +226,14 @@ async fn supervisors_run_and_take_over_sandboxes_over_tls() -> TestResult {
         .map(Supervisor::kill9);
     let after = wait_pool(&cluster, "taken over", Duration::from_secs(30), |s| {
         sandbox(s, "sb-39")
-            .map(|x| x.owner == survivor && x.phase() == SandboxPhase::Assigned && x.acknowledged)
+            // The first report of a new session may precede the workload
+            // facts; wait for one that carries them.
+            .map(|x| {
+                x.owner == survivor
+                    && x.phase() == SandboxPhase::Assigned
+                    && x.acknowledged
+                    && x.pid != 0
+            })
             .unwrap_or(false)
     })
     .await;

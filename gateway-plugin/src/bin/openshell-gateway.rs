@@ -162,6 +162,15 @@ struct Args {
     /// on or off.
     #[arg(long, env = "OPENSHELL_PROCESS_NETNS", value_name = "auto|on|off")]
     process_netns: Option<String>,
+    /// Process driver: an existing network namespace every runtime joins
+    /// instead of one each (e.g. a test harness's workloads namespace);
+    /// needs --process-runtime-ip.
+    #[arg(long, env = "OPENSHELL_PROCESS_RUNTIME_NETNS", value_name = "NAME")]
+    process_runtime_netns: Option<String>,
+    /// Process driver: the address in --process-runtime-netns runtimes
+    /// listen on (each at a port it binds).
+    #[arg(long, env = "OPENSHELL_PROCESS_RUNTIME_IP", value_name = "IP")]
+    process_runtime_ip: Option<String>,
     /// Kubernetes driver: the namespace of runtime Pods (default: the
     /// gateway's own).
     #[arg(long, env = "OPENSHELL_KUBERNETES_NAMESPACE")]
@@ -374,6 +383,8 @@ fn run() -> anyhow::Result<()> {
             process_dir: args.process_driver_dir,
             runtime_bin: args.runtime_bin,
             process_netns: args.process_netns,
+            process_runtime_netns: args.process_runtime_netns,
+            process_runtime_ip: args.process_runtime_ip,
             kubernetes_namespace: args.kubernetes_namespace,
             pod_template_file: args.pod_template_file,
         }),

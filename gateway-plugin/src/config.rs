@@ -369,8 +369,9 @@ pub struct GatewayConfig {
     pub http_listen: Option<SocketAddr>,
     /// Bearer tokens.
     pub auth: crate::auth::Auth,
-    /// Where this gateway launches runtimes when it leads.
-    pub driver: crate::config_driver::DriverConfig,
+    /// Where this gateway launches runtimes when it leads, and what they
+    /// trust.
+    pub launcher: crate::config_driver::LauncherConfig,
 }
 
 fn in_range(key: &'static str, value: u64, lo: u64, hi: u64) -> Result<u64, ConfigError> {
@@ -450,10 +451,10 @@ impl GatewaySection {
             initial_voters.push(voter);
         }
         check_distinct_voters(&initial_voters)?;
-        let driver = self
+        let launcher = self
             .sandbox_driver
             .unwrap_or_default()
-            .validate(&data_dir)?;
+            .validate_launcher(&data_dir)?;
         let mut node = NodeConfig::new(node_id, &advertise, data_dir, &cluster_id);
         validate_raft(&mut node, self.raft.unwrap_or_default())?;
         let pool = validate_pool(self.supervisor_pool.unwrap_or_default())?;
@@ -493,7 +494,7 @@ impl GatewaySection {
             insecure_signing_key,
             http_listen,
             auth,
-            driver,
+            launcher,
         })
     }
 }

@@ -11,6 +11,11 @@
 //! process_runtime_ip = "10.0.0.2"     #   existing namespace, listening here
 //! kubernetes_namespace = "openshell"            # default: the gateway's own
 //! pod_template_file = "/etc/openshell/runtime-pod.yaml"
+//! # The trusted grant keys file runtimes read and re-read (a path where the
+//! # runtime runs: this host for process, a ConfigMap the Pod template mounts
+//! # for kubernetes). Default: runtimes trust this cluster's signing key as
+//! # given at launch (a key rotation then needs this file).
+//! runtime_trusted_keys_file = "/etc/openshell/trusted-grant-keys"
 //! ```
 
 use std::net::Ipv4Addr;
@@ -44,6 +49,8 @@ pub struct SandboxDriverSection {
     pub kubernetes_namespace: Option<String>,
     /// Kubernetes driver: the Pod template file.
     pub pod_template_file: Option<PathBuf>,
+    /// The trusted grant keys file runtimes read (a path where they run).
+    pub runtime_trusted_keys_file: Option<String>,
 }
 
 /// Network namespaces for the process driver.
@@ -55,6 +62,16 @@ pub enum Netns {
     On,
     /// Never: runtimes listen on 127.0.0.1.
     Off,
+}
+
+/// The validated launcher settings: the driver and what runtimes trust.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LauncherConfig {
+    /// Where runtimes are launched.
+    pub driver: DriverConfig,
+    /// The trusted grant keys file runtimes read, if any (else the
+    /// cluster's signing key is given at launch).
+    pub runtime_trusted_keys_file: Option<String>,
 }
 
 /// The validated driver choice.
@@ -97,9 +114,34 @@ impl SandboxDriverSection {
             process_runtime_netns,
             process_runtime_ip,
             kubernetes_namespace,
-            pod_template_file
+            pod_template_file,
+            runtime_trusted_keys_file
         );
         self
+    }
+
+    /// Validates the section into the launcher's settings.
+    ///
+    /// # Errors
+    /// As [`SandboxDriverSection::validate`]; a process driver's keys file
+    /// must exist (it is a path on this host).
+    pub fn validate_launcher(self, data_dir: &Path) -> Result<LauncherConfig, ConfigError> {
+        let file = self.runtime_trusted_keys_file.clone();
+        let driver = self.validate(data_dir)?;
+        if let (DriverConfig::Process { .. }, Some(path)) = (&driver, &file) {
+            if !Path::new(path).is_file() {
+                return Err(ConfigError::Invalid {
+                    key: "openshell.gateway.sandbox_driver.runtime_trusted_keys_file",
+                    value: path.clone(),
+                    problem: "no such file (the process driver's runtimes read it on this host)"
+                        .into(),
+                });
+            }
+        }
+        Ok(LauncherConfig {
+            driver,
+            runtime_trusted_keys_file: file,
+        })
     }
 
     /// Validates the section; `data_dir` gives the process driver's default

@@ -97,6 +97,40 @@ pub enum ServeError {
     Driver(#[from] crate::launcher::driver::DriverSetupError),
 }
 
+/// Logs where this gateway listens, and warns about insecure defaults.
+fn announce(config: &GatewayConfig) {
+    tracing::info!(
+        node = config.node.node_id,
+        listen = %config.listen_addr,
+        peer_listen = ?config.peer_listen_addr,
+        advertise = %config.node.advertise_addr,
+        tls = config.tls.is_some(),
+        "gateway listening"
+    );
+    warn_insecure_defaults(config);
+}
+
+/// Starts the sandbox launcher (it acts only while this node leads), or
+/// says that this gateway launches nothing.
+fn spawn_launcher(
+    driver: Option<std::sync::Arc<dyn sandbox_driver::SandboxDriver>>,
+    hub: &std::sync::Arc<Hub>,
+    config: &GatewayConfig,
+) -> Option<tokio::task::AbortHandle> {
+    let Some(driver) = driver else {
+        tracing::warn!(
+            "no sandbox driver (--sandbox-driver none): this gateway launches no runtimes when it leads"
+        );
+        return None;
+    };
+    let launcher = crate::launcher::Launcher::new(
+        hub.clone(),
+        driver,
+        config.launcher.runtime_trusted_keys_file.clone(),
+    );
+    Some(tokio::spawn(launcher.run()).abort_handle())
+}
+
 /// Runs a gateway until `shutdown` completes, then stops within
 /// [`STOP_BOUND`] (see the module doc).
 ///
@@ -108,7 +142,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     let listeners = Listeners::bind(&config).await?;
-    let driver = crate::launcher::driver::build(&config.driver).await?;
+    let driver = crate::launcher::driver::build(&config.launcher.driver).await?;
     let node: RaftNode<GatewayState> =
         RaftNode::start(config.node.clone())
             .await
@@ -116,17 +150,9 @@ pub async fn run(
                 node_id: config.node.node_id,
                 source,
             })?;
-    tracing::info!(
-        node = config.node.node_id,
-        listen = %config.listen_addr,
-        peer_listen = ?config.peer_listen_addr,
-        advertise = %config.node.advertise_addr,
-        tls = config.tls.is_some(),
-        "gateway listening"
-    );
+    announce(&config);
     bootstrap(&node, &config);
     let metrics = Metrics::new();
-    warn_insecure_defaults(&config);
     let commit_at_start = node.status().commit_index;
     tracing::info!(
         commit_at_start,
@@ -152,15 +178,7 @@ pub async fn run(
     ];
     let mut aborts: Vec<tokio::task::AbortHandle> =
         tasks.iter().map(|t| t.abort_handle()).collect();
-    match driver {
-        Some(driver) => {
-            let launcher = crate::launcher::Launcher::new(hub.clone(), driver);
-            aborts.push(tokio::spawn(launcher.run()).abort_handle());
-        }
-        None => tracing::warn!(
-            "no sandbox driver (--sandbox-driver none): this gateway launches no runtimes when it leads"
-        ),
-    }
+    aborts.extend(spawn_launcher(driver, &hub, &config));
     if let Some(tls) = &config.tls {
         use proto::tls::{Reloader, RELOAD_EVERY};
         aborts.push(Reloader::spawn(tls.client_port.clone(), RELOAD_EVERY).abort_handle());

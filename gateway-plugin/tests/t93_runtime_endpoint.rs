@@ -4,7 +4,8 @@
 //! `openshell-pool` processes.
 //!
 //! The leader's launcher (which proposes `RecordRuntime`) is not part of
-//! this test, so the record enters the state the way an operator's restore
+//! this test (its gateways run `--sandbox-driver none`; the supervision
+//! scenarios in supervisor/tests run it), so the record enters the state the way an operator's restore
 //! would bring it: a backup of a running cluster whose pool snapshot gains
 //! the runtime record (snapshot field 10) is restored into a new gateway.
 //!
@@ -99,7 +100,9 @@ fn with_runtime(state: &[u8]) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recorded_runtime_reaches_the_owner_and_the_operator() -> TestResult {
-    let mut first = Cluster::start(1, &[]);
+    // No launcher: the record comes from the restored state only (a
+    // launcher would find no runtime at the made-up address and fail it).
+    let mut first = Cluster::start(1, &["--sandbox-driver", "none"]);
     first.wait_leader("bootstrap").await;
 
     eprintln!("--- step: a member owns sb1; its assignment has no runtime yet");
@@ -153,7 +156,11 @@ async fn recorded_runtime_reaches_the_owner_and_the_operator() -> TestResult {
     drop(m);
     first.node(1).kill9();
     let root = tempfile::tempdir()?;
-    let mut gateway = Gateway::new(1, root.path(), Vec::new());
+    let mut gateway = Gateway::new(
+        1,
+        root.path(),
+        vec!["--sandbox-driver".into(), "none".into()],
+    );
     let out = Command::new(testkit::bins::gateway_bin())
         .args(["restore", "--from"])
         .arg(&file)

@@ -245,12 +245,7 @@ impl SandboxDriver for KubernetesDriver {
 impl KubernetesDriver {
     async fn ensure_unbounded(&self, spec: &LaunchSpec) -> Result<RuntimeState, DriverError> {
         let name = spec.name();
-        if spec.trusted_grant_keys.is_empty() {
-            return Err(DriverError::Refused {
-                driver: DRIVER,
-                message: format!("{name}: no trusted grant keys"),
-            });
-        }
+        spec.trust_args(DRIVER)?;
         let ca_pem = self.ensure_secret(spec).await?;
         let pod = objects::pod(&self.template, spec, &ca_pem);
         let pod = match self.pods.create(&PostParams::default(), &pod).await {

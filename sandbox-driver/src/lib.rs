@@ -44,14 +44,42 @@ pub struct LaunchSpec {
     /// (`--recovery-deadline-ms`).
     pub recovery_deadline_ms: u64,
     /// Public grant keys the runtime trusts (64 hex characters each,
-    /// `--cluster-public-key`).
+    /// `--cluster-public-key`), when no keys file is given.
     pub trusted_grant_keys: Vec<String>,
+    /// A trusted grant keys file the runtime reads and re-reads on change
+    /// (`--trusted-grant-keys-file`: a path where the runtime runs, e.g. a
+    /// ConfigMap mounted by the Pod template), instead of the keys: what
+    /// lets a key rotation reach runtimes that are already running.
+    pub trusted_grant_keys_file: Option<String>,
 }
 
 impl LaunchSpec {
     /// The runtime's name ([`runtime_name`]).
     pub fn name(&self) -> String {
         runtime_name(&self.sandbox_id, self.generation)
+    }
+
+    /// The runtime arguments that say which grant keys it trusts: the keys
+    /// file if given, else the keys.
+    ///
+    /// # Errors
+    /// [`DriverError::Refused`] when neither is given (the runtime would
+    /// trust no grant).
+    pub fn trust_args(&self, driver: &'static str) -> Result<[String; 2], DriverError> {
+        match &self.trusted_grant_keys_file {
+            Some(file) => Ok(["--trusted-grant-keys-file".into(), file.clone()]),
+            None if self.trusted_grant_keys.is_empty() => Err(DriverError::Refused {
+                driver,
+                message: format!(
+                    "{}: no trusted grant keys (neither keys nor a keys file)",
+                    self.name()
+                ),
+            }),
+            None => Ok([
+                "--cluster-public-key".into(),
+                self.trusted_grant_keys.join(","),
+            ]),
+        }
     }
 }
 

@@ -436,8 +436,12 @@ fn runtime_args(spec: &LaunchSpec, entry: &Path, listen: SocketAddr) -> Vec<OsSt
         spec.sandbox_id.clone().into(),
         "--generation".into(),
         spec.generation.to_string().into(),
-        "--cluster-public-key".into(),
-        spec.trusted_grant_keys.join(",").into(),
+    ];
+    // Checked by `ensure` before anything is created.
+    if let Ok(trust) = spec.trust_args("process") {
+        args.extend(trust.into_iter().map(Into::into));
+    }
+    args.extend([
         "--listen".into(),
         listen.to_string().into(),
         "--tls-cert-file".into(),
@@ -448,7 +452,7 @@ fn runtime_args(spec: &LaunchSpec, entry: &Path, listen: SocketAddr) -> Vec<OsSt
         entry.join(ENTRY_ADDRESS).into(),
         "--recovery-deadline-ms".into(),
         spec.recovery_deadline_ms.to_string().into(),
-    ];
+    ]);
     if !spec.workload.is_empty() {
         args.push("--".into());
         args.extend(spec.workload.iter().map(Into::into));
@@ -485,12 +489,7 @@ impl SandboxDriver for ProcessDriver {
     }
 
     async fn ensure(&self, spec: &LaunchSpec) -> Result<RuntimeState, DriverError> {
-        if spec.trusted_grant_keys.is_empty() {
-            return Err(refused(format!(
-                "sandbox {} generation {}: no trusted grant keys",
-                spec.sandbox_id, spec.generation
-            )));
-        }
+        spec.trust_args("process")?;
         let name = spec.name();
         let entry = self.entry(&name)?;
         match std::fs::create_dir(&entry) {

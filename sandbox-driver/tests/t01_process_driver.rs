@@ -116,6 +116,7 @@ fn spec(id: &str, workload: Vec<String>) -> LaunchSpec {
         workload,
         recovery_deadline_ms: 600_000,
         trusted_grant_keys: vec![GrantSigner::insecure_development_key("t01").public_key_hex()],
+        trusted_grant_keys_file: None,
     }
 }
 

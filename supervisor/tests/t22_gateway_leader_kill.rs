@@ -17,12 +17,15 @@ use proto::sandbox_runtime::RuntimeStatusRequest;
 use testkit::gateway::*;
 use testkit::supervisor::*;
 use testkit::TestResult;
-use tokio::io::AsyncReadExt;
 
-async fn read_workload(addr: &str) -> Option<u64> {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+/// The demo workload's counter at `addr` (blocking; 1 s bounds).
+fn read_workload(addr: &str) -> Option<u64> {
+    use std::io::Read;
+    let addr: std::net::SocketAddr = addr.parse().ok()?;
+    let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
     let mut text = String::new();
-    stream.read_to_string(&mut text).await.ok()?;
+    stream.read_to_string(&mut text).ok()?;
     text.trim().parse().ok()
 }
 
@@ -82,22 +85,28 @@ async fn leader_gateway_kill_does_not_disturb_workloads() -> TestResult {
     );
 
     eprintln!("--- step: sample the workload counter every 20 ms");
+    // The workload listens on 127.0.0.1 of its runtime's network namespace
+    // (when the driver made one): the sampler thread enters it.
+    let netns = testkit::runtimes::entry_of(&cluster.runtimes_dir(), "w")?.netns();
     let stop = Arc::new(AtomicBool::new(false));
     let sampler = {
         let stop = stop.clone();
-        tokio::spawn(async move {
+        std::thread::spawn(move || {
+            if let Some(ns) = &netns {
+                testkit::runtimes::enter_netns(ns).unwrap_or_else(|e| panic!("{e}"));
+            }
             let mut last: Option<(u64, Instant)> = None;
             let mut longest = Duration::ZERO;
             let mut failures = 0u32;
             while !stop.load(Ordering::Relaxed) {
-                match read_workload(&workload_addr).await {
+                match read_workload(&workload_addr) {
                     Some(c) => match last {
                         Some((prev, at)) if c == prev => longest = longest.max(at.elapsed()),
                         _ => last = Some((c, Instant::now())),
                     },
                     None => failures += 1,
                 }
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                std::thread::sleep(Duration::from_millis(20));
             }
             (longest, failures)
         })
@@ -147,7 +156,7 @@ async fn leader_gateway_kill_does_not_disturb_workloads() -> TestResult {
     .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     stop.store(true, Ordering::Relaxed);
-    let (longest, failures) = sampler.await?;
+    let (longest, failures) = sampler.join().map_err(|_| "the sampler panicked")?;
     println!(
         "longest counter stall during the leader kill: {} ms (the counter steps every 100 ms)",
         longest.as_millis()

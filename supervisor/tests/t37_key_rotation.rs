@@ -89,10 +89,18 @@ async fn the_signing_key_rotates_without_downtime() -> TestResult {
     // Secure gateways (TLS, peer ports, admin token), each with its own
     // signing key file.
     let (root, material, mut nodes) = Cluster::secure_nodes(3, FAST_TIMING);
+    // Supervisors and the runtimes the leader launches read one trusted
+    // grant keys file (runtimes re-read it: a rotation reaches runtimes that
+    // are already running).
+    let trusted_file = write(&root.path().join("trusted-grant-keys"), &trusted(&[OLD]));
     for node in &mut nodes {
         node.set_flag(
             "--signing-key-file",
             key_file(node.id).display().to_string(),
+        );
+        node.set_flag(
+            "--runtime-trusted-grant-keys-file",
+            trusted_file.display().to_string(),
         );
     }
     let ca = material.ca.cert.clone();
@@ -101,7 +109,6 @@ async fn the_signing_key_rotates_without_downtime() -> TestResult {
     let gateways: Vec<String> = cluster.nodes.iter().map(|n| n.addr.clone()).collect();
     let _cleanup = KillUnder(cluster.root.path().to_path_buf());
     let dir = cluster.root.path().to_path_buf();
-    let trusted_file = write(&dir.join("trusted-grant-keys"), &trusted(&[OLD]));
     let mut supervisors: Vec<Supervisor> = ["s1", "s2"]
         .iter()
         .map(|m| {

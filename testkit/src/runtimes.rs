@@ -149,3 +149,20 @@ pub fn cleanup(dir: &Path) {
         }
     }
 }
+
+/// Moves the calling OS thread into network namespace `ns` (`ip netns`
+/// name): its sockets then reach what listens inside, e.g. a demo workload
+/// on the namespace's 127.0.0.1. Call it on a thread of its own (a
+/// `std::thread`), never on an async runtime's worker.
+///
+/// # Errors
+/// The namespace does not exist or `setns` was refused.
+pub fn enter_netns(ns: &str) -> TestResult {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::File::open(Path::new("/run/netns").join(ns))?;
+    // SAFETY: setns on a descriptor we own, for this thread only.
+    if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        return Err(format!("setns {ns}: {}", std::io::Error::last_os_error()).into());
+    }
+    Ok(())
+}

@@ -178,6 +178,11 @@ struct Args {
     /// Kubernetes driver: the runtime Pod template (YAML).
     #[arg(long, env = "OPENSHELL_POD_TEMPLATE_FILE")]
     pod_template_file: Option<PathBuf>,
+    /// The trusted grant keys file runtimes read and re-read, a path where
+    /// they run (default: they trust this cluster's signing key as given at
+    /// launch; a key rotation needs this file).
+    #[arg(long, env = "OPENSHELL_RUNTIME_TRUSTED_GRANT_KEYS_FILE")]
+    runtime_trusted_grant_keys_file: Option<String>,
 }
 
 /// `tokens` plus the token in each of `files` (given by `flag`).
@@ -387,6 +392,7 @@ fn run() -> anyhow::Result<()> {
             process_runtime_ip: args.process_runtime_ip,
             kubernetes_namespace: args.kubernetes_namespace,
             pod_template_file: args.pod_template_file,
+            runtime_trusted_keys_file: args.runtime_trusted_grant_keys_file,
         }),
     };
     let config = file.overlay(flags).validate()?;

@@ -38,12 +38,23 @@ const CONCURRENT_CALLS: usize = 16;
 pub struct Launcher {
     hub: Arc<Hub>,
     driver: Arc<dyn SandboxDriver>,
+    trusted_grant_keys_file: Option<String>,
 }
 
 impl Launcher {
-    /// A launcher proposing through `hub` and launching with `driver`.
-    pub fn new(hub: Arc<Hub>, driver: Arc<dyn SandboxDriver>) -> Self {
-        Launcher { hub, driver }
+    /// A launcher proposing through `hub` and launching with `driver`;
+    /// runtimes read `trusted_grant_keys_file` if given, else trust this
+    /// cluster's signing key.
+    pub fn new(
+        hub: Arc<Hub>,
+        driver: Arc<dyn SandboxDriver>,
+        trusted_grant_keys_file: Option<String>,
+    ) -> Self {
+        Launcher {
+            hub,
+            driver,
+            trusted_grant_keys_file,
+        }
     }
 
     /// Runs passes while this node leads; returns when raft shuts down.
@@ -119,7 +130,8 @@ impl Launcher {
     }
 
     /// What every launch carries: the runtime's recovery deadline (the
-    /// pool's, in ms) and the grant key runtimes trust (this cluster's).
+    /// pool's, in ms) and the grant keys runtimes trust (this cluster's, or
+    /// the configured keys file).
     fn defaults(&self) -> LaunchDefaults {
         let settings = self.hub.settings();
         let deadline = settings
@@ -128,6 +140,7 @@ impl Launcher {
         LaunchDefaults {
             recovery_deadline_ms: u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX),
             trusted_grant_keys: vec![self.hub.signer().public_key_hex()],
+            trusted_grant_keys_file: self.trusted_grant_keys_file.clone(),
         }
     }
 

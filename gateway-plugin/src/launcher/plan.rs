@@ -60,6 +60,8 @@ pub struct LaunchDefaults {
     pub recovery_deadline_ms: u64,
     /// The grant keys runtimes trust (hex).
     pub trusted_grant_keys: Vec<String>,
+    /// The trusted grant keys file runtimes read instead, if configured.
+    pub trusted_grant_keys_file: Option<String>,
 }
 
 /// The actions for one pass, in order: deletes, fails, ensures.
@@ -115,6 +117,7 @@ pub fn spec(sandbox: &Sandbox, defaults: &LaunchDefaults) -> LaunchSpec {
         workload: workload(&sandbox.material_ref),
         recovery_deadline_ms: defaults.recovery_deadline_ms,
         trusted_grant_keys: defaults.trusted_grant_keys.clone(),
+        trusted_grant_keys_file: defaults.trusted_grant_keys_file.clone(),
     }
 }
 
@@ -267,6 +270,7 @@ mod tests {
         LaunchDefaults {
             recovery_deadline_ms: 60_000,
             trusted_grant_keys: vec!["ab".repeat(32)],
+            trusted_grant_keys_file: None,
         }
     }
 
@@ -312,6 +316,7 @@ mod tests {
                 workload: vec!["sleep".into(), "1000".into()],
                 recovery_deadline_ms: 60_000,
                 trusted_grant_keys: vec!["ab".repeat(32)],
+                trusted_grant_keys_file: None,
             })]
         );
         assert_eq!(workload(""), Vec::<String>::new());

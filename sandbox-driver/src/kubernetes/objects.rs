@@ -66,8 +66,12 @@ pub fn runtime_args(spec: &LaunchSpec) -> Vec<String> {
         spec.sandbox_id.clone(),
         "--generation".to_string(),
         spec.generation.to_string(),
-        "--cluster-public-key".to_string(),
-        spec.trusted_grant_keys.join(","),
+    ];
+    // Checked by `ensure` before anything is created.
+    if let Ok(trust) = spec.trust_args("kubernetes") {
+        args.extend(trust);
+    }
+    args.extend([
         "--listen".to_string(),
         format!("0.0.0.0:{RUNTIME_PORT}"),
         "--tls-cert-file".to_string(),
@@ -76,7 +80,7 @@ pub fn runtime_args(spec: &LaunchSpec) -> Vec<String> {
         format!("{TLS_MOUNT_PATH}/tls.key"),
         "--recovery-deadline-ms".to_string(),
         spec.recovery_deadline_ms.to_string(),
-    ];
+    ]);
     if !spec.workload.is_empty() {
         args.push("--".to_string());
         args.extend(spec.workload.iter().cloned());

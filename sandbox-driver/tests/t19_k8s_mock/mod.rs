@@ -51,6 +51,7 @@ pub fn spec(id: &str, generation: u64, workload: &[&str]) -> LaunchSpec {
         workload: workload.iter().map(ToString::to_string).collect(),
         recovery_deadline_ms: 30_000,
         trusted_grant_keys: vec!["ab".repeat(32)],
+        trusted_grant_keys_file: None,
     }
 }
 

@@ -113,6 +113,7 @@ fn spec(id: &str) -> LaunchSpec {
         workload: Vec::new(),
         recovery_deadline_ms: 600_000,
         trusted_grant_keys: vec![GrantSigner::insecure_development_key("t02").public_key_hex()],
+        trusted_grant_keys_file: None,
     }
 }
 

@@ -1,17 +1,18 @@
 //! Identifiers are bounded input (issue 13, "Bounded input"): an id outside
 //! the rule of `proto::ids` is refused at the API, names its field, and is
-//! never turned into a file by the supervisor.
+//! never turned into a file by the supervisor or the sandbox driver.
 //!
-//! - given: one gateway, one supervisor (runtime dir `<root>/runtimes`), a
-//!   running sandbox `sb-ok`
+//! - given: one gateway (the process driver over `<root>/runtimes`), one
+//!   supervisor, a running sandbox `sb-ok`
 //! - when: `sandbox create --id` is asked for `../x`, an absolute path, a
 //!   300-character id, `x/../../y`, `..`, `.`, `a b` and `""` through the
 //!   CLI; get / delete / exec with bad ids and a drain of a bad member
 //!   through `PoolAdmin` over gRPC
 //! - then: every one is refused (CLI exit 1, `INVALID_ARGUMENT`) naming
 //!   `sandbox_id` (or `drain_member`); no sandbox other than `sb-ok` exists,
-//!   nothing was created outside `sb-ok`'s two runtime files, and the runtime
-//!   dir is owner-only (0700)
+//!   the driver directory holds `sb-ok`'s runtime entry only (its name the
+//!   runtime name of `sb-ok`, generation 1), nothing was created elsewhere,
+//!   and the directory is owner-only (0700)
 
 mod common;
 
@@ -106,15 +107,18 @@ async fn ids_outside_the_rule_are_refused_and_never_become_paths() -> TestResult
     let ids: Vec<_> = status.sandboxes.iter().map(|s| s.id.clone()).collect();
     assert_eq!(ids, vec!["sb-ok".to_string()], "only sb-ok was admitted");
     let runtimes = root.join("runtimes");
+    // The driver's own lock files (`.lock`) aside, one entry per runtime.
     let mut names: Vec<_> = std::fs::read_dir(&runtimes)?
         .map(|d| d.map(|d| d.file_name().to_string_lossy().into_owned()))
-        .collect::<Result<_, _>>()?;
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .filter(|n| !n.starts_with('.'))
+        .collect();
     names.sort();
     assert_eq!(
         names,
-        // .crt: the runtime's published CA certificate (TLS to the runtime).
-        ["sb-ok.addr", "sb-ok.crt", "sb-ok.log"],
-        "runtime dir holds only sb-ok"
+        [sandbox_driver::runtime_name("sb-ok", 1)],
+        "runtime dir holds only sb-ok's runtime"
     );
     for stray in ["x.log", "x.addr", "abs.log", "abs.addr"] {
         assert!(!root.join(stray).exists(), "{stray} was created");

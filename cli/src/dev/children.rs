@@ -1,20 +1,27 @@
 //! The processes `dev` owns and how they stop: by pid, with signals this
 //! process sends itself (no `kill` or `pkill` commands).
 //!
-//! `dev` spawns the gateways and the supervisors; each supervisor spawns a
-//! sandbox runtime per sandbox in a process group of its own, so that the
-//! runtime (and the workload it holds) outlives its supervisor. Before it
-//! spawns anything, `dev` makes itself a child subreaper
-//! ([`become_subreaper`]): when a supervisor exits, its runtimes are
-//! reparented to `dev` and become its own children.
+//! `dev` spawns the gateways and the supervisors; the leading gateway
+//! launches a sandbox runtime per sandbox through its process driver, in a
+//! session of its own, so that the runtime (and the workload it holds)
+//! outlives that gateway and every supervisor. Before it spawns anything,
+//! `dev` makes itself a child subreaper ([`become_subreaper`]): when a
+//! gateway exits (stopped, or killed by hand to try a failover), its
+//! runtimes are reparented to `dev` and become its own children; while the
+//! cluster runs, [`Children::report_exits`] reaps those that exit.
 //!
 //! [`Children::stop`] then, in order:
 //! 1. sends SIGTERM to every process `dev` spawned, by pid; waits up to
 //!    [`STOP_GRACE`] for each; SIGKILLs and reaps those still running;
-//! 2. sends SIGTERM to every process reparented to `dev` (the runtimes,
-//!    which stop their workloads first); waits up to [`ADOPTED_GRACE`];
-//!    SIGKILLs and reaps those still running; and repeats while any is
-//!    left (the workload of a runtime killed hard is reparented in turn).
+//! 2. deletes every runtime of the driver directory through the process
+//!    driver ([`super::runtimes::delete_all`]: SIGTERM to its group, which
+//!    stops its workload first, SIGKILL after 3 s, its network namespace and
+//!    entry removed), descendant of `dev` or not (a runtime of an earlier,
+//!    killed run);
+//! 3. sends SIGTERM to every process still reparented to `dev` (a runtime
+//!    that escaped the driver, the workload of a runtime killed hard);
+//!    waits up to [`ADOPTED_GRACE`]; SIGKILLs and reaps those still
+//!    running; and repeats while any is left.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -23,6 +30,7 @@ use std::time::Duration;
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
+use super::runtimes::{self, Runtimes};
 use crate::CliError;
 
 /// How long a gateway or supervisor gets to exit after SIGTERM.
@@ -32,7 +40,7 @@ pub const STOP_GRACE: Duration = Duration::from_secs(3);
 /// first (SIGTERM to the workload's group, SIGKILL 2 s later).
 pub const ADOPTED_GRACE: Duration = Duration::from_secs(5);
 
-/// Rounds of step 2 of [`Children::stop`]: runtimes, then the workloads of
+/// Rounds of step 3 of [`Children::stop`]: runtimes, then the workloads of
 /// runtimes that had to be killed, then a spare.
 const ADOPTED_ROUNDS: usize = 3;
 
@@ -61,9 +69,23 @@ pub fn become_subreaper() -> std::io::Result<()> {
 /// The processes `dev` spawned, by name; they are killed if dropped
 /// unstopped (an error on the way up).
 #[derive(Default)]
-pub struct Children(Vec<(String, Child)>);
+pub struct Children {
+    /// What `dev` spawned.
+    spawned: Vec<(String, Child)>,
+    /// The runtimes [`Children::stop`] deletes (none: only descendants).
+    runtimes: Option<Runtimes>,
+}
 
 impl Children {
+    /// No process yet; [`Children::stop`] will also delete the runtimes of
+    /// `runtimes`.
+    pub fn with_runtimes(runtimes: Runtimes) -> Self {
+        Children {
+            spawned: Vec::new(),
+            runtimes: Some(runtimes),
+        }
+    }
+
     /// Starts `bin args` as `name`, its stdout and stderr appended to `log`.
     ///
     /// # Errors
@@ -92,18 +114,19 @@ impl Children {
             .kill_on_drop(true)
             .spawn()
             .map_err(|e| CliError::Local(format!("starting {name} ({}): {e}", bin.display())))?;
-        self.0.push((name, child));
+        self.spawned.push((name, child));
         Ok(())
     }
 
     /// Says on stderr when a process `dev` started exits while the cluster
     /// runs (say, a gateway stopped by hand to try a failover), and reaps
-    /// it, so it does not linger as a zombie. Never returns.
+    /// it, so it does not linger as a zombie; reaps the runtimes reparented
+    /// to `dev` that exit too. Never returns.
     pub async fn report_exits(&mut self) {
         let mut reported: Vec<bool> = Vec::new();
         loop {
-            reported.resize(self.0.len(), false);
-            for ((name, child), reported) in self.0.iter_mut().zip(reported.iter_mut()) {
+            reported.resize(self.spawned.len(), false);
+            for ((name, child), reported) in self.spawned.iter_mut().zip(reported.iter_mut()) {
                 if *reported {
                     continue;
                 }
@@ -114,20 +137,26 @@ impl Children {
                     );
                 }
             }
+            let spawned: Vec<u32> = self.spawned.iter().filter_map(|(_, c)| c.id()).collect();
+            for pid in adopted() {
+                if !spawned.contains(&pid) && is_zombie(pid) {
+                    reaped(pid);
+                }
+            }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
 
     /// Stops every process `dev` started, directly or through its
-    /// supervisors (see the module doc), and returns once none is left.
+    /// gateways (see the module doc), and returns once none is left.
     pub async fn stop(&mut self) {
-        for (_, child) in &self.0 {
+        for (_, child) in &self.spawned {
             if let Some(pid) = child.id() {
                 signal(pid, libc::SIGTERM);
             }
         }
         let deadline = Instant::now() + STOP_GRACE;
-        for (name, child) in &mut self.0 {
+        for (name, child) in &mut self.spawned {
             if tokio::time::timeout_at(deadline, child.wait())
                 .await
                 .is_err()
@@ -137,7 +166,13 @@ impl Children {
                 eprintln!("killed {name}");
             }
         }
-        self.0.clear();
+        self.spawned.clear();
+        if let Some(runtimes) = &self.runtimes {
+            let deleted = runtimes::delete_all(runtimes).await;
+            if deleted > 0 {
+                eprintln!("deleted {deleted} sandbox runtime(s)");
+            }
+        }
         for _ in 0..ADOPTED_ROUNDS {
             let adopted = adopted();
             if adopted.is_empty() {
@@ -209,6 +244,17 @@ fn adopted() -> Vec<u32> {
         .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
         .filter(|pid| parent_of(*pid) == Some(me))
         .collect()
+}
+
+/// Whether `pid` exited and waits to be reaped (state `Z` in
+/// `/proc/<pid>/stat`).
+fn is_zombie(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    stat.rfind(')')
+        .and_then(|at| stat[at + 1..].split_whitespace().next())
+        == Some("Z")
 }
 
 /// The parent pid of `pid`: the fourth field of `/proc/<pid>/stat`, counted

@@ -1,8 +1,12 @@
 //! `openshell-pool dev`: a complete local system on loopback, in the
 //! foreground, on embedded defaults: three gateways, two supervisors and a
 //! few demo sandboxes, all real processes. Data lives under one directory;
-//! running it again resumes that data. Ctrl-C (or SIGTERM) stops every
-//! process it started, sandbox runtimes included ([`children`]).
+//! running it again resumes that data. The gateways launch the sandbox
+//! runtimes (the leader, through the process driver, into
+//! `<data dir>/runtimes/`, a network namespace per runtime as root:
+//! [`runtimes`]); the supervisors attach to them over the network. Ctrl-C
+//! (or SIGTERM) stops every process it started, sandbox runtimes included
+//! ([`children`]), and removes their namespaces.
 //!
 //! It runs secure, as a deployment does: TLS on every gRPC port (a client
 //! port and a mutual-TLS peer port per gateway), a signing key its
@@ -14,10 +18,12 @@
 //!   gateways, [`bring_up`] the rest, print what to try, wait for Ctrl-C,
 //!   stop everything.
 //! - [`bring_up`]: wait for a leader, start the supervisors, launch the demo
-//!   sandboxes (talking to the gateways over gRPC only).
+//!   sandboxes and wait until each runs with a recorded runtime address
+//!   (talking to the gateways over gRPC only).
 
 pub mod children;
 mod demo;
+pub mod runtimes;
 pub mod secure;
 
 use std::path::{Path, PathBuf};
@@ -25,7 +31,7 @@ use std::time::Duration;
 
 use proto::cluster::cluster_admin_client::ClusterAdminClient;
 use proto::cluster::StatusRequest;
-use proto::pool_types::{MemberState, SandboxPhase};
+use proto::pool_types::MemberState;
 
 use crate::{CliError, Gateway};
 use children::Children;
@@ -124,6 +130,7 @@ pub async fn run(args: DevArgs) -> Result<(), CliError> {
         .data_dir
         .canonicalize()
         .map_err(|e| CliError::Local(e.to_string()))?;
+    let _lock = runtimes::DevLock::take(&dir)?;
     let first_run = !dir.join("gateway-1").exists();
     if !first_run && !dir.join("tls").join("ca.crt").exists() {
         return Err(CliError::Local(format!(
@@ -138,19 +145,16 @@ pub async fn run(args: DevArgs) -> Result<(), CliError> {
     let secrets = secure::prepare(&dir.join("tls"), 3, &MEMBERS)?;
     let endpoints: Vec<String> = (0..3).map(|i| port(&args, i)).collect();
     secure::write_env(&dir.join("env"), &secrets, &endpoints)?;
-    // The runtimes the supervisors start are reparented to this process when
-    // their supervisor exits, so that stopping can reach them by pid.
+    // The runtimes the gateways launch are reparented to this process when
+    // their gateway exits, so that stopping can reach them by pid.
     children::become_subreaper()
         .map_err(|e| CliError::Local(format!("cannot become a child subreaper: {e}")))?;
-    let mut children = Children::default();
-    start_gateways(
-        &args,
-        &dir,
-        first_run,
-        &secrets,
-        &bins.gateway,
-        &mut children,
-    )?;
+    let earlier = runtimes::count(&dir.join(runtimes::DIR));
+    let mut children = Children::with_runtimes(runtimes::Runtimes {
+        dir: dir.join(runtimes::DIR),
+        runtime_bin: bins.runtime.clone(),
+    });
+    start_gateways(&args, &dir, first_run, &secrets, &bins, &mut children)?;
     // Ctrl-C during start-up stops everything too.
     let interrupted = tokio::select! {
         result = bring_up(&args, &dir, &endpoints, &secrets, &bins, &mut children) => match result {
@@ -173,6 +177,13 @@ pub async fn run(args: DevArgs) -> Result<(), CliError> {
             dir.display()
         );
     }
+    if earlier > 0 {
+        println!(
+            "Found {earlier} runtime(s) of an earlier run in {}: the leader adopted those still \
+             alive; Ctrl-C stops them with the others",
+            dir.join(runtimes::DIR).display()
+        );
+    }
     print_banner(&args, &dir, &endpoints, &bins.pool);
     tokio::select! {
         () = shutdown_signal() => {}
@@ -188,13 +199,14 @@ pub async fn run(args: DevArgs) -> Result<(), CliError> {
 }
 
 /// Starts the three gateways, secure (on the first run with the initial
-/// voters, at their peer ports).
+/// voters, at their peer ports), each with the process driver over the one
+/// runtime directory (whichever leads launches the runtimes).
 fn start_gateways(
     args: &DevArgs,
     dir: &Path,
     first_run: bool,
     secrets: &secure::Secrets,
-    gateway_bin: &Path,
+    bins: &Bins,
     children: &mut Children,
 ) -> Result<(), CliError> {
     let voters = (0..3u16)
@@ -229,13 +241,25 @@ fn start_gateways(
             path(&secrets.admin_token),
             "--member-credentials-file".into(),
             path(&secrets.member_credentials),
+            "--sandbox-driver".into(),
+            "process".into(),
+            "--process-driver-dir".into(),
+            path(&dir.join(runtimes::DIR)),
+            "--runtime-bin".into(),
+            path(&bins.runtime),
+            "--process-netns".into(),
+            "auto".into(),
+            // Runtimes re-read the supervisors' file: a key rotation
+            // reaches them.
+            "--runtime-trusted-grant-keys-file".into(),
+            path(&secrets.trusted_keys),
         ];
         if first_run {
             gw_args.extend(["--initial-voters".to_string(), voters.clone()]);
         }
         children.spawn(
             format!("gateway {id}"),
-            gateway_bin,
+            &bins.gateway,
             &gw_args,
             &dir.join(format!("gateway-{id}.log")),
         )?;
@@ -271,6 +295,10 @@ fn print_banner(args: &DevArgs, dir: &Path, endpoints: &[String], pool_bin: &Pat
         port(args, 201)
     );
     println!(
+        "  sandbox runtimes:             {}  (launched by the leader; <name>/runtime.log)",
+        dir.join(runtimes::DIR).display()
+    );
+    println!(
         "  CA, certificates, signing key, tokens: {}",
         dir.join("tls").display()
     );
@@ -279,6 +307,7 @@ fn print_banner(args: &DevArgs, dir: &Path, endpoints: &[String], pool_bin: &Pat
     println!("  source {}", args.data_dir.join("env").display());
     println!("  {pool} raft status");
     println!("  {pool} pool status");
+    println!("  {pool} sandbox list");
     println!("  {pool} sandbox exec demo-1 -- demo-read");
     println!();
     println!("Ctrl-C stops every process this command started.");
@@ -321,16 +350,20 @@ async fn bring_up(
     })
     .await?;
     demo::launch_sandboxes(&gw, args.sandboxes).await?;
-    wait_until("demo sandboxes running", Duration::from_secs(30), || async {
-        matches!(demo::pool_status(&gw).await, Ok(s) if s.sandboxes.iter()
-            .filter(|sb| sb.id.starts_with("demo-") && sb.phase() != SandboxPhase::Deleted && sb.phase() != SandboxPhase::Failed)
-            .all(|sb| sb.phase() == SandboxPhase::Assigned && sb.pid != 0))
-    })
+    wait_until(
+        "demo sandboxes running",
+        Duration::from_secs(60),
+        || async {
+            matches!(demo::pool_status(&gw).await, Ok(s) if demo::all_running(&s, args.sandboxes))
+        },
+    )
     .await
 }
 
 /// Starts supervisors `s1` and `s2`, attached to every gateway over TLS,
-/// each with its own credential and the trusted grant key.
+/// each with its own credential and the trusted grant key. They start no
+/// runtimes: they dial the ones the leader launched, at the endpoints the
+/// replicated state records.
 fn start_supervisors(
     args: &DevArgs,
     dir: &Path,
@@ -352,10 +385,6 @@ fn start_supervisors(
             "127.0.0.1".into(),
             "--http-listen".into(),
             port(args, 200 + i),
-            "--runtime-dir".into(),
-            dir.join("runtimes").display().to_string(),
-            "--runtime-bin".into(),
-            bins.runtime.display().to_string(),
             "--tls-ca-file".into(),
             secrets.ca.display().to_string(),
             "--credential-file".into(),

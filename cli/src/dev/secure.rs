@@ -4,7 +4,8 @@
 //! localhost, server and client use: a gateway serves both ports and dials
 //! its peers with it), the grant signing key (`signing.key`, 64 hex
 //! characters), the file of trusted grant keys supervisors and runtimes
-//! verify grants with (`trusted-grant-keys`: the signing key's public key),
+//! verify grants with (`trusted-grant-keys`: the signing key's public key;
+//! the gateways launch runtimes with it),
 //! the operator's admin token (`admin.token`), a credential per supervisor
 //! (`<member>.credential`) and the gateways' member credentials file
 //! (`member-credentials`: `member_id credential` lines). Keys and secrets

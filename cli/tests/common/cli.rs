@@ -175,6 +175,21 @@ impl Dev {
     }
 }
 
+impl Dev {
+    /// The pid of the `dev` process, while it is ours.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Reaps a `dev` the test killed by hand; the drop then interrupts
+    /// nothing.
+    pub fn forget(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.wait();
+        }
+    }
+}
+
 impl Drop for Dev {
     fn drop(&mut self) {
         self.interrupt();

@@ -7,6 +7,8 @@
 //! process_dir = "/var/lib/openshell/runtimes"   # shared by gateways on one host
 //! runtime_bin = "/usr/local/bin/openshell-sandbox-runtime"
 //! process_netns = "auto"            # auto | on | off
+//! process_runtime_netns = "workloads" # optional: every runtime joins this
+//! process_runtime_ip = "10.0.0.2"     #   existing namespace, listening here
 //! kubernetes_namespace = "openshell"            # default: the gateway's own
 //! pod_template_file = "/etc/openshell/runtime-pod.yaml"
 //! # The trusted grant keys file runtimes read and re-read (a path where the
@@ -16,6 +18,7 @@
 //! runtime_trusted_keys_file = "/etc/openshell/trusted-grant-keys"
 //! ```
 
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -35,6 +38,12 @@ pub struct SandboxDriverSection {
     pub runtime_bin: Option<PathBuf>,
     /// Process driver: `auto`, `on` or `off`: a network namespace per runtime.
     pub process_netns: Option<String>,
+    /// Process driver: an existing network namespace every runtime joins
+    /// (instead of one each); needs `process_runtime_ip`.
+    pub process_runtime_netns: Option<String>,
+    /// Process driver: the address of `process_runtime_netns` runtimes
+    /// listen on (each at a port it binds).
+    pub process_runtime_ip: Option<String>,
     /// Kubernetes driver: the namespace of runtime Pods (default: the
     /// client's, e.g. the gateway Pod's own).
     pub kubernetes_namespace: Option<String>,
@@ -78,6 +87,9 @@ pub enum DriverConfig {
         runtime_bin: PathBuf,
         /// Network namespaces.
         netns: Netns,
+        /// The existing namespace every runtime joins, and its address
+        /// (None: `netns` decides).
+        shared_netns: Option<(String, Ipv4Addr)>,
     },
     /// Kubernetes Pods.
     Kubernetes {
@@ -99,6 +111,8 @@ impl SandboxDriverSection {
             process_dir,
             runtime_bin,
             process_netns,
+            process_runtime_netns,
+            process_runtime_ip,
             kubernetes_namespace,
             pod_template_file,
             runtime_trusted_keys_file
@@ -145,6 +159,7 @@ impl SandboxDriverSection {
                     .unwrap_or_else(|| data_dir.join("runtimes")),
                 runtime_bin: runtime_bin(self.runtime_bin)?,
                 netns: netns(self.process_netns.as_deref())?,
+                shared_netns: shared_netns(self.process_runtime_netns, self.process_runtime_ip)?,
             }),
             "kubernetes" => {
                 let pod_template_file = self.pod_template_file.ok_or(ConfigError::Missing {
@@ -184,6 +199,41 @@ fn netns(text: Option<&str>) -> Result<Netns, ConfigError> {
             value: other.to_string(),
             problem: "must be auto, on or off".into(),
         }),
+    }
+}
+
+/// `process_runtime_netns` and `process_runtime_ip`: both or neither.
+fn shared_netns(
+    name: Option<String>,
+    ip: Option<String>,
+) -> Result<Option<(String, Ipv4Addr)>, ConfigError> {
+    const NETNS_KEY: &str = "openshell.gateway.sandbox_driver.process_runtime_netns";
+    const IP_KEY: &str = "openshell.gateway.sandbox_driver.process_runtime_ip";
+    match (name, ip) {
+        (None, None) => Ok(None),
+        (Some(_), None) => Err(ConfigError::Missing {
+            key: IP_KEY,
+            flag: "--process-runtime-ip",
+        }),
+        (None, Some(_)) => Err(ConfigError::Missing {
+            key: NETNS_KEY,
+            flag: "--process-runtime-netns",
+        }),
+        (Some(name), Some(ip)) => {
+            if name.is_empty() || name.contains('/') {
+                return Err(ConfigError::Invalid {
+                    key: NETNS_KEY,
+                    value: name,
+                    problem: "must be a namespace name (ip netns list)".into(),
+                });
+            }
+            let parsed = ip.parse::<Ipv4Addr>().map_err(|e| ConfigError::Invalid {
+                key: IP_KEY,
+                value: ip.clone(),
+                problem: format!("must be an IPv4 address: {e}"),
+            })?;
+            Ok(Some((name, parsed)))
+        }
     }
 }
 
@@ -271,8 +321,45 @@ mod tests {
             Some(DriverConfig::Process {
                 dir: "/d/runtimes".into(),
                 runtime_bin: "/bin/sh".into(),
-                netns: Netns::Off
+                netns: Netns::Off,
+                shared_netns: None,
             })
         );
+    }
+
+    #[test]
+    fn a_shared_namespace_needs_its_address() {
+        let mut s = section("process");
+        s.runtime_bin = Some("/bin/sh".into());
+        s.process_runtime_netns = Some("workloads".into());
+        let text = s
+            .clone()
+            .validate(Path::new("/d"))
+            .err()
+            .map(|e| e.to_string());
+        assert!(
+            text.as_deref()
+                .unwrap_or("")
+                .contains("--process-runtime-ip"),
+            "{text:?}"
+        );
+        s.process_runtime_ip = Some("10.0.0.300".into());
+        let text = s
+            .clone()
+            .validate(Path::new("/d"))
+            .err()
+            .map(|e| e.to_string());
+        assert!(
+            text.as_deref().unwrap_or("").contains("process_runtime_ip"),
+            "{text:?}"
+        );
+        s.process_runtime_ip = Some("10.0.0.2".into());
+        match s.validate(Path::new("/d")) {
+            Ok(DriverConfig::Process { shared_netns, .. }) => assert_eq!(
+                shared_netns,
+                Some(("workloads".to_string(), Ipv4Addr::new(10, 0, 0, 2)))
+            ),
+            other => panic!("{other:?}"),
+        }
     }
 }

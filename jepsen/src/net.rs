@@ -347,10 +347,18 @@ impl Net {
     /// # Errors
     /// When a command fails; the namespace goes with the others on drop.
     pub fn add_members_namespace(&self) -> anyhow::Result<(String, String)> {
-        let ns = format!("{}-m", self.prefix);
-        let ip = format!("10.211.{}.200", self.octet);
+        let (ns, ip) = self.members_namespace();
         self.plug(&ns, "m", &ip)?;
         Ok((ns, ip))
+    }
+
+    /// (namespace, address) of the members namespace
+    /// ([`Net::add_members_namespace`] creates it).
+    pub fn members_namespace(&self) -> (String, String) {
+        (
+            format!("{}-m", self.prefix),
+            format!("10.211.{}.200", self.octet),
+        )
     }
 
     /// Namespace of node `i` (1-based).

@@ -214,7 +214,9 @@ async fn run_inner(
         security: options.security,
         members: workload.member_ids(),
     };
-    let cluster = Arc::new(Cluster::create(run_id, options.nodes, dir, gateway).await?);
+    let mut cluster = Cluster::create(run_id, options.nodes, dir, gateway).await?;
+    workload.prepare(&mut cluster)?;
+    let cluster = Arc::new(cluster);
     cluster.start_all()?;
     let leader = cluster
         .wait_leader(Duration::from_secs(60), "initial election")

@@ -13,6 +13,10 @@
 //!   workload-continuity, replicas-identical) says valid; some sandbox was
 //!   taken over (a term above 1) and still reports its first workload's
 //!   pid; nothing named osj-* is left
+//! - and: the runtimes were launched by the gateways' process driver into
+//!   the members namespace (`runtime started ... netns="osj-<run>-m"` in
+//!   the gateway logs), their logs were kept in `runtime-logs/`, and none
+//!   of them outlives the run
 
 mod common;
 
@@ -44,6 +48,46 @@ async fn workloads_survive_supervisor_faults_with_real_processes() {
         names.contains(&"workload-continuity"),
         "no workload-continuity result: {names:?}"
     );
+
+    eprintln!("--- step: the gateways launched the runtimes, and the run ended them");
+    let dir = &outcome.dir;
+    let gateway_logs: String = (1..=3)
+        .map(|i| std::fs::read_to_string(dir.join(format!("n{i}.log"))).unwrap_or_default())
+        .collect();
+    let started = gateway_logs
+        .lines()
+        .filter(|l| l.contains("runtime started") && l.contains("-m\""))
+        .count();
+    assert!(
+        started > 0,
+        "no gateway log says it started a runtime in the members namespace"
+    );
+    let kept = std::fs::read_dir(dir.join("runtime-logs"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    // At least: a gateway killed between the spawn and its log line leaves
+    // a runtime no line names.
+    assert!(
+        kept >= 2 * started,
+        "{kept} kept files for {started} runtimes started: one log and one spec each"
+    );
+    for entry in std::fs::read_dir(dir.join("runtimes"))
+        .expect("the driver directory")
+        .flatten()
+    {
+        let pid = std::fs::read_to_string(entry.path().join("pid")).unwrap_or_default();
+        if let Ok(pid) = pid.trim().parse::<i32>() {
+            // SAFETY: signal 0 only checks for existence.
+            let alive = unsafe { libc::kill(pid, 0) } == 0;
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let runtime = String::from_utf8_lossy(&cmdline).contains("openshell-sandbox-runtime");
+            assert!(
+                !(alive && runtime),
+                "runtime {pid} of {} outlived the run",
+                entry.path().display()
+            );
+        }
+    }
 
     eprintln!("--- step: a sandbox changed owner and kept its workload");
     for f in ["\"f\":\"kill-supervisor\"", "\"f\":\"pause-supervisor\""] {

@@ -2,7 +2,11 @@
 //! process on this host, for local development and tests. When the driver
 //! may create network namespaces (root, `ip` present) each runtime runs in
 //! its own ([`netns`]), reached over a veth pair at `<namespace IP>:7400`;
-//! otherwise on `127.0.0.1:<free port>`.
+//! otherwise on `127.0.0.1:<free port>`. With a shared namespace
+//! ([`ProcessDriver::with_shared_netns`], e.g. the Jepsen harness's
+//! members namespace) every runtime instead joins that existing namespace
+//! and listens on its address with a port the runtime binds (port 0, read
+//! back from `address`); the driver neither creates nor removes it.
 //!
 //! # The directory
 //!
@@ -86,6 +90,16 @@ pub enum NetnsMode {
     Off,
 }
 
+/// An existing network namespace every runtime joins
+/// ([`ProcessDriver::with_shared_netns`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SharedNetns {
+    /// Its name (as `ip netns list` shows it).
+    pub name: String,
+    /// An address it carries: runtimes listen on `<ip>:<port they bind>`.
+    pub ip: Ipv4Addr,
+}
+
 /// What a [`ProcessDriver`] needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProcessConfig {
@@ -109,6 +123,9 @@ pub struct ProcessDriver {
     runtime_file: OsString,
     /// Whether runtimes get network namespaces.
     netns: bool,
+    /// The namespace every runtime joins instead (never created or
+    /// removed by the driver).
+    shared: Option<SharedNetns>,
 }
 
 pub(crate) fn unavailable(message: String) -> DriverError {
@@ -168,7 +185,50 @@ impl ProcessDriver {
             runtime_bin: config.runtime_bin,
             runtime_file,
             netns,
+            shared: None,
         })
+    }
+
+    /// Runs every runtime in the existing namespace `shared` (no namespace
+    /// per runtime), listening on `shared.ip` at a port it binds: for hosts
+    /// whose supervisors reach runtimes through one namespace (the Jepsen
+    /// harness's members namespace). Deleting a runtime leaves the
+    /// namespace alone.
+    ///
+    /// # Errors
+    /// [`DriverError::Unavailable`] when the namespace does not exist
+    /// (`/run/netns/<name>`) or the driver may not enter it (not root).
+    pub fn with_shared_netns(mut self, shared: SharedNetns) -> Result<Self, DriverError> {
+        if shared.name.is_empty() || shared.name.contains('/') {
+            return Err(unavailable(format!(
+                "{:?} is not a namespace name",
+                shared.name
+            )));
+        }
+        let path = Path::new("/run/netns").join(&shared.name);
+        if !path.exists() {
+            return Err(unavailable(format!(
+                "shared namespace {}: {} does not exist (ip netns add it first)",
+                shared.name,
+                path.display()
+            )));
+        }
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return Err(unavailable(format!(
+                "shared namespace {}: entering it needs root",
+                shared.name
+            )));
+        }
+        info!(netns = %shared.name, ip = %shared.ip, "process driver: runtimes join a shared namespace");
+        self.netns = false;
+        self.shared = Some(shared);
+        Ok(self)
+    }
+
+    /// The namespace every runtime joins, if one was given.
+    pub fn shared_netns(&self) -> Option<&SharedNetns> {
+        self.shared.as_ref()
     }
 
     /// Whether runtimes get network namespaces.
@@ -201,7 +261,11 @@ impl ProcessDriver {
         let json = serde_json::to_vec(&spec_file)
             .map_err(|e| unavailable(format!("spec.json of {name}: {e}")))?;
         entry::write_atomically(&entry.join(ENTRY_SPEC), &json, 0o600)?;
-        let (listen, ns) = if self.netns {
+        let (listen, ns) = if let Some(shared) = &self.shared {
+            // Port 0: the runtime binds a free port of that namespace and
+            // writes it to `address` (no port is guessed from outside).
+            (SocketAddr::new(IpAddr::V4(shared.ip), 0), None)
+        } else if self.netns {
             let (dir, at) = (self.dir.clone(), entry.to_path_buf());
             let (index, locks) = tokio::task::spawn_blocking(move || netns::allocate(&dir, &at))
                 .await
@@ -232,7 +296,11 @@ impl ProcessDriver {
         entry::write_atomically(&entry.join(ENTRY_KEY), identity.key_pem.as_bytes(), 0o600)?;
         entry::write_atomically(&entry.join(ENTRY_CERT), identity.cert_pem.as_bytes(), 0o644)?;
         entry::write_atomically(&entry.join(ENTRY_CA), identity.ca_pem.as_bytes(), 0o644)?;
-        let mut child = self.spawn(spec, entry, listen, ns.as_ref())?;
+        let join = ns
+            .as_ref()
+            .map(|ns| ns.name.as_str())
+            .or(self.shared.as_ref().map(|s| s.name.as_str()));
+        let mut child = self.spawn(spec, entry, listen, join)?;
         let pid = child.id().unwrap_or_default();
         if let Err(e) =
             entry::write_atomically(&entry.join(ENTRY_PID), pid.to_string().as_bytes(), 0o600)
@@ -241,7 +309,15 @@ impl ProcessDriver {
             let _ = child.wait().await;
             return Err(e);
         }
-        info!(runtime = %name, pid, %listen, netns = ns.is_some(), "runtime started");
+        info!(
+            runtime = %name,
+            sandbox = %spec.sandbox_id,
+            generation = spec.generation,
+            pid,
+            %listen,
+            netns = join.unwrap_or(""),
+            "runtime started"
+        );
         // Reap it when it exits; it never depends on this task.
         tokio::spawn(async move {
             let status = child.wait().await;
@@ -257,7 +333,7 @@ impl ProcessDriver {
         spec: &LaunchSpec,
         entry: &Path,
         listen: SocketAddr,
-        ns: Option<&Netns>,
+        ns: Option<&str>,
     ) -> Result<tokio::process::Child, DriverError> {
         let log_path = entry.join(ENTRY_LOG);
         let log = std::fs::OpenOptions::new()
@@ -271,7 +347,7 @@ impl ProcessDriver {
         let mut cmd = match ns {
             Some(ns) => {
                 let mut cmd = tokio::process::Command::new("ip");
-                cmd.args(["netns", "exec", &ns.name]).arg(&self.runtime_bin);
+                cmd.args(["netns", "exec", ns]).arg(&self.runtime_bin);
                 cmd
             }
             None => tokio::process::Command::new(&self.runtime_bin),

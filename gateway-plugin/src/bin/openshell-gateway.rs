@@ -162,6 +162,15 @@ struct Args {
     /// on or off.
     #[arg(long, env = "OPENSHELL_PROCESS_NETNS", value_name = "auto|on|off")]
     process_netns: Option<String>,
+    /// Process driver: an existing network namespace every runtime joins
+    /// instead of one each (e.g. a test harness's workloads namespace);
+    /// needs --process-runtime-ip.
+    #[arg(long, env = "OPENSHELL_PROCESS_RUNTIME_NETNS", value_name = "NAME")]
+    process_runtime_netns: Option<String>,
+    /// Process driver: the address in --process-runtime-netns runtimes
+    /// listen on (each at a port it binds).
+    #[arg(long, env = "OPENSHELL_PROCESS_RUNTIME_IP", value_name = "IP")]
+    process_runtime_ip: Option<String>,
     /// Kubernetes driver: the namespace of runtime Pods (default: the
     /// gateway's own).
     #[arg(long, env = "OPENSHELL_KUBERNETES_NAMESPACE")]
@@ -300,6 +309,21 @@ fn main() {
     }
 }
 
+/// `[openshell.gateway.sandbox_driver]` as the flags give it.
+fn sandbox_driver_flags(args: &Args) -> SandboxDriverSection {
+    SandboxDriverSection {
+        kind: args.sandbox_driver.clone(),
+        process_dir: args.process_driver_dir.clone(),
+        runtime_bin: args.runtime_bin.clone(),
+        process_netns: args.process_netns.clone(),
+        process_runtime_netns: args.process_runtime_netns.clone(),
+        process_runtime_ip: args.process_runtime_ip.clone(),
+        kubernetes_namespace: args.kubernetes_namespace.clone(),
+        pod_template_file: args.pod_template_file.clone(),
+        runtime_trusted_keys_file: args.runtime_trusted_grant_keys_file.clone(),
+    }
+}
+
 fn run() -> anyhow::Result<()> {
     let args = Args::parse();
     // The variable's former name: refuse it rather than start a node that
@@ -324,6 +348,7 @@ fn run() -> anyhow::Result<()> {
         Some(path) => config::read_file(path)?,
         None => GatewaySection::default(),
     };
+    let sandbox_driver = sandbox_driver_flags(&args);
     let flags = GatewaySection {
         node_id: args.node_id,
         listen_addr: args.listen,
@@ -374,15 +399,7 @@ fn run() -> anyhow::Result<()> {
             member_credentials_file: args.member_credentials_file,
             ..Default::default()
         }),
-        sandbox_driver: Some(SandboxDriverSection {
-            kind: args.sandbox_driver,
-            process_dir: args.process_driver_dir,
-            runtime_bin: args.runtime_bin,
-            process_netns: args.process_netns,
-            kubernetes_namespace: args.kubernetes_namespace,
-            pod_template_file: args.pod_template_file,
-            runtime_trusted_keys_file: args.runtime_trusted_grant_keys_file,
-        }),
+        sandbox_driver: Some(sandbox_driver),
     };
     let config = file.overlay(flags).validate()?;
     let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;

@@ -32,22 +32,32 @@ pub async fn build(
             dir,
             runtime_bin,
             netns,
+            shared_netns,
         } => {
-            use sandbox_driver::process::{NetnsMode, ProcessConfig, ProcessDriver};
+            use sandbox_driver::process::{NetnsMode, ProcessConfig, ProcessDriver, SharedNetns};
             let netns = match netns {
                 Netns::Auto => NetnsMode::Auto,
                 Netns::On => NetnsMode::On,
                 Netns::Off => NetnsMode::Off,
             };
-            let driver = ProcessDriver::new(ProcessConfig {
+            let setup = |e: sandbox_driver::DriverError| DriverSetupError {
+                kind: "process",
+                message: e.to_string(),
+            };
+            let mut driver = ProcessDriver::new(ProcessConfig {
                 dir: dir.clone(),
                 runtime_bin: runtime_bin.clone(),
                 netns,
             })
-            .map_err(|e| DriverSetupError {
-                kind: "process",
-                message: e.to_string(),
-            })?;
+            .map_err(setup)?;
+            if let Some((name, ip)) = shared_netns {
+                driver = driver
+                    .with_shared_netns(SharedNetns {
+                        name: name.clone(),
+                        ip: *ip,
+                    })
+                    .map_err(setup)?;
+            }
             Ok(Some(Arc::new(driver)))
         }
         DriverConfig::Kubernetes {

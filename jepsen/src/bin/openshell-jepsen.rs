@@ -50,7 +50,7 @@ enum Cmd {
     },
     /// Re-checks a history.jsonl: linearizability (register workload) or
     /// the pool invariants I1-I8 (pool workload; with workload-continuity
-    /// when a runtimes/ directory is beside it).
+    /// when a runtime-logs/ directory is beside it).
     Check {
         /// The history file.
         history: PathBuf,
@@ -340,9 +340,9 @@ fn check_pool(events: &[jepsen::history::Event], history: &std::path::Path) -> E
     let state = jepsen::checker::FinalState::default();
     let mut checkers =
         jepsen::checker::pool::pool_checkers(jepsen::checker::pool::PoolFinal { final_status });
-    // A run with process members left its runtimes' logs beside
-    // the history (supervisor exits are known only to the run).
-    let runtimes = history.with_file_name("runtimes");
+    // A run with process members kept its runtimes' logs (runtime-logs/)
+    // beside the history (supervisor exits are known only to the run).
+    let runtimes = history.with_file_name(jepsen::members::runtime_log::LOGS_DIR);
     if runtimes.is_dir() {
         checkers.push(Box::new(jepsen::checker::workload::WorkloadContinuity {
             runtimes: jepsen::members::runtime_log::runtime_logs(&runtimes),

@@ -82,7 +82,7 @@ fn check_activations(
             if a.credential_epoch < prev.credential_epoch || same_epoch_other_owner {
                 violations.push((
                     format!(
-                        "{sandbox}: runtime accepted {}#{} term {} epoch {} after {}#{} term {} epoch {} (runtimes/{sandbox}.log)",
+                        "{sandbox}: runtime accepted {}#{} term {} epoch {} after {}#{} term {} epoch {} (runtime-logs/{sandbox}: its runtimes' logs)",
                         a.member, a.incarnation, a.term, a.credential_epoch,
                         prev.member, prev.incarnation, prev.term, prev.credential_epoch
                     ),
@@ -183,7 +183,7 @@ impl Checker for WorkloadContinuity {
             if log.starts > gens {
                 violations.push((
                     format!(
-                        "{sandbox}: {} runtimes started for {gens} generation(s) (runtimes/{sandbox}.log; events: its first and last view)",
+                        "{sandbox}: {} runtimes started for {gens} generation(s) (runtime-logs/, spec.json sandbox_id {sandbox}; events: its first and last view)",
                         log.starts
                     ),
                     views.clone(),

@@ -1,13 +1,19 @@
 //! Pool members as real processes: each one an `openshell-supervisor` in the
 //! run's members namespace ([`crate::net::Net::add_members_namespace`]),
-//! attached to the gateways over the bridge. A supervisor starts one
-//! `openshell-sandbox-runtime` per sandbox it launches, in the same
-//! namespace; runtimes outlive a killed supervisor, as workloads must, and
-//! are found by the next owner through the shared runtime directory
-//! `<run>/runtimes/` (`<sandbox>.addr`; each runtime logs to
-//! `<sandbox>.log`, parsed after the run by
-//! [`super::runtime_log::runtime_logs`]: runtimes started and grants
-//! accepted).
+//! attached to the gateways over the bridge. Supervisors never start
+//! runtimes: the gateway that leads raft launches one
+//! `openshell-sandbox-runtime` per sandbox generation through its process
+//! driver (docs/design/0003-sandbox-driver.md), whose directory
+//! `<run>/runtimes/` all gateways of the run share, and which runs every
+//! runtime in the members namespace too (`--process-runtime-netns`,
+//! listening on the namespace's address at a port it binds: see
+//! [`MemberHost::gateway_args`] and jepsen/README.md for why). So a
+//! runtime outlives a killed, paused or partitioned gateway like a Pod
+//! outlives its launcher, and any supervisor reaches it over the members
+//! namespace's own address. Each runtime logs to
+//! `<run>/runtimes/<name>/runtime.log`, kept by
+//! [`super::runtime_log::keep_logs`] and parsed after the run (runtimes
+//! started and grants accepted).
 //!
 //! Faults are real signals: pause is SIGSTOP/SIGCONT, kill is `kill -9`
 //! followed by a restart (a new process, which the pool gives the next
@@ -17,12 +23,10 @@
 //!
 //! In a secure run each supervisor verifies the gateways against the run's
 //! CA (`--tls-ca-file`), presents its own member's credential
-//! (`--credential-file`) and, with its runtimes, trusts only the run's grant
-//! key (`--trusted-grant-keys-file`); in an `--insecure` run it is started
+//! (`--credential-file`) and trusts only the run's grant key
+//! (`--trusted-grant-keys-file`); the runtimes trust the keys the launcher
+//! gives them (the cluster's). In an `--insecure` run it is started
 //! `--insecure`.
-//!
-//! The runtimes linger 2 s after their workload stops (instead of 5
-//! minutes), so a long run does not pile up finished runtimes.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -46,7 +50,8 @@ pub struct MemberHost {
     pub supervisor_bin: PathBuf,
     /// `openshell-sandbox-runtime`.
     pub runtime_bin: PathBuf,
-    /// The run directory (supervisor logs `s<i>.log`, `runtimes/`).
+    /// The run directory (supervisor logs `s<i>.log`, the driver's
+    /// `runtimes/`, the kept `runtime-logs/`).
     pub dir: PathBuf,
     /// TLS and credential of a secure run (`None`: plaintext, no
     /// credential).
@@ -70,9 +75,32 @@ impl MemberHost {
         Ok(())
     }
 
-    /// The shared runtime directory.
+    /// The gateways' process-driver directory, shared by all of them.
     pub fn runtime_dir(&self) -> PathBuf {
-        self.dir.join("runtimes")
+        self.dir.join(super::runtime_log::DRIVER_DIR)
+    }
+
+    /// Where the runtimes' logs are kept ([`super::runtime_log::keep_logs`]).
+    pub fn runtime_logs_dir(&self) -> PathBuf {
+        self.dir.join(super::runtime_log::LOGS_DIR)
+    }
+
+    /// The gateway flags that make every gateway, when it leads, launch
+    /// runtimes with the process driver over [`MemberHost::runtime_dir`],
+    /// into the members namespace at its address.
+    pub fn gateway_args(&self) -> Vec<String> {
+        vec![
+            "--sandbox-driver".into(),
+            "process".into(),
+            "--process-driver-dir".into(),
+            self.runtime_dir().display().to_string(),
+            "--runtime-bin".into(),
+            self.runtime_bin.display().to_string(),
+            "--process-runtime-netns".into(),
+            self.ns.clone(),
+            "--process-runtime-ip".into(),
+            self.ip.clone(),
+        ]
     }
 }
 
@@ -129,11 +157,7 @@ impl ProcessSupervisor {
             .args(["--pool-member-id", &self.member])
             .args(["--pool-member-uid", &format!("uid-{}", self.member)])
             .args(["--pool-advertise-ip", &h.ip])
-            .args(["--capacity", &self.capacity.to_string()])
-            .arg("--runtime-dir")
-            .arg(h.runtime_dir())
-            .arg("--runtime-bin")
-            .arg(&h.runtime_bin);
+            .args(["--capacity", &self.capacity.to_string()]);
         match &h.security {
             Some(security) => {
                 let own = security.of(&self.member);
@@ -152,16 +176,14 @@ impl ProcessSupervisor {
                 cmd.arg("--insecure");
             }
         }
-        cmd.env("RUST_LOG", "info")
-            // Inherited by the runtimes it starts.
-            .env("OPENSHELL_RUNTIME_LINGER_MS", "2000");
+        cmd.env("RUST_LOG", "info");
         log_to(&mut cmd, &h.dir.join(format!("{}.log", self.member)))?;
         self.child
             .spawn(&mut cmd, &h.supervisor_bin.display().to_string())?;
         Ok(())
     }
 
-    /// `kill -9`; its runtimes keep running.
+    /// `kill -9`; the runtimes it watched keep running.
     pub fn kill(&self) {
         self.child.kill9();
         self.paused.store(false, Ordering::Relaxed);

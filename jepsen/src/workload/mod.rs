@@ -57,6 +57,19 @@ impl Workload {
         })
     }
 
+    /// Before the gateways start: what the workload needs of them (the pool
+    /// with process members: the members namespace and the gateways'
+    /// sandbox driver, [`pool::prepare`]).
+    ///
+    /// # Errors
+    /// A missing binary; a namespace that cannot be made.
+    pub fn prepare(&self, cluster: &mut Cluster) -> anyhow::Result<()> {
+        match self {
+            Workload::Register(_) => Ok(()),
+            Workload::Pool(options) => pool::prepare(options, cluster),
+        }
+    }
+
     /// Name in reports (`register`, `pool`).
     pub fn name(&self) -> &'static str {
         match self {

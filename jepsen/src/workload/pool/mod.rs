@@ -89,7 +89,7 @@ use crate::checker::Checker;
 use crate::cluster::Cluster;
 use crate::history::{Processes, Recorder};
 use crate::members::process::{MemberHost, ProcessSupervisor};
-use crate::members::runtime_log::runtime_logs;
+use crate::members::runtime_log::{keep_logs, runtime_logs};
 use crate::members::scripted::ScriptedSupervisor;
 use calls::Call;
 use member::PoolMember;
@@ -189,6 +189,48 @@ impl PoolOptions {
     }
 }
 
+/// Before the gateways start: with process members, creates the members
+/// namespace and gives every gateway the process driver that launches
+/// runtimes into it ([`MemberHost::gateway_args`]). Scripted members need
+/// no runtime (they acknowledge terms themselves): their gateways keep the
+/// default `--sandbox-driver none`.
+///
+/// # Errors
+/// A missing binary; the namespace cannot be made.
+pub fn prepare(options: &PoolOptions, cluster: &mut Cluster) -> anyhow::Result<()> {
+    if options.members != MemberKind::Process {
+        return Ok(());
+    }
+    let (ns, ip) = cluster.net.add_members_namespace()?;
+    let host = member_host(options, cluster, ns, ip);
+    host.check()?;
+    cluster.options.extra_args.extend(host.gateway_args());
+    Ok(())
+}
+
+/// Where process members run: the members namespace `ns` at `ip`.
+fn member_host(options: &PoolOptions, cluster: &Cluster, ns: String, ip: String) -> MemberHost {
+    let beside = |name: &str| cluster.options.bin.with_file_name(name);
+    MemberHost {
+        ns,
+        ip,
+        gateways: cluster.nodes.iter().map(|n| n.addr.clone()).collect(),
+        supervisor_bin: options
+            .supervisor_bin
+            .clone()
+            .unwrap_or_else(|| beside("openshell-supervisor")),
+        runtime_bin: options
+            .runtime_bin
+            .clone()
+            .unwrap_or_else(|| beside("openshell-sandbox-runtime")),
+        dir: cluster.dir.clone(),
+        security: cluster
+            .credentials
+            .as_ref()
+            .map(crate::security::Credentials::member_security),
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     match m.lock() {
         Ok(g) => g,
@@ -226,6 +268,9 @@ struct Shared {
 pub struct PoolRunning {
     shared: Arc<Shared>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// Process members: keeps the runtimes' logs every 100 ms until the
+    /// final reads.
+    log_keeper: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// The member ids of the run's supervisors: `s1` .. `s<supervisors>`.
@@ -271,23 +316,9 @@ pub fn start(
             (members, None)
         }
         MemberKind::Process => {
-            let beside = |name: &str| cluster.options.bin.with_file_name(name);
-            let (ns, ip) = cluster.net.add_members_namespace()?;
-            let host = Arc::new(MemberHost {
-                ns,
-                ip,
-                gateways: gateways.clone(),
-                supervisor_bin: options
-                    .supervisor_bin
-                    .clone()
-                    .unwrap_or_else(|| beside("openshell-supervisor")),
-                runtime_bin: options
-                    .runtime_bin
-                    .clone()
-                    .unwrap_or_else(|| beside("openshell-sandbox-runtime")),
-                dir: cluster.dir.clone(),
-                security,
-            });
+            // The namespace exists since [`prepare`].
+            let (ns, ip) = cluster.net.members_namespace();
+            let host = Arc::new(member_host(options, &cluster, ns, ip));
             host.check()?;
             let members: Vec<PoolMember> = names
                 .iter()
@@ -317,7 +348,23 @@ pub fn start(
         .map(|w| tokio::spawn(shared.clone().client(w, seed)))
         .collect();
     tasks.push(tokio::spawn(shared.clone().faults(seed)));
-    Ok(PoolRunning { shared, tasks })
+    let log_keeper = shared.host.clone().map(|host| {
+        tokio::spawn(async move {
+            loop {
+                let h = host.clone();
+                let _ = tokio::task::spawn_blocking(move || {
+                    keep_logs(&h.runtime_dir(), &h.runtime_logs_dir());
+                })
+                .await;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    });
+    Ok(PoolRunning {
+        shared,
+        tasks,
+        log_keeper,
+    })
 }
 
 impl PoolRunning {
@@ -360,9 +407,13 @@ impl PoolRunning {
         let mut checkers = pool_checkers(PoolFinal {
             final_status: final_index,
         });
+        if let Some(keeper) = self.log_keeper.take() {
+            keeper.abort();
+        }
         if let Some(host) = &s.host {
+            keep_logs(&host.runtime_dir(), &host.runtime_logs_dir());
             checkers.push(Box::new(WorkloadContinuity {
-                runtimes: runtime_logs(&host.runtime_dir()),
+                runtimes: runtime_logs(&host.runtime_logs_dir()),
                 exits: lock(&s.exits).clone(),
             }));
         }

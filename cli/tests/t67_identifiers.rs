@@ -9,7 +9,8 @@
 //!   CLI; get / delete / exec with bad ids and a drain of a bad member
 //!   through `PoolAdmin` over gRPC
 //! - then: every one is refused (CLI exit 1, `INVALID_ARGUMENT`) naming
-//!   `sandbox_id` (or `drain_member`); no sandbox other than `sb-ok` exists,
+//!   `sandbox_id` (or `drain_member`); a workload command over 64 KiB is
+//!   refused naming `material_ref`; no sandbox other than `sb-ok` exists,
 //!   the driver directory holds `sb-ok`'s runtime entry only (its name the
 //!   runtime name of `sb-ok`, generation 1), nothing was created elsewhere,
 //!   and the directory is owner-only (0700)
@@ -100,6 +101,19 @@ async fn ids_outside_the_rule_are_refused_and_never_become_paths() -> TestResult
             .await;
         invalid(r.map(|_| ()), "drain", "drain_member");
     }
+
+    eprintln!("--- step: launch material over 64 KiB is refused, naming it");
+    let big = serde_json::to_string(&vec!["x".repeat(64 * 1024)])?;
+    let r = admin
+        .create_sandbox(proto::pool_admin::CreateSandboxRequest {
+            sandbox_id: "sb-big".into(),
+            launch_id: String::new(),
+            material_ref: big,
+        })
+        .await;
+    let status = r.err().ok_or("a 64 KiB workload command was admitted")?;
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    assert!(status.message().contains("material_ref"), "{status:?}");
 
     eprintln!("--- step: nothing admitted, nothing on disk");
     tokio::time::sleep(Duration::from_secs(2)).await;

@@ -328,6 +328,7 @@ impl PoolAdminService {
         if !request.sandbox_id.is_empty() {
             status::check_id("sandbox_id", &request.sandbox_id)?;
         }
+        check_material(&request.material_ref)?;
         let launch = from_proto::launch(request, || fresh_id("sb", node));
         let sandbox = launch.sandbox.clone();
         match self.apply(Command::Launch(launch)).await? {
@@ -375,4 +376,22 @@ impl PoolAdminService {
             .ok_or_else(|| Status::internal("sandbox deleted but not found"))?;
         Ok(Response::new(view))
     }
+}
+
+/// Largest launch material (the workload command as JSON, or a reference),
+/// in bytes. It is kept in the sandbox record while the sandbox lives and
+/// becomes the runtime's argv (a process's or a Pod's), which the kernel and
+/// the Kubernetes API bound far below the 2 MiB request limit: a larger one
+/// could only fail its launch, again and again.
+pub const MAX_MATERIAL_BYTES: usize = 64 * 1024;
+
+/// Refuses launch material over [`MAX_MATERIAL_BYTES`], naming the field.
+fn check_material(material: &str) -> Result<(), Status> {
+    if material.len() > MAX_MATERIAL_BYTES {
+        return Err(Status::invalid_argument(format!(
+            "material_ref is {} bytes; at most {MAX_MATERIAL_BYTES} (the workload command)",
+            material.len()
+        )));
+    }
+    Ok(())
 }

@@ -495,7 +495,8 @@ impl SandboxDriver for ProcessDriver {
         match std::fs::create_dir(&entry) {
             Ok(()) => {
                 if let Err(e) = self.create(spec, &name, &entry).await {
-                    warn!(runtime = %name, error = %e, "create failed; removing what it made");
+                    // The caller (the launcher) reports the error it returns.
+                    tracing::debug!(runtime = %name, error = %e, "create failed; removing what it made");
                     self.roll_back(&name, &entry).await;
                     return Err(e);
                 }

@@ -11,33 +11,14 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use proto::pool_types::{MemberState, SandboxPhase};
+use proto::pool_types::SandboxPhase;
 use testkit::supervisor::*;
 use testkit::TestResult;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_supervisor_sessions_move_with_workloads_intact() -> TestResult {
     let (cluster, gateways, _cleanup) = three_gateways(&timing(FAST_TIMING)).await;
-    let mut supervisors: Vec<Supervisor> = ["s1", "s2"]
-        .iter()
-        .map(|m| Supervisor::new(m, gateways.clone(), cluster.root.path()))
-        .collect();
-    for s in &mut supervisors {
-        s.start();
-    }
-    wait_pool(
-        &cluster,
-        "two active members",
-        Duration::from_secs(20),
-        |s| {
-            s.members
-                .iter()
-                .filter(|m| m.state() == MemberState::Active)
-                .count()
-                == 2
-        },
-    )
-    .await;
+    let mut supervisors = start_supervisors(&cluster, &gateways, &["s1", "s2"]).await;
 
     eprintln!("--- step: three demo sandboxes start and report their workloads");
     for i in 0..3 {

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use proto::client::{ClientConfig, Role};
 use proto::grant::GrantSigner;
-use proto::pool_types::{MemberState, SandboxPhase};
+use proto::pool_types::SandboxPhase;
 use proto::sandbox_runtime::sandbox_runtime_client::SandboxRuntimeClient;
 use proto::sandbox_runtime::RuntimeStatusRequest;
 use proto::tls::generate::{Ca, Usage};
@@ -179,26 +179,7 @@ fn runtime_pid(sandbox: &str) -> Option<u32> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn supervisors_run_and_take_over_sandboxes_over_tls() -> TestResult {
     let (cluster, gateways, _cleanup) = three_gateways(&timing(FAST_TIMING)).await;
-    let mut supervisors: Vec<Supervisor> = ["s1", "s2"]
-        .iter()
-        .map(|m| Supervisor::new(m, gateways.clone(), cluster.root.path()))
-        .collect();
-    for s in &mut supervisors {
-        s.start();
-    }
-    wait_pool(
-        &cluster,
-        "two active members",
-        Duration::from_secs(20),
-        |s| {
-            s.members
-                .iter()
-                .filter(|m| m.state() == MemberState::Active)
-                .count()
-                == 2
-        },
-    )
-    .await;
+    let mut supervisors = start_supervisors(&cluster, &gateways, &["s1", "s2"]).await;
 
     eprintln!("--- step: a sandbox runs; its runtime serves TLS only; exec works");
     let sb = running_sandbox(&cluster, "sb-39").await;

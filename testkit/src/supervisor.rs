@@ -202,6 +202,37 @@ pub async fn three_gateways(flags: &[&str]) -> (Cluster, Vec<String>, KillUnder)
     (cluster, gateways, cleanup)
 }
 
+/// Starts one supervisor per member id of `members` (insecure, on
+/// `gateways`, under the cluster's root) and waits until the pool shows
+/// that many active members.
+pub async fn start_supervisors(
+    cluster: &Cluster,
+    gateways: &[String],
+    members: &[&str],
+) -> Vec<Supervisor> {
+    let mut supervisors: Vec<Supervisor> = members
+        .iter()
+        .map(|m| Supervisor::new(m, gateways.to_vec(), cluster.root.path()))
+        .collect();
+    for s in &mut supervisors {
+        s.start();
+    }
+    wait_pool(
+        cluster,
+        &format!("{} active members", members.len()),
+        Duration::from_secs(20),
+        |s| {
+            s.members
+                .iter()
+                .filter(|m| m.state() == MemberState::Active)
+                .count()
+                == members.len()
+        },
+    )
+    .await;
+    supervisors
+}
+
 /// Kills every process whose command line mentions `dir` (the runtimes and
 /// workloads a test started), when dropped.
 pub struct KillUnder(pub PathBuf);

@@ -13,6 +13,7 @@
 //! with preconditions checked at apply. Ensure is idempotent by runtime
 //! name, so two leaders overlapping for a moment start one runtime.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,6 +40,10 @@ pub struct Launcher {
     hub: Arc<Hub>,
     driver: Arc<dyn SandboxDriver>,
     trusted_grant_keys_file: Option<String>,
+    /// The last retried error warned about, per runtime name (`""`: the
+    /// list): a failure repeated every pass (a full disk, an API down) is
+    /// logged once at warn, then at debug until it changes or clears.
+    warned: std::sync::Mutex<BTreeMap<String, String>>,
 }
 
 impl Launcher {
@@ -54,6 +59,27 @@ impl Launcher {
             hub,
             driver,
             trusted_grant_keys_file,
+            warned: std::sync::Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// Warns about `error` retried for `key` unless it is the one warned
+    /// about last time; clears the key when `error` is None.
+    fn retried(&self, key: &str, error: Option<String>) {
+        let mut warned = self.warned.lock().unwrap_or_else(|p| p.into_inner());
+        match error {
+            None => {
+                if warned.remove(key).is_some() {
+                    tracing::info!(runtime = %key, "retried driver call succeeded");
+                }
+            }
+            Some(error) if warned.get(key) == Some(&error) => {
+                tracing::debug!(runtime = %key, %error, "driver call still failing; retrying");
+            }
+            Some(error) => {
+                tracing::warn!(runtime = %key, %error, "driver call failed; retrying every pass (logged again when the error changes)");
+                warned.insert(key.to_string(), error);
+            }
         }
     }
 
@@ -105,9 +131,12 @@ impl Launcher {
     /// One pass: list, read, plan, act.
     async fn pass(&self) {
         let listed = match self.driver.list().await {
-            Ok(listed) => listed,
+            Ok(listed) => {
+                self.retried("", None);
+                listed
+            }
             Err(e) => {
-                tracing::warn!(error = %e, "listing runtimes failed; retrying next pass");
+                self.retried("", Some(format!("listing runtimes: {e}")));
                 return;
             }
         };
@@ -196,7 +225,11 @@ impl Launcher {
 
     async fn ensure(&self, spec: LaunchSpec) {
         let name = spec.name();
-        match self.driver.ensure(&spec).await {
+        let ensured = self.driver.ensure(&spec).await;
+        if !matches!(ensured, Err(DriverError::Unavailable { .. })) {
+            self.retried(&name, None);
+        }
+        match ensured {
             Ok(RuntimeState::Running(endpoint)) => {
                 self.record(spec.sandbox_id, spec.generation, endpoint)
                     .await;
@@ -215,7 +248,7 @@ impl Launcher {
                 self.fail(spec.sandbox_id, spec.generation, reason).await;
             }
             Err(e @ DriverError::Unavailable { .. }) => {
-                tracing::warn!(runtime = %name, error = %e, "launch not done; retrying next pass");
+                self.retried(&name, Some(format!("launch not done: {e}")));
             }
         }
     }

@@ -60,6 +60,25 @@ impl Record {
         }
     }
 
+    /// Starts the record of `action` taken by this gateway itself (the
+    /// autopilot): role `autopilot`, no token, no peer.
+    pub fn internal(action: &'static str, objects: &[(&str, &str)]) -> Self {
+        Record {
+            action,
+            caller: Caller {
+                role: "autopilot",
+                token: "-".to_string(),
+            },
+            peer: "-".to_string(),
+            forwarded: false,
+            objects: objects
+                .iter()
+                .map(|(field, value)| (field.to_string(), value.to_string()))
+                .collect(),
+            written: false,
+        }
+    }
+
     /// Names `field` as `value` (replacing what it named before): e.g. the
     /// id the gateway chose for a sandbox created without one.
     pub fn name(&mut self, field: &str, value: &str) {

@@ -226,6 +226,8 @@ pub struct GatewaySection {
     pub sandbox_driver: Option<crate::config_driver::SandboxDriverSection>,
     /// Allow running without TLS, tokens or a signing key (development).
     pub insecure: Option<bool>,
+    /// The voter autopilot (`[openshell.gateway.autopilot]`).
+    pub autopilot: Option<crate::config_statefulset::AutopilotSection>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -294,6 +296,9 @@ impl GatewaySection {
         self.tls = Some(tls);
         if let Some(o) = other.sandbox_driver {
             self.sandbox_driver = Some(self.sandbox_driver.unwrap_or_default().overlay(o));
+        }
+        if let Some(o) = other.autopilot {
+            self.autopilot = Some(self.autopilot.unwrap_or_default().overlay(o));
         }
         let mut auth = self.auth.unwrap_or_default();
         if let Some(o) = other.auth {
@@ -372,6 +377,8 @@ pub struct GatewayConfig {
     /// Where this gateway launches runtimes when it leads, and what they
     /// trust.
     pub launcher: crate::config_driver::LauncherConfig,
+    /// The voter autopilot, if configured.
+    pub autopilot: Option<crate::config_statefulset::AutopilotConfig>,
 }
 
 fn in_range(key: &'static str, value: u64, lo: u64, hi: u64) -> Result<u64, ConfigError> {
@@ -451,10 +458,12 @@ impl GatewaySection {
             initial_voters.push(voter);
         }
         check_distinct_voters(&initial_voters)?;
-        let launcher = self
-            .sandbox_driver
+        let driver_section = self.sandbox_driver.unwrap_or_default();
+        let autopilot = self
+            .autopilot
             .unwrap_or_default()
-            .validate_launcher(&data_dir)?;
+            .validate(driver_section.kubernetes_namespace.clone())?;
+        let launcher = driver_section.validate_launcher(&data_dir)?;
         let mut node = NodeConfig::new(node_id, &advertise, data_dir, &cluster_id);
         validate_raft(&mut node, self.raft.unwrap_or_default())?;
         let pool = validate_pool(self.supervisor_pool.unwrap_or_default())?;
@@ -495,6 +504,7 @@ impl GatewaySection {
             http_listen,
             auth,
             launcher,
+            autopilot,
         })
     }
 }

@@ -6,7 +6,8 @@
 //!
 //! # Layout
 //! - [`config`]: the gateway configuration (TOML file, flags, environment) and
-//!   its validation.
+//!   its validation; [`config_check`] is `--check-config` (validate, start
+//!   nothing).
 //! - [`state`]: [`state::GatewayState`], the state machine the raft log drives:
 //!   the object store and the supervisor pool in one log, plus the journal of
 //!   sandboxes each pool command touched (`pool::visibility::ChangeLog`).
@@ -44,6 +45,11 @@
 //! - [`launcher`]: the leader's sandbox launcher (one runtime per sandbox
 //!   generation through a `sandbox_driver::SandboxDriver`; its decisions are
 //!   the pure [`launcher::plan`]); [`config_driver`] chooses the driver.
+//! - [`autopilot`]: the voter autopilot (leader only): keeps the voters at
+//!   node ids `1..=replicas` (a StatefulSet's or a file's count), one change
+//!   at a time, and holds the stop of a gateway being scaled away until it
+//!   no longer votes; [`config_statefulset`] configures it and the node id
+//!   from a StatefulSet pod name.
 //! - [`address_check`]: the warning when this gateway's entry in the
 //!   membership names another address than the one it advertises.
 //! - [`status`]: error-to-`Status` mapping (raft-store errors with leader
@@ -54,9 +60,12 @@
 pub mod address_check;
 pub mod audit;
 pub mod auth;
+pub mod autopilot;
 pub mod cluster_admin_service;
 pub mod config;
+pub mod config_check;
 pub mod config_driver;
+pub mod config_statefulset;
 pub mod config_tls;
 pub mod convert;
 pub mod health;

@@ -3,7 +3,9 @@
 //!
 //! # Stopping
 //! When `shutdown` completes (the binary: the first SIGTERM or SIGINT),
-//! [`run`] stops in at most [`STOP_BOUND`]:
+//! [`run`] stops in at most [`STOP_BOUND`] (plus, with the autopilot, up to
+//! [`crate::autopilot::LEAVE_BOUND`] first for a gateway being scaled away
+//! to stop voting: [`crate::autopilot::wait_removed`]):
 //!
 //! 1. `/readyz` answers 503 "shutting down" and new supervisor streams are
 //!    refused (UNAVAILABLE, refusal `GATEWAY_LEAVING`);
@@ -206,6 +208,10 @@ pub async fn run(
             .abort_handle(),
         );
     }
+    if let Some(autopilot) = config.autopilot.clone() {
+        let autopilot = crate::autopilot::Autopilot::new(node.clone(), autopilot);
+        aborts.push(tokio::spawn(autopilot.run()).abort_handle());
+    }
     let _abort = AbortOnDrop(aborts);
     let (mut serving, stop_serving) = serve_ports(
         listeners.client,
@@ -228,6 +234,9 @@ pub async fn run(
             };
         }
         () = shutdown => {}
+    }
+    if let Some(autopilot) = &config.autopilot {
+        crate::autopilot::wait_removed(&node, autopilot, crate::autopilot::LEAVE_BOUND).await;
     }
     let stopping = Stopping {
         node,

@@ -280,6 +280,21 @@ impl MembershipAdmin {
         Ok(change)
     }
 
+    /// Asks `addr` once (within [`IDENTIFY_TIMEOUT`]) which node of this
+    /// cluster answers there; any failure (nothing listening, another
+    /// cluster, an older version) is the error.
+    pub async fn identify_once(&self, addr: &str) -> Result<NodeId, AdminError> {
+        match self.channels.identify(addr, IDENTIFY_TIMEOUT).await {
+            Ok(id) => Ok(id),
+            Err(PeerCallError::BadAddress(e)) => Err(AdminError::InvalidArgument(e.to_string())),
+            Err(PeerCallError::Failed(status)) => Err(AdminError::Refused(format!(
+                "no gateway of this cluster answered at {addr} ({}: {})",
+                status.code(),
+                status.message()
+            ))),
+        }
+    }
+
     /// Asks `addr` which node answers there, for up to [`IDENTIFY_WITHIN`]
     /// while nothing answers; refuses anything but `id`. When nothing
     /// answers at all, a non-`blocking` add goes ahead (the operator chose
@@ -447,10 +462,35 @@ impl MembershipAdmin {
         self.change_membership(change, deadline).await
     }
 
+    /// Turns voter `id` into a learner (it keeps receiving the log, so it
+    /// sees that it no longer votes); a learner already is one.
+    pub async fn demote(&self, id: NodeId) -> Result<MembershipChange, AdminError> {
+        let deadline = Instant::now() + self.write_timeout;
+        self.finish_unfinished(deadline).await?;
+        let (voters, learners) = nodes(&self.raft);
+        if learners.contains_key(&id) {
+            return Ok(self.change_result(0));
+        }
+        if !voters.contains_key(&id) {
+            return Err(AdminError::UnknownNode(id));
+        }
+        if voters.len() == 1 {
+            return Err(AdminError::InvalidArgument(format!(
+                "node {id} is the last voter"
+            )));
+        }
+        self.change_membership_retaining(
+            ChangeMembers::RemoveVoters(BTreeSet::from([id])),
+            deadline,
+            true,
+        )
+        .await
+    }
+
     /// Finishes a change left half-done (a joint configuration whose second
     /// step was never proposed, e.g. because the leader changed): proposes
     /// its target voters alone.
-    async fn finish_unfinished(&self, deadline: Instant) -> Result<(), AdminError> {
+    pub(crate) async fn finish_unfinished(&self, deadline: Instant) -> Result<(), AdminError> {
         if self.raft.metrics().borrow().current_leader != Some(self.me) {
             return Err(not_leader(&self.raft, self.me));
         }
@@ -496,13 +536,25 @@ impl MembershipAdmin {
         change: ChangeMembers<NodeId, BasicNode>,
         deadline: Instant,
     ) -> Result<MembershipChange, AdminError> {
+        self.change_membership_retaining(change, deadline, false)
+            .await
+    }
+
+    /// [`Self::change_membership`]; with `retain`, voters it removes stay
+    /// as learners.
+    async fn change_membership_retaining(
+        &self,
+        change: ChangeMembers<NodeId, BasicNode>,
+        deadline: Instant,
+        retain: bool,
+    ) -> Result<MembershipChange, AdminError> {
         loop {
             // Wait here for a change still in flight rather than have
             // openraft refuse (and log) every retry.
             self.wait_in_flight(deadline).await?;
             let raft = self.raft.clone();
             let proposal = change.clone();
-            let task = tokio::spawn(async move { raft.change_membership(proposal, false).await });
+            let task = tokio::spawn(async move { raft.change_membership(proposal, retain).await });
             let left = deadline.saturating_duration_since(Instant::now());
             let outcome = match tokio::time::timeout(left, task).await {
                 Ok(Ok(outcome)) => outcome,

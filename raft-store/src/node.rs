@@ -415,6 +415,35 @@ impl<SM: StateMachine> RaftNode<SM> {
         self.inner.admin.remove(id).await
     }
 
+    /// Turns voter `id` into a learner: it stops voting but keeps receiving
+    /// the log, so it sees the change itself (a removal it would never
+    /// see). Remove it next with [`RaftNode::remove`].
+    pub async fn demote(&self, id: NodeId) -> Result<MembershipChange, AdminError> {
+        self.inner.admin.demote(id).await
+    }
+
+    /// Asks `addr` once which node of this cluster answers there (the
+    /// `Identify` check of add-learner, without adding anything).
+    ///
+    /// # Errors
+    /// [`AdminError::Refused`] when nothing of this cluster answers;
+    /// [`AdminError::InvalidArgument`] for an address that is not one.
+    pub async fn identify(&self, addr: &str) -> Result<NodeId, AdminError> {
+        self.inner.admin.identify_once(addr).await
+    }
+
+    /// Finishes a membership change left half-done (a joint configuration
+    /// nobody drives any more) by proposing its target voters alone, within
+    /// the write timeout; nothing when there is none. Leader only.
+    ///
+    /// # Errors
+    /// [`AdminError::NotLeader`] off the leader; [`AdminError::NoQuorum`]
+    /// when it cannot commit in time (it goes on in the background).
+    pub async fn finish_membership_change(&self) -> Result<(), AdminError> {
+        let deadline = Instant::now() + self.inner.admin.write_timeout;
+        self.inner.admin.finish_unfinished(deadline).await
+    }
+
     /// Holds this node's election timer for `hold` (part of a leadership
     /// transfer run by another node).
     pub fn hold_election(&self, hold: Duration) {

@@ -546,3 +546,47 @@ impl Gateway {
         }
     }
 }
+
+/// Gateways on distinct loopback IPs sharing one port (the voter autopilot's
+/// address template needs every node's address to follow one pattern).
+impl Gateway {
+    /// The address of node `id` in [`Cluster::start_on_loopback_ips`]'s
+    /// scheme: `127.0.1.<id>:<port>`.
+    pub fn loopback_addr(id: u64, port: u16) -> String {
+        format!("127.0.1.{id}:{port}")
+    }
+
+    /// An insecure gateway (one port) at [`Gateway::loopback_addr`]; not
+    /// started.
+    pub fn new_on_loopback_ip(id: u64, port: u16, root: &Path, extra_args: Vec<String>) -> Self {
+        let mut gateway = Gateway::new(id, root, extra_args);
+        gateway.addr = Self::loopback_addr(id, port);
+        gateway
+    }
+}
+
+impl Cluster {
+    /// Starts `n` voters at `127.0.1.<id>:<port>` (one shared port, see
+    /// [`crate::ports::free_port_on`]) that bootstrap together, with extra
+    /// flags.
+    pub fn start_on_loopback_ips(n: u64, port: u16, extra: &[&str]) -> Cluster {
+        let root = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let nodes = (1..=n)
+            .map(|id| {
+                let args = extra.iter().map(|s| s.to_string()).collect();
+                Gateway::new_on_loopback_ip(id, port, root.path(), args)
+            })
+            .collect();
+        Self::bootstrap(root, nodes)
+    }
+
+    /// Starts node `id` at `127.0.1.<id>:<port>`, not an initial voter (it
+    /// waits to be added).
+    pub fn add_node_on_loopback_ip(&mut self, id: u64, port: u16, extra: &[&str]) -> &mut Gateway {
+        let args = extra.iter().map(|s| s.to_string()).collect();
+        let mut gateway = Gateway::new_on_loopback_ip(id, port, self.root.path(), args);
+        gateway.start();
+        self.nodes.push(gateway);
+        self.node(id)
+    }
+}

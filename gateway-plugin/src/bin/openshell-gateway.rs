@@ -11,6 +11,7 @@ use gateway_plugin::config::{
     self, AuthSection, GatewaySection, RaftSection, SupervisorPoolSection, TlsSection,
 };
 use gateway_plugin::config_driver::SandboxDriverSection;
+use gateway_plugin::config_statefulset::AutopilotSection;
 
 /// One replica of the OpenShell gateway's raft-replicated pool store.
 ///
@@ -32,9 +33,34 @@ struct Args {
     /// TOML config file ([openshell.gateway] sections); flags override it.
     #[arg(long, env = "OPENSHELL_GATEWAY_CONFIG")]
     config: Option<PathBuf>,
+    /// Validate the flags, the config file and every file they name (TLS,
+    /// keys, tokens, credentials, Pod template), print one line and exit:
+    /// 0 when a start would accept them, 1 with the start's error. Binds no
+    /// port, creates no directory, contacts nothing.
+    #[arg(long)]
+    check_config: bool,
     /// This gateway's raft node id (>= 1).
     #[arg(long, env = "OPENSHELL_NODE_ID")]
     node_id: Option<u64>,
+    /// The node id from a StatefulSet pod name `<name>-<ordinal>`: the
+    /// ordinal + 1 (pod `gw-0` is node 1). Instead of --node-id.
+    #[arg(long, env = "OPENSHELL_POD_NAME", value_name = "POD_NAME")]
+    node_id_from_pod_name: Option<String>,
+    /// Voter autopilot: how many voters there should be (node ids
+    /// 1..=N), `file:<path>` (one integer, re-read every second) or
+    /// `statefulset:<name>` (its spec.replicas, in --kubernetes-namespace
+    /// or the Pod's namespace). Needs --autopilot-peer-address.
+    #[arg(long, env = "OPENSHELL_AUTOPILOT_REPLICAS", value_name = "SOURCE")]
+    autopilot_replicas: Option<String>,
+    /// Voter autopilot: the peer address of node N, with `{ordinal}` (N-1)
+    /// and `{node_id}` (N) filled in, e.g.
+    /// `gw-{ordinal}.gw-peer.ns.svc.cluster.local:7001`.
+    #[arg(
+        long,
+        env = "OPENSHELL_AUTOPILOT_PEER_ADDRESS",
+        value_name = "TEMPLATE"
+    )]
+    autopilot_peer_address: Option<String>,
     /// The client port to bind, ip:port (CLI, supervisors, object store).
     #[arg(long, env = "OPENSHELL_LISTEN")]
     listen: Option<String>,
@@ -324,33 +350,19 @@ fn sandbox_driver_flags(args: &Args) -> SandboxDriverSection {
     }
 }
 
-fn run() -> anyhow::Result<()> {
-    let args = Args::parse();
-    // The variable's former name: refuse it rather than start a node that
-    // silently waits to be added as a learner.
-    if std::env::var_os("OPENSHELL_INITIAL_MEMBERS").is_some() {
-        anyhow::bail!(
-            "OPENSHELL_INITIAL_MEMBERS was renamed OPENSHELL_INITIAL_VOTERS (same value: comma-separated id=host:port); set that instead"
-        );
-    }
-    if let Some(command) = args.command {
-        return offline(command);
-    }
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
-    let file = match &args.config {
-        Some(path) => config::read_file(path)?,
-        None => GatewaySection::default(),
+/// The settings the flags (and their environment variables) give, to lay
+/// over the config file's.
+fn flag_section(args: Args) -> anyhow::Result<GatewaySection> {
+    let node_id = match (&args.node_id_from_pod_name, args.node_id) {
+        (Some(_), Some(_)) => anyhow::bail!(
+            "--node-id-from-pod-name (OPENSHELL_POD_NAME) and --node-id (OPENSHELL_NODE_ID) are both set: give one"
+        ),
+        (Some(pod), None) => Some(gateway_plugin::config_statefulset::node_id_from_pod_name(pod)?),
+        (None, id) => id,
     };
     let sandbox_driver = sandbox_driver_flags(&args);
-    let flags = GatewaySection {
-        node_id: args.node_id,
+    Ok(GatewaySection {
+        node_id,
         listen_addr: args.listen,
         peer_listen_addr: args.peer_listen,
         advertise_addr: args.advertise,
@@ -400,8 +412,49 @@ fn run() -> anyhow::Result<()> {
             ..Default::default()
         }),
         sandbox_driver: Some(sandbox_driver),
+        autopilot: Some(AutopilotSection {
+            replicas: args.autopilot_replicas,
+            peer_address: args.autopilot_peer_address,
+        }),
+    })
+}
+
+fn run() -> anyhow::Result<()> {
+    let mut args = Args::parse();
+    // The variable's former name: refuse it rather than start a node that
+    // silently waits to be added as a learner.
+    if std::env::var_os("OPENSHELL_INITIAL_MEMBERS").is_some() {
+        anyhow::bail!(
+            "OPENSHELL_INITIAL_MEMBERS was renamed OPENSHELL_INITIAL_VOTERS (same value: comma-separated id=host:port); set that instead"
+        );
+    }
+    if let Some(command) = args.command.take() {
+        return offline(command);
+    }
+    let check_only = args.check_config;
+    if !check_only {
+        tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn")),
+            )
+            .with_writer(std::io::stderr)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init();
+    }
+    let file = match &args.config {
+        Some(path) => config::read_file(path)?,
+        None => GatewaySection::default(),
     };
-    let config = file.overlay(flags).validate()?;
+    let config = file.overlay(flag_section(args)?).validate()?;
+    if check_only {
+        gateway_plugin::config_check::check(&config)?;
+        println!(
+            "openshell-gateway: {}",
+            gateway_plugin::config_check::summary(&config)
+        );
+        return Ok(());
+    }
     let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
     // The library's typed `ServeError` becomes anyhow here; its Display
     // names what failed and its source chain says why (printed by `main`).

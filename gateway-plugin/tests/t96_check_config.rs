@@ -61,7 +61,8 @@ fn secure_args(material: &Material, data: &Path, listen: &str) -> Vec<String> {
         "--autopilot-replicas".into(),
         "statefulset:rel-openshell-gateway".into(),
         "--autopilot-peer-address".into(),
-        "rel-openshell-gateway-{ordinal}.rel-openshell-gateway-peer.ns.svc.cluster.local:7001".into(),
+        "rel-openshell-gateway-{ordinal}.rel-openshell-gateway-peer.ns.svc.cluster.local:7001"
+            .into(),
     ]);
     args
 }
@@ -96,7 +97,11 @@ fn fails_like_a_start(args: &[String], why: &str) -> String {
     assert_eq!(line.lines().count(), 1, "{why}: one line: {line}");
     assert!(line.starts_with("openshell-gateway: "), "{why}: {line}");
     let started = gateway(args);
-    assert_eq!(started.status.code(), Some(1), "{why}: a real start fails too");
+    assert_eq!(
+        started.status.code(),
+        Some(1),
+        "{why}: a real start fails too"
+    );
     let start_line = text(&started.stderr);
     assert!(
         start_line.ends_with(&line),
@@ -193,7 +198,10 @@ fn check_config_validates_without_starting() -> TestResult<()> {
         "{line}"
     );
     let by_env = Command::new(gateway_bin())
-        .args(with(&without(&args, "--node-id-from-pod-name"), &["--check-config"]))
+        .args(with(
+            &without(&args, "--node-id-from-pod-name"),
+            &["--check-config"],
+        ))
         .env("OPENSHELL_POD_NAME", "rel-openshell-gateway-0")
         .output()?;
     assert!(by_env.status.success(), "{}", text(&by_env.stderr));

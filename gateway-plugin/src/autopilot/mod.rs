@@ -8,9 +8,10 @@
 //!   answers as itself, in this cluster, is added as a learner;
 //! - a desired learner that caught up is promoted (the same test as
 //!   `raft promote` without `--force`);
-//! - a voter or learner with id > N is removed, never leaving fewer than N
-//!   voters nor a remaining voter set without a caught-up majority; a
-//!   leader beyond N first hands leadership to a caught-up desired voter.
+//! - a learner with id > N is removed; a voter with id > N is first demoted
+//!   to learner (so it sees that it no longer votes), never leaving fewer
+//!   than N voters nor a remaining voter set without a caught-up majority;
+//!   a leader beyond N first hands leadership to a caught-up desired voter.
 //!
 //! The decision is the pure [`plan::plan`]; this module reads the view,
 //! carries the step out, logs it at INFO with its reason and writes an

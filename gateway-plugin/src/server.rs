@@ -133,6 +133,16 @@ fn spawn_launcher(
     Some(tokio::spawn(launcher.run()).abort_handle())
 }
 
+/// Starts the voter autopilot, if configured (it acts only while this node
+/// leads).
+fn spawn_autopilot(
+    node: &RaftNode<GatewayState>,
+    config: &GatewayConfig,
+) -> Option<tokio::task::AbortHandle> {
+    let autopilot = crate::autopilot::Autopilot::new(node.clone(), config.autopilot.clone()?);
+    Some(tokio::spawn(autopilot.run()).abort_handle())
+}
+
 /// Runs a gateway until `shutdown` completes, then stops within
 /// [`STOP_BOUND`] (see the module doc).
 ///
@@ -208,10 +218,7 @@ pub async fn run(
             .abort_handle(),
         );
     }
-    if let Some(autopilot) = config.autopilot.clone() {
-        let autopilot = crate::autopilot::Autopilot::new(node.clone(), autopilot);
-        aborts.push(tokio::spawn(autopilot.run()).abort_handle());
-    }
+    aborts.extend(spawn_autopilot(&node, &config));
     let _abort = AbortOnDrop(aborts);
     let (mut serving, stop_serving) = serve_ports(
         listeners.client,

@@ -24,11 +24,9 @@ for deb in ${MMDEBSTRAP_ESSENTIAL:-}; do
 done
 resolved=$(for deb in "${debs[@]}"; do dpkg-deb --field "$deb" Package; done | LC_ALL=C sort)
 if [ "$resolved" != "$(listed deps)" ]; then
-  echo "image/extract-hook.sh: apt resolved the deps packages to:" >&2
-  echo "$resolved" | sed 's/^/  /' >&2
-  echo "but image/packages lists:" >&2
-  listed deps | sed 's/^/  /' >&2
-  echo "update image/packages (the Dockerfile installs exactly that list)" >&2
+  echo "image/extract-hook.sh: apt resolved the deps packages to: $(paste -sd' ' - <<<"$resolved")" >&2
+  echo "but image/packages lists: $(listed deps | paste -sd' ' -)" >&2
+  echo "update image/packages (the Dockerfile downloads exactly that list)" >&2
   exit 1
 fi
 

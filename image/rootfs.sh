@@ -70,7 +70,8 @@ chmod 1777 "$rootfs/tmp"
 if [ -d "$rootfs/usr/share/ca-certificates" ]; then
   mkdir -p "$rootfs/etc/ssl/certs"
   find "$rootfs/usr/share/ca-certificates" -name '*.crt' | LC_ALL=C sort | while read -r cert; do
-    sed -e '$a\' "$cert"
+    cat "$cert"
+    [ -z "$(tail -c 1 "$cert")" ] || echo
   done >"$rootfs/etc/ssl/certs/ca-certificates.crt"
   chmod 0644 "$rootfs/etc/ssl/certs/ca-certificates.crt"
 fi

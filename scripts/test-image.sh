@@ -17,14 +17,16 @@
 #    sizes, contents), so the Dockerfile, never built here, stays
 #    equivalent. Runs `apt-get update`. A Debian update published between
 #    the build and this test shows as a difference: rebuild.
+#    OPENSHELL_IMAGE_TEST_DOCKERFILE=0 skips it.
 # 4. Each binary's `--version`, run from the unpacked root filesystem as
 #    65532:65532 with an empty environment and nothing mounted
 #    (`chroot --userspec`): openshell-gateway, openshell-supervisor,
 #    openshell-sandbox-runtime and openshell-pool print `<name> <version>`.
 # 5. The image runs the system: in fresh network, PID and mount namespaces
 #    (/proc and a few /dev nodes mounted into the root filesystem, as a
-#    container runtime would), as 65532:65532, a one-node insecure gateway
-#    writing under /var/lib/openshell turns ready, the image's
+#    container runtime would; the root filesystem read-only and a volume
+#    at /var/lib/openshell, as the chart runs it), as 65532:65532, a
+#    one-node insecure gateway writing under /var/lib/openshell turns ready, the image's
 #    `openshell-pool raft status` reads it (what the chart's `helm test`
 #    runs), a supervisor attaches and is listed by `openshell-pool pool
 #    status`; then SIGTERM stops the supervisor and the gateway (exit 0),
@@ -72,10 +74,18 @@ stop_within() {
 # Step 5, run by the outer script inside `unshare --net --pid --mount`:
 # every process it starts dies with the namespace when it returns.
 in_namespaces() {
-  local rootfs=$1
+  local rootfs=$1 data=$3
   log_dir=$2
   proc=$rootfs/proc
   ip link set lo up
+  # The root filesystem read-only, the data directory a volume (what the
+  # chart's readOnlyRootFilesystem and PersistentVolumeClaim give).
+  mount --bind "$rootfs" "$rootfs"
+  mount -o remount,bind,ro "$rootfs"
+  mount --bind "$data" "$rootfs/var/lib/openshell"
+  if touch "$rootfs/usr/read-only-check" 2>/dev/null; then
+    fail "could not make the root filesystem read-only"
+  fi
   mount -t proc proc "$rootfs/proc"
   mount -t tmpfs -o mode=0755,nosuid tmpfs "$rootfs/dev"
   for node in null zero full random urandom tty; do
@@ -84,13 +94,18 @@ in_namespaces() {
   done
   local chroot
   chroot=$(command -v chroot)
-  run() { env -i RUST_LOG=info "$chroot" --userspec=65532:65532 "$rootfs" /usr/local/bin/"$@"; }
+  # run BINARY ARGS...: as 65532:65532 in the root filesystem.
+  run() {
+    local bin=$1
+    shift
+    env -i RUST_LOG=info "$chroot" --userspec=65532:65532 "$rootfs" "/usr/local/bin/$bin" "$@"
+  }
   # spawn LOG BINARY ARGS...: in the background, the PID ($!) being the
   # binary's own (env and chroot exec it), so SIGTERM reaches it.
   spawn() {
-    local log=$1
-    shift
-    (exec env -i RUST_LOG=info "$chroot" --userspec=65532:65532 "$rootfs" /usr/local/bin/"$@" >"$log" 2>&1) &
+    local log=$1 bin=$2
+    shift 2
+    (exec env -i RUST_LOG=info "$chroot" --userspec=65532:65532 "$rootfs" "/usr/local/bin/$bin" "$@" >"$log" 2>&1) &
   }
   local pool=(openshell-pool --insecure --endpoints 127.0.0.1:7000)
 
@@ -107,6 +122,7 @@ in_namespaces() {
   local gateway
   start_gateway "$log_dir/gateway.log"
   run "${pool[@]}" raft status || fail "openshell-pool raft status"
+  [ -d "$data/gateway/raft" ] || fail "the gateway's data is not on the volume"
 
   spawn "$log_dir/supervisor.log" openshell-supervisor --insecure --credential "" \
     --gateways 127.0.0.1:7000 --pool-member-id image-test-1 --pool-member-uid uid-image-test-1 \
@@ -132,7 +148,7 @@ in_namespaces() {
 }
 
 if [ "${1:-}" = "--in-namespaces" ]; then
-  in_namespaces "$2" "$3"
+  in_namespaces "$2" "$3" "$4"
   exit 0
 fi
 
@@ -185,11 +201,14 @@ owner=$(stat -c %u:%g "$rootfs/var/lib/openshell")
 grep -qx 'openshell:x:65532:65532:openshell:/var/lib/openshell:/usr/sbin/nologin' "$rootfs/etc/passwd" ||
   fail "/etc/passwd has no openshell user 65532"
 echo "ok: user openshell 65532:65532 owns /var/lib/openshell"
-echo "    $(du -sh --apparent-size "$rootfs" | cut -f1) unpacked; Debian packages: $(ls "$rootfs/var/lib/dpkg/status.d" | paste -sd' ' -)"
+echo "    $(du -sh --apparent-size "$rootfs" | cut -f1) unpacked; Debian packages: $(find "$rootfs/var/lib/dpkg/status.d" -type f -printf '%f\n' | LC_ALL=C sort | paste -sd' ' -)"
 
 echo "--- 3. image/Dockerfile's root filesystem equals the image's"
+# shellcheck source=/dev/null
 host_os=$(. /etc/os-release && echo "${ID:-}-${VERSION_ID:-}")
-if [ "$host_os" = debian-12 ]; then
+if [ "${OPENSHELL_IMAGE_TEST_DOCKERFILE:-1}" = 0 ]; then
+  echo "skipped: OPENSHELL_IMAGE_TEST_DOCKERFILE=0"
+elif [ "$host_os" = debian-12 ]; then
   apt-get update -qq -o DPkg::Lock::Timeout=300
   image/rootfs-from-apt.sh "$tmp/dockerfile-rootfs" >/dev/null
   tree() { (cd "$1" && find . ! -path './usr/local/bin/openshell-*' -printf '%p %M %u:%g %s %l\n' | LC_ALL=C sort); }
@@ -210,8 +229,10 @@ for bin in "${binaries[@]}"; do
   echo "ok: $out"
 done
 
-echo "--- 5. gateway, supervisor and CLI from the image (own network, PID and mount namespaces)"
-unshare --net --pid --mount --fork -- bash "$0" --in-namespaces "$rootfs" "$tmp/logs" ||
+echo "--- 5. gateway, supervisor and CLI from the image (own network, PID and mount namespaces; read-only root, a volume at /var/lib/openshell)"
+# The volume: empty, owned by 65532 (as fsGroup or an init step makes it).
+install -d -o 65532 -g 65532 -m 0750 "$tmp/data"
+unshare --net --pid --mount --fork -- bash "$0" --in-namespaces "$rootfs" "$tmp/logs" "$tmp/data" ||
   fail "running the image (logs in $tmp/logs)"
 
 echo "scripts/test-image.sh: PASS oci:$image in $((SECONDS - started))s"

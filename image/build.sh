@@ -68,6 +68,7 @@ done
 
 rm -rf "$layout" "$work"
 mkdir -p "$work"
+started=$SECONDS
 
 echo "--- root filesystem (mmdebstrap, Debian 12)"
 mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
@@ -80,6 +81,7 @@ mmdebstrap --quiet --mode=root --variant=extract --include="$deps" \
   "deb $mirror bookworm-updates main" \
   "deb $security bookworm-security main"
 "$here/rootfs.sh" "$work/rootfs" "$work/debs"/*.deb
+rootfs_done=$SECONDS
 
 echo "--- OCI layout $layout:$tag (umoci)"
 umoci init --layout "$layout"
@@ -124,4 +126,5 @@ chmod -R a+rX "$layout"
 
 echo "--- skopeo inspect oci:$layout:$tag"
 skopeo inspect "oci:$layout:$tag"
-echo "image/build.sh: built oci:$layout:$tag ($(du -sh --apparent-size "$layout/blobs" | cut -f1) compressed)"
+echo "image/build.sh: built oci:$layout:$tag ($(du -sh --apparent-size "$layout/blobs" | cut -f1) compressed)" \
+  "in $((SECONDS - started))s (root filesystem $((rootfs_done - started))s, OCI layout $((SECONDS - rootfs_done))s)"

@@ -5,7 +5,8 @@
 #   scripts/test-image.sh [LAYOUT:TAG]
 #
 # default ${CARGO_TARGET_DIR:-target}/image/openshell-oci:<workspace version>.
-# Needs root (chroot, namespaces), umoci, skopeo, jq, curl and ip.
+# Needs root (chroot, namespaces); installs umoci, skopeo, jq, curl and
+# iproute2 if missing (image/deps.sh).
 #
 # 1. `skopeo inspect --config`: user 65532:65532, no entrypoint and no
 #    command (the Helm chart gives the command), the version label.
@@ -162,9 +163,6 @@ binaries=(openshell-gateway openshell-supervisor openshell-sandbox-runtime opens
 
 [ "$(id -u)" -eq 0 ] || fail "run as root (chroot, namespaces)"
 image/deps.sh
-for tool in jq curl ip; do
-  command -v "$tool" >/dev/null 2>&1 || fail "$tool is missing (apt-get install jq curl iproute2)"
-done
 
 tmp=$(mktemp -d /tmp/openshell-image-test.XXXXXX)
 cleanup() {

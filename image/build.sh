@@ -46,6 +46,9 @@ version=$(awk '/^\[workspace.package\]/ { p = 1; next } /^\[/ { p = 0 }
   p && $1 == "version" { gsub(/"/, "", $3); print $3 }' "$repo/Cargo.toml")
 tag=${OPENSHELL_IMAGE_TAG:-$version}
 revision=$(git -C "$repo" rev-parse HEAD 2>/dev/null || echo unknown)
+if ! git -C "$repo" diff --quiet HEAD 2>/dev/null; then
+  revision="$revision-dirty" # built from uncommitted changes
+fi
 if [ -z "${SOURCE_DATE_EPOCH:-}" ]; then
   SOURCE_DATE_EPOCH=$(git -C "$repo" log -1 --format=%ct 2>/dev/null || date +%s)
 fi

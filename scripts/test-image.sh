@@ -12,13 +12,13 @@
 #    command (the Helm chart gives the command), the version label.
 # 2. `umoci unpack`, then in the root filesystem: no setuid or setgid file,
 #    /var/lib/openshell owned by 65532:65532, the user in /etc/passwd.
-# 3. On a Debian 12 host only (skipped elsewhere): image/Dockerfile's root
-#    filesystem stage (image/rootfs-from-apt.sh, with this host's apt) gives
-#    the same tree as the image without its binaries (paths, modes, owners,
-#    sizes, contents), so the Dockerfile, never built here, stays
-#    equivalent. Runs `apt-get update`. A Debian update published between
-#    the build and this test shows as a difference: rebuild.
-#    OPENSHELL_IMAGE_TEST_DOCKERFILE=0 skips it.
+# 3. image/Dockerfile, never built here, stays equivalent: its ARG VERSION
+#    is the workspace version, and on a Debian 12 host (skipped elsewhere)
+#    its root filesystem stage (image/rootfs-from-apt.sh, with this host's
+#    apt) gives the same tree as the image without its binaries (paths,
+#    modes, owners, sizes, contents). Runs `apt-get update`. A Debian update
+#    published between the build and this test shows as a difference:
+#    rebuild. OPENSHELL_IMAGE_TEST_DOCKERFILE=0 skips the tree comparison.
 # 4. Each binary's `--version`, run from the unpacked root filesystem as
 #    65532:65532 with an empty environment and nothing mounted
 #    (`chroot --userspec`): openshell-gateway, openshell-supervisor,
@@ -202,6 +202,9 @@ echo "ok: user openshell 65532:65532 owns /var/lib/openshell"
 echo "    $(du -sh --apparent-size "$rootfs" | cut -f1) unpacked; Debian packages: $(find "$rootfs/var/lib/dpkg/status.d" -type f -printf '%f\n' | LC_ALL=C sort | paste -sd' ' -)"
 
 echo "--- 3. image/Dockerfile's root filesystem equals the image's"
+dockerfile_version=$(awk -F= '/^ARG VERSION=/ { print $2 }' image/Dockerfile)
+[ "$dockerfile_version" = "$version" ] ||
+  fail "image/Dockerfile has ARG VERSION=$dockerfile_version, the workspace is $version"
 # shellcheck source=/dev/null
 host_os=$(. /etc/os-release && echo "${ID:-}-${VERSION_ID:-}")
 if [ "${OPENSHELL_IMAGE_TEST_DOCKERFILE:-1}" = 0 ]; then

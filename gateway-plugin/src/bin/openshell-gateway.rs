@@ -1,7 +1,9 @@
 //! `openshell-gateway`: one gateway replica. Parses flags and the config file,
 //! then runs the library's server until SIGINT or SIGTERM. The first signal
-//! starts a bounded stop (exit 0 within 10 s); a second one exits at once
-//! (rc 143 after SIGTERM, 130 after SIGINT).
+//! starts a bounded stop (exit 0 within 10 s, after up to 20 s more for a
+//! gateway the voter autopilot is scaling away); a second one exits at once
+//! (rc 143 after SIGTERM, 130 after SIGINT). `--check-config` validates and
+//! exits without starting anything.
 
 use std::path::PathBuf;
 
@@ -17,8 +19,10 @@ use gateway_plugin::config_statefulset::AutopilotSection;
 ///
 /// SIGTERM or SIGINT stops it within 10 s: /readyz turns 503, attached
 /// supervisors are told to move to another gateway, a leader hands
-/// leadership over, then it exits 0. A second signal exits at once (rc 143
-/// after SIGTERM, 130 after SIGINT).
+/// leadership over, then it exits 0. With the voter autopilot, a gateway
+/// whose node id is beyond the desired count first waits (up to 20 s) until
+/// it no longer votes. A second signal exits at once (rc 143 after SIGTERM,
+/// 130 after SIGINT).
 // No `Debug`: the flags hold tokens.
 #[derive(Parser)]
 #[command(

@@ -235,7 +235,9 @@ impl KubernetesIdentity {
         );
     }
 
-    /// Sends the `TokenReview`, bounded by [`REVIEW_TIMEOUT`].
+    /// Sends the `TokenReview`, bounded by [`REVIEW_TIMEOUT`]. A failure is
+    /// logged in full; the supervisor is told its kind only (no paths or
+    /// addresses of the gateway's environment).
     async fn review(&self, token: &str) -> Result<Reviewed, Refusal> {
         let call = async {
             let client = self
@@ -243,8 +245,9 @@ impl KubernetesIdentity {
                 .get_or_try_init(kube::Client::try_default)
                 .await
                 .map_err(|e| {
-                    format!(
-                        "no Kubernetes API credentials (in-cluster service account or KUBECONFIG): {e}"
+                    (
+                        "the gateway has no Kubernetes API credentials".to_string(),
+                        e.to_string(),
                     )
                 })?;
             let review = TokenReview {
@@ -257,36 +260,41 @@ impl KubernetesIdentity {
             Api::<TokenReview>::all(client.clone())
                 .create(&PostParams::default(), &review)
                 .await
-                .map_err(|e| describe_api_error(&e))
+                .map_err(|e| (describe_api_error(&e), e.to_string()))
         };
         let answer = match tokio::time::timeout(REVIEW_TIMEOUT, call).await {
             Ok(answer) => answer,
-            Err(_) => Err(format!(
-                "the Kubernetes API did not answer within {} s",
-                REVIEW_TIMEOUT.as_secs()
-            )),
+            Err(_) => {
+                let kind = format!(
+                    "the Kubernetes API did not answer within {} s",
+                    REVIEW_TIMEOUT.as_secs()
+                );
+                Err((kind.clone(), kind))
+            }
         };
         match answer {
             Ok(review) => Ok(review.status.unwrap_or_default().into()),
-            Err(problem) => {
-                tracing::error!(%problem, "supervisor TokenReview failed");
+            Err((kind, detail)) => {
+                let detail = detail.replace('\n', " ");
+                tracing::error!(%kind, %detail, "supervisor TokenReview failed");
                 Err(Refusal::unavailable(format!(
-                    "cannot verify the supervisor's Kubernetes identity now: TokenReview failed: {problem}"
+                    "cannot verify the supervisor's Kubernetes identity now: TokenReview failed: {kind}"
                 )))
             }
         }
     }
 }
 
-/// An API error in one line; a 403 names the RBAC rule the gateway needs.
+/// The kind of an API error, for the supervisor; a 403 names the RBAC rule
+/// the gateway needs.
 fn describe_api_error(e: &kube::Error) -> String {
     match e {
-        kube::Error::Api(status) if status.code == 403 => format!(
-            "{} (the gateway's service account needs `create` on `tokenreviews` \
-             (authentication.k8s.io): a ClusterRole bound to it)",
-            status.message
-        ),
-        other => other.to_string().replace('\n', " "),
+        kube::Error::Api(status) if status.code == 403 => "the Kubernetes API refused it (403): \
+             the gateway's service account needs `create` on `tokenreviews` (authentication.k8s.io), \
+             a ClusterRole"
+            .to_string(),
+        kube::Error::Api(status) => format!("the Kubernetes API answered {}", status.code),
+        _ => "the Kubernetes API is unreachable".to_string(),
     }
 }
 

@@ -9,13 +9,15 @@
 //!   mounts it (`token -> ..data/token`)
 //! - when: sup-0 presents its own Pod's token; a supervisor claims sup-1
 //!   with sup-0's token; sup-1 presents its own; a forged token; a token of
-//!   another ServiceAccount; the API hangs; sup-0's token is rotated in
-//!   place (the old one expires) and the gateway restarts
+//!   another ServiceAccount; the API refuses the gateway (403), then
+//!   hangs; sup-0's token is rotated in place (the old one expires) and the
+//!   gateway restarts
 //! - then: sup-0 and sup-1 join; the impostor, the forged token and the
 //!   other ServiceAccount are refused UNAUTHENTICATED (never the token in a
 //!   log), never become members, and are counted in
-//!   `openshell_auth_failures_total` by reason; a hanging API refuses a new
-//!   hello UNAVAILABLE within the 5 s bound while attached members stay;
+//!   `openshell_auth_failures_total` by reason; an API refusing the gateway
+//!   (403, no RBAC) or hanging refuses a new hello UNAVAILABLE (naming the
+//!   missing rule; within the 5 s bound) while attached members stay;
 //!   after the rotation sup-0 (the same process) joins again with the new
 //!   token
 
@@ -114,6 +116,20 @@ async fn refused(cluster: &Cluster, mut s: Supervisor, expect: &str, token: &str
         s.member
     );
     s.kill9();
+}
+
+/// Waits (30 s at most) for `text` in `s`'s log.
+async fn wait_log(s: &Supervisor, text: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !s.log().contains(text) {
+        assert!(
+            Instant::now() < deadline,
+            "{}: no {text:?} in its log:\n{}",
+            s.member,
+            s.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// The `openshell_auth_failures_total{service="supervisor_host"}` count
@@ -232,17 +248,21 @@ async fn a_supervisor_joins_only_as_the_pod_its_token_names() -> TestResult {
         assert!(!gateway_log.contains(token), "the gateway logged a token");
     }
 
-    eprintln!("--- step: the API hangs: a new hello is refused UNAVAILABLE within the bound");
-    api.pause(true);
+    eprintln!("--- step: the API refuses the gateway (no RBAC): a new hello is UNAVAILABLE naming the rule");
+    api.forbid(true);
     let mut sup3 = supervisor("sup-3", "sup-3", TOK_SUP3, &gateways, &dir);
     sup3.start();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !sup3.log().contains("TokenReview failed") {
-        assert!(Instant::now() < deadline, "no UNAVAILABLE:\n{}", sup3.log());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_log(&sup3, "needs `create` on `tokenreviews`").await;
     assert!(sup3.log().contains("Unavailable"), "{}", sup3.log());
+    assert!(failures(&http, "identity_unavailable").await >= 1);
+
+    eprintln!("--- step: the API hangs: a new hello is refused UNAVAILABLE within the bound");
+    api.pause(true);
+    api.forbid(false);
+    wait_log(&sup3, "did not answer within 5 s").await;
     assert_eq!(sup0.readyz().await.0, 200, "an attached member was dropped");
+    assert_eq!(sup1.readyz().await.0, 200, "an attached member was dropped");
+
     eprintln!("--- step: the API answers again: sup-3 joins");
     api.pause(false);
     wait_ready(&sup3, 200, Duration::from_secs(30)).await;

@@ -12,7 +12,9 @@
 //! `system:serviceaccount:<ns>:<name>` with the extra
 //! `authentication.kubernetes.io/pod-name`. A request without the gateway's
 //! own bearer token is 401. [`MockKubeApi::pause`] stops answering (the
-//! connection stays open), like an API server that hangs.
+//! connection stays open), like an API server that hangs;
+//! [`MockKubeApi::forbid`] answers 403, like an API server refusing a
+//! gateway without RBAC.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -50,6 +52,8 @@ struct Shared {
     reviews: AtomicU64,
     /// Paused: requests are read and never answered.
     paused: AtomicBool,
+    /// Forbidden: TokenReview answers 403 (the gateway lacks RBAC).
+    forbidden: AtomicBool,
 }
 
 /// The mock API; the server stops when it is dropped.
@@ -135,6 +139,12 @@ impl MockKubeApi {
         self.shared.paused.store(paused, Ordering::SeqCst);
     }
 
+    /// Answers TokenReview with 403 (`true`), as when the gateway's
+    /// ServiceAccount lacks `create` on `tokenreviews`, or normally.
+    pub fn forbid(&self, forbidden: bool) {
+        self.shared.forbidden.store(forbidden, Ordering::SeqCst);
+    }
+
     fn tokens(&self) -> std::sync::MutexGuard<'_, HashMap<String, TokenIdentity>> {
         self.shared.tokens.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -214,6 +224,11 @@ fn answer(
             "404 Not Found",
             status(404, "NotFound", "the mock serves TokenReview only"),
         );
+    }
+    if shared.forbidden.load(Ordering::SeqCst) {
+        let message = "tokenreviews.authentication.k8s.io is forbidden: User \"system:serviceaccount:openshell:gateway\" \
+                       cannot create resource \"tokenreviews\" in API group \"authentication.k8s.io\" at the cluster scope";
+        return ("403 Forbidden", status(403, "Forbidden", message));
     }
     let Ok(review) = serde_json::from_slice::<Value>(body) else {
         return ("400 Bad Request", status(400, "BadRequest", "not JSON"));

@@ -29,7 +29,8 @@ use serde_json::{json, Value};
 pub const VENV: &str = "/opt/openshell-test-venv";
 
 /// How to install the tools, for the failure message.
-pub const INSTALL: &str = "bash scripts/test-deps.sh (as root), or: python3 -m venv /opt/openshell-test-venv && \
+pub const INSTALL: &str =
+    "bash scripts/test-deps.sh (as root), or: python3 -m venv /opt/openshell-test-venv && \
      /opt/openshell-test-venv/bin/pip install helm-python-sdk==0.2.2 kubernetes-validate==1.37.0";
 
 /// The release namespace every test renders into.
@@ -182,8 +183,7 @@ impl Tools {
 
     /// The error of a render that must fail (schema or a template's `fail`).
     pub fn render_error(&self, values: Value) -> String {
-        match self.run_render(json!({"values": values, "name": RELEASE, "namespace": NAMESPACE}))
-        {
+        match self.run_render(json!({"values": values, "name": RELEASE, "namespace": NAMESPACE})) {
             Ok(_) => panic!("rendering {values} succeeded; expected an error"),
             Err(e) => e,
         }
@@ -235,7 +235,13 @@ impl Rendered {
     pub fn names(&self) -> Vec<String> {
         self.objects
             .iter()
-            .map(|o| format!("{}/{}", o["kind"].as_str().unwrap_or("?"), o["metadata"]["name"].as_str().unwrap_or("?")))
+            .map(|o| {
+                format!(
+                    "{}/{}",
+                    o["kind"].as_str().unwrap_or("?"),
+                    o["metadata"]["name"].as_str().unwrap_or("?")
+                )
+            })
             .collect()
     }
 
@@ -331,7 +337,11 @@ impl Pod {
                 .find(|v| v["name"] == mount["name"])
                 .cloned()
                 .unwrap_or(Value::Null);
-            for source in volume["projected"]["sources"].as_array().into_iter().flatten() {
+            for source in volume["projected"]["sources"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
                 write_source(rendered, source, &dir, root.path());
             }
         }
@@ -383,7 +393,10 @@ impl Pod {
 /// Writes one projected-volume source (ConfigMap or Secret items) under
 /// `dir`; TOML files get their mount paths rewritten to `root`.
 fn write_source(rendered: &Rendered, source: &Value, dir: &Path, root: &Path) {
-    for (kind, obj) in [("ConfigMap", &source["configMap"]), ("Secret", &source["secret"])] {
+    for (kind, obj) in [
+        ("ConfigMap", &source["configMap"]),
+        ("Secret", &source["secret"]),
+    ] {
         let Some(name) = obj["name"].as_str() else {
             continue;
         };

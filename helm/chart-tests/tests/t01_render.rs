@@ -87,7 +87,7 @@ fn every_size_renders_lints_clean_and_validates() {
     tools.validate(&all);
 }
 
-fn container<'a>(workload: &'a Value) -> &'a Value {
+fn container(workload: &Value) -> &Value {
     &workload["spec"]["template"]["spec"]["containers"][0]
 }
 
@@ -114,7 +114,10 @@ fn assert_hardened(what: &str, pod_spec: &Value, container: &Value) {
 fn probe(c: &Value, which: &str) -> (String, u64, u64) {
     let p = &c[which];
     (
-        p["httpGet"]["path"].as_str().unwrap_or_default().to_string(),
+        p["httpGet"]["path"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
         p["periodSeconds"].as_u64().unwrap_or_default(),
         p["failureThreshold"].as_u64().unwrap_or_default(),
     )
@@ -158,7 +161,12 @@ fn workloads_have_the_fields_the_issue_names() {
     assert_eq!(probe(c, "livenessProbe"), ("/healthz".into(), 10, 3));
     assert_eq!(probe(c, "readinessProbe"), ("/readyz".into(), 2, 2));
     assert_hardened("gateway", pod, c);
-    assert!(pod["terminationGracePeriodSeconds"].as_u64().expect("grace") >= 30);
+    assert!(
+        pod["terminationGracePeriodSeconds"]
+            .as_u64()
+            .expect("grace")
+            >= 30
+    );
     assert_eq!(pod["serviceAccountName"], f.as_str());
     assert_eq!(
         pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
@@ -194,14 +202,20 @@ fn workloads_have_the_fields_the_issue_names() {
     let sup_pdb = r.get("PodDisruptionBudget", &format!("{f}-supervisor"));
     assert_eq!(sup_pdb["spec"]["maxUnavailable"], 1);
     let five = tools.render(sizes(5, 2));
-    assert_eq!(five.get("PodDisruptionBudget", &f)["spec"]["minAvailable"], 3);
+    assert_eq!(
+        five.get("PodDisruptionBudget", &f)["spec"]["minAvailable"],
+        3
+    );
 
     eprintln!("--- step: supervisor Deployment");
     let dep = r.get("Deployment", &format!("{f}-supervisor"));
     assert_eq!(dep["spec"]["replicas"], 2);
     assert_eq!(dep["spec"]["strategy"]["type"], "RollingUpdate");
     assert_eq!(dep["spec"]["strategy"]["rollingUpdate"]["maxSurge"], 1);
-    assert_eq!(dep["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"], 0);
+    assert_eq!(
+        dep["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"],
+        0
+    );
     let spod = &dep["spec"]["template"]["spec"];
     let sc = container(dep);
     assert_eq!(probe(sc, "readinessProbe"), ("/readyz".into(), 2, 2));
@@ -211,11 +225,19 @@ fn workloads_have_the_fields_the_issue_names() {
     assert!(spod.get("serviceAccountName").is_none());
     assert_eq!(spod["terminationGracePeriodSeconds"], 40);
     let sargs = args(dep);
-    assert!(sargs.contains(&"--drain-timeout-ms=25000".to_string()), "{sargs:?}");
+    assert!(
+        sargs.contains(&"--drain-timeout-ms=25000".to_string()),
+        "{sargs:?}"
+    );
     assert!(sargs.contains(&"--pool-member-id=$(POD_NAME)".to_string()));
     assert!(sargs.contains(&format!("--gateways={f}.{domain}:7001")));
-    assert!(sargs.contains(&"--credential-file=/etc/openshell/supervisor-credential/supervisor-token".to_string()));
-    assert!(spod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"].is_array());
+    assert!(sargs.contains(
+        &"--credential-file=/etc/openshell/supervisor-credential/supervisor-token".to_string()
+    ));
+    assert!(
+        spod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+            .is_array()
+    );
 
     eprintln!("--- step: RBAC, Secrets, test hook, NOTES");
     let driver = r.get("Role", &format!("{f}-sandbox-driver"));
@@ -232,13 +254,25 @@ fn workloads_have_the_fields_the_issue_names() {
     );
     for s in ["signing-key", "tokens", "tls", "supervisor-credential"] {
         let secret = r.get("Secret", &format!("{f}-{s}"));
-        assert_eq!(secret["metadata"]["annotations"]["helm.sh/resource-policy"], "keep", "{s}");
+        assert_eq!(
+            secret["metadata"]["annotations"]["helm.sh/resource-policy"], "keep",
+            "{s}"
+        );
     }
     let hook = r.get("Pod", &format!("{f}-test-raft-status"));
     assert_eq!(hook["metadata"]["annotations"]["helm.sh/hook"], "test");
     let hargs = hook["spec"]["containers"][0]["args"].to_string();
-    assert!(hargs.contains("\"raft\",\"status\"") && hargs.contains("--ca-file=") && hargs.contains("viewer-token"), "{hargs}");
-    assert!(r.notes.contains("port-forward") && r.notes.contains("raft status"), "{}", r.notes);
+    assert!(
+        hargs.contains("\"raft\",\"status\"")
+            && hargs.contains("--ca-file=")
+            && hargs.contains("viewer-token"),
+        "{hargs}"
+    );
+    assert!(
+        r.notes.contains("port-forward") && r.notes.contains("raft status"),
+        "{}",
+        r.notes
+    );
 }
 
 /// Secret values and what derives from the generated key differ in every
@@ -256,7 +290,9 @@ fn masked(objects: &[Value]) -> Vec<Value> {
                     }
                 }
             }
-            if o["kind"] == "ConfigMap" && o["metadata"]["name"] == format!("{f}-trusted-grant-keys") {
+            if o["kind"] == "ConfigMap"
+                && o["metadata"]["name"] == format!("{f}-trusted-grant-keys")
+            {
                 o["data"] = json!("<derived from the generated signing key>");
             }
             o
@@ -265,7 +301,10 @@ fn masked(objects: &[Value]) -> Vec<Value> {
 }
 
 fn key(o: &Value) -> String {
-    format!("{}/{}/{}", o["kind"], o["metadata"]["namespace"], o["metadata"]["name"])
+    format!(
+        "{}/{}/{}",
+        o["kind"], o["metadata"]["namespace"], o["metadata"]["name"]
+    )
 }
 
 /// - given: supervisor replicas 1, 2 and 3 (3 gateways)
@@ -290,7 +329,10 @@ fn supervisor_replicas_change_no_gateway_object() {
                 let (mut a, mut b) = (a.clone(), b.clone());
                 a["spec"]["replicas"] = json!(0);
                 b["spec"]["replicas"] = json!(0);
-                assert_eq!(a, b, "the supervisor Deployment changed beyond spec.replicas");
+                assert_eq!(
+                    a, b,
+                    "the supervisor Deployment changed beyond spec.replicas"
+                );
             } else {
                 assert_eq!(a, b, "{} changed with supervisor.replicas", key(a));
             }
@@ -316,7 +358,12 @@ fn gateway_replicas_change_no_pod_template() {
     for (a, b) in three.iter().zip(&five) {
         assert_eq!(key(a), key(b));
         if a["spec"]["template"].is_object() {
-            assert_eq!(a["spec"]["template"], b["spec"]["template"], "{}: pod template changed", key(a));
+            assert_eq!(
+                a["spec"]["template"],
+                b["spec"]["template"],
+                "{}: pod template changed",
+                key(a)
+            );
         }
         if a == b {
             continue;
@@ -325,19 +372,36 @@ fn gateway_replicas_change_no_pod_template() {
         let (mut a, mut b) = (a.clone(), b.clone());
         match (a["kind"].as_str(), a["metadata"]["name"].as_str()) {
             (Some("StatefulSet"), _) => {
-                assert_eq!((a["spec"]["replicas"].clone(), b["spec"]["replicas"].clone()), (json!(3), json!(5)));
+                assert_eq!(
+                    (a["spec"]["replicas"].clone(), b["spec"]["replicas"].clone()),
+                    (json!(3), json!(5))
+                );
                 a["spec"]["replicas"] = json!(0);
                 b["spec"]["replicas"] = json!(0);
             }
             (Some("PodDisruptionBudget"), Some(n)) if n == f => {
-                assert_eq!((a["spec"]["minAvailable"].clone(), b["spec"]["minAvailable"].clone()), (json!(2), json!(3)));
+                assert_eq!(
+                    (
+                        a["spec"]["minAvailable"].clone(),
+                        b["spec"]["minAvailable"].clone()
+                    ),
+                    (json!(2), json!(3))
+                );
                 a["spec"]["minAvailable"] = json!(0);
                 b["spec"]["minAvailable"] = json!(0);
             }
             (Some("ConfigMap"), Some(n)) if n == format!("{f}-bootstrap") => {
-                let voters = b["data"]["initial-voters"].as_str().expect("voters").to_string();
+                let voters = b["data"]["initial-voters"]
+                    .as_str()
+                    .expect("voters")
+                    .to_string();
                 let want: Vec<String> = (0..5)
-                    .map(|i| format!("{}={f}-{i}.{f}-peer.{NAMESPACE}.svc.cluster.local:7101", i + 1))
+                    .map(|i| {
+                        format!(
+                            "{}={f}-{i}.{f}-peer.{NAMESPACE}.svc.cluster.local:7101",
+                            i + 1
+                        )
+                    })
                     .collect();
                 assert_eq!(voters, want.join(","));
                 a["data"] = json!(null);
@@ -358,14 +422,32 @@ fn bad_values_are_refused_naming_the_key() {
         return;
     };
     let cases = [
-        (json!({"supervisor": {"identity": "perMember"}}), "/supervisor/identity"),
+        (
+            json!({"supervisor": {"identity": "perMember"}}),
+            "/supervisor/identity",
+        ),
         (json!({"gateway": {"replicaz": 3}}), "replicaz"),
         (json!({"gateway": {"replicas": 0}}), "/gateway/replicas"),
-        (json!({"gateway": {"config": {"raft": {"heartbeat_interval_ms": 5}}}}), "heartbeat_interval_ms"),
-        (json!({"supervisor": {"terminationGracePeriodSeconds": 20}}), "terminationGracePeriodSeconds must exceed"),
-        (json!({"secrets": {"signingKey": {"existingSecret": "mine"}}}), "trustedGrantKeys is required"),
-        (json!({"secrets": {"signingKey": {"trustedGrantKeys": "not-a-key"}}}), "trustedGrantKeys"),
-        (json!({"workloads": {"namespace": "other"}}), "gateway.autopilot.enabled=false"),
+        (
+            json!({"gateway": {"config": {"raft": {"heartbeat_interval_ms": 5}}}}),
+            "heartbeat_interval_ms",
+        ),
+        (
+            json!({"supervisor": {"terminationGracePeriodSeconds": 20}}),
+            "terminationGracePeriodSeconds must exceed",
+        ),
+        (
+            json!({"secrets": {"signingKey": {"existingSecret": "mine"}}}),
+            "trustedGrantKeys is required",
+        ),
+        (
+            json!({"secrets": {"signingKey": {"trustedGrantKeys": "not-a-key"}}}),
+            "trustedGrantKeys",
+        ),
+        (
+            json!({"workloads": {"namespace": "other"}}),
+            "gateway.autopilot.enabled=false",
+        ),
     ];
     for (values, want) in cases {
         let err = tools.render_error(values.clone());
@@ -374,7 +456,10 @@ fn bad_values_are_refused_naming_the_key() {
 }
 
 fn hex64(bytes: &[u8]) -> String {
-    String::from_utf8(bytes.to_vec()).expect("utf-8").trim().to_string()
+    String::from_utf8(bytes.to_vec())
+        .expect("utf-8")
+        .trim()
+        .to_string()
 }
 
 /// - given: the default values and a separate workloads namespace
@@ -389,21 +474,35 @@ fn generated_keys_and_certificate_fit_the_binaries() {
         return;
     };
     let f = fullname();
-    let r = tools.render(json!({"workloads": {"namespace": "sbx"}, "gateway": {"autopilot": {"enabled": false}}}));
+    let r = tools.render(
+        json!({"workloads": {"namespace": "sbx"}, "gateway": {"autopilot": {"enabled": false}}}),
+    );
     let seed = hex64(&r.secret_key(&format!("{f}-signing-key"), "signing-key"));
     let public = hex64(&r.secret_key(&format!("{f}-signing-key"), "trusted-grant-keys"));
-    let seed: [u8; 32] = hex::decode(&seed).expect("hex seed").try_into().expect("32 bytes");
+    let seed: [u8; 32] = hex::decode(&seed)
+        .expect("hex seed")
+        .try_into()
+        .expect("32 bytes");
     let derived = ed25519_dalek::SigningKey::from_bytes(&seed).verifying_key();
-    assert_eq!(public, hex::encode(derived.as_bytes()), "Helm's public key is not the seed's");
+    assert_eq!(
+        public,
+        hex::encode(derived.as_bytes()),
+        "Helm's public key is not the seed's"
+    );
     let maps: Vec<&Value> = r
         .objects
         .iter()
-        .filter(|o| o["kind"] == "ConfigMap" && o["metadata"]["name"] == format!("{f}-trusted-grant-keys"))
+        .filter(|o| {
+            o["kind"] == "ConfigMap" && o["metadata"]["name"] == format!("{f}-trusted-grant-keys")
+        })
         .collect();
     let namespaces: Vec<&Value> = maps.iter().map(|m| &m["metadata"]["namespace"]).collect();
     assert_eq!(namespaces, vec![&json!(NAMESPACE), &json!("sbx")]);
     for m in maps {
-        assert_eq!(m["data"]["trusted-grant-keys"].as_str().map(str::trim), Some(public.as_str()));
+        assert_eq!(
+            m["data"]["trusted-grant-keys"].as_str().map(str::trim),
+            Some(public.as_str())
+        );
     }
 
     let pem = r.secret_key(&format!("{f}-tls"), "tls.crt");
@@ -413,10 +512,21 @@ fn generated_keys_and_certificate_fit_the_binaries() {
     let (_, ca_pem) = x509_parser::pem::parse_x509_pem(&ca_pem).expect("ca.crt PEM");
     let ca = ca_pem.parse_x509().expect("ca.crt");
     assert_eq!(cert.issuer(), ca.subject());
-    cert.verify_signature(Some(ca.public_key())).expect("signed by the CA");
-    let eku = cert.extended_key_usage().expect("eku").expect("has eku").value;
+    cert.verify_signature(Some(ca.public_key()))
+        .expect("signed by the CA");
+    let eku = cert
+        .extended_key_usage()
+        .expect("eku")
+        .expect("has eku")
+        .value;
     assert!(eku.server_auth && eku.client_auth, "{eku:?}");
-    let san = format!("{:?}", cert.subject_alternative_name().expect("san").expect("has san").value);
+    let san = format!(
+        "{:?}",
+        cert.subject_alternative_name()
+            .expect("san")
+            .expect("has san")
+            .value
+    );
     for name in [
         format!("*.{f}-peer.{NAMESPACE}.svc.cluster.local"),
         format!("{f}.{NAMESPACE}.svc.cluster.local"),

@@ -10,7 +10,9 @@ use helm_chart_tests::*;
 use serde_json::{json, Value};
 
 fn check(name: &str, actual: &str) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("golden").join(name);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("golden")
+        .join(name);
     if std::env::var_os("UPDATE_GOLDEN").is_some() {
         std::fs::write(&path, actual).expect("write golden");
         eprintln!("rewrote {}", path.display());
@@ -51,6 +53,9 @@ fn gateway_toml_matches_golden() {
         let r = tools.render(values);
         check(&format!("{case}.toml"), &r.gateway_toml());
         let voters = r.config_map_key(&format!("{}-bootstrap", fullname()), "initial-voters");
-        check(&format!("{case}.initial-voters"), &format!("{}\n", voters.replace(',', "\n")));
+        check(
+            &format!("{case}.initial-voters"),
+            &format!("{}\n", voters.replace(',', "\n")),
+        );
     }
 }

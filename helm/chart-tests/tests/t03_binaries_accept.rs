@@ -42,13 +42,19 @@ fn check_config(pod: &Pod, binary: &str) -> (bool, String) {
 fn gateway_cases() -> Vec<(Value, u64)> {
     vec![
         (json!({}), 3),
-        (json!({"gateway": {"replicas": 5, "clusterId": "openshell-prod",
+        (
+            json!({"gateway": {"replicas": 5, "clusterId": "openshell-prod",
                 "config": {"raft": {"heartbeat_interval_ms": 200, "election_timeout_min_ms": 1000,
-                                     "election_timeout_max_ms": 2000}}}}), 5),
-        (json!({"gateway": {"autopilot": {"enabled": false}},
+                                     "election_timeout_max_ms": 2000}}}}),
+            5,
+        ),
+        (
+            json!({"gateway": {"autopilot": {"enabled": false}},
                 "workloads": {"namespace": "openshell-sandboxes", "podTemplate": {
                     "metadata": {"labels": {"team": "sandboxes"}},
-                    "spec": {"nodeSelector": {"pool": "sandboxes"}, "priorityClassName": "sandboxes"}}}}), 3),
+                    "spec": {"nodeSelector": {"pool": "sandboxes"}, "priorityClassName": "sandboxes"}}}}),
+            3,
+        ),
     ]
 }
 
@@ -59,7 +65,8 @@ fn gateway_cases() -> Vec<(Value, u64)> {
 ///   directory is created
 #[test]
 fn gateway_accepts_the_rendered_configuration() {
-    let Some(tools) = tools("t03_binaries_accept gateway_accepts_the_rendered_configuration") else {
+    let Some(tools) = tools("t03_binaries_accept gateway_accepts_the_rendered_configuration")
+    else {
         return;
     };
     let f = fullname();
@@ -68,11 +75,23 @@ fn gateway_accepts_the_rendered_configuration() {
         let r = tools.render(values);
         let sts = r.get("StatefulSet", &f);
         for ordinal in 0..replicas {
-            let pod = Pod::new(&r, sts, &format!("{f}-{ordinal}"), &format!("10.0.0.{}", 10 + ordinal));
+            let pod = Pod::new(
+                &r,
+                sts,
+                &format!("{f}-{ordinal}"),
+                &format!("10.0.0.{}", 10 + ordinal),
+            );
             let (ok, text) = check_config(&pod, "openshell-gateway");
-            assert!(ok, "pod {ordinal}: {text}\nargv {:?}\nenv {:?}", pod.argv, pod.env);
             assert!(
-                text.contains(&format!("openshell-gateway: configuration ok (node {}", ordinal + 1)),
+                ok,
+                "pod {ordinal}: {text}\nargv {:?}\nenv {:?}",
+                pod.argv, pod.env
+            );
+            assert!(
+                text.contains(&format!(
+                    "openshell-gateway: configuration ok (node {}",
+                    ordinal + 1
+                )),
                 "pod {ordinal}: {text}"
             );
             assert!(
@@ -89,16 +108,21 @@ fn gateway_accepts_the_rendered_configuration() {
 ///   (the check reads the files the chart mounts)
 #[test]
 fn gateway_check_refuses_a_missing_secret_file() {
-    let Some(tools) = tools("t03_binaries_accept gateway_check_refuses_a_missing_secret_file") else {
+    let Some(tools) = tools("t03_binaries_accept gateway_check_refuses_a_missing_secret_file")
+    else {
         return;
     };
     let f = fullname();
     let r = tools.render(json!({}));
     let pod = Pod::new(&r, r.get("StatefulSet", &f), &format!("{f}-0"), "10.0.0.10");
-    std::fs::remove_file(pod.path("/etc/openshell/secrets/signing-key")).expect("remove signing key");
+    std::fs::remove_file(pod.path("/etc/openshell/secrets/signing-key"))
+        .expect("remove signing key");
     let (ok, text) = check_config(&pod, "openshell-gateway");
     assert!(!ok, "accepted without a signing key: {text}");
-    assert!(text.contains("signing_key_file") || text.contains("signing-key"), "{text}");
+    assert!(
+        text.contains("signing_key_file") || text.contains("signing-key"),
+        "{text}"
+    );
 }
 
 /// - given: supervisor replicas 1, 2, 3 (pods with random-suffixed names)
@@ -106,7 +130,8 @@ fn gateway_check_refuses_a_missing_secret_file() {
 /// - then: rc 0 and `openshell-supervisor: configuration ok`
 #[test]
 fn supervisor_accepts_the_rendered_configuration() {
-    let Some(tools) = tools("t03_binaries_accept supervisor_accepts_the_rendered_configuration") else {
+    let Some(tools) = tools("t03_binaries_accept supervisor_accepts_the_rendered_configuration")
+    else {
         return;
     };
     let f = fullname();
@@ -118,7 +143,10 @@ fn supervisor_accepts_the_rendered_configuration() {
             let pod = Pod::new(&r, dep, &name, &format!("10.0.1.{}", 10 + i));
             let (ok, text) = check_config(&pod, "openshell-supervisor");
             assert!(ok, "{name}: {text}\nargv {:?}", pod.argv);
-            assert!(text.contains("openshell-supervisor: configuration ok"), "{name}: {text}");
+            assert!(
+                text.contains("openshell-supervisor: configuration ok"),
+                "{name}: {text}"
+            );
         }
     }
 }

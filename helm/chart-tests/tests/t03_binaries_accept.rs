@@ -13,10 +13,20 @@ use std::process::Command;
 use helm_chart_tests::*;
 use serde_json::{json, Value};
 
+/// The binary: from `$OPENSHELL_CHART_TEST_BIN_DIR` when set (e.g. release
+/// binaries or an unpacked image's `/usr/local/bin`), else the workspace's
+/// (built up to date).
+fn binary_path(binary: &str) -> std::path::PathBuf {
+    match std::env::var_os("OPENSHELL_CHART_TEST_BIN_DIR") {
+        Some(dir) => std::path::Path::new(&dir).join(binary),
+        None => testkit::bins::workspace_bin(binary),
+    }
+}
+
 /// Runs `pod`'s command with `--check-config` as the container would (only
 /// its own environment), returning (success, stdout + stderr).
 fn check_config(pod: &Pod, binary: &str) -> (bool, String) {
-    let bin = testkit::bins::workspace_bin(binary);
+    let bin = binary_path(binary);
     assert!(
         pod.argv[0].ends_with(&format!("/{binary}")),
         "the container runs {}, not {binary}",

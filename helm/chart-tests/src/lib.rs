@@ -17,7 +17,9 @@
 //! Tests: `tests/t01_render.rs` (render, lint, schemas, fields, what a
 //! replica change touches), `tests/t02_golden.rs` (the gateway TOML,
 //! `UPDATE_GOLDEN=1` rewrites `golden/`), `tests/t03_binaries_accept.rs`
-//! (`--check-config` of both binaries). See helm/README.md.
+//! (`--check-config` of both binaries), `tests/t04_runtime_pod.rs` (the
+//! sandbox driver's Pod built from the rendered template). See
+//! helm/README.md.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

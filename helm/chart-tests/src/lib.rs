@@ -18,7 +18,9 @@
 //! replica change touches), `tests/t02_golden.rs` (the gateway TOML,
 //! `UPDATE_GOLDEN=1` rewrites `golden/`), `tests/t03_binaries_accept.rs`
 //! (`--check-config` of both binaries), `tests/t04_runtime_pod.rs` (the
-//! sandbox driver's Pod built from the rendered template). See
+//! sandbox driver's Pod built from the rendered template),
+//! `tests/t05_upgrade.rs` (upgrades keep Secrets and voters; `lookup`
+//! answered from a previous render by [`chart_with_fake_lookup`]). See
 //! helm/README.md.
 
 use std::collections::BTreeMap;
@@ -418,5 +420,87 @@ fn write_source(rendered: &Rendered, source: &Value, dir: &Path, root: &Path) {
             };
             std::fs::write(&path, bytes).expect("write item");
         }
+    }
+}
+
+/// A copy of the chart in which every `lookup "v1" KIND NS NAME` reads
+/// `.Values.__lookup.KIND.NAME` instead of a cluster (and without
+/// values.schema.json, which would refuse that key): renders of it with
+/// [`lookup_values`] are upgrades over the objects given.
+pub fn chart_with_fake_lookup() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dest = dir.path().join("openshell-gateway");
+    copy_dir(&chart_dir(), &dest);
+    std::fs::remove_file(dest.join("values.schema.json")).expect("remove schema");
+    let templates = dest.join("templates");
+    for entry in std::fs::read_dir(&templates).expect("templates") {
+        let path = entry.expect("entry").path();
+        if path.is_dir() {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).expect("template");
+        let rewritten: Vec<String> = text.lines().map(fake_lookup_line).collect();
+        std::fs::write(&path, rewritten.join("\n") + "\n").expect("write template");
+    }
+    std::fs::write(
+        templates.join("_fake_lookup.tpl"),
+        "{{- define \"fake.lookup\" -}}\n{{- $root := index . 0 -}}\n\
+         {{- toJson (dig (index . 1) (index . 2) (dict) $root.Values.__lookup) -}}\n{{- end -}}\n",
+    )
+    .expect("write fake lookup");
+    dir
+}
+
+/// `{{- $x := lookup "v1" "Kind" NS NAME }}` ->
+/// `{{- $x := include "fake.lookup" (list $ "Kind" NAME) | fromJson }}`.
+fn fake_lookup_line(line: &str) -> String {
+    let Some(start) = line.find("lookup \"v1\" \"") else {
+        return line.to_string();
+    };
+    let rest = &line[start + "lookup \"v1\" ".len()..];
+    let (kind, rest) = rest.split_once(' ').expect("kind");
+    let (_namespace, rest) = rest.split_once(' ').expect("namespace");
+    let (name, tail) = rest.rsplit_once(" }}").expect("lookup ends the action");
+    format!(
+        "{}include \"fake.lookup\" (list $ {kind} {name}) | fromJson }}}}{tail}",
+        &line[..start]
+    )
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for entry in std::fs::read_dir(from).expect("read_dir") {
+        let entry = entry.expect("entry");
+        let target = to.join(entry.file_name());
+        if entry.path().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copy");
+        }
+    }
+}
+
+/// `values` plus `__lookup`: the Secrets and ConfigMaps of `installed` (a
+/// previous render) by kind and name, as the cluster would return them.
+pub fn lookup_values(values: &Value, installed: &Rendered) -> Value {
+    let mut state = json!({});
+    for o in &installed.objects {
+        let kind = o["kind"].as_str().unwrap_or_default();
+        if kind == "Secret" || kind == "ConfigMap" {
+            let name = o["metadata"]["name"].as_str().unwrap_or_default();
+            state[kind][name] = o.clone();
+        }
+    }
+    let mut values = values.clone();
+    values["__lookup"] = state;
+    values
+}
+
+impl Tools {
+    /// Renders the chart at `chart` (e.g. [`chart_with_fake_lookup`]).
+    pub fn render_chart(&self, chart: &Path, values: Value) -> Rendered {
+        self.rendered(
+            json!({"chart": chart, "values": values, "name": RELEASE, "namespace": NAMESPACE}),
+        )
     }
 }

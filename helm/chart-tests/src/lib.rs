@@ -394,9 +394,17 @@ impl Pod {
     }
 }
 
-/// Writes one projected-volume source (ConfigMap or Secret items) under
+/// Writes one projected-volume source (ConfigMap or Secret items, a
+/// ServiceAccount token) under
 /// `dir`; TOML files get their mount paths rewritten to `root`.
 fn write_source(rendered: &Rendered, source: &Value, dir: &Path, root: &Path) {
+    if let Some(path) = source["serviceAccountToken"]["path"].as_str() {
+        // The kubelet's projected ServiceAccount token (a JWT); its content
+        // only matters to the API server's TokenReview.
+        let path = dir.join(path);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("dir");
+        std::fs::write(&path, "eyJhbGciOiJSUzI1NiJ9.e30.projected-token").expect("write token");
+    }
     for (kind, obj) in [
         ("ConfigMap", &source["configMap"]),
         ("Secret", &source["secret"]),

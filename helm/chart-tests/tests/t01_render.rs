@@ -42,7 +42,9 @@ fn options() -> Vec<Value> {
                 "supervisorCredential": {"existingSecret": "my-supervisor-credential"},
             },
             "tests": {"enabled": false},
+            "supervisor": {"identity": "sharedToken"},
         }),
+        json!({"supervisor": {"identity": "sharedToken", "tokenAudience": "ignored"}}),
     ]
 }
 
@@ -187,8 +189,14 @@ fn workloads_have_the_fields_the_issue_names() {
             "--pod-template-file=/etc/openshell/runtime-pod.yaml".into(),
             "--admin-token-file=/etc/openshell/tokens/admin-token".into(),
             "--viewer-token-file=/etc/openshell/tokens/viewer-token".into(),
-            "--supervisor-token-file=/etc/openshell/supervisor-credential/supervisor-token".into(),
         ]
+    );
+    let toml = r.gateway_toml();
+    assert!(
+        toml.contains(&format!(
+            "member_identity_service_account = \"{NAMESPACE}:{f}-supervisor\""
+        )),
+        "{toml}"
     );
 
     eprintln!("--- step: Services and PDBs");
@@ -222,7 +230,21 @@ fn workloads_have_the_fields_the_issue_names() {
     assert_eq!(probe(sc, "livenessProbe"), ("/healthz".into(), 10, 3));
     assert_hardened("supervisor", spod, sc);
     assert_eq!(spod["automountServiceAccountToken"], false);
-    assert!(spod.get("serviceAccountName").is_none());
+    // supervisor.identity kubernetes: a ServiceAccount only for the
+    // audience-bound projected token presented as the credential.
+    assert_eq!(spod["serviceAccountName"], format!("{f}-supervisor"));
+    let token = spod["volumes"][0]["projected"]["sources"]
+        .as_array()
+        .expect("sources")
+        .iter()
+        .find_map(|s| s.get("serviceAccountToken"))
+        .cloned()
+        .expect("a projected ServiceAccount token");
+    assert_eq!(token["audience"], "openshell-gateway");
+    assert_eq!(
+        r.get("ServiceAccount", &format!("{f}-supervisor"))["automountServiceAccountToken"],
+        false
+    );
     assert_eq!(spod["terminationGracePeriodSeconds"], 40);
     let sargs = args(dep);
     assert!(
@@ -231,9 +253,9 @@ fn workloads_have_the_fields_the_issue_names() {
     );
     assert!(sargs.contains(&"--pool-member-id=$(POD_NAME)".to_string()));
     assert!(sargs.contains(&format!("--gateways={f}.{domain}:7001")));
-    assert!(sargs.contains(
-        &"--credential-file=/etc/openshell/supervisor-credential/supervisor-token".to_string()
-    ));
+    assert!(
+        sargs.contains(&"--credential-file=/etc/openshell/supervisor-credential/token".to_string())
+    );
     assert!(
         spod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
             .is_array()
@@ -252,7 +274,11 @@ fn workloads_have_the_fields_the_issue_names() {
         r.get("Role", &format!("{f}-autopilot"))["rules"],
         json!([{"apiGroups": ["apps"], "resources": ["statefulsets"], "resourceNames": [f.as_str()], "verbs": ["get"]}])
     );
-    for s in ["signing-key", "tokens", "tls", "supervisor-credential"] {
+    assert_eq!(
+        r.get("ClusterRole", &format!("{NAMESPACE}-{f}-tokenreview"))["rules"],
+        json!([{"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]}])
+    );
+    for s in ["signing-key", "tokens", "tls"] {
         let secret = r.get("Secret", &format!("{f}-{s}"));
         assert_eq!(
             secret["metadata"]["annotations"]["helm.sh/resource-policy"], "keep",
@@ -272,6 +298,31 @@ fn workloads_have_the_fields_the_issue_names() {
         r.notes.contains("port-forward") && r.notes.contains("raft status"),
         "{}",
         r.notes
+    );
+
+    eprintln!("--- step: supervisor.identity sharedToken");
+    let shared = tools.render(json!({"supervisor": {"identity": "sharedToken"}}));
+    assert!(args(shared.get("StatefulSet", &f)).contains(
+        &"--supervisor-token-file=/etc/openshell/supervisor-credential/supervisor-token"
+            .to_string()
+    ));
+    let dep = shared.get("Deployment", &format!("{f}-supervisor"));
+    assert!(args(dep).contains(
+        &"--credential-file=/etc/openshell/supervisor-credential/supervisor-token".to_string()
+    ));
+    assert!(dep["spec"]["template"]["spec"]
+        .get("serviceAccountName")
+        .is_none());
+    let secret = shared.get("Secret", &format!("{f}-supervisor-credential"));
+    assert_eq!(
+        secret["metadata"]["annotations"]["helm.sh/resource-policy"],
+        "keep"
+    );
+    assert!(!shared.gateway_toml().contains("member_identity"));
+    assert!(
+        !shared.names().iter().any(|n| n.starts_with("ClusterRole")),
+        "{:?}",
+        shared.names()
     );
 }
 

@@ -27,8 +27,8 @@ fn check(name: &str, actual: &str) {
     );
 }
 
-/// - given: the default values, and tuned raft and pool values with a
-///   cluster id, at 5 gateways
+/// - given: the default values, tuned raft and pool values with a cluster
+///   id at 5 gateways, and supervisor.identity sharedToken
 /// - then: the rendered gateway.toml equals `golden/<case>.toml`; the
 ///   bootstrap voters equal `golden/<case>.initial-voters`
 #[test]
@@ -48,7 +48,12 @@ fn gateway_toml_matches_golden() {
             },
         },
     });
-    for (case, values) in [("default", json!({})), ("tuned", tuned)] {
+    let shared = json!({"supervisor": {"identity": "sharedToken"}});
+    for (case, values) in [
+        ("default", json!({})),
+        ("tuned", tuned),
+        ("shared-token", shared),
+    ] {
         eprintln!("--- step: {case}");
         let r = tools.render(values);
         check(&format!("{case}.toml"), &r.gateway_toml());

@@ -52,6 +52,7 @@ fn check_config(pod: &Pod, binary: &str) -> (bool, String) {
 fn gateway_cases() -> Vec<(Value, u64)> {
     vec![
         (json!({}), 3),
+        (json!({"supervisor": {"identity": "sharedToken"}}), 3),
         (
             json!({"gateway": {"replicas": 5, "clusterId": "openshell-prod",
                 "config": {"raft": {"heartbeat_interval_ms": 200, "election_timeout_min_ms": 1000,
@@ -68,7 +69,7 @@ fn gateway_cases() -> Vec<(Value, u64)> {
     ]
 }
 
-/// - given: the default render, 5 tuned gateways, and a separate workloads
+/// - given: the default render, sharedToken supervisors, 5 tuned gateways, and a separate workloads
 ///   namespace with a richer runtime Pod template
 /// - when: every gateway pod of the StatefulSet runs `--check-config`
 /// - then: rc 0, `configuration ok (node <ordinal + 1>`, and no data
@@ -135,7 +136,8 @@ fn gateway_check_refuses_a_missing_secret_file() {
     );
 }
 
-/// - given: supervisor replicas 1, 2, 3 (pods with random-suffixed names)
+/// - given: supervisor replicas 1, 2, 3 (pods with random-suffixed names;
+///   identity kubernetes: a projected token file), and 2 with sharedToken
 /// - when: every supervisor pod runs `--check-config`
 /// - then: rc 0 and `openshell-supervisor: configuration ok`
 #[test]
@@ -145,8 +147,13 @@ fn supervisor_accepts_the_rendered_configuration() {
         return;
     };
     let f = fullname();
-    for replicas in 1..=3u64 {
-        let r = tools.render(json!({"supervisor": {"replicas": replicas}}));
+    for (replicas, identity) in [
+        (1u64, "kubernetes"),
+        (2, "kubernetes"),
+        (3, "kubernetes"),
+        (2, "sharedToken"),
+    ] {
+        let r = tools.render(json!({"supervisor": {"replicas": replicas, "identity": identity}}));
         let dep = r.get("Deployment", &format!("{f}-supervisor"));
         for i in 0..replicas {
             let name = format!("{f}-supervisor-6d8f9c7b5-x{i}k2p");

@@ -15,6 +15,7 @@
 //!   leaves with nothing left behind.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use proto::pool_admin::{Sandbox, SupervisorPoolStatus};
@@ -130,11 +131,14 @@ async fn stopped_supervisors_drain_and_leave() -> TestResult {
     println!("sa drained and left in {} ms", took.as_millis());
     let after = pool_status(&cluster).await?;
     assert_eq!(state_of(&after, "sa"), "leaving", "{after:#?}");
+    // The stop drain made one move per sandbox (moves that the new owner
+    // had not acknowledged yet when sa left count in `attempts`, not in
+    // `moves_done`); it is closed once sa left.
     assert!(
         after.operations.iter().any(|o| o.kind == "drain"
             && o.member == "sa"
             && o.id.starts_with("stop-")
-            && o.moves_done as usize >= on_sa.len()),
+            && o.attempts as usize >= on_sa.len()),
         "no stop drain of sa moved its sandboxes: {:#?}",
         after.operations
     );
@@ -154,21 +158,37 @@ async fn stopped_supervisors_drain_and_leave() -> TestResult {
     let mut sc = supervisor(&cluster, &gateways, "sc");
     sc.start();
     wait_member(&cluster, "sc", "active").await;
+    let samples = std::sync::Arc::new(AtomicU64::new(0));
     let sampler = {
         let cluster_nodes: Vec<String> = cluster.nodes.iter().map(|n| n.addr.clone()).collect();
-        tokio::spawn(sample_supervised(cluster_nodes))
+        tokio::spawn(sample_supervised(cluster_nodes, samples.clone()))
     };
+    // Samples cover the whole stop: from before the signal to after it.
+    let wait_samples = |above: u64| {
+        let samples = samples.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while samples.load(Ordering::SeqCst) <= above && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    wait_samples(0).await;
     stop_by_sigterm(&mut supervisors[1]).await;
     let after = wait_pool(&cluster, "all on sc", Duration::from_secs(10), |s| {
         s.sandboxes.iter().all(|sb| settled_on(sb, "sc"))
     })
     .await;
+    wait_samples(samples.load(Ordering::SeqCst) + 1).await;
     sampler.abort();
     if let Err(e) = sampler.await {
         if e.is_panic() {
             std::panic::resume_unwind(e.into_panic());
         }
     }
+    let samples = samples.load(Ordering::SeqCst);
+    println!("{samples} pool samples during the rolling update, every sandbox supervised");
+    assert!(samples >= 3, "only {samples} samples");
     assert_eq!(state_of(&after, "sb"), "leaving", "{after:#?}");
     assert_eq!(state_of(&after, "sa"), "leaving", "{after:#?}");
     assert_eq!(workloads(&after), workloads(&before), "workloads changed");
@@ -181,17 +201,19 @@ async fn stopped_supervisors_drain_and_leave() -> TestResult {
 /// Samples the pool every 100 ms (any gateway that answers) and panics at
 /// the first sandbox whose owner is not a live member (active or
 /// draining) or that failed.
-async fn sample_supervised(gateways: Vec<String>) {
+async fn sample_supervised(gateways: Vec<String>, samples: std::sync::Arc<AtomicU64>) {
     use proto::pool_admin::pool_admin_client::PoolAdminClient;
     use proto::pool_admin::GetSupervisorPoolStatusRequest;
-    let mut samples = 0u64;
+    let mut clients = Vec::new();
+    for addr in &gateways {
+        if let Ok(channel) = test_channel(addr, 500).await {
+            clients.push(PoolAdminClient::new(channel));
+        }
+    }
     loop {
         let mut status = None;
-        for addr in &gateways {
-            let Ok(channel) = test_channel(addr, 500).await else {
-                continue;
-            };
-            let reply = PoolAdminClient::new(channel)
+        for client in &mut clients {
+            let reply = client
                 .get_supervisor_pool_status(GetSupervisorPoolStatusRequest { stale: true })
                 .await;
             if let Ok(reply) = reply {
@@ -200,12 +222,12 @@ async fn sample_supervised(gateways: Vec<String>) {
             }
         }
         if let Some(status) = status {
-            samples += 1;
+            let n = samples.fetch_add(1, Ordering::SeqCst) + 1;
             for s in &status.sandboxes {
                 let owner = state_of(&status, &s.owner);
                 assert!(
                     matches!(owner, "active" | "draining") && s.failure.is_empty(),
-                    "sample {samples}: {} owned by {} ({owner}), failure {:?}: {status:#?}",
+                    "sample {n}: {} owned by {} ({owner}), failure {:?}: {status:#?}",
                     s.id,
                     s.owner,
                     s.failure

@@ -380,7 +380,13 @@ async fn attach_loop(agent: Arc<Agent>) {
         let gateway = gateways[next % gateways.len()].clone();
         next += 1;
         let started = std::time::Instant::now();
-        match attach_once(&agent, &gateway).await {
+        let ended = attach_once(&agent, &gateway).await;
+        if *agent.left.borrow() {
+            // Left the pool: the stream's end is the leave; the process is
+            // exiting.
+            return;
+        }
+        match ended {
             Ok(Ended::Closed) => {
                 failures = 0;
                 leaving_in_a_row = 0;

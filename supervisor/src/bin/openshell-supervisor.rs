@@ -141,10 +141,14 @@ fn run() -> anyhow::Result<()> {
         return Ok(());
     }
     let runtime = tokio::runtime::Runtime::new()?;
-    runtime.block_on(async {
+    let result = runtime.block_on(async {
         let signals = stop_signals()?;
         agent::run_until_stopped(config, signals).await
-    })
+    });
+    // Exit now: waiting for blocking tasks (a file re-read, a DNS lookup)
+    // would delay the exit a second signal asks for.
+    runtime.shutdown_background();
+    result
 }
 
 /// What `--check-config` reports of a valid configuration (no secret).

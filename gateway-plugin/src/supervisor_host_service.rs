@@ -102,10 +102,13 @@ impl SupervisorHostService {
         }
         let join = Command::Join(from_proto::join(hello));
         match self.hub.propose(&join).await? {
-            pool::Outcome::Applied(
-                pool::Effect::Joined { incarnation, .. }
-                | pool::Effect::AlreadyJoined { incarnation },
-            ) => Ok(incarnation),
+            pool::Outcome::Applied(pool::Effect::Joined { incarnation, .. }) => {
+                self.hub
+                    .close_stale_stop_drains(&hello.member_id, incarnation)
+                    .await;
+                Ok(incarnation)
+            }
+            pool::Outcome::Applied(pool::Effect::AlreadyJoined { incarnation }) => Ok(incarnation),
             pool::Outcome::Applied(other) => Err(Status::internal(format!(
                 "join applied with an unexpected effect: {other:?}"
             ))),

@@ -11,7 +11,9 @@
 //! - `HostLeave`: [`Hub::leave`] proposes `Leave` for the stream's member
 //!   and incarnation, cancels the drain operation the stop started (so that
 //!   a later process of the same member id joins in service, not drained),
-//!   and answers `HostLeft`.
+//!   and answers `HostLeft`. A leave that was never heard (every gateway
+//!   stopping at once) leaves the stop drain open: the next join of the
+//!   member id closes it ([`Hub::close_stale_stop_drains`]).
 
 use std::time::{Duration, Instant};
 
@@ -179,28 +181,59 @@ impl Hub {
     /// member is `leaving` now, which cancelling does not change).
     async fn cancel_stop_drain(&self, member: &str, incarnation: u64) {
         let operation = stop_drain_id(member, incarnation);
-        let open = self.node.read_local(|state, _| {
-            state.pool.operations().get(&operation).is_some_and(|o| {
-                matches!(
-                    o.phase,
-                    pool::OperationPhase::Queued
-                        | pool::OperationPhase::Running
-                        | pool::OperationPhase::Succeeded
-                )
-            })
-        });
-        if !open {
-            return;
+        if self.open_stop_drains(member).contains(&operation) {
+            self.cancel_operation(member, operation).await;
         }
+    }
+
+    /// A new incarnation of `member` joined: cancels the stop drains of its
+    /// earlier incarnations still open (their process stopped without its
+    /// leave being heard, e.g. with every gateway stopping too), which
+    /// would otherwise hold the member out of service. Its own stop drain,
+    /// if any, is left alone.
+    pub async fn close_stale_stop_drains(&self, member: &str, incarnation: u64) {
+        let own = stop_drain_id(member, incarnation);
+        for operation in self.open_stop_drains(member) {
+            if operation != own {
+                self.cancel_operation(member, operation).await;
+            }
+        }
+    }
+
+    /// The ids of the stop drains of `member` (any incarnation) that are
+    /// queued, running or succeeded (a succeeded drain holds the member).
+    fn open_stop_drains(&self, member: &str) -> Vec<String> {
+        self.node.read_local(|state, _| {
+            state
+                .pool
+                .operations()
+                .values()
+                .filter(|o| {
+                    o.id.starts_with("stop-")
+                        && matches!(&o.kind, pool::OperationKind::DrainMember { member: m } if m == member)
+                        && matches!(
+                            o.phase,
+                            pool::OperationPhase::Queued
+                                | pool::OperationPhase::Running
+                                | pool::OperationPhase::Succeeded
+                        )
+                })
+                .map(|o| o.id.clone())
+                .collect()
+        })
+    }
+
+    /// Cancels the stop drain `operation` of `member` (logged).
+    async fn cancel_operation(&self, member: &str, operation: String) {
         let command = Command::CancelOperation(pool::CancelOperation {
             operation_id: operation.clone(),
         });
         match self.propose(&command).await {
             Ok(outcome) => {
-                tracing::info!(member, %operation, ?outcome, "stop drain closed after the leave")
+                tracing::info!(member, %operation, ?outcome, "stop drain closed (its member left or re-joined)")
             }
             Err(status) => {
-                tracing::warn!(member, %operation, %status, "stop drain not closed after the leave (cancel it with `pool cancel`)")
+                tracing::warn!(member, %operation, %status, "stop drain not closed (cancel it with `pool cancel`)")
             }
         }
     }

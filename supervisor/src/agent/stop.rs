@@ -15,7 +15,10 @@
 //!    [`LEAVE_WAIT`]); the member turns `leaving` and whatever it still owns
 //!    is taken over by the normal path.
 //!
-//! The caller races this against a second signal, which exits at once.
+//! Without any gateway attached for [`NO_GATEWAY_GIVE_UP`] (they are down
+//! or stopping too) the stop gives up and exits: the member then expires by
+//! TTL. The caller races all this against a second signal, which exits at
+//! once.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -32,6 +35,14 @@ pub const LEAVE_WAIT: Duration = Duration::from_secs(5);
 /// How often the drain's progress is checked.
 const POLL: Duration = Duration::from_millis(100);
 
+/// How long the stop goes on without any gateway attached before it gives
+/// up and exits: nobody is left to drain this member or to hear its leave
+/// (the gateways are down or stopping too, e.g. the whole system is being
+/// stopped); the member then expires by TTL, as if it had been killed. A
+/// gateway that stops or dies is replaced within milliseconds (the next
+/// gateway of the list, at once), far below this.
+pub const NO_GATEWAY_GIVE_UP: Duration = Duration::from_secs(1);
+
 /// Drains this member and leaves the pool (steps 1-4 of the module doc).
 pub async fn drain_and_leave(agent: &Arc<Agent>) {
     let timeout = agent.config.drain_timeout;
@@ -44,7 +55,11 @@ pub async fn drain_and_leave(agent: &Arc<Agent>) {
         "stopping: asking the pool to drain this member, then leaving"
     );
     let deadline = tokio::time::Instant::now() + timeout;
+    let mut alone = Alone::default();
     loop {
+        if alone.gave_up(agent) {
+            return;
+        }
         if drained(agent) {
             tracing::info!("drained: this member owns no sandbox any more");
             break;
@@ -87,11 +102,19 @@ async fn leave(agent: &Arc<Agent>) {
     agent.leave_sent.store(true, Ordering::SeqCst);
     let mut left = agent.left.subscribe();
     let deadline = tokio::time::Instant::now() + LEAVE_WAIT;
+    let mut alone = Alone::default();
+    let mut resend = tokio::time::Instant::now();
     loop {
-        agent.send(supervisor_message::Message::Leave(HostLeave {}));
-        let wait = tokio::time::timeout(Duration::from_secs(1), left.wait_for(|l| *l));
+        if tokio::time::Instant::now() >= resend {
+            agent.send(supervisor_message::Message::Leave(HostLeave {}));
+            resend += Duration::from_secs(1);
+        }
+        let wait = tokio::time::timeout(POLL, left.wait_for(|l| *l));
         if let Ok(Ok(_)) = wait.await {
             tracing::info!("left the pool; exiting");
+            return;
+        }
+        if alone.gave_up(agent) {
             return;
         }
         if tokio::time::Instant::now() >= deadline {
@@ -100,5 +123,34 @@ async fn leave(agent: &Arc<Agent>) {
             );
             return;
         }
+    }
+}
+
+/// Counts how long the stop has gone on without an attached gateway.
+#[derive(Default)]
+struct Alone {
+    /// Since when no gateway is attached (None: one is).
+    since: Option<tokio::time::Instant>,
+}
+
+impl Alone {
+    /// Whether the stop should give up: no gateway attached for
+    /// [`NO_GATEWAY_GIVE_UP`] (logged once, here).
+    fn gave_up(&mut self, agent: &Agent) -> bool {
+        if agent.attached.load(Ordering::SeqCst) {
+            self.since = None;
+            return false;
+        }
+        let since = *self.since.get_or_insert_with(tokio::time::Instant::now);
+        if since.elapsed() < NO_GATEWAY_GIVE_UP {
+            return false;
+        }
+        tracing::warn!(
+            owned = owned(agent),
+            "stopping: no gateway attached for {} ms, nobody to drain this member or hear its leave; \
+             exiting (the member expires by TTL)",
+            NO_GATEWAY_GIVE_UP.as_millis()
+        );
+        true
     }
 }

@@ -345,7 +345,7 @@ pub async fn run_until_stopped(
     if agent.config.drain_on_stop {
         tokio::select! {
             () = stop::drain_and_leave(&agent) => {}
-            _ = futures::StreamExt::next(&mut signals) => {
+            Some(()) = futures::StreamExt::next(&mut signals) => {
                 tracing::warn!("second stop signal: exiting at once, without waiting for the drain or leaving");
             }
         }

@@ -139,6 +139,12 @@ pub struct SupervisorPoolSection {
     /// File of `member_id credential` lines (format:
     /// [`crate::member_credentials`]); re-read when it changes.
     pub member_credentials_file: Option<PathBuf>,
+    /// `none` or `kubernetes` ([`crate::config_identity`]).
+    pub member_identity: Option<String>,
+    /// Audience of supervisor tokens (default `openshell-gateway`).
+    pub member_identity_audience: Option<String>,
+    /// `<namespace>:<name>`: only this ServiceAccount's tokens are members.
+    pub member_identity_service_account: Option<String>,
 }
 
 impl std::fmt::Debug for SupervisorPoolSection {
@@ -155,6 +161,12 @@ impl std::fmt::Debug for SupervisorPoolSection {
                 &proto::secret::redact_opt(&self.supervisor_token),
             )
             .field("member_credentials_file", &self.member_credentials_file)
+            .field("member_identity", &self.member_identity)
+            .field("member_identity_audience", &self.member_identity_audience)
+            .field(
+                "member_identity_service_account",
+                &self.member_identity_service_account,
+            )
             .finish()
     }
 }
@@ -334,7 +346,10 @@ impl GatewaySection {
                 operation_deadline_ms,
                 status_interval_ms,
                 supervisor_token,
-                member_credentials_file
+                member_credentials_file,
+                member_identity,
+                member_identity_audience,
+                member_identity_service_account
             );
         }
         self.supervisor_pool = Some(pool);
@@ -664,6 +679,7 @@ fn validate_pool(section: SupervisorPoolSection) -> Result<crate::hub::PoolSetti
         status_interval: Duration::from_millis(status),
         supervisor_token,
         member_credentials,
+        member_identity: crate::config_identity::validate(&section)?,
     })
 }
 

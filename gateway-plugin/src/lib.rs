@@ -37,7 +37,9 @@
 //! - [`audit`]: the audit record (target `audit`) of every administrative
 //!   call: action, outcome, caller (role, token fingerprint, peer), objects.
 //! - [`member_credentials`]: the member credentials file (one credential
-//!   per supervisor member id), re-read on change.
+//!   per supervisor member id), re-read on change; [`member_identity`]:
+//!   supervisor Pods proving their Pod name by Kubernetes TokenReview
+//!   (configured by [`config_identity`]).
 //! - [`metrics`], [`http`]: Prometheus metrics, `/healthz`, `/readyz`, `/metrics`.
 //! - [`health`]: liveness (raft running) and readiness (caught up with the
 //!   leader, with hysteresis), evaluated continuously for the probes.
@@ -57,6 +59,7 @@ pub mod auth;
 pub mod cluster_admin_service;
 pub mod config;
 pub mod config_driver;
+pub mod config_identity;
 pub mod config_tls;
 pub mod convert;
 pub mod health;
@@ -64,6 +67,7 @@ pub mod http;
 pub mod hub;
 pub mod launcher;
 pub mod member_credentials;
+pub mod member_identity;
 pub mod metrics;
 pub mod object_store_service;
 pub mod peer_relay_service;

@@ -75,19 +75,22 @@ impl SupervisorHostService {
             .member_credentials
             .as_ref()
             .map(crate::member_credentials::current);
-        let checked = check_hello(hello).and_then(|()| {
-            check_credential(
-                hello,
-                settings.supervisor_token.as_deref(),
-                members.as_deref(),
-            )
-        });
-        if let Err(status) = checked {
-            let reason = if status.code() == tonic::Code::Unauthenticated {
-                "credential"
-            } else {
-                "malformed"
-            };
+        let token = settings.supervisor_token.as_deref();
+        let checked = match check_hello(hello) {
+            Ok(()) => {
+                let identity = settings.member_identity.as_deref();
+                crate::member_identity::authenticate(
+                    hello,
+                    token,
+                    members.as_deref(),
+                    identity,
+                    || check_credential(hello, token, members.as_deref()),
+                )
+                .await
+            }
+            Err(status) => Err((status, "malformed")),
+        };
+        if let Err((status, reason)) = checked {
             self.hub
                 .metrics()
                 .auth_failures

@@ -174,6 +174,27 @@ impl Gateway {
         self.child = Some(child);
     }
 
+    /// [`Gateway::start`] with extra environment variables (e.g.
+    /// `KUBECONFIG` naming a [`crate::kube_api::MockKubeApi`]).
+    pub fn start_with_env(&mut self, env: &[(&str, &str)]) {
+        assert!(self.child.is_none(), "node {} already running", self.id);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)
+            .unwrap_or_else(|e| panic!("log file: {e}"));
+        let err = log.try_clone().unwrap_or_else(|e| panic!("{e}"));
+        let child = Command::new(gateway_bin())
+            .args(self.args())
+            .env("RUST_LOG", "info,openraft=warn")
+            .envs(env.iter().copied())
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(err))
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn gateway: {e}"));
+        self.child = Some(child);
+    }
+
     /// `kill -9` and reap.
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -23,6 +23,8 @@
 //!   admin token) for secure end-to-end tests.
 //! - [`member`]: the scripted supervisor member (the stream protocol, and
 //!   [`member::ScriptedMember`]).
+//! - [`kube_api`]: a mock Kubernetes API (TokenReview) on loopback and a
+//!   kubeconfig naming it, for gateway processes.
 //!
 //! # Example
 //!
@@ -38,6 +40,7 @@
 
 pub mod bins;
 pub mod gateway;
+pub mod kube_api;
 pub mod member;
 pub mod ports;
 pub mod root;

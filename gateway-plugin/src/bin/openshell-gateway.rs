@@ -145,6 +145,23 @@ struct Args {
     /// present its own credential (re-read when it changes).
     #[arg(long, env = "OPENSHELL_MEMBER_CREDENTIALS_FILE")]
     member_credentials_file: Option<PathBuf>,
+    /// Supervisor identity: none (default) or kubernetes (a supervisor not
+    /// in the member credentials file presents its Pod's projected
+    /// ServiceAccount token, checked by TokenReview; it joins only as its
+    /// Pod name).
+    #[arg(long, env = "OPENSHELL_MEMBER_IDENTITY", value_name = "KIND")]
+    member_identity: Option<String>,
+    /// The audience supervisor tokens must carry (default openshell-gateway).
+    #[arg(long, env = "OPENSHELL_MEMBER_IDENTITY_AUDIENCE")]
+    member_identity_audience: Option<String>,
+    /// The supervisors' ServiceAccount, <namespace>:<name> (required with
+    /// --member-identity kubernetes): only its tokens are members.
+    #[arg(
+        long,
+        env = "OPENSHELL_MEMBER_IDENTITY_SERVICE_ACCOUNT",
+        value_name = "NS:NAME"
+    )]
+    member_identity_service_account: Option<String>,
     /// Where this gateway launches sandbox runtimes when it leads: none
     /// (default: launches nothing), process (local processes) or kubernetes
     /// (one Pod per sandbox generation).
@@ -397,6 +414,9 @@ fn run() -> anyhow::Result<()> {
                 None => args.supervisor_token,
             },
             member_credentials_file: args.member_credentials_file,
+            member_identity: args.member_identity,
+            member_identity_audience: args.member_identity_audience,
+            member_identity_service_account: args.member_identity_service_account,
             ..Default::default()
         }),
         sandbox_driver: Some(sandbox_driver),

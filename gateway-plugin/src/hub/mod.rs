@@ -58,6 +58,9 @@ pub struct PoolSettings {
     /// The credential of each member id (`member_credentials_file`): a
     /// listed member must present its own; re-read on change.
     pub member_credentials: Option<crate::member_credentials::MemberCredentialsFile>,
+    /// `--member-identity kubernetes`: members not in the file prove their
+    /// Pod name by TokenReview ([`crate::member_identity`]).
+    pub member_identity: Option<std::sync::Arc<crate::member_identity::KubernetesIdentity>>,
 }
 
 impl std::fmt::Debug for PoolSettings {
@@ -74,6 +77,7 @@ impl std::fmt::Debug for PoolSettings {
                 &proto::secret::redact_opt(&self.supervisor_token),
             )
             .field("member_credentials", &self.member_credentials)
+            .field("member_identity", &self.member_identity)
             .finish()
     }
 }
@@ -88,6 +92,7 @@ impl Default for PoolSettings {
             status_interval: Duration::from_millis(250),
             supervisor_token: None,
             member_credentials: None,
+            member_identity: None,
         }
     }
 }

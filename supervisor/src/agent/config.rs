@@ -3,6 +3,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use proto::client::{ClientConfig, Role};
@@ -63,6 +64,10 @@ pub struct RawAgentConfig {
     pub capacity: Option<u32>,
     /// Supervisor credential presented to gateways.
     pub credential: Option<String>,
+    /// `--credential-file`, where `credential` was read from: re-read at
+    /// every hello, so a rotated token (a Kubernetes projected
+    /// ServiceAccount token) is the one presented.
+    pub credential_file: Option<PathBuf>,
     /// `--runtime-dir`: accepted from old configurations, ignored (logged).
     pub runtime_dir: Option<PathBuf>,
     /// `--runtime-bin`: accepted from old configurations, ignored (logged).
@@ -106,6 +111,7 @@ impl std::fmt::Debug for RawAgentConfig {
             .field("http_listen", &self.http_listen)
             .field("capacity", &self.capacity)
             .field("credential", &proto::secret::redact_opt(&self.credential))
+            .field("credential_file", &self.credential_file)
             .field("runtime_dir", &self.runtime_dir)
             .field("runtime_bin", &self.runtime_bin)
             .field("listed_order", &self.listed_order)
@@ -138,6 +144,8 @@ pub struct AgentConfig {
     pub capacity: u32,
     /// Credential for gateways (empty: none).
     pub credential: String,
+    /// `--credential-file`: re-read at every hello ([`Self::current_credential`]).
+    pub credential_file: Option<CredentialFile>,
     /// `--runtime-dir` if given: ignored, only warned about.
     pub runtime_dir: Option<PathBuf>,
     /// `--runtime-bin` if given: ignored, only warned about.
@@ -183,6 +191,7 @@ impl std::fmt::Debug for AgentConfig {
                 "credential",
                 &(!self.credential.is_empty()).then_some(proto::secret::REDACTED),
             )
+            .field("credential_file", &self.credential_file)
             .field("runtime_dir", &self.runtime_dir)
             .field("runtime_bin", &self.runtime_bin)
             .field("min_backoff", &self.min_backoff)
@@ -284,6 +293,9 @@ impl RawAgentConfig {
             listen,
             http_listen,
             capacity,
+            credential_file: self
+                .credential_file
+                .map(|path| CredentialFile::new(path, &credential)),
             credential,
             runtime_dir,
             runtime_bin,
@@ -298,6 +310,60 @@ impl RawAgentConfig {
             drain_on_stop: !self.no_drain_on_stop,
             drain_timeout: Duration::from_millis(drain_timeout_ms),
         })
+    }
+}
+
+/// The credential file (`--credential-file`), re-read at every hello: the
+/// kubelet rotates a projected ServiceAccount token in place (an atomic
+/// `..data` symlink swap), and a supervisor that kept the first one would be
+/// refused once it expires.
+#[derive(Clone)]
+pub struct CredentialFile {
+    /// The file.
+    path: PathBuf,
+    /// The last credential read from it, presented when a re-read fails.
+    /// A std mutex: held for a clone or an assignment only.
+    last: Arc<Mutex<String>>,
+}
+
+impl std::fmt::Debug for CredentialFile {
+    /// The path only: the contents are secret.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CredentialFile({})", self.path.display())
+    }
+}
+
+impl CredentialFile {
+    /// The file at `path`, whose contents at start were `first`.
+    pub fn new(path: PathBuf, first: &str) -> Self {
+        CredentialFile {
+            path,
+            last: Arc::new(Mutex::new(first.to_string())),
+        }
+    }
+
+    /// The file's credential now (a trailing newline trimmed); if it cannot
+    /// be read or is empty, the last one read, with a warning.
+    pub fn read(&self) -> String {
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        match proto::secret::read_secret_file("--credential-file", &self.path) {
+            Ok(credential) => *last = credential,
+            Err(error) => {
+                tracing::warn!(%error, "credential file not re-read: presenting the last credential read from it")
+            }
+        }
+        last.clone()
+    }
+}
+
+impl AgentConfig {
+    /// The credential a hello presents: the credential file re-read, else
+    /// the credential given at start.
+    pub fn current_credential(&self) -> String {
+        match &self.credential_file {
+            Some(file) => file.read(),
+            None => self.credential.clone(),
+        }
     }
 }
 
@@ -487,6 +553,27 @@ mod tests {
         }
         .validate()
         .is_ok());
+    }
+
+    #[test]
+    fn the_credential_file_is_re_read_at_every_hello() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let file = dir.path().join("token");
+        std::fs::write(&file, "first-token\n").unwrap_or_else(|e| panic!("{e}"));
+        let mut r = raw();
+        r.credential = Some("first-token".into());
+        r.credential_file = Some(file.clone());
+        let config = r.validate().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(config.current_credential(), "first-token");
+        std::fs::write(&file, "rotated-token").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(config.current_credential(), "rotated-token");
+        std::fs::remove_file(&file).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(config.current_credential(), "rotated-token");
+        assert!(!format!("{config:?}").contains("rotated-token"));
+        assert_eq!(
+            raw().validate().map(|c| c.current_credential()).ok(),
+            Some(String::new())
+        );
     }
 
     #[test]

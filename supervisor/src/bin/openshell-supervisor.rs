@@ -37,7 +37,8 @@ struct Args {
     #[arg(long, env = "OPENSHELL_SUPERVISOR_TOKEN", hide_env_values = true)]
     credential: Option<String>,
     /// File holding the credential (a trailing newline is trimmed); keeps it
-    /// out of /proc/*/cmdline.
+    /// out of /proc/*/cmdline. Re-read at every hello, so a rotated token
+    /// (a Kubernetes projected ServiceAccount token) is the one presented.
     #[arg(
         long,
         env = "OPENSHELL_SUPERVISOR_TOKEN_FILE",
@@ -122,6 +123,7 @@ fn run() -> anyhow::Result<()> {
             Some(file) => Some(proto::secret::read_secret_file("--credential-file", file)?),
             None => args.credential,
         },
+        credential_file: args.credential_file,
         runtime_dir: args.runtime_dir,
         runtime_bin: args.runtime_bin,
         listed_order: args.attach_listed_order,

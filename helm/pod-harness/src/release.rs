@@ -3,9 +3,10 @@
 //! in a [`Harness`], and talk to it the way an operator would — the CLI run
 //! inside a gateway pod, with the CA and token the chart mounted there.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use serde_json::Value;
@@ -206,4 +207,122 @@ impl Release {
     pub async fn stop(self) {
         self.harness.stop().await;
     }
+}
+
+/// A sandbox as `pool status -o json` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxView {
+    /// Owning member.
+    pub owner: String,
+    /// `assigned`, `recovering`, ...
+    pub phase: String,
+    /// Its ownership term.
+    pub term: u64,
+    /// Its runtime (pod) name.
+    pub runtime: String,
+}
+
+/// id → view of every sandbox in a `pool status`.
+pub fn sandboxes(status: &Value) -> BTreeMap<String, SandboxView> {
+    status["sandboxes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| {
+            let text = |k: &str| s[k].as_str().unwrap_or_default().to_string();
+            Some((
+                s["id"].as_str()?.to_string(),
+                SandboxView {
+                    owner: text("owner"),
+                    phase: text("phase"),
+                    term: s["term"].as_u64().unwrap_or_default(),
+                    runtime: text("runtime_name"),
+                },
+            ))
+        })
+        .collect()
+}
+
+/// id → (state, incarnation) of every member in a `pool status`.
+pub fn members(status: &Value) -> BTreeMap<String, (String, u64)> {
+    status["members"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| {
+            Some((
+                m["id"].as_str()?.to_string(),
+                (
+                    m["state"].as_str()?.to_string(),
+                    m["incarnation"].as_u64().unwrap_or_default(),
+                ),
+            ))
+        })
+        .collect()
+}
+
+/// Voter ids in a `raft status`.
+pub fn voters(raft: &Value) -> Vec<u64> {
+    let mut v: Vec<u64> = raft["voters"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|n| n["id"].as_u64())
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+/// Polls `check` every 500 ms until it returns true or `timeout` passes;
+/// an error from `check` is remembered and retried.
+///
+/// # Errors
+/// At the timeout, with the last error `check` returned.
+pub async fn until(
+    what: &str,
+    timeout: Duration,
+    mut check: impl FnMut() -> anyhow::Result<bool>,
+) -> anyhow::Result<()> {
+    let start = Instant::now();
+    let mut last = String::new();
+    loop {
+        match check() {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
+            Err(e) => last = format!("{e:#}"),
+        }
+        if start.elapsed() > timeout {
+            bail!("{what}: not within {timeout:?} (last error: {last})");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Renders the chart with `values` and starts it in a harness rooted at
+/// `root`, with the workspace's binaries as the image. The scenario tests'
+/// common start.
+///
+/// # Errors
+/// When rendering or starting fails.
+pub async fn install(
+    run: &str,
+    workspace: &Path,
+    bin_dir: PathBuf,
+    root: &Path,
+    values: &Value,
+) -> anyhow::Result<Release> {
+    let manifests = render(workspace, values)?;
+    Release::start(run, root.to_path_buf(), bin_dir, manifests).await
+}
+
+/// Prints the last lines of every pod's log under `root` (for a failed
+/// scenario).
+pub fn dump_logs(root: &Path) {
+    let _ = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "for f in {}/pods/*/*.log; do echo \"== $f\"; tail -n 25 \"$f\"; done",
+            root.display()
+        ))
+        .status();
 }

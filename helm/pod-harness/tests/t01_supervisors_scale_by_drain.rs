@@ -10,65 +10,11 @@
 //! `bash scripts/test-deps.sh`.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use pod_harness::release::{self, Release};
-use serde_json::{json, Value};
-
-/// id → (owner, phase, runtime name) of every sandbox.
-fn sandboxes(status: &Value) -> BTreeMap<String, (String, String, String)> {
-    status["sandboxes"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|s| {
-            Some((
-                s["id"].as_str()?.to_string(),
-                (
-                    s["owner"].as_str().unwrap_or_default().to_string(),
-                    s["phase"].as_str().unwrap_or_default().to_string(),
-                    s["runtime_name"].as_str().unwrap_or_default().to_string(),
-                ),
-            ))
-        })
-        .collect()
-}
-
-/// id → state of every member.
-fn members(status: &Value) -> BTreeMap<String, String> {
-    status["members"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|m| {
-            Some((
-                m["id"].as_str()?.to_string(),
-                m["state"].as_str()?.to_string(),
-            ))
-        })
-        .collect()
-}
-
-/// Polls `check` every 500 ms until it returns true or `timeout` passes.
-async fn until(
-    what: &str,
-    timeout: Duration,
-    mut check: impl FnMut() -> anyhow::Result<bool>,
-) -> anyhow::Result<()> {
-    let start = Instant::now();
-    let mut last = String::new();
-    loop {
-        match check() {
-            Ok(true) => return Ok(()),
-            Ok(false) => {}
-            Err(e) => last = format!("{e:#}"),
-        }
-        if start.elapsed() > timeout {
-            anyhow::bail!("{what}: not within {timeout:?} (last error: {last})");
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
+use pod_harness::cluster::Owner;
+use pod_harness::release::{self, members, sandboxes, until, Release};
+use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn supervisors_scale_down_by_drain_without_restarting_a_workload() {
@@ -80,23 +26,14 @@ async fn supervisors_scale_down_by_drain_without_restarting_a_workload() {
         .parent()
         .expect("bin dir")
         .to_path_buf();
-    let values = json!({"gateway": {"replicas": 3}, "supervisor": {"replicas": 2}});
-    let manifests = release::render(&workspace, &values).expect("render the chart");
     let root = tempfile::tempdir().expect("tempdir");
-    let logs = root.path().join("pods");
-    let rel = Release::start("ph01", root.path().to_path_buf(), bin_dir, manifests)
+    let values = json!({"gateway": {"replicas": 3}, "supervisor": {"replicas": 2}});
+    let rel = release::install("ph01", &workspace, bin_dir, root.path(), &values)
         .await
-        .expect("start the release");
+        .expect("install");
     let result = scenario(&rel).await;
-    if let Err(e) = &result {
-        let _ = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(format!(
-                "for f in {}/*/*.log; do echo \"== $f\"; tail -n 25 \"$f\"; done",
-                logs.display()
-            ))
-            .status();
-        eprintln!("scenario failed: {e:#}");
+    if result.is_err() {
+        release::dump_logs(root.path());
     }
     rel.stop().await;
     result.expect("scenario");
@@ -109,27 +46,22 @@ async fn scenario(rel: &Release) -> anyhow::Result<()> {
         || Ok(rel.ready_gateways() == 3 && rel.ready_supervisors() == 2),
     )
     .await?;
-    let raft = rel.raft_status()?;
-    anyhow::ensure!(
-        raft["voters"].as_array().map(Vec::len) == Some(3),
-        "voters: {raft}"
-    );
+    let voters = release::voters(&rel.raft_status()?);
+    anyhow::ensure!(voters == [1, 2, 3], "voters: {voters:?}");
 
     for i in 1..=4 {
         rel.cli(&["sandbox", "create", "--id", &format!("s{i}")])?;
     }
-    // Every sandbox assigned, with a runtime pod the leader created.
     until(
         "4 sandboxes running in runtime pods",
         Duration::from_secs(120),
         || {
             let s = sandboxes(&rel.pool_status()?);
             Ok(s.len() == 4
-                && s.values().all(|(owner, phase, runtime)| {
-                    !owner.is_empty()
-                        && phase == "assigned"
-                        && !runtime.is_empty()
-                        && rel.runtime_pid(runtime).is_some()
+                && s.values().all(|v| {
+                    !v.owner.is_empty()
+                        && v.phase == "assigned"
+                        && rel.runtime_pid(&v.runtime).is_some()
                 }))
         },
     )
@@ -137,58 +69,59 @@ async fn scenario(rel: &Release) -> anyhow::Result<()> {
     let before = sandboxes(&rel.pool_status()?);
     let pids: BTreeMap<String, Option<u32>> = before
         .values()
-        .map(|(_, _, r)| (r.clone(), rel.runtime_pid(r)))
+        .map(|v| (v.runtime.clone(), rel.runtime_pid(&v.runtime)))
         .collect();
     let owners: std::collections::BTreeSet<String> =
-        before.values().map(|(o, _, _)| o.clone()).collect();
+        before.values().map(|v| v.owner.clone()).collect();
+    anyhow::ensure!(
+        owners.len() == 2,
+        "both supervisors should own sandboxes: {before:?}"
+    );
     eprintln!("before scale-down: {before:?}");
 
-    // kubectl scale deployment --replicas 1: the harness deletes one pod.
+    // kubectl scale deployment --replicas 1: the controller deletes one pod.
     rel.harness
         .with(|c| c.scale_deployment(&release::supervisor_deployment(), 1))?;
     until("one supervisor pod left", Duration::from_secs(60), || {
-        Ok(rel
-            .pods(|o| matches!(o, pod_harness::cluster::Owner::Deployment(..)))
-            .len()
-            == 1)
+        Ok(rel.pods(|o| matches!(o, Owner::Deployment(..))).len() == 1)
     })
     .await?;
-    let survivor =
-        rel.pods(|o| matches!(o, pod_harness::cluster::Owner::Deployment(..)))[0].clone();
-    let gone: Vec<String> = owners.iter().filter(|o| **o != survivor).cloned().collect();
+    let survivor = rel.pods(|o| matches!(o, Owner::Deployment(..)))[0].clone();
 
     until(
-        "every sandbox owned by the surviving member, by drain",
+        "every sandbox owned by the surviving member",
         Duration::from_secs(90),
         || {
             let s = sandboxes(&rel.pool_status()?);
             Ok(s.len() == 4
                 && s.values()
-                    .all(|(owner, phase, _)| *owner == survivor && phase == "assigned"))
+                    .all(|v| v.owner == survivor && v.phase == "assigned"))
         },
     )
     .await?;
     let status = rel.pool_status()?;
     let after = sandboxes(&status);
     let m = members(&status);
-    for (id, (_, _, runtime)) in &after {
+    for (id, v) in &after {
         anyhow::ensure!(
-            before[id].2 == *runtime,
-            "sandbox {id}: runtime changed from {} to {runtime}",
-            before[id].2
+            before[id].runtime == v.runtime,
+            "sandbox {id}: runtime changed from {} to {}",
+            before[id].runtime,
+            v.runtime
         );
         anyhow::ensure!(
-            rel.runtime_pid(runtime) == pids[runtime],
-            "runtime {runtime}: pid changed ({:?} -> {:?})",
-            pids[runtime],
-            rel.runtime_pid(runtime)
+            rel.runtime_pid(&v.runtime) == pids[&v.runtime],
+            "runtime {}: pid changed ({:?} -> {:?})",
+            v.runtime,
+            pids[&v.runtime],
+            rel.runtime_pid(&v.runtime)
         );
     }
-    for g in &gone {
-        let state = m.get(g).cloned().unwrap_or_default();
+    for gone in owners.iter().filter(|o| **o != survivor) {
+        let state = m.get(gone).map(|(s, _)| s.clone()).unwrap_or_default();
         anyhow::ensure!(
-            state != "expired",
-            "member {g} expired instead of leaving: {m:?}"
+            state == "leaving",
+            "member {gone} should have left by drain, is {state:?}: {m:?}"
         );
     }
     eprintln!("after scale-down: {after:?}; members {m:?}");

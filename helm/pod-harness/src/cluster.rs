@@ -128,6 +128,8 @@ pub struct Cluster {
     next_ip: u8,
     next_port: u32,
     pub(crate) serial: u64,
+    /// Pods whose grace period ran out (killed, not stopped), in order.
+    pub grace_kills: Vec<String>,
 }
 
 impl Cluster {
@@ -163,6 +165,7 @@ impl Cluster {
             next_ip: 20,
             next_port: 0,
             serial: 0,
+            grace_kills: Vec::new(),
         };
         c.start_services().await?;
         c.write_hosts()?;
@@ -388,6 +391,10 @@ impl Cluster {
                 let exited = p.running.as_mut().is_none_or(|r| r.exited().is_some());
                 if exited || now >= kill_at {
                     if let Some(mut r) = p.running.take() {
+                        if !exited {
+                            tracing::warn!(pod = %name, "grace period over: SIGKILL");
+                            self.grace_kills.push(name.clone());
+                        }
                         r.kill();
                     }
                     gone.push(name.clone());

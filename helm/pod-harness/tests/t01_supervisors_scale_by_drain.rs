@@ -124,6 +124,11 @@ async fn scenario(rel: &Release) -> anyhow::Result<()> {
             "member {gone} should have left by drain, is {state:?}: {m:?}"
         );
     }
+    let killed = rel.harness.with(|c| c.grace_kills.clone());
+    anyhow::ensure!(
+        killed.is_empty(),
+        "pods outlived their grace period (SIGKILL): {killed:?}"
+    );
     eprintln!("after scale-down: {after:?}; members {m:?}");
     Ok(())
 }

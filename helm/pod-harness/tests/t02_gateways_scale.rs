@@ -59,7 +59,7 @@ async fn scenario(rel: Arc<Release>) -> anyhow::Result<()> {
         tokio::task::spawn_blocking(move || {
             let mut failures = Vec::new();
             for i in 0.. {
-                if stop.load(Ordering::SeqCst) || i >= 14 {
+                if stop.load(Ordering::SeqCst) || i >= 40 {
                     break;
                 }
                 let id = format!("w{i}");
@@ -67,7 +67,7 @@ async fn scenario(rel: Arc<Release>) -> anyhow::Result<()> {
                     Ok(_) => acknowledged.lock().map(|mut a| a.push(id)).unwrap_or(()),
                     Err(e) => failures.push(format!("{id}: {e:#}")),
                 }
-                std::thread::sleep(Duration::from_secs(2));
+                std::thread::sleep(Duration::from_millis(300));
             }
             failures
         })
@@ -94,6 +94,11 @@ async fn scenario(rel: Arc<Release>) -> anyhow::Result<()> {
     })
     .await?;
     eprintln!("shrunk to 3 voters");
+    let killed = rel.harness.with(|c| c.grace_kills.clone());
+    anyhow::ensure!(
+        killed.is_empty(),
+        "pods outlived their grace period (SIGKILL): {killed:?}"
+    );
 
     stop.store(true, Ordering::SeqCst);
     let failures = writer.await?;

@@ -8,7 +8,10 @@
 # - process tests find and signal processes with pgrep/pkill/kill: procps;
 # - the Kubernetes schema test (sandbox-driver t11) validates every Pod and
 #   Secret the driver would create with `kubernetes-validate` (PyPI), in a
-#   venv at /opt/openshell-test-venv (Debian 12 refuses a system pip install).
+#   venv at /opt/openshell-test-venv (Debian 12 refuses a system pip install);
+# - the Helm chart tests (helm/chart-tests) render and lint the chart with
+#   Helm's own library, `helm-python-sdk` (PyPI; no helm binary exists in
+#   Debian or on PyPI), in the same venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,6 +38,14 @@ if ! "$KUBE_VALIDATE_VENV/bin/kubernetes-validate" --version 2>/dev/null | grep 
     python3 -m venv "$KUBE_VALIDATE_VENV"
   fi
   "$KUBE_VALIDATE_VENV/bin/pip" install -q "kubernetes-validate==$KUBE_VALIDATE_VERSION"
+fi
+
+# helm-python-sdk, pinned, in the same venv (helm/chart-tests/render.py
+# imports helm_python from /opt/openshell-test-venv/bin/python).
+HELM_PYTHON_VERSION=0.2.2
+if ! "$KUBE_VALIDATE_VENV/bin/python" -c "import helm_python, sys; sys.exit(helm_python.__version__ != '$HELM_PYTHON_VERSION')" 2>/dev/null; then
+  echo "scripts/test-deps.sh: installing helm-python-sdk $HELM_PYTHON_VERSION in $KUBE_VALIDATE_VENV"
+  "$KUBE_VALIDATE_VENV/bin/pip" install -q "helm-python-sdk==$HELM_PYTHON_VERSION"
 fi
 
 bash jepsen/ci-deps.sh

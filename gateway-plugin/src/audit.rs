@@ -79,6 +79,27 @@ impl Record {
         }
     }
 
+    /// Starts the record of `action` that a pool member asked for on its
+    /// own authenticated supervisor stream (a stopping supervisor's drain
+    /// and leave): the caller is role `supervisor`, token `-` (the member's
+    /// credential is never fingerprinted here), peer the member id.
+    pub fn member(action: &'static str, member: &str, objects: &[(&str, &str)]) -> Self {
+        Record {
+            action,
+            caller: Caller {
+                role: "supervisor",
+                token: "-".to_string(),
+            },
+            peer: format!("member:{member}"),
+            forwarded: false,
+            objects: objects
+                .iter()
+                .map(|(field, value)| (field.to_string(), value.to_string()))
+                .collect(),
+            written: false,
+        }
+    }
+
     /// Names `field` as `value` (replacing what it named before): e.g. the
     /// id the gateway chose for a sandbox created without one.
     pub fn name(&mut self, field: &str, value: &str) {

@@ -12,7 +12,11 @@
 //! `HostStatus` (liveness, batched into one heartbeat command per tick),
 //! `TermAck` and `SandboxReport` (proposed with the incarnation the join
 //! assigned, so apply fences stale ones) and `ExecResult` (the answer to an
-//! `ExecCall` the gateway sent on the stream, [`crate::hub::exec`]). A newer
+//! `ExecCall` the gateway sent on the stream, [`crate::hub::exec`]). A
+//! stopping supervisor sets `HostStatus.stopping` (the gateway starts a
+//! drain of exactly that member) and then sends `HostLeave` (the gateway
+//! proposes `Leave` for its incarnation and answers `HostLeft`),
+//! [`crate::hub::leave`]. A newer
 //! stream of the same member supersedes the older one.
 //!
 //! A stream must send its `HostHello` within [`HELLO_DEADLINE`] or it is
@@ -101,10 +105,13 @@ impl SupervisorHostService {
         }
         let join = Command::Join(from_proto::join(hello));
         match self.hub.propose(&join).await? {
-            pool::Outcome::Applied(
-                pool::Effect::Joined { incarnation, .. }
-                | pool::Effect::AlreadyJoined { incarnation },
-            ) => Ok(incarnation),
+            pool::Outcome::Applied(pool::Effect::Joined { incarnation, .. }) => {
+                self.hub
+                    .close_stale_stop_drains(&hello.member_id, incarnation)
+                    .await;
+                Ok(incarnation)
+            }
+            pool::Outcome::Applied(pool::Effect::AlreadyJoined { incarnation }) => Ok(incarnation),
             pool::Outcome::Applied(other) => Err(Status::internal(format!(
                 "join applied with an unexpected effect: {other:?}"
             ))),
@@ -300,8 +307,15 @@ async fn serve_stream(
             break;
         }
         let command = match from_proto::stream_input(message.message, &member, incarnation) {
-            StreamInput::Status => {
+            StreamInput::Status { stopping } => {
                 hub.touch(&member, stream_id);
+                if stopping {
+                    hub.request_stop_drain(&member, incarnation, stream_id);
+                }
+                continue;
+            }
+            StreamInput::Leave => {
+                hub.leave(&member, incarnation, stream_id).await;
                 continue;
             }
             StreamInput::Propose(command) => command,

@@ -320,8 +320,13 @@ impl Net {
     }
 
     /// Creates namespace `ns` with `eth0` at `ip`, plugged into the bridge
-    /// as port `port`.
-    fn plug(&self, ns: &str, port: &str, ip: &str) -> anyhow::Result<()> {
+    /// as port `port` (an interface name in the switch namespace, at most 15
+    /// characters). Other harnesses (the chart's pod harness) plug their own
+    /// namespaces this way; name them `<prefix>-...` so [`clean`] removes them.
+    ///
+    /// # Errors
+    /// When a command fails.
+    pub fn plug(&self, ns: &str, port: &str, ip: &str) -> anyhow::Result<()> {
         let sw = &self.switch_ns;
         sh(&["ip", "netns", "add", ns])?;
         sh(&["ip", "-n", ns, "link", "set", "lo", "up"])?;
@@ -369,6 +374,20 @@ impl Net {
     /// Address of node `i`.
     pub fn node_ip(&self, i: usize) -> String {
         format!("10.211.{}.{}", self.octet, 10 + i)
+    }
+
+    /// Removes namespace `ns` (killing what runs in it) and, with it, its
+    /// end of the veth pair (the bridge's end goes too).
+    ///
+    /// # Errors
+    /// When `ip netns del` fails.
+    pub fn unplug(&self, ns: &str) -> anyhow::Result<()> {
+        if let Ok(pids) = sh(&["ip", "netns", "pids", ns]) {
+            for pid in pids.split_whitespace() {
+                let _ = sh(&["kill", "-9", pid]);
+            }
+        }
+        sh(&["ip", "netns", "del", ns]).map(|_| ())
     }
 
     /// The harness's own address on the bridge.

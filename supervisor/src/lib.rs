@@ -2,7 +2,8 @@
 //!
 //! # Layout
 //! - [`agent`]: `openshell-supervisor`, the pool member: attaches to any
-//!   gateway, hosts sandbox sessions, serves readiness.
+//!   gateway, hosts sandbox sessions, serves readiness, drains itself and
+//!   leaves the pool when stopped.
 //! - [`runtime`]: `openshell-sandbox-runtime`, one process per sandbox: holds
 //!   the workload alive and accepts exactly one supervisor at a time.
 //! - [`trusted_keys`]: the trusted grant keys both of them verify gateways

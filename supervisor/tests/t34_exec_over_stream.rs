@@ -121,6 +121,13 @@ async fn relay(gateway: &Gateway, term: u64) -> TestResult<Result<i32, Code>> {
 async fn exec_travels_on_the_supervisor_stream_through_any_gateway() -> TestResult {
     let (cluster, gateways, _cleanup) = three_gateways(&timing(FAST_TIMING)).await;
     let mut supervisor = Supervisor::new("s1", vec![gateways[0].clone()], cluster.root.path());
+    // The stop below is the process going away (the exec on its stream must
+    // fail at once), not a drain: the only member has nowhere to drain to
+    // and would wait out its drain timeout (t41 covers the drain).
+    supervisor.env.push((
+        "OPENSHELL_SUPERVISOR_NO_DRAIN_ON_STOP".into(),
+        "true".into(),
+    ));
     supervisor.start();
     let _logs = LogsOnFailure(std::slice::from_ref(&supervisor));
     wait_member(&cluster, "s1", "active").await;

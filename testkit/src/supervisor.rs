@@ -452,3 +452,24 @@ pub async fn runtime_client(
     let entry = crate::runtimes::entry_of(&cluster.runtimes_dir(), sandbox)?;
     crate::runtimes::client(&entry).await
 }
+
+/// Exits of a running supervisor, for the stop scenarios (t41).
+impl Supervisor {
+    /// Waits up to `timeout` for the process to exit by itself. Returns its
+    /// exit status (the process is reaped, so [`Supervisor::start`] may run
+    /// it again), or `None` while it still runs (it is left running).
+    pub async fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let child = self.child.as_mut()?;
+            if let Ok(Some(status)) = child.try_wait() {
+                self.child = None;
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}

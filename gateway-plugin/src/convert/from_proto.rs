@@ -28,8 +28,14 @@ pub fn join(hello: &HostHello) -> pool::Join {
 
 /// What one message on an attached supervisor stream asks for.
 pub enum StreamInput {
-    /// `HostStatus`: the member is alive (batched into the tick's heartbeat).
-    Status,
+    /// `HostStatus`: the member is alive (batched into the tick's heartbeat);
+    /// `stopping`: it asks to be drained ([`crate::hub::leave`]).
+    Status {
+        /// `HostStatus.stopping`.
+        stopping: bool,
+    },
+    /// `HostLeave`: the member's incarnation leaves the pool.
+    Leave,
     /// A command to propose, on behalf of the stream's incarnation.
     Propose(Command),
     /// The answer (or a piece of it) to an exec sent on the stream.
@@ -46,7 +52,10 @@ pub fn stream_input(
     incarnation: u64,
 ) -> StreamInput {
     match message {
-        Some(supervisor_message::Message::Status(_)) => StreamInput::Status,
+        Some(supervisor_message::Message::Status(status)) => StreamInput::Status {
+            stopping: status.stopping,
+        },
+        Some(supervisor_message::Message::Leave(_)) => StreamInput::Leave,
         Some(supervisor_message::Message::Ack(ack)) => {
             StreamInput::Propose(Command::Acknowledge(pool::Acknowledge {
                 sandbox: ack.sandbox_id,

@@ -9,6 +9,8 @@
 //! - [`snapshots`]: pushing assignment snapshots to attached streams (what
 //!   each incarnation may see is decided by `pool::visibility`).
 //! - [`leader`]: the leader-only pool coordinator loop.
+//! - [`leave`]: a stopping supervisor's own drain (`HostStatus.stopping`)
+//!   and leave (`HostLeave`).
 //! - [`exec`]: exec over an attached supervisor's own stream (the pending
 //!   calls of each stream; gateways never dial supervisors).
 //!
@@ -31,6 +33,7 @@ use crate::state::GatewayState;
 pub mod exec;
 pub mod heartbeats;
 pub mod leader;
+pub mod leave;
 pub mod snapshots;
 pub mod streams;
 

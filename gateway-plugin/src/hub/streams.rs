@@ -47,6 +47,9 @@ pub(super) struct Attached {
     /// call id -> the exec waiting for its answer on this stream. Dropped
     /// with the registration, which fails every waiting exec (UNAVAILABLE).
     pub(super) execs: BTreeMap<u64, PendingExec>,
+    /// Where the stream's request to drain its member on stop is
+    /// ([`super::leave`]).
+    pub(super) stop_drain: super::leave::StopDrain,
 }
 
 impl Attached {
@@ -156,6 +159,7 @@ impl Hub {
                     shown_at: 0,
                     sent_log_index: 0,
                     execs: BTreeMap::new(),
+                    stop_drain: Default::default(),
                 },
             )
         };
@@ -294,6 +298,7 @@ mod tests {
             shown_at: 0,
             sent_log_index: 0,
             execs: BTreeMap::new(),
+            stop_drain: Default::default(),
         }
     }
 

@@ -83,7 +83,21 @@ pub struct RawAgentConfig {
     /// `--tls-ca-file`: the CA the gateways' certificates chain to (PEM);
     /// without it the attach stream is plaintext.
     pub tls_ca_file: Option<PathBuf>,
+    /// `--no-drain-on-stop`: on SIGTERM leave the sessions to their runtimes
+    /// at once (the member expires) instead of draining and leaving.
+    pub no_drain_on_stop: bool,
+    /// `--drain-timeout-ms`: how long a stop waits for the drain (default
+    /// [`DEFAULT_DRAIN_TIMEOUT_MS`]).
+    pub drain_timeout_ms: Option<u64>,
 }
+
+/// How long a stop waits for the pool to move this member's sandboxes away
+/// before it leaves anyway (`--drain-timeout-ms`). Kubernetes'
+/// `terminationGracePeriodSeconds` must exceed it.
+pub const DEFAULT_DRAIN_TIMEOUT_MS: u64 = 25_000;
+
+/// The longest `--drain-timeout-ms` (one hour).
+pub const MAX_DRAIN_TIMEOUT_MS: u64 = 3_600_000;
 
 impl std::fmt::Debug for RawAgentConfig {
     /// Prints every field but the secrets, which show as `<redacted>`.
@@ -104,6 +118,8 @@ impl std::fmt::Debug for RawAgentConfig {
             .field("trusted_grant_keys_file", &self.trusted_grant_keys_file)
             .field("insecure", &self.insecure)
             .field("tls_ca_file", &self.tls_ca_file)
+            .field("no_drain_on_stop", &self.no_drain_on_stop)
+            .field("drain_timeout_ms", &self.drain_timeout_ms)
             .finish()
     }
 }
@@ -153,6 +169,11 @@ pub struct AgentConfig {
     pub trusted_keys: Option<TrustedKeys>,
     /// Runs without the secure defaults (logged as a warning at start).
     pub insecure: bool,
+    /// On the first SIGTERM/SIGINT, drain this member and leave the pool
+    /// before exiting (`--drain-on-stop`, the default).
+    pub drain_on_stop: bool,
+    /// How long a stop waits for the drain before it leaves anyway.
+    pub drain_timeout: Duration,
 }
 
 impl std::fmt::Debug for AgentConfig {
@@ -181,6 +202,8 @@ impl std::fmt::Debug for AgentConfig {
             .field("runtime_client", &self.runtime_client)
             .field("trusted_keys", &self.trusted_keys)
             .field("insecure", &self.insecure)
+            .field("drain_on_stop", &self.drain_on_stop)
+            .field("drain_timeout", &self.drain_timeout)
             .finish()
     }
 }
@@ -243,6 +266,14 @@ impl RawAgentConfig {
             )?;
         }
         let runtime_bin = self.runtime_bin;
+        let drain_timeout_ms = self.drain_timeout_ms.unwrap_or(DEFAULT_DRAIN_TIMEOUT_MS);
+        if drain_timeout_ms > MAX_DRAIN_TIMEOUT_MS {
+            return Err(ConfigError::Invalid {
+                flag: "--drain-timeout-ms",
+                value: drain_timeout_ms.to_string(),
+                problem: format!("must be within 0..={MAX_DRAIN_TIMEOUT_MS}"),
+            });
+        }
         let gateway_tls = self
             .tls_ca_file
             .as_deref()
@@ -276,6 +307,8 @@ impl RawAgentConfig {
             runtime_client: ClientConfig::for_role(Role::SupervisorToRuntime),
             trusted_keys,
             insecure: self.insecure,
+            drain_on_stop: !self.no_drain_on_stop,
+            drain_timeout: Duration::from_millis(drain_timeout_ms),
         })
     }
 }

@@ -21,6 +21,12 @@
 //! authenticated stream and the member is not draining; liveness
 //! (`/healthz`) never depends on a gateway.
 //!
+//! Stopping ([`stop`]): on the first SIGTERM/SIGINT, with `--drain-on-stop`
+//! (the default), the supervisor turns unready, asks the pool to drain it
+//! (`HostStatus.stopping`), keeps supervising until it owns nothing or
+//! `--drain-timeout-ms` passes, leaves the pool (`HostLeave`) and exits; a
+//! second signal exits at once.
+//!
 //! Gateways never dial supervisors: an exec arrives as an `ExecCall` on the
 //! stream this process opened and authenticated, and is answered on it
 //! ([`exec`]). The only port the supervisor listens on is its HTTP health
@@ -31,6 +37,7 @@ pub mod config;
 mod exec;
 mod health;
 mod session;
+mod stop;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -72,6 +79,15 @@ pub struct Agent {
     attached: AtomicBool,
     /// The member is draining (from the latest snapshot).
     draining: AtomicBool,
+    /// The process is stopping and asked the pool to drain it
+    /// (`HostStatus.stopping`).
+    stopping: AtomicBool,
+    /// `HostLeave` was sent: a retired incarnation then means "left", not
+    /// "re-join as a new one".
+    leave_sent: AtomicBool,
+    /// The pool confirmed the leave (`HostLeft`, or the incarnation was
+    /// retired after `HostLeave`).
+    left: tokio::sync::watch::Sender<bool>,
     /// Why the supervisor is not ready (for /readyz).
     not_ready_reason: Mutex<String>,
     /// sandbox id -> session. A std lock: never held across an await.
@@ -97,6 +113,9 @@ impl Agent {
             advertise_address: config.advertise_ip.to_string(),
             attached: AtomicBool::new(false),
             draining: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
+            leave_sent: AtomicBool::new(false),
+            left: tokio::sync::watch::Sender::new(false),
             not_ready_reason: Mutex::new("not attached to a gateway yet".into()),
             sessions: Mutex::new(BTreeMap::new()),
             activating: Mutex::new(BTreeSet::new()),
@@ -115,6 +134,9 @@ impl Agent {
     /// Whether /readyz succeeds (with the incarnation the pool granted),
     /// and why not.
     pub fn readiness(&self) -> Result<u64, String> {
+        if self.stopping.load(Ordering::SeqCst) {
+            return Err("draining (stopping)".into());
+        }
         if !self.attached.load(Ordering::SeqCst) {
             return Err(Self::lock(&self.not_ready_reason).clone());
         }
@@ -135,6 +157,15 @@ impl Agent {
             let _ = tx.try_send(SupervisorMessage {
                 message: Some(message),
             });
+        }
+    }
+
+    /// The `HostStatus` this process sends now.
+    fn host_status(&self) -> HostStatus {
+        HostStatus {
+            draining: self.draining.load(Ordering::SeqCst),
+            active_sandboxes: self.session_ids(),
+            stopping: self.stopping.load(Ordering::SeqCst),
         }
     }
 
@@ -239,13 +270,40 @@ enum Ended {
     Broken(anyhow::Error),
 }
 
-/// Runs the supervisor until `shutdown` completes.
+/// Runs the supervisor until `shutdown` completes, leaving its sessions to
+/// their runtimes (no drain): [`run_until_stopped`] with one signal.
 ///
 /// # Errors
 /// When the health port cannot be bound.
 pub async fn run(
     config: AgentConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let config = AgentConfig {
+        drain_on_stop: false,
+        ..config
+    };
+    run_until_stopped(config, futures_stream_once(shutdown)).await
+}
+
+/// A stream yielding once, when `f` completes, and never again.
+fn futures_stream_once(
+    f: impl Future<Output = ()> + Send + 'static,
+) -> impl futures::Stream<Item = ()> + Send + Unpin + 'static {
+    use futures::StreamExt;
+    Box::pin(futures::stream::once(f).chain(futures::stream::pending()))
+}
+
+/// Runs the supervisor until it is stopped: each item of `signals` is one
+/// stop signal (SIGTERM, SIGINT). The first one drains and leaves
+/// (`config.drain_on_stop`, [`stop`]) or returns at once; a second one
+/// during the drain returns at once.
+///
+/// # Errors
+/// When the health port cannot be bound.
+pub async fn run_until_stopped(
+    config: AgentConfig,
+    mut signals: impl futures::Stream<Item = ()> + Send + Unpin + 'static,
 ) -> anyhow::Result<()> {
     let process_id = new_process_id();
     if config.runtime_dir.is_some() || config.runtime_bin.is_some() {
@@ -283,8 +341,17 @@ pub async fn run(
         ));
     }
     tasks.push(tokio::spawn(attach_loop(agent.clone())));
-    shutdown.await;
-    tracing::info!("supervisor stopping; sessions are left to their runtimes");
+    futures::StreamExt::next(&mut signals).await;
+    if agent.config.drain_on_stop {
+        tokio::select! {
+            () = stop::drain_and_leave(&agent) => {}
+            Some(()) = futures::StreamExt::next(&mut signals) => {
+                tracing::warn!("second stop signal: exiting at once, without waiting for the drain or leaving");
+            }
+        }
+    } else {
+        tracing::info!("supervisor stopping; sessions are left to their runtimes");
+    }
     for t in tasks {
         t.abort();
     }
@@ -306,10 +373,20 @@ async fn attach_loop(agent: Arc<Agent>) {
     let mut leaving_in_a_row: usize = 0;
     let mut broken_in_a_row: usize = 0;
     loop {
+        if *agent.left.borrow() {
+            // Left the pool: never re-join (the process is exiting).
+            return;
+        }
         let gateway = gateways[next % gateways.len()].clone();
         next += 1;
         let started = std::time::Instant::now();
-        match attach_once(&agent, &gateway).await {
+        let ended = attach_once(&agent, &gateway).await;
+        if *agent.left.borrow() {
+            // Left the pool: the stream's end is the leave; the process is
+            // exiting.
+            return;
+        }
+        match ended {
             Ok(Ended::Closed) => {
                 failures = 0;
                 leaving_in_a_row = 0;
@@ -428,12 +505,8 @@ fn spawn_status(
         let mut ticker = tokio::time::interval(interval);
         loop {
             ticker.tick().await;
-            let status = HostStatus {
-                draining: agent.draining.load(Ordering::SeqCst),
-                active_sandboxes: agent.session_ids(),
-            };
             let message = SupervisorMessage {
-                message: Some(supervisor_message::Message::Status(status)),
+                message: Some(supervisor_message::Message::Status(agent.host_status())),
             };
             if tx.send(message).await.is_err() {
                 return;
@@ -471,6 +544,9 @@ async fn follow(
                     Some(gateway_message::Message::Exec(call)) => {
                         exec::spawn(agent, tx.clone(), call);
                     }
+                    Some(gateway_message::Message::Left(_)) => {
+                        agent.left.send_replace(true);
+                    }
                     // A second HelloAccepted, or a message of a newer
                     // gateway this supervisor does not know: ignored.
                     Some(gateway_message::Message::Accepted(_)) | None => {}
@@ -494,6 +570,12 @@ fn stream_error(agent: &Agent, status: tonic::Status) -> anyhow::Result<Ended> {
         return Ok(Ended::GatewayLeaving(status.message().to_string()));
     }
     if is_retired(&status) {
+        if agent.leave_sent.load(Ordering::SeqCst) {
+            // Asked to leave: the retirement is the leave (its HostLeft may
+            // not have arrived before the stream closed).
+            agent.left.send_replace(true);
+            return Err(describe(status));
+        }
         agent.renew_incarnation();
     }
     Err(describe(status))

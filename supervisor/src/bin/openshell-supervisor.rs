@@ -68,6 +68,26 @@ struct Args {
     /// key from the gateway's hello (experiments only; logged at start).
     #[arg(long, env = "OPENSHELL_SUPERVISOR_INSECURE")]
     insecure: bool,
+    /// On the first SIGTERM/SIGINT, ask the pool to drain this member, keep
+    /// supervising until its sandboxes moved away (or --drain-timeout-ms
+    /// passed), leave the pool and exit; a second signal exits at once.
+    /// The default.
+    #[arg(long, overrides_with = "no_drain_on_stop")]
+    drain_on_stop: bool,
+    /// On SIGTERM/SIGINT exit at once, leaving the sessions to their
+    /// runtimes (the member expires and its sandboxes are taken over).
+    #[arg(long, env = "OPENSHELL_SUPERVISOR_NO_DRAIN_ON_STOP")]
+    no_drain_on_stop: bool,
+    /// How long a stop waits for the drain before leaving anyway (ms,
+    /// default 25000). Kubernetes' terminationGracePeriodSeconds must
+    /// exceed it.
+    #[arg(long, env = "OPENSHELL_SUPERVISOR_DRAIN_TIMEOUT_MS")]
+    drain_timeout_ms: Option<u64>,
+    /// Validate the flags and every file they name (credential, trusted
+    /// grant keys, CA), print one line and exit 0, or the error a real
+    /// start would give and exit 1; binds no port and dials no gateway.
+    #[arg(long)]
+    check_config: bool,
 }
 
 fn main() {
@@ -88,7 +108,7 @@ fn run() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    if args.listen.is_some() {
+    if args.listen.is_some() && !args.check_config {
         tracing::warn!("--listen is ignored: the supervisor opens no gRPC port (exec travels on its stream to the gateway)");
     }
     let config = RawAgentConfig {
@@ -110,24 +130,75 @@ fn run() -> anyhow::Result<()> {
         trusted_grant_keys_file: args.trusted_grant_keys_file,
         insecure: args.insecure,
         tls_ca_file: args.tls_ca_file,
+        // --drain-on-stop only overrides an earlier --no-drain-on-stop.
+        no_drain_on_stop: args.no_drain_on_stop && !args.drain_on_stop,
+        drain_timeout_ms: args.drain_timeout_ms,
     }
     .validate()?;
+    if args.check_config {
+        println!(
+            "openshell-supervisor: configuration ok ({})",
+            summary(&config)
+        );
+        return Ok(());
+    }
     let runtime = tokio::runtime::Runtime::new()?;
-    runtime.block_on(agent::run(config, shutdown_signal()))
+    let result = runtime.block_on(async {
+        let signals = stop_signals()?;
+        agent::run_until_stopped(config, signals).await
+    });
+    // Exit now: waiting for blocking tasks (a file re-read, a DNS lookup)
+    // would delay the exit a second signal asks for.
+    runtime.shutdown_background();
+    result
 }
 
-/// Completes on SIGINT or SIGTERM (Kubernetes stops Pods with SIGTERM).
-async fn shutdown_signal() {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
+/// What `--check-config` reports of a valid configuration (no secret).
+fn summary(config: &agent::AgentConfig) -> String {
+    let drain = if config.drain_on_stop {
+        format!(
+            "drain on stop within {} ms",
+            config.drain_timeout.as_millis()
+        )
+    } else {
+        "no drain on stop".to_string()
     };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {},
-        _ = term => {},
-    }
+    format!(
+        "member {}, {} gateway(s), {}, {}, {}",
+        config.member_id,
+        config.gateways.len(),
+        if config.gateway_client.tls.is_some() {
+            "TLS"
+        } else {
+            "plaintext"
+        },
+        match &config.trusted_keys {
+            Some(keys) => keys.describe(),
+            None => "grant key learned from the gateway (--insecure)".to_string(),
+        },
+        drain
+    )
+}
+
+/// One item per SIGINT or SIGTERM (Kubernetes stops Pods with SIGTERM):
+/// the first one stops the supervisor (draining it), a second one during
+/// the drain makes it exit at once.
+fn stop_signals() -> anyhow::Result<tokio_stream::wrappers::UnboundedReceiverStream<()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                Some(()) = term.recv() => tracing::info!("SIGTERM"),
+                Some(()) = int.recv() => tracing::info!("SIGINT"),
+                else => return,
+            }
+            if tx.send(()).is_err() {
+                return;
+            }
+        }
+    });
+    Ok(tokio_stream::wrappers::UnboundedReceiverStream::new(rx))
 }

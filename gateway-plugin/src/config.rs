@@ -474,10 +474,7 @@ impl GatewaySection {
         }
         check_distinct_voters(&initial_voters)?;
         let driver_section = self.sandbox_driver.unwrap_or_default();
-        let autopilot = self
-            .autopilot
-            .unwrap_or_default()
-            .validate(driver_section.kubernetes_namespace.clone())?;
+        let autopilot = self.autopilot.unwrap_or_default().validate()?;
         let launcher = driver_section.validate_launcher(&data_dir)?;
         let mut node = NodeConfig::new(node_id, &advertise, data_dir, &cluster_id);
         validate_raft(&mut node, self.raft.unwrap_or_default())?;

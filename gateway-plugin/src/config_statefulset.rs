@@ -45,15 +45,14 @@ impl AutopilotSection {
     }
 
     /// Validates the section: both keys or neither (`None`: no autopilot).
-    /// `namespace` is the sandbox driver's `kubernetes_namespace`, where a
-    /// `statefulset:` source is read (None: the in-cluster namespace).
+    /// A `statefulset:<name>` source is read in the gateway's own namespace
+    /// (the in-cluster one: the gateways' StatefulSet is where the gateway
+    /// Pods are, whatever namespace the sandbox driver launches runtimes in);
+    /// `statefulset:<namespace>/<name>` names another.
     ///
     /// # Errors
     /// [`ConfigError`] naming the key at fault.
-    pub fn validate(
-        self,
-        namespace: Option<String>,
-    ) -> Result<Option<AutopilotConfig>, ConfigError> {
+    pub fn validate(self) -> Result<Option<AutopilotConfig>, ConfigError> {
         let (replicas, template) = match (self.replicas, self.peer_address) {
             (None, None) => return Ok(None),
             (Some(replicas), None) => {
@@ -76,7 +75,7 @@ impl AutopilotSection {
             }
             (Some(r), Some(t)) => (r, t),
         };
-        let source = parse_source(&replicas, namespace)?;
+        let source = parse_source(&replicas)?;
         check_template(&template)?;
         Ok(Some(AutopilotConfig {
             replicas: source,
@@ -94,7 +93,7 @@ pub enum ReplicaSource {
     StatefulSet {
         /// The StatefulSet's name.
         name: String,
-        /// Its namespace (None: the in-cluster namespace).
+        /// Its namespace (None: the gateway's own, in-cluster).
         namespace: Option<String>,
     },
 }
@@ -103,7 +102,14 @@ impl std::fmt::Display for ReplicaSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ReplicaSource::File(path) => write!(f, "file:{}", path.display()),
-            ReplicaSource::StatefulSet { name, .. } => write!(f, "statefulset:{name}"),
+            ReplicaSource::StatefulSet {
+                name,
+                namespace: None,
+            } => write!(f, "statefulset:{name}"),
+            ReplicaSource::StatefulSet {
+                name,
+                namespace: Some(ns),
+            } => write!(f, "statefulset:{ns}/{name}"),
         }
     }
 }
@@ -126,7 +132,7 @@ impl AutopilotConfig {
     }
 }
 
-fn parse_source(text: &str, namespace: Option<String>) -> Result<ReplicaSource, ConfigError> {
+fn parse_source(text: &str) -> Result<ReplicaSource, ConfigError> {
     let invalid = |problem: &str| ConfigError::Invalid {
         key: REPLICAS_KEY,
         value: text.to_string(),
@@ -140,18 +146,24 @@ fn parse_source(text: &str, namespace: Option<String>) -> Result<ReplicaSource, 
         }
         return Ok(ReplicaSource::File(PathBuf::from(path)));
     }
-    if let Some(name) = text.strip_prefix("statefulset:") {
-        if !is_dns_subdomain(name) {
+    if let Some(rest) = text.strip_prefix("statefulset:") {
+        let (namespace, name) = match rest.split_once('/') {
+            Some((ns, name)) => (Some(ns), name),
+            None => (None, rest),
+        };
+        if !is_dns_subdomain(name) || namespace.is_some_and(|ns| !is_dns_subdomain(ns)) {
             return Err(invalid(
-                "statefulset: needs the StatefulSet's name (a DNS subdomain: [a-z0-9.-], at most 253)",
+                "statefulset: needs [<namespace>/]<name> of the gateways' StatefulSet (DNS names: [a-z0-9.-], at most 253)",
             ));
         }
         return Ok(ReplicaSource::StatefulSet {
             name: name.to_string(),
-            namespace,
+            namespace: namespace.map(str::to_string),
         });
     }
-    Err(invalid("must be file:<path> or statefulset:<name>"))
+    Err(invalid(
+        "must be file:<path> or statefulset:[<namespace>/]<name>",
+    ))
 }
 
 /// The template must name the node (`{ordinal}` or `{node_id}`), and give
@@ -242,26 +254,24 @@ mod tests {
             replicas: r.map(str::to_string),
             peer_address: t.map(str::to_string),
         };
-        assert_eq!(section(None, None).validate(None), Ok(None));
-        assert!(section(Some("file:/x"), None).validate(None).is_err());
-        assert!(section(None, Some("a-{ordinal}:1")).validate(None).is_err());
+        assert_eq!(section(None, None).validate(), Ok(None));
+        assert!(section(Some("file:/x"), None).validate().is_err());
+        assert!(section(None, Some("a-{ordinal}:1")).validate().is_err());
         assert!(section(Some("cm:x"), Some("a-{ordinal}:1"))
-            .validate(None)
+            .validate()
             .is_err());
-        assert!(section(Some("file:/x"), Some("a:1"))
-            .validate(None)
-            .is_err());
+        assert!(section(Some("file:/x"), Some("a:1")).validate().is_err());
         assert!(section(Some("file:/x"), Some("a-{ordinal}"))
-            .validate(None)
+            .validate()
             .is_err());
         assert!(section(Some("file:/x"), Some("a-{pod}-{ordinal}:1"))
-            .validate(None)
+            .validate()
             .is_err());
         let config = section(
             Some("statefulset:rel-gw"),
             Some("rel-gw-{ordinal}.peer.ns.svc:7001"),
         )
-        .validate(Some("ns".into()))
+        .validate()
         .unwrap()
         .unwrap();
         assert_eq!(config.peer_address_of(3), "rel-gw-2.peer.ns.svc:7001");
@@ -269,11 +279,23 @@ mod tests {
             config.replicas,
             ReplicaSource::StatefulSet {
                 name: "rel-gw".into(),
-                namespace: Some("ns".into())
+                namespace: None
             }
         );
+        let other_ns = section(Some("statefulset:gw-ns/rel-gw"), Some("x-{ordinal}:7001"))
+            .validate()
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            other_ns.replicas,
+            ReplicaSource::StatefulSet {
+                name: "rel-gw".into(),
+                namespace: Some("gw-ns".into())
+            }
+        );
+        assert_eq!(other_ns.replicas.to_string(), "statefulset:gw-ns/rel-gw");
         let by_id = section(Some("file:/r"), Some("127.0.1.{node_id}:7000"))
-            .validate(None)
+            .validate()
             .unwrap()
             .unwrap();
         assert_eq!(by_id.peer_address_of(4), "127.0.1.4:7000");

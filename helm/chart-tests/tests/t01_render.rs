@@ -23,7 +23,7 @@ fn options() -> Vec<Value> {
             "networkPolicy": {"enabled": true, "extraClientFrom": [
                 {"namespaceSelector": {"matchLabels": {"team": "ops"}}}]},
             "metrics": {"serviceMonitor": {"enabled": true, "labels": {"release": "prom"}}},
-            "gateway": {"autopilot": {"enabled": false}, "persistence": {"storageClassName": "fast"}},
+            "gateway": {"persistence": {"storageClassName": "fast"}},
             "workloads": {"namespace": "openshell-sandboxes", "podTemplate": {
                 "metadata": {"labels": {"team": "sandboxes"}},
                 "spec": {"nodeSelector": {"pool": "sandboxes"},
@@ -495,10 +495,6 @@ fn bad_values_are_refused_naming_the_key() {
             json!({"secrets": {"signingKey": {"trustedGrantKeys": "not-a-key"}}}),
             "trustedGrantKeys",
         ),
-        (
-            json!({"workloads": {"namespace": "other"}}),
-            "gateway.autopilot.enabled=false",
-        ),
     ];
     for (values, want) in cases {
         let err = tools.render_error(values.clone());
@@ -525,9 +521,7 @@ fn generated_keys_and_certificate_fit_the_binaries() {
         return;
     };
     let f = fullname();
-    let r = tools.render(
-        json!({"workloads": {"namespace": "sbx"}, "gateway": {"autopilot": {"enabled": false}}}),
-    );
+    let r = tools.render(json!({"workloads": {"namespace": "sbx"}}));
     let seed = hex64(&r.secret_key(&format!("{f}-signing-key"), "signing-key"));
     let public = hex64(&r.secret_key(&format!("{f}-signing-key"), "trusted-grant-keys"));
     let seed: [u8; 32] = hex::decode(&seed)

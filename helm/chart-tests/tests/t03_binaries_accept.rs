@@ -75,7 +75,6 @@ fn gateway_cases() -> Vec<(Value, u64)> {
 /// - then: rc 0, `configuration ok (node <ordinal + 1>`, and no data
 ///   directory is created
 #[test]
-#[ignore = "needs --check-config (GW helper)"]
 fn gateway_accepts_the_rendered_configuration() {
     let Some(tools) = tools("t03_binaries_accept gateway_accepts_the_rendered_configuration")
     else {
@@ -119,7 +118,6 @@ fn gateway_accepts_the_rendered_configuration() {
 /// - then: `--check-config` fails rc 1 with one line naming signing_key_file
 ///   (the check reads the files the chart mounts)
 #[test]
-#[ignore = "needs --check-config (GW helper)"]
 fn gateway_check_refuses_a_missing_secret_file() {
     let Some(tools) = tools("t03_binaries_accept gateway_check_refuses_a_missing_secret_file")
     else {

@@ -5,11 +5,16 @@
 //! - a rolling update (`kubectl rollout restart`: a new template
 //!   annotation) with `maxSurge: 1, maxUnavailable: 0` keeps every sandbox
 //!   supervised at every sample: its owner is a live member (active, or
-//!   draining while it still supervises) and it never fails; every old pod
-//!   leaves by drain; no runtime pod restarts.
+//!   draining while it still supervises), it never fails, and a move (phase
+//!   `recovering` until the new owner acknowledges) lasts less than
+//!   `MAX_MOVE`; every old pod leaves by drain; no runtime pod restarts.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
+
+/// The longest a sandbox may stay `recovering` (moved to a live owner that
+/// has not acknowledged yet) during the rollout.
+const MAX_MOVE: Duration = Duration::from_secs(10);
 
 use pod_harness::cluster::Owner;
 use pod_harness::release::{self, members, sandboxes, until, Release};
@@ -111,6 +116,8 @@ async fn scenario(rel: &Release) -> anyhow::Result<()> {
     });
     let start = Instant::now();
     let mut samples = 0;
+    let mut moving_since: BTreeMap<String, Instant> = BTreeMap::new();
+    let mut moves = 0;
     loop {
         let status = rel.pool_status()?;
         let m = members(&status);
@@ -120,13 +127,25 @@ async fn scenario(rel: &Release) -> anyhow::Result<()> {
                 .map(|(s, _)| s.as_str())
                 .unwrap_or("missing");
             anyhow::ensure!(
-                matches!(state, "active" | "draining")
-                    && v.phase != "failed"
-                    && v.phase != "recovering",
+                matches!(state, "active" | "draining") && v.phase != "failed",
                 "sandbox {id} unsupervised during the rollout: owner {} is {state}, phase {}",
                 v.owner,
                 v.phase
             );
+            if v.phase == "recovering" {
+                let since = *moving_since.entry(id.clone()).or_insert_with(|| {
+                    moves += 1;
+                    Instant::now()
+                });
+                anyhow::ensure!(
+                    since.elapsed() < MAX_MOVE,
+                    "sandbox {id} has been moving to {} for {:?}",
+                    v.owner,
+                    since.elapsed()
+                );
+            } else {
+                moving_since.remove(&id);
+            }
         }
         samples += 1;
         let pods = supervisor_pods(rel);
@@ -142,7 +161,7 @@ async fn scenario(rel: &Release) -> anyhow::Result<()> {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    eprintln!("rollout done after {samples} samples, every sandbox supervised");
+    eprintln!("rollout done after {samples} samples ({moves} moves seen in flight), every sandbox supervised");
     until(
         "every sandbox on a new pod",
         Duration::from_secs(60),

@@ -510,11 +510,6 @@ impl Cluster {
         self.manifests = manifests;
     }
 
-    /// Where the image's binary `name` is.
-    pub fn bin_path(&self, name: &str) -> PathBuf {
-        self.ctx.bin_dir.join(name)
-    }
-
     /// Begins deleting every pod at once (their grace periods run).
     pub fn delete_all(&mut self) {
         let names: Vec<String> = self.pods.keys().cloned().collect();

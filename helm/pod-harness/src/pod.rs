@@ -21,6 +21,10 @@ use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec, Volume};
 
 use crate::manifest::Manifests;
 
+/// Where the image keeps its binaries; the harness binds its `bin_dir`
+/// there in every pod.
+pub const IMAGE_BIN_DIR: &str = "/usr/local/bin";
+
 /// Where Kubernetes mounts a pod's service account token, CA and namespace.
 pub const SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
@@ -47,8 +51,9 @@ pub struct PodPlan {
 pub struct PodContext {
     /// The harness's working directory (pod staging, logs).
     pub root: PathBuf,
-    /// Where the image's binaries are (`openshell-gateway`, ...): a command
-    /// whose file name is here runs from here.
+    /// Where the image's binaries are (`openshell-gateway`, ...): bound at
+    /// [`IMAGE_BIN_DIR`] in every pod, and a command whose file name is here
+    /// runs from there.
     pub bin_dir: PathBuf,
     /// The file bound at every pod's `/etc/hosts`; the harness rewrites it
     /// in place (same inode) when pods or Services come and go.
@@ -271,6 +276,12 @@ fn mount_script(
     let spec = &plan.spec;
     let mut script = String::from("set -e\n");
     script.push_str(&format!("mount --bind {} /etc/hosts\n", q(&ctx.hosts)));
+    // The image's binaries at the image's path, whatever the pod mounts over
+    // the host directory they were built in (an emptyDir at /tmp, say).
+    script.push_str(&format!(
+        "mount --bind {} {IMAGE_BIN_DIR}\n",
+        q(&ctx.bin_dir)
+    ));
     let sources = stage_volumes(manifests, plan, dir, owner)?;
     if let (true, Some(ca)) = (
         spec.automount_service_account_token != Some(false),
@@ -588,9 +599,8 @@ fn command_line(
     argv.extend(c.args.iter().flatten().map(|a| expand(a, env)));
     let program = Path::new(&argv[0]);
     if let Some(file) = program.file_name() {
-        let local = ctx.bin_dir.join(file);
-        if local.exists() {
-            argv[0] = local.display().to_string();
+        if ctx.bin_dir.join(file).exists() {
+            argv[0] = Path::new(IMAGE_BIN_DIR).join(file).display().to_string();
         }
     }
     Ok(argv)

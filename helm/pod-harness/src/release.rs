@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use serde_json::Value;
 
-use crate::cluster::{Cluster, Owner};
+use crate::cluster::Owner;
 use crate::harness::Harness;
 use crate::manifest::Manifests;
 
@@ -154,10 +154,7 @@ impl Release {
         .map(|s| (*s).to_string())
         .collect();
         argv.extend(args.iter().map(|s| (*s).to_string()));
-        let bin = self
-            .harness
-            .with(|c: &mut Cluster| c.bin_path("openshell-pool"));
-        argv[0] = bin.display().to_string();
+        argv[0] = format!("{}/openshell-pool", crate::pod::IMAGE_BIN_DIR);
         let mut cmd = self
             .harness
             .with(|c| c.exec_in(&pod, &argv, Duration::from_secs(60)))?;

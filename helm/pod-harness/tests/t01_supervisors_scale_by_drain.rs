@@ -10,7 +10,10 @@
 //! `bash scripts/test-deps.sh`.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
+
+mod common;
 
 use pod_harness::cluster::Owner;
 use pod_harness::release::{self, members, sandboxes, until, Release};
@@ -18,28 +21,17 @@ use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn supervisors_scale_down_by_drain_without_restarting_a_workload() {
-    if testkit::skip_without_root("pod-harness t01") {
-        return;
-    }
-    let workspace = testkit::bins::workspace_root();
-    let bin_dir = testkit::bins::gateway_bin()
-        .parent()
-        .expect("bin dir")
-        .to_path_buf();
-    let root = tempfile::tempdir().expect("tempdir");
-    let values = json!({"gateway": {"replicas": 3}, "supervisor": {"replicas": 2}});
-    let rel = release::install("ph01", &workspace, bin_dir, root.path(), &values)
-        .await
-        .expect("install");
-    let result = scenario(&rel).await;
-    if result.is_err() {
-        release::dump_logs(root.path());
-    }
-    rel.stop().await;
-    result.expect("scenario");
+    common::run(
+        "pod-harness t01",
+        "ph01",
+        json!({"gateway": {"replicas": 3}, "supervisor": {"replicas": 2}}),
+        scenario,
+    )
+    .await;
 }
 
-async fn scenario(rel: &Release) -> anyhow::Result<()> {
+async fn scenario(rel: Arc<Release>) -> anyhow::Result<()> {
+    let rel: &Release = &rel;
     until(
         "3 gateways and 2 supervisors ready",
         Duration::from_secs(180),

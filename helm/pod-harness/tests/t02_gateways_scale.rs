@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+mod common;
+
 use pod_harness::cluster::Owner;
 use pod_harness::release::{self, sandboxes, until, voters, Release};
 use serde_json::json;
@@ -16,29 +18,13 @@ use serde_json::json;
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "documented command (helm/README.md): cargo test -p pod-harness -- --ignored"]
 async fn gateways_scale_3_5_3_keeps_every_acknowledged_write() {
-    if testkit::skip_without_root("pod-harness t02") {
-        return;
-    }
-    let workspace = testkit::bins::workspace_root();
-    let bin_dir = testkit::bins::gateway_bin()
-        .parent()
-        .expect("bin dir")
-        .to_path_buf();
-    let root = tempfile::tempdir().expect("tempdir");
-    let values = json!({"gateway": {"replicas": 3}, "supervisor": {"replicas": 1}});
-    let rel = Arc::new(
-        release::install("ph02", &workspace, bin_dir, root.path(), &values)
-            .await
-            .expect("install"),
-    );
-    let result = scenario(rel.clone()).await;
-    if result.is_err() {
-        release::dump_logs(root.path());
-    }
-    if let Ok(rel) = Arc::try_unwrap(rel) {
-        rel.stop().await;
-    }
-    result.expect("scenario");
+    common::run(
+        "pod-harness t02",
+        "ph02",
+        json!({"gateway": {"replicas": 3}, "supervisor": {"replicas": 1}}),
+        scenario,
+    )
+    .await;
 }
 
 async fn scenario(rel: Arc<Release>) -> anyhow::Result<()> {

@@ -10,11 +10,14 @@
 //!   `MAX_MOVE`; every old pod leaves by drain; no runtime pod restarts.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The longest a sandbox may stay `recovering` (moved to a live owner that
 /// has not acknowledged yet) during the rollout.
 const MAX_MOVE: Duration = Duration::from_secs(10);
+
+mod common;
 
 use pod_harness::cluster::Owner;
 use pod_harness::release::{self, members, sandboxes, until, Release};
@@ -23,32 +26,21 @@ use serde_json::json;
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "documented command (helm/README.md): cargo test -p pod-harness -- --ignored"]
 async fn supervisors_grow_without_moving_and_roll_without_unsupervised_sandboxes() {
-    if testkit::skip_without_root("pod-harness t03") {
-        return;
-    }
-    let workspace = testkit::bins::workspace_root();
-    let bin_dir = testkit::bins::gateway_bin()
-        .parent()
-        .expect("bin dir")
-        .to_path_buf();
-    let root = tempfile::tempdir().expect("tempdir");
-    let values = json!({"gateway": {"replicas": 3}, "supervisor": {"replicas": 1}});
-    let rel = release::install("ph03", &workspace, bin_dir, root.path(), &values)
-        .await
-        .expect("install");
-    let result = scenario(&rel).await;
-    if result.is_err() {
-        release::dump_logs(root.path());
-    }
-    rel.stop().await;
-    result.expect("scenario");
+    common::run(
+        "pod-harness t03",
+        "ph03",
+        json!({"gateway": {"replicas": 3}, "supervisor": {"replicas": 1}}),
+        scenario,
+    )
+    .await;
 }
 
 fn supervisor_pods(rel: &Release) -> Vec<String> {
     rel.pods(|o| matches!(o, Owner::Deployment(..)))
 }
 
-async fn scenario(rel: &Release) -> anyhow::Result<()> {
+async fn scenario(rel: Arc<Release>) -> anyhow::Result<()> {
+    let rel: &Release = &rel;
     let deployment = release::supervisor_deployment();
     until(
         "3 gateways and 1 supervisor ready",

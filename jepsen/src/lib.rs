@@ -30,6 +30,8 @@
 //!   state digests.
 //! - [`report`]: `results.json` and `index.html`.
 //! - [`run`]: one run end to end; [`matrix`]: every nemesis in turn.
+//! - [`soak`]: the long soak (sandbox and member churn; memory, snapshot
+//!   and disk sampled, judged flat or not, plotted).
 //!
 //! # Example: check a history file
 //!
@@ -54,6 +56,7 @@ pub mod process;
 pub mod report;
 pub mod run;
 pub mod security;
+pub mod soak;
 pub mod workload;
 
 /// The files of `dir` whose names end in `suffix`, as (name without the

@@ -56,6 +56,10 @@ pub struct SoakArgs {
     /// many percent of the middle third (or twice its noise).
     #[arg(long, default_value_t = 10.0)]
     pub tolerance_pct: f64,
+    /// Seconds of sampling after the churn ended, beyond one retention
+    /// period.
+    #[arg(long, default_value_t = 60)]
+    pub cool_down_s: u64,
     /// Client request timeout, ms.
     #[arg(long, default_value_t = 10_000)]
     pub client_timeout_ms: u64,
@@ -107,6 +111,7 @@ impl SoakArgs {
             heartbeat_ttl_ms: self.heartbeat_ttl_ms,
             sample_every: Duration::from_secs(self.sample_every_s),
             tolerance_pct: self.tolerance_pct,
+            cool_down: Duration::from_secs(self.cool_down_s),
             gateway_bin: self
                 .gateway_bin
                 .clone()

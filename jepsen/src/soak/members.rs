@@ -274,6 +274,13 @@ impl Slot {
             self.counters.attached.fetch_add(1, Ordering::Relaxed);
             let end = self.session(attached, life).await;
             self.counters.attached.fetch_sub(1, Ordering::Relaxed);
+            if life.counted {
+                // Its departure began: a stream that ends now ends it (the
+                // gateway closes a leaving incarnation's stream as retired,
+                // often before `HostLeft` is read; a draining member whose
+                // stream broke just goes, and expires).
+                return;
+            }
             match end {
                 SessionEnd::Departed => return,
                 SessionEnd::Broken => tokio::time::sleep(Duration::from_millis(200)).await,

@@ -19,7 +19,8 @@
 //!   (`verdict.md`, `verdict.json`); [`plot`]: `soak.svg`.
 //!
 //! After the churn ends the soak keeps sampling for one more retention
-//! period (plus a minute), so the plot shows the last deletes collected.
+//! period (plus `cool_down`, a minute by default), so the plot shows the
+//! last deletes collected.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -76,6 +77,9 @@ pub struct SoakOptions {
     pub sample_every: Duration,
     /// The verdict's tolerance, percent.
     pub tolerance_pct: f64,
+    /// How long sampling goes on after the churn ended, beyond one
+    /// retention period.
+    pub cool_down: Duration,
     /// The `openshell-gateway` binary.
     pub gateway_bin: PathBuf,
     /// The soak directory (must be empty or absent).
@@ -102,6 +106,7 @@ impl SoakOptions {
             "heartbeat_ttl_ms": self.heartbeat_ttl_ms,
             "sample_every_s": self.sample_every.as_secs_f64(),
             "tolerance_pct": self.tolerance_pct,
+            "cool_down_s": self.cool_down.as_secs_f64(),
             "gateway_bin": self.gateway_bin.display().to_string(),
             "sandbox_driver": "none (PoolAdmin.CreateSandbox; scripted members ack the terms)",
             "security": "tls",
@@ -204,9 +209,10 @@ async fn start_cluster(
     let gateway = GatewayOptions {
         bin: options.gateway_bin.clone(),
         // Calmer than a Jepsen run's 50 / 300-600 ms: the soak shares two
-        // cores with its own clients and must not measure elections.
-        heartbeat_ms: 100,
-        election_ms: (800, 1600),
+        // cores with its own clients and must not measure elections (the
+        // peer RPC timeouts follow the heartbeat).
+        heartbeat_ms: 250,
+        election_ms: (2000, 4000),
         faketime: false,
         client_timeout: options.client_timeout,
         extra_args,
@@ -298,7 +304,7 @@ async fn sample_loop(
         settings: options.json(),
         ..Soak::default()
     };
-    let cool_down = options.retention().unwrap_or_default() + Duration::from_secs(60);
+    let cool_down = options.retention().unwrap_or_default() + options.cool_down;
     let mut next = Instant::now();
     let mut cool_until: Option<Instant> = None;
     loop {

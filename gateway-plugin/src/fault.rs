@@ -58,14 +58,22 @@ pub fn enable_from_env() -> Result<Vec<String>, UnknownFault> {
 fn enable(name: &str) -> Result<(), UnknownFault> {
     match name {
         #[cfg(feature = "fault-stale-reads")]
-        "stale-reads" => STALE_READS.store(true, std::sync::atomic::Ordering::SeqCst),
+        "stale-reads" => {
+            STALE_READS.store(true, std::sync::atomic::Ordering::SeqCst);
+            Ok(())
+        }
         #[cfg(feature = "fault-skip-i4")]
-        "skip-i4" => pool::fault::set_skip_i4(true),
+        "skip-i4" => {
+            pool::fault::set_skip_i4(true);
+            Ok(())
+        }
         #[cfg(feature = "fault-shared-resource-version")]
-        "shared-resource-version" => raft_store::fault::set_shared_resource_version(true),
-        other => return Err(UnknownFault(other.to_string())),
+        "shared-resource-version" => {
+            raft_store::fault::set_shared_resource_version(true);
+            Ok(())
+        }
+        other => Err(UnknownFault(other.to_string())),
     }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -6,7 +6,8 @@
 //!
 //! # Layout
 //! - [`config`]: the gateway configuration (TOML file, flags, environment) and
-//!   its validation; [`config_check`] is `--check-config` (validate, start
+//!   its validation ([`config_pool`]: the `supervisor_pool` section, timing
+//!   and retention); [`config_check`] is `--check-config` (validate, start
 //!   nothing).
 //! - [`state`]: [`state::GatewayState`], the state machine the raft log drives:
 //!   the object store and the supervisor pool in one log, plus the journal of
@@ -70,6 +71,7 @@ pub mod config;
 pub mod config_check;
 pub mod config_driver;
 pub mod config_identity;
+pub mod config_pool;
 pub mod config_statefulset;
 pub mod config_tls;
 pub mod convert;

@@ -16,7 +16,12 @@
 //!   and its read helpers (`observed_status`, `assignment`, `status`).
 //! * `apply`: `PoolState::apply`, one exhaustive match, one `apply_<variant>`
 //!   per command.
-//! * [`snapshot`] — table-tagged snapshot encoding.
+//! * [`validate`] — proposal-time bounds of every command field
+//!   ([`Command::validate`]).
+//! * `apply::gc`: the garbage collection every `Tick` runs (records
+//!   finished `retention_ticks` ago, at most [`GC_BATCH`] per tick).
+//! * [`snapshot`] — table-tagged snapshot encoding; a decoded snapshot is
+//!   checked against the invariants before it is returned.
 //! * [`hash`] — FNV-1a 64 and the consistent-hash ring.
 //! * [`coordinator`] — the leader-side proposer, driven by the gateway.
 //! * [`fault`] — the Jepsen-only skip-I4 switch (constant off unless built
@@ -69,6 +74,7 @@ pub mod invariants;
 pub mod outcome;
 pub mod snapshot;
 pub mod state;
+pub mod validate;
 pub mod visibility;
 
 pub use command::*;
@@ -76,3 +82,4 @@ pub use coordinator::{plan, Coordinator, CoordinatorConfig};
 pub use invariants::{InvariantTracker, InvariantViolation};
 pub use outcome::*;
 pub use state::*;
+pub use validate::InvalidCommand;

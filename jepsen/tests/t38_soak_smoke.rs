@@ -82,7 +82,11 @@ async fn applied_state_stays_flat_under_churn_with_retention() {
         .iter()
         .filter(|r| r.metric == Metric::State)
         .collect();
-    assert_eq!(state.len(), 3, "no state rows for every gateway:\n{verdict_md}");
+    assert_eq!(
+        state.len(),
+        3,
+        "no state rows for every gateway:\n{verdict_md}"
+    );
     for r in state {
         assert!(
             r.flat,

@@ -401,7 +401,10 @@ fn soak(runtime: &tokio::runtime::Runtime, args: &jepsen::soak::SoakArgs) -> Exi
             if !outcome.complete {
                 println!("the churn did not finish within its limit (see verdict.md)");
             }
-            println!("soak: {}/ (soak.svg, samples.csv, verdict.md)", outcome.dir.display());
+            println!(
+                "soak: {}/ (soak.svg, samples.csv, verdict.md)",
+                outcome.dir.display()
+            );
             if outcome.verdict.flat && outcome.complete {
                 ExitCode::SUCCESS
             } else {
@@ -410,6 +413,25 @@ fn soak(runtime: &tokio::runtime::Runtime, args: &jepsen::soak::SoakArgs) -> Exi
         }
         Err(e) => {
             eprintln!("soak failed: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// `soak-plot`: the verdict and the plot again from a soak directory.
+fn soak_plot(dir: &Path, tolerance_pct: f64) -> ExitCode {
+    match jepsen::soak::replot(dir, tolerance_pct) {
+        Ok(verdict) => {
+            print!("{}", verdict.table());
+            println!("plot: {}/soak.svg", dir.display());
+            if verdict.flat {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => {
+            eprintln!("{e:#}");
             ExitCode::from(2)
         }
     }
@@ -448,21 +470,7 @@ fn main() -> ExitCode {
         }
         Cmd::Check { history } => check_history(&history),
         Cmd::Soak(args) => soak(&runtime, &args),
-        Cmd::SoakPlot { dir, tolerance_pct } => match jepsen::soak::replot(&dir, tolerance_pct) {
-            Ok(verdict) => {
-                print!("{}", verdict.table());
-                println!("plot: {}/soak.svg", dir.display());
-                if verdict.flat {
-                    ExitCode::SUCCESS
-                } else {
-                    ExitCode::from(1)
-                }
-            }
-            Err(e) => {
-                eprintln!("{e:#}");
-                ExitCode::from(2)
-            }
-        },
+        Cmd::SoakPlot { dir, tolerance_pct } => soak_plot(&dir, tolerance_pct),
         Cmd::Run(common) => {
             let opts = match options(&common) {
                 Ok(o) => o,

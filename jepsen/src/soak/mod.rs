@@ -354,8 +354,8 @@ async fn soak(options: &SoakOptions, dir: &Path, run_id: &str) -> anyhow::Result
     workload.driver.stop().await;
     workload.members.stop().await;
     let first_delete = workload.driver.first_delete().map(|d| d.as_secs_f64());
-    soak.retention_end_s = first_delete
-        .map(|d| d + options.retention().map_or(0.0, |r| r.as_secs_f64()));
+    soak.retention_end_s =
+        first_delete.map(|d| d + options.retention().map_or(0.0, |r| r.as_secs_f64()));
     let last = soak.samples.last().map_or(0.0, |s| s.t_s);
     let to_s = soak.driver_done_s.unwrap_or(last);
     let verdict = verdict::judge(

@@ -198,12 +198,7 @@ fn draw_panel(area: &Area<'_>, panel: &Panel, soak: &Soak, x_max: f64) -> anyhow
 /// When the file cannot be written.
 pub fn draw(soak: &Soak, path: &Path, title: &str) -> anyhow::Result<()> {
     let err = |e: DrawingAreaErrorKind<std::io::Error>| anyhow!("drawing the plot: {e}");
-    let x_max = soak
-        .samples
-        .last()
-        .map_or(1.0, |s| s.t_s / 60.0)
-        .max(0.1)
-        * 1.02;
+    let x_max = soak.samples.last().map_or(1.0, |s| s.t_s / 60.0).max(0.1) * 1.02;
     let root = SVGBackend::new(path, (1200, 1560)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
     let root = root.titled(title, ("sans-serif", 22)).map_err(err)?;

@@ -304,8 +304,11 @@ mod tests {
     fn du_counts_allocated_blocks_below_a_directory() {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::create_dir_all(dir.path().join("snapshots")).expect("mkdir");
-        std::fs::write(dir.path().join("snapshots/current.snap"), vec![7u8; 100_000])
-            .expect("write");
+        std::fs::write(
+            dir.path().join("snapshots/current.snap"),
+            vec![7u8; 100_000],
+        )
+        .expect("write");
         assert!(du_bytes(dir.path()) >= 100_000);
         assert_eq!(snapshot_file_bytes(dir.path()), 100_000);
         assert_eq!(du_bytes(&dir.path().join("absent")), 0);

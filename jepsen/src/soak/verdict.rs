@@ -268,7 +268,10 @@ mod tests {
         let s = samples(|t| 1_000_000 + (t as u64) * 20_000);
         let v = judge(&s, 60.0, 600.0, 10.0);
         assert!(!v.flat, "{}", v.table());
-        assert!(v.rows.iter().all(|r| r.change_pct > 20.0 && r.slope_pct_per_hour > 100.0));
+        assert!(v
+            .rows
+            .iter()
+            .all(|r| r.change_pct > 20.0 && r.slope_pct_per_hour > 100.0));
         assert!(v.table().contains("NOT flat"));
     }
 

@@ -42,6 +42,8 @@
 //!   per supervisor member id), re-read on change; [`member_identity`]:
 //!   supervisor Pods proving their Pod name by Kubernetes TokenReview
 //!   (configured by [`config_identity`]).
+//! - [`fault`]: Jepsen-only fault injection, compiled in only by the
+//!   `fault-*` features and chosen at start-up by `OPENSHELL_FAULT`.
 //! - [`metrics`], [`http`]: Prometheus metrics, `/healthz`, `/readyz`, `/metrics`.
 //! - [`health`]: liveness (raft running) and readiness (caught up with the
 //!   leader, with hysteresis), evaluated continuously for the probes.
@@ -73,6 +75,7 @@ pub mod config_pool;
 pub mod config_statefulset;
 pub mod config_tls;
 pub mod convert;
+pub mod fault;
 pub mod health;
 pub mod http;
 pub mod hub;

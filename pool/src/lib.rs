@@ -24,6 +24,8 @@
 //!   checked against the invariants before it is returned.
 //! * [`hash`] — FNV-1a 64 and the consistent-hash ring.
 //! * [`coordinator`] — the leader-side proposer, driven by the gateway.
+//! * [`fault`] — the Jepsen-only skip-I4 switch (constant off unless built
+//!   with the `fault-skip-i4` feature and turned on at start-up).
 //! * [`invariants`] — I1–I6/I8 checks on one state and across steps.
 //! * [`visibility`] — what each attached supervisor incarnation may see
 //!   (its assignment view, when it is pushed, when its stream closes) and
@@ -65,6 +67,7 @@
 mod apply;
 pub mod command;
 pub mod coordinator;
+pub mod fault;
 pub mod hash;
 pub mod ids;
 pub mod invariants;

@@ -493,14 +493,14 @@ impl PoolState {
     pub fn owner_is_dead(&self, owner: &Owner) -> bool {
         match self.members.get(&owner.member) {
             None => false,
-            // FAULT INJECTION (Jepsen only, feature `fault-skip-i4`, never on
-            // by default): an active member whose heartbeat is older than half
+            // FAULT INJECTION (Jepsen only, `crate::fault`, never on by
+            // default): an active member whose heartbeat is older than half
             // the TTL is called dead, so the coordinator proposes takeovers of
             // briefly paused but live owners (which `apply_takeover`, with the
             // same feature, no longer refuses).
-            #[cfg(feature = "fault-skip-i4")]
             Some(m)
-                if m.incarnation == owner.incarnation
+                if crate::fault::skip_i4()
+                    && m.incarnation == owner.incarnation
                     && m.state == MemberState::Active
                     && self.now_tick.saturating_sub(m.last_heartbeat_tick)
                         > self.config.heartbeat_ttl_ticks / 2 =>

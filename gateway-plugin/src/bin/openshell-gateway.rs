@@ -471,6 +471,13 @@ fn run() -> anyhow::Result<()> {
             .with_writer(std::io::stderr)
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .init();
+        let faults = gateway_plugin::fault::enable_from_env()?;
+        if !faults.is_empty() {
+            tracing::warn!(
+                ?faults,
+                "JEPSEN FAULT INJECTION ON: this gateway is wrong on purpose"
+            );
+        }
     }
     let file = match &args.config {
         Some(path) => config::read_file(path)?,

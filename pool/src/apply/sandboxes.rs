@@ -232,12 +232,11 @@ impl PoolState {
         if !self.members.contains_key(&s.owner.member) {
             return Err(Reason::UnknownMember(s.owner.member.clone()));
         }
-        // FAULT INJECTION (Jepsen only, feature `fault-skip-i4`, never on by
+        // FAULT INJECTION (Jepsen only, `crate::fault`, never on by
         // default): the I4 check below is skipped, so a takeover of a live
         // owner is applied. jepsen/tests/t60_skip_i4_detected.rs proves the
         // pool checker reports it.
-        #[cfg(not(feature = "fault-skip-i4"))]
-        if !self.owner_takeover_eligible(&s.owner) {
+        if !crate::fault::skip_i4() && !self.owner_takeover_eligible(&s.owner) {
             return Err(Reason::OwnerAlive);
         }
         let old = (s.owner.member.clone(), s.owner.incarnation);

@@ -13,12 +13,12 @@
 
 use std::time::Duration;
 
+use prost::Message;
 use proto::cluster::cluster_admin_client::ClusterAdminClient;
 use proto::cluster::BackupRequest;
 use proto::gateway::LogSnapshot;
 use proto::pool_admin::{DeleteSandboxRequest, ListSandboxesRequest};
 use proto::pool_types::MemberState;
-use prost::Message;
 use testkit::gateway::Cluster;
 use testkit::supervisor::{
     create_sandbox, member, pool_admin, wait_pool, KillUnder, Supervisor, FAST_TIMING,
@@ -39,8 +39,7 @@ async fn pool_state(cluster: &Cluster) -> TestResult<pool::PoolState> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn deleted_sandboxes_and_departed_supervisors_are_collected_after_retention() -> TestResult
-{
+async fn deleted_sandboxes_and_departed_supervisors_are_collected_after_retention() -> TestResult {
     let mut flags = FAST_TIMING.to_vec();
     flags.extend(["--retention-ticks", RETENTION_TICKS]);
     let cluster = Cluster::start(1, &flags);
@@ -78,7 +77,11 @@ async fn deleted_sandboxes_and_departed_supervisors_are_collected_after_retentio
     eprintln!("--- step: s2 stops and leaves the pool");
     supervisors[1].signal("-TERM");
     let s2_gone = supervisors[1].wait_exit(Duration::from_secs(30)).await;
-    assert!(s2_gone.is_some(), "s2 did not stop: {}", supervisors[1].log());
+    assert!(
+        s2_gone.is_some(),
+        "s2 did not stop: {}",
+        supervisors[1].log()
+    );
 
     eprintln!("--- step: the records go once the retention passed");
     let status = wait_pool(

@@ -53,7 +53,9 @@ fn id() -> impl Strategy<Value = String> {
 
 fn raw_command() -> impl Strategy<Value = Command> {
     prop_oneof![
-        small_u64().prop_map(|t| Command::Tick(Tick { expected_now_tick: t })),
+        small_u64().prop_map(|t| Command::Tick(Tick {
+            expected_now_tick: t
+        })),
         (hostile_u64(), hostile_u64(), hostile_u64(), hostile_u64()).prop_map(|(a, b, c, d)| {
             Command::Configure(Configure {
                 heartbeat_ttl_ticks: a,
@@ -63,8 +65,14 @@ fn raw_command() -> impl Strategy<Value = Command> {
             })
         }),
         hostile_u64().prop_map(|t| Command::LeaderChanged(LeaderChanged { raft_term: t })),
-        (id(), hostile_u64(), any::<u32>(), hostile_u64(), hostile_u64()).prop_map(
-            |(m, inc, cap, pid, known)| {
+        (
+            id(),
+            hostile_u64(),
+            any::<u32>(),
+            hostile_u64(),
+            hostile_u64()
+        )
+            .prop_map(|(m, inc, cap, pid, known)| {
                 Command::Join(Join {
                     member: m.clone(),
                     uid: m.clone(),
@@ -74,8 +82,7 @@ fn raw_command() -> impl Strategy<Value = Command> {
                     process_id: pid,
                     known_incarnation: known,
                 })
-            }
-        ),
+            }),
         prop::collection::vec((id(), small_u64()), 0..4).prop_map(|b| {
             Command::Heartbeat(Heartbeat {
                 beats: b
@@ -384,9 +391,17 @@ fn record(r: Record) -> RecordEnvelope {
 }
 
 fn snapshot() -> impl Strategy<Value = Snapshot> {
-    let name = || prop::sample::select(vec!["a", "b", "s1", "s2", "op1", "l1", ""]).prop_map(str::to_string);
-    let meta = (small_u64(), small_u64(), small_u64(), small_u64(), small_u64()).prop_map(
-        |(now, ttl, rd, od, ret)| {
+    let name = || {
+        prop::sample::select(vec!["a", "b", "s1", "s2", "op1", "l1", ""]).prop_map(str::to_string)
+    };
+    let meta = (
+        small_u64(),
+        small_u64(),
+        small_u64(),
+        small_u64(),
+        small_u64(),
+    )
+        .prop_map(|(now, ttl, rd, od, ret)| {
             record(Record::Meta(MetaRecord {
                 now_tick: now,
                 raft_term: 1,
@@ -396,9 +411,15 @@ fn snapshot() -> impl Strategy<Value = Snapshot> {
                 retention_ticks: ret,
                 generation_floor: 0,
             }))
-        },
-    );
-    let member = (name(), small_u64(), 0u32..4, 0u32..4, 0i32..6, prop::option::of(small_u64()))
+        });
+    let member = (
+        name(),
+        small_u64(),
+        0u32..4,
+        0u32..4,
+        0i32..6,
+        prop::option::of(small_u64()),
+    )
         .prop_map(|(id, inc, cap, charged, state, down)| {
             record(Record::Member(MemberRecord {
                 id,
@@ -410,25 +431,43 @@ fn snapshot() -> impl Strategy<Value = Snapshot> {
                 ..MemberRecord::default()
             }))
         });
-    let sandbox = (name(), small_u64(), 0i32..8, name(), small_u64(), any::<bool>(), prop::option::of(small_u64()), name())
-        .prop_map(|(id, generation, phase, owner, term, ack, ended, launch_id)| {
-            record(Record::Sandbox(SandboxRecord {
-                id,
-                generation,
-                phase,
-                owner: Some(OwnerRecord {
-                    member: owner,
-                    incarnation: 1,
-                    term,
-                    credential_epoch: term,
-                    acknowledged: ack,
-                }),
-                launch_id,
-                ended_tick: ended,
-                ..SandboxRecord::default()
-            }))
-        });
-    let operation = (name(), prop::option::of(name()), 0i32..7, 0u32..10, prop::option::of(small_u64()), prop::option::of(small_u64()))
+    let sandbox = (
+        name(),
+        small_u64(),
+        0i32..8,
+        name(),
+        small_u64(),
+        any::<bool>(),
+        prop::option::of(small_u64()),
+        name(),
+    )
+        .prop_map(
+            |(id, generation, phase, owner, term, ack, ended, launch_id)| {
+                record(Record::Sandbox(SandboxRecord {
+                    id,
+                    generation,
+                    phase,
+                    owner: Some(OwnerRecord {
+                        member: owner,
+                        incarnation: 1,
+                        term,
+                        credential_epoch: term,
+                        acknowledged: ack,
+                    }),
+                    launch_id,
+                    ended_tick: ended,
+                    ..SandboxRecord::default()
+                }))
+            },
+        );
+    let operation = (
+        name(),
+        prop::option::of(name()),
+        0i32..7,
+        0u32..10,
+        prop::option::of(small_u64()),
+        prop::option::of(small_u64()),
+    )
         .prop_map(|(id, drain, phase, p, deadline, finished)| {
             record(Record::Operation(OperationRecord {
                 id,
@@ -440,7 +479,13 @@ fn snapshot() -> impl Strategy<Value = Snapshot> {
                 ..OperationRecord::default()
             }))
         });
-    let launch = (name(), name(), prop::option::of(small_u64()), prop::option::of(name()), prop::option::of(small_u64()))
+    let launch = (
+        name(),
+        name(),
+        prop::option::of(small_u64()),
+        prop::option::of(name()),
+        prop::option::of(small_u64()),
+    )
         .prop_map(|(launch_id, sandbox, generation, refused, ended)| {
             record(Record::Launch(LaunchRecord {
                 launch_id,

@@ -257,7 +257,7 @@ pub async fn pool_status(cluster: &Cluster) -> TestResult<SupervisorPoolStatus> 
         match pool_admin(node).await {
             Ok(mut c) => match c
                 .get_supervisor_pool_status(
-                    node.request(GetSupervisorPoolStatusRequest { stale: false }),
+                    node.request(GetSupervisorPoolStatusRequest { stale: false, ..Default::default() }),
                 )
                 .await
             {

@@ -29,6 +29,7 @@
 //! snapshot_chunk_bytes = 1048576
 //! write_timeout_ms = 5000
 //! max_snapshot_bytes = 1073741824
+//! max_message_bytes = 67108864
 //!
 //! [openshell.gateway.supervisor_pool]
 //! tick_interval_ms = 250
@@ -115,6 +116,9 @@ pub struct RaftSection {
     /// Largest snapshot received from a leader, bytes (1 MiB..=64 GiB,
     /// default 1 GiB); a chunk ending past it is refused.
     pub max_snapshot_bytes: Option<u64>,
+    /// Largest raft message sent or received, bytes (256 KiB..=64 MiB,
+    /// default 64 MiB); larger append batches are split.
+    pub max_message_bytes: Option<u64>,
 }
 
 /// `[openshell.gateway.supervisor_pool]`.
@@ -335,7 +339,8 @@ impl GatewaySection {
                 logs_to_keep,
                 snapshot_chunk_bytes,
                 write_timeout_ms,
-                max_snapshot_bytes
+                max_snapshot_bytes,
+                max_message_bytes
             );
         }
         self.raft = Some(raft);
@@ -604,6 +609,13 @@ fn validate_raft(node: &mut NodeConfig, raft: RaftSection) -> Result<(), ConfigE
         1024 * 1024,
         64 * 1024 * 1024 * 1024,
     )?;
+    node.max_message_bytes = in_range(
+        "openshell.gateway.raft.max_message_bytes",
+        raft.max_message_bytes
+            .unwrap_or(raft_store::codec::MAX_MESSAGE_BYTES as u64),
+        raft_store::codec::MIN_MESSAGE_BYTES as u64,
+        raft_store::codec::MAX_MESSAGE_BYTES as u64,
+    )? as usize;
     Ok(())
 }
 

@@ -46,7 +46,9 @@ async fn a_state_over_64_mib_is_saved_in_chunks_and_restored_whole() -> TestResu
         for id in batch {
             let (addr, id) = (source.clone(), id.clone());
             let value = format!("{id}:{}", "x".repeat(PAYLOAD - id.len() - 1));
-            calls.push(tokio::spawn(async move { put_at(&addr, &id, &value).await.map_err(|e| e.to_string()) }));
+            calls.push(tokio::spawn(async move {
+                put_at(&addr, &id, &value).await.map_err(|e| e.to_string())
+            }));
         }
         for call in calls {
             call.await??;
@@ -64,14 +66,21 @@ async fn a_state_over_64_mib_is_saved_in_chunks_and_restored_whole() -> TestResu
         assert_eq!(code, 0, "backup save: {out} {err}");
         let after = digest(cluster.get(1)).await?;
         let (header, state) = proto::backup::read(&file)?;
-        assert!(header.bytes > 64 * 1024 * 1024, "state of {} bytes", header.bytes);
+        assert!(
+            header.bytes > 64 * 1024 * 1024,
+            "state of {} bytes",
+            header.bytes
+        );
         assert_eq!(state.len() as u64, header.bytes);
         drop(state);
         // A tick between the reads moves the index: take it again.
         if before == after && before.0 == header.index {
             break (header, (before.1, before.2));
         }
-        assert!(attempts < 5, "the source never held still: {before:?} {after:?}");
+        assert!(
+            attempts < 5,
+            "the source never held still: {before:?} {after:?}"
+        );
     };
     assert_eq!(
         source_digest,
@@ -83,9 +92,17 @@ async fn a_state_over_64_mib_is_saved_in_chunks_and_restored_whole() -> TestResu
     let root = tempfile::tempdir()?;
     let mut restored = Gateway::new(1, root.path(), vec!["--config".into(), config.clone()]);
     let mut cmd = Command::new(gateway_bin());
-    cmd.args(["restore", "--from", &file_arg, "--node-id", "1", "--cluster-id", "test"])
-        .args(["--advertise", &restored.addr, "--data-dir"])
-        .arg(&restored.data_dir);
+    cmd.args([
+        "restore",
+        "--from",
+        &file_arg,
+        "--node-id",
+        "1",
+        "--cluster-id",
+        "test",
+    ])
+    .args(["--advertise", &restored.addr, "--data-dir"])
+    .arg(&restored.data_dir);
     let (code, err) = run_to_end(cmd);
     assert_eq!(code, 0, "restore: {err}");
     restored.start();
@@ -117,7 +134,11 @@ async fn a_state_over_64_mib_is_saved_in_chunks_and_restored_whole() -> TestResu
             Ok(get(&restored, &ids[i], true).await?.ok_or("absent")?)
         })
         .await;
-        assert!(got.starts_with(&format!("{}:", ids[i])) && got.len() == PAYLOAD, "{}", ids[i]);
+        assert!(
+            got.starts_with(&format!("{}:", ids[i])) && got.len() == PAYLOAD,
+            "{}",
+            ids[i]
+        );
     }
     Ok(())
 }

@@ -14,10 +14,10 @@ use std::sync::Arc;
 
 use futures::{Stream, StreamExt};
 use proto::cluster::{
-    AddLearnerRequest, BackupChunk, BackupReply, BackupRequest, ClusterStatus as PbStatus, InitializeRequest,
-    MembershipReply, PromoteRequest, RemoveRequest, StateDigestReply, StateDigestRequest,
-    StatusRequest, TransferLeaderReply, TransferLeaderRequest, TriggerSnapshotReply,
-    TriggerSnapshotRequest,
+    AddLearnerRequest, BackupChunk, BackupReply, BackupRequest, ClusterStatus as PbStatus,
+    InitializeRequest, MembershipReply, PromoteRequest, RemoveRequest, StateDigestReply,
+    StateDigestRequest, StatusRequest, TransferLeaderReply, TransferLeaderRequest,
+    TriggerSnapshotReply, TriggerSnapshotRequest,
 };
 use raft_store::{AdminError, RaftNode};
 use tonic::{Request, Response, Status};
@@ -412,7 +412,10 @@ impl ClusterAdminService {
             crc32: header.crc32,
             data: Vec::new(),
         };
-        Ok(Response::new(Box::pin(backup_chunks(first, Arc::new(state)))))
+        Ok(Response::new(Box::pin(backup_chunks(
+            first,
+            Arc::new(state),
+        ))))
     }
 }
 

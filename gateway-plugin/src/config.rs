@@ -56,7 +56,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use raft_store::NodeConfig;
+use raft_store::{codec, NodeConfig};
 use serde::Deserialize;
 
 pub use crate::config_tls::{GatewayTls, TlsSection};
@@ -116,8 +116,7 @@ pub struct RaftSection {
     /// Largest snapshot received from a leader, bytes (1 MiB..=64 GiB,
     /// default 1 GiB); a chunk ending past it is refused.
     pub max_snapshot_bytes: Option<u64>,
-    /// Largest raft message sent or received, bytes (256 KiB..=64 MiB,
-    /// default 64 MiB); larger append batches are split.
+    /// Largest raft message, bytes (256 KiB..=64 MiB, default 64 MiB).
     pub max_message_bytes: Option<u64>,
 }
 
@@ -609,13 +608,10 @@ fn validate_raft(node: &mut NodeConfig, raft: RaftSection) -> Result<(), ConfigE
         1024 * 1024,
         64 * 1024 * 1024 * 1024,
     )?;
-    node.max_message_bytes = in_range(
-        "openshell.gateway.raft.max_message_bytes",
-        raft.max_message_bytes
-            .unwrap_or(raft_store::codec::MAX_MESSAGE_BYTES as u64),
-        raft_store::codec::MIN_MESSAGE_BYTES as u64,
-        raft_store::codec::MAX_MESSAGE_BYTES as u64,
-    )? as usize;
+    let lo = codec::MIN_MESSAGE_BYTES as u64;
+    let hi = codec::MAX_MESSAGE_BYTES as u64;
+    let key = "openshell.gateway.raft.max_message_bytes";
+    node.max_message_bytes = in_range(key, raft.max_message_bytes.unwrap_or(hi), lo, hi)? as usize;
     Ok(())
 }
 

@@ -13,7 +13,9 @@
 use std::time::Duration;
 
 use proto::pool_admin::{CreateSandboxRequest, GetSandboxRequest};
-use proto::supervisor_host::{gateway_message, supervisor_message, SandboxReport, SupervisorMessage};
+use proto::supervisor_host::{
+    gateway_message, supervisor_message, SandboxReport, SupervisorMessage,
+};
 use testkit::gateway::*;
 use testkit::member::{attach, hello, spawn_pinger, term_ack};
 use testkit::supervisor::pool_admin;
@@ -85,7 +87,10 @@ async fn an_oversized_report_status_is_dropped_and_the_stream_stays_open() -> Te
     };
 
     eprintln!("--- step: report `before`");
-    attached.tx.send(report("sb-r", generation, term, "before")).await?;
+    attached
+        .tx
+        .send(report("sb-r", generation, term, "before"))
+        .await?;
     eventually("`before` observed", || async {
         let status = observed().await?;
         if status.contains("before") {
@@ -98,7 +103,10 @@ async fn an_oversized_report_status_is_dropped_and_the_stream_stays_open() -> Te
 
     eprintln!("--- step: report 2048 bytes, then `after`");
     let big = "y".repeat(2048);
-    attached.tx.send(report("sb-r", generation, term, &big)).await?;
+    attached
+        .tx
+        .send(report("sb-r", generation, term, &big))
+        .await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let status = observed().await?;
     assert!(
@@ -106,7 +114,10 @@ async fn an_oversized_report_status_is_dropped_and_the_stream_stays_open() -> Te
         "the oversized status was proposed and observed ({} bytes)",
         status.len()
     );
-    attached.tx.send(report("sb-r", generation, term, "after")).await?;
+    attached
+        .tx
+        .send(report("sb-r", generation, term, "after"))
+        .await?;
     eventually("`after` observed on the same stream", || async {
         let status = observed().await?;
         if status.contains("after") {

@@ -94,7 +94,12 @@ async fn a_catch_up_batch_over_the_message_limit_is_split_and_converges() -> Tes
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(
-        get(cluster.get(follower), &format!("big-{:03}", OBJECTS - 1), true).await?,
+        get(
+            cluster.get(follower),
+            &format!("big-{:03}", OBJECTS - 1),
+            true
+        )
+        .await?,
         Some(value)
     );
     Ok(())

@@ -42,7 +42,9 @@ pub fn decode(token: &str) -> Result<Option<String>, PageTokenError> {
         token: token.chars().take(64).collect(),
         reason,
     };
-    let hex_key = token.strip_prefix(PREFIX).ok_or_else(|| bad("unknown version"))?;
+    let hex_key = token
+        .strip_prefix(PREFIX)
+        .ok_or_else(|| bad("unknown version"))?;
     if hex_key.len() > 2 * MAX_KEY_BYTES {
         return Err(bad("too long"));
     }

@@ -15,7 +15,11 @@ use crate::{BackupCommand, CliError, Gateway, Output};
 pub async fn backup(gw: &Gateway, output: Output, command: BackupCommand) -> Result<(), CliError> {
     let BackupCommand::Save { file } = command;
     let mut stream = gw
-        .call(|c| async move { ClusterAdminClient::new(c).backup_stream(BackupRequest {}).await })
+        .call(|c| async move {
+            ClusterAdminClient::new(c)
+                .backup_stream(BackupRequest {})
+                .await
+        })
         .await?
         .into_inner();
     let local = |e: proto::backup::BackupError| CliError::Local(e.to_string());

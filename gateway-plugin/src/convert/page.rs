@@ -121,7 +121,10 @@ pub fn pool_status(
         let (items, rest) = keyset(state.members(), start, left);
         left -= items.len();
         more |= rest;
-        last = items.last().map(|(id, _)| format!("{MEMBERS}{id}")).or(last);
+        last = items
+            .last()
+            .map(|(id, _)| format!("{MEMBERS}{id}"))
+            .or(last);
         status.members = items
             .into_iter()
             .map(|(_, m)| member(state, m))

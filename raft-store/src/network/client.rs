@@ -526,7 +526,9 @@ impl PeerClient {
             // limit is lower): `append_within_limit` picks the hint.
             Err(status) if matches!(rpc, Rpc::AppendEntries) && too_large_code(status.code()) => {
                 tracing::debug!(target_node = self.target, %status, "append-entries refused as too large");
-                return Err(RPCError::PayloadTooLarge(PayloadTooLarge::new_entries_hint(1)));
+                return Err(RPCError::PayloadTooLarge(
+                    PayloadTooLarge::new_entries_hint(1),
+                ));
             }
             Err(status) => return Err(RPCError::Network(NetworkError::new(&status))),
         };
@@ -616,7 +618,10 @@ pub fn entries_hint(entries: usize, encoded: usize, limit: usize) -> u64 {
 
 /// Whether a gRPC status code means a message over a size limit.
 fn too_large_code(code: tonic::Code) -> bool {
-    matches!(code, tonic::Code::OutOfRange | tonic::Code::ResourceExhausted)
+    matches!(
+        code,
+        tonic::Code::OutOfRange | tonic::Code::ResourceExhausted
+    )
 }
 
 impl RaftNetwork<TypeConfig> for PeerClient {

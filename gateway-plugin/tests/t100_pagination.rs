@@ -28,7 +28,15 @@ const SANDBOXES: usize = 1200;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twelve_hundred_sandboxes_list_over_pages_as_the_whole_set() -> TestResult {
     // No sandbox driver: the records are what is listed, no runtime starts.
-    let cluster = Cluster::start(1, &["--sandbox-driver", "none"]);
+    // A long heartbeat TTL: the member stays eligible on a loaded machine.
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("gateway.toml");
+    std::fs::write(
+        &config,
+        "[openshell.gateway.supervisor_pool]\nheartbeat_ttl_ms = 60000\n",
+    )?;
+    let config = config.display().to_string();
+    let cluster = Cluster::start(1, &["--sandbox-driver", "none", "--config", &config]);
     cluster.wait_leader("a leader").await;
     let node = cluster.get(1);
     let _member = ScriptedMember::start(
@@ -44,7 +52,7 @@ async fn twelve_hundred_sandboxes_list_over_pages_as_the_whole_set() -> TestResu
             .get_supervisor_pool_status(GetSupervisorPoolStatusRequest::default())
             .await?
             .into_inner();
-        if status.member_count == 1 {
+        if status.member_count == 1 && status.members.iter().all(|m| m.eligible) {
             Ok(())
         } else {
             Err("no member yet".into())
@@ -52,21 +60,34 @@ async fn twelve_hundred_sandboxes_list_over_pages_as_the_whole_set() -> TestResu
     })
     .await;
 
-    eprintln!("--- step: create {SANDBOXES} sandboxes (16 at a time)");
+    eprintln!("--- step: create {SANDBOXES} sandboxes (8 at a time)");
     let ids: Vec<String> = (0..SANDBOXES).map(|i| format!("sb-{i:05}")).collect();
-    for batch in ids.chunks(16) {
+    for batch in ids.chunks(8) {
         let mut calls = Vec::new();
         for id in batch {
             let mut client = pool_admin(node).await?;
             let id = id.clone();
             calls.push(tokio::spawn(async move {
-                client
-                    .create_sandbox(CreateSandboxRequest {
-                        sandbox_id: id,
-                        material_ref: "demo".into(),
-                        ..Default::default()
-                    })
-                    .await
+                // A member overdue for a moment under load has no slot and
+                // the launch is refused (a tombstone of its launch id):
+                // retry under a new launch id.
+                let mut tries = 0;
+                loop {
+                    let created = client
+                        .create_sandbox(CreateSandboxRequest {
+                            sandbox_id: id.clone(),
+                            launch_id: format!("{id}-{tries}"),
+                            material_ref: "demo".into(),
+                        })
+                        .await;
+                    tries += 1;
+                    match created {
+                        Err(s) if tries < 300 && s.code() == tonic::Code::ResourceExhausted => {
+                            tokio::time::sleep(Duration::from_millis(200)).await
+                        }
+                        other => return other,
+                    }
+                }
             }));
         }
         for call in calls {

@@ -32,7 +32,7 @@ async fn a_state_over_64_mib_is_saved_in_chunks_and_restored_whole() -> TestResu
     let config = scratch.path().join("gateway.toml");
     std::fs::write(
         &config,
-        "[openshell.gateway.supervisor_pool]\ntick_interval_ms = 10000\n",
+        "[openshell.gateway.supervisor_pool]\ntick_interval_ms = 10000\nheartbeat_ttl_ms = 60000\n",
     )?;
     let config = config.display().to_string();
     let cluster = Cluster::start(1, &["--config", &config]);

@@ -225,7 +225,10 @@ impl Shared {
                 Err(s) => Outcome::Fail(value.clone(), short(&s)),
             },
             Call::Status => match pool
-                .get_supervisor_pool_status(GetSupervisorPoolStatusRequest { stale: false })
+                .get_supervisor_pool_status(GetSupervisorPoolStatusRequest {
+                    stale: false,
+                    ..Default::default()
+                })
                 .await
             {
                 Ok(r) => {

@@ -197,6 +197,38 @@ async fn final_membership(cluster: &Cluster) -> Option<serde_json::Value> {
     })
 }
 
+/// With the `power-cut` nemesis, mounts every node's data directory on its
+/// own lazyfs; returns whether it did.
+fn mount_disks(
+    options: &RunOptions,
+    cluster: &mut Cluster,
+    dir: &std::path::Path,
+) -> anyhow::Result<bool> {
+    if !options.faults.contains(&Fault::PowerCut) {
+        return Ok(false);
+    }
+    let bin = options.power.bin(&options.gateway_bin);
+    cluster.disks = Some(Disks::mount(dir, &cluster.nodes, &bin)?);
+    Ok(true)
+}
+
+/// The run's nemesis, with the power-cut settings and their counters.
+fn nemesis(
+    options: &RunOptions,
+    cluster: &Arc<Cluster>,
+    history: &Recorder,
+    power_stats: &Arc<PowerStats>,
+) -> Nemesis {
+    Nemesis::new(
+        cluster.clone(),
+        history.clone(),
+        StdRng::seed_from_u64(options.seed),
+        options.faults.clone(),
+        options.schedule,
+    )
+    .with_power(options.power.clone(), power_stats.clone())
+}
+
 async fn run_inner(
     options: &RunOptions,
     dir: &std::path::Path,
@@ -219,11 +251,7 @@ async fn run_inner(
         members: workload.member_ids(),
     };
     let mut cluster = Cluster::create(run_id, options.nodes, dir, gateway).await?;
-    let power_cut = options.faults.contains(&Fault::PowerCut);
-    if power_cut {
-        let bin = options.power.bin(&options.gateway_bin);
-        cluster.disks = Some(Disks::mount(dir, &cluster.nodes, &bin)?);
-    }
+    let power_cut = mount_disks(options, &mut cluster, dir)?;
     workload.prepare(&mut cluster)?;
     let cluster = Arc::new(cluster);
     cluster.start_all()?;
@@ -241,14 +269,7 @@ async fn run_inner(
     let until = started + options.duration;
     let mut running = workload.start(cluster.clone(), history.clone(), options.seed)?;
     let power_stats = Arc::new(PowerStats::default());
-    let mut nemesis = Nemesis::new(
-        cluster.clone(),
-        history.clone(),
-        StdRng::seed_from_u64(options.seed),
-        options.faults.clone(),
-        options.schedule,
-    )
-    .with_power(options.power.clone(), power_stats.clone());
+    let mut nemesis = nemesis(options, &cluster, &history, &power_stats);
     nemesis.run(until).await;
     // `--power-cuts N` ends the run after N cuts; otherwise it runs its time.
     if !(power_cut && options.power.cuts.is_some()) {

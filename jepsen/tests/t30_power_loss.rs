@@ -42,7 +42,11 @@ async fn power_cuts(name: &str, nodes: CutNodes, seed: u64) {
         power["refused"], power["rejoined"],
         "every node that refused its disk was rejoined: {power}"
     );
-    for f in ["\"f\":\"power-cut\"", "\"f\":\"restart\"", "\"type\":\"ok\""] {
+    for f in [
+        "\"f\":\"power-cut\"",
+        "\"f\":\"restart\"",
+        "\"type\":\"ok\"",
+    ] {
         assert!(history.contains(f), "history has no {f} event");
     }
     let acked = ["write", "cas"]

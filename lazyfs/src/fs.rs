@@ -203,7 +203,10 @@ impl Table {
             .collect();
         for (p, ino) in moved {
             self.by_path.remove(&p);
-            let rest = p.strip_prefix(from).map(Path::to_path_buf).unwrap_or_default();
+            let rest = p
+                .strip_prefix(from)
+                .map(Path::to_path_buf)
+                .unwrap_or_default();
             let new = if rest.as_os_str().is_empty() {
                 to.to_path_buf()
             } else {

@@ -89,7 +89,11 @@ fn unsynced_data_is_lost_and_synced_data_survives_a_cut() {
         )
     };
     assert_eq!(rc, 0, "sync_file_range");
-    assert_eq!(read(&mnt.join("unsynced")), b"volatile", "reads see the cache");
+    assert_eq!(
+        read(&mnt.join("unsynced")),
+        b"volatile",
+        "reads see the cache"
+    );
     assert_eq!(read(&mnt.join("tail")), b"head+tail");
     assert_eq!(
         std::fs::read(dir.path().join("backing/unsynced")).unwrap(),
@@ -134,7 +138,11 @@ fn truncate_and_writes_past_eof_survive_only_when_synced() {
     f.set_len(3).unwrap();
     assert_eq!(read(&mnt.join("t")), b"012");
     f.set_len(5).unwrap();
-    assert_eq!(read(&mnt.join("t")), b"012\0\0", "grown after a shrink reads zeros");
+    assert_eq!(
+        read(&mnt.join("t")),
+        b"012\0\0",
+        "grown after a shrink reads zeros"
+    );
     drop(f);
 
     eprintln!("--- step: a write past EOF, synced");
@@ -147,7 +155,11 @@ fn truncate_and_writes_past_eof_survive_only_when_synced() {
     eprintln!("--- step: cut, remount");
     m.cut().unwrap();
     m.remount().unwrap();
-    assert_eq!(read(&mnt.join("t")), b"0123456789", "the truncate was not synced");
+    assert_eq!(
+        read(&mnt.join("t")),
+        b"0123456789",
+        "the truncate was not synced"
+    );
     assert_eq!(read(&mnt.join("sparse")), b"ab\0\0\0\0z");
 
     eprintln!("--- step: the shrink and grow synced this time");

@@ -139,7 +139,8 @@ impl Nemesis {
             stats.refused.fetch_add(1, Ordering::Relaxed);
         }
         node.kill9();
-        let via = (1..=self.n()).find(|i| *i != k && cluster.node(*i).is_ok_and(|n| n.is_running()));
+        let via =
+            (1..=self.n()).find(|i| *i != k && cluster.node(*i).is_ok_and(|n| n.is_running()));
         if let Some(Ok(v)) = via.map(|v| cluster.node(v)) {
             match v.admin().remove(RemoveRequest { id: k as u64 }).await {
                 Ok(_) => self.note("remove", format!("n{k} (refused after a power cut)")),

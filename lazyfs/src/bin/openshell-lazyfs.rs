@@ -41,8 +41,12 @@ fn main() -> anyhow::Result<()> {
     ];
     // Block the stop signals in every thread; the main thread waits for them.
     let signals = block_stop_signals()?;
-    let session = fuser::spawn_mount(lazyfs::fs::LazyFs::new(backing.clone()), &args.mountpoint, &config)
-        .map_err(|e| anyhow::anyhow!("mounting {}: {e}", args.mountpoint.display()))?;
+    let session = fuser::spawn_mount(
+        lazyfs::fs::LazyFs::new(backing.clone()),
+        &args.mountpoint,
+        &config,
+    )
+    .map_err(|e| anyhow::anyhow!("mounting {}: {e}", args.mountpoint.display()))?;
     tracing::info!(backing = %backing.display(), mountpoint = %args.mountpoint.display(), "mounted");
     let mut sig: libc::c_int = 0;
     // SAFETY: `signals` is an initialised set; `sig` is written by the call.

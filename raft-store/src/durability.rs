@@ -85,15 +85,11 @@ impl Durability {
                     let _enter = span.enter();
                     let captured = watermark.current();
                     // Blob files first: the database file points at them.
-                    let flushed = db.flush().map_err(io::Error::other);
-                    // The Jepsen power-loss proof's fault: sled's flush only.
-                    let result = if cfg!(feature = "fault-skip-fdatasync") {
-                        flushed.map(drop)
-                    } else {
-                        flushed
-                            .and_then(|_| sync_blobs(&raft_dir, &mut synced_blobs))
-                            .and_then(|()| db_file.sync_data())
-                    };
+                    let result = db
+                        .flush()
+                        .map_err(io::Error::other)
+                        .and_then(|_| sync_blobs(&raft_dir, &mut synced_blobs))
+                        .and_then(|()| db_file.sync_data());
                     for done in batch {
                         done(match &result {
                             Ok(()) => Ok(()),

@@ -359,6 +359,30 @@ mod tests {
         (dir, log)
     }
 
+    /// Start-up's `forget_leadership` turns a committed vote into a plain
+    /// vote for the same term and leader, durably; a plain vote stays.
+    #[tokio::test]
+    async fn a_committed_vote_is_forgotten_as_leadership_but_kept_as_a_vote() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        {
+            let (_dir, mut log) = open(tmp.path());
+            log.save_vote(&Vote::new_committed(7, 1))
+                .await
+                .expect("save vote");
+            log.forget_leadership().expect("forget leadership");
+        }
+        let (_dir, mut log) = open(tmp.path());
+        assert_eq!(
+            log.read_vote().await.expect("read vote"),
+            Some(Vote::new(7, 1))
+        );
+        log.forget_leadership().expect("again");
+        assert_eq!(
+            log.read_vote().await.expect("read vote"),
+            Some(Vote::new(7, 1))
+        );
+    }
+
     /// Every meta record written through openraft's storage API reads back
     /// the same after a restart, through the path start-up uses
     /// (`LogStore::new`) as well as openraft's (`read_vote`,

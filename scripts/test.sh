@@ -22,12 +22,12 @@ fi
 
 cargo test --workspace
 
-# Proofs that the checkers bite: a gateway built with the fault-stale-reads
-# feature must be reported non-linearizable, one built with
-# fault-shared-resource-version must be reported giving two writes one
-# resource version (the register workload's own-version cas mode), one built
-# with fault-skip-i4 must be reported violating I4 (each builds a gateway into
-# target/jepsen-fault; the later builds recompile only our crates).
+# Proofs that the checkers bite: a gateway with the stale-reads fault on
+# must be reported non-linearizable, one with shared-resource-version must be
+# reported giving two writes one resource version (the register workload's
+# own-version cas mode), one with skip-i4 must be reported violating I4. The
+# three share one gateway built with every fault-* feature into
+# target/jepsen-fault; each turns on only its own fault (OPENSHELL_FAULT).
 # `--workspace`, not `-p jepsen`: the same feature resolution as the command
 # above, so nothing is compiled twice.
 cargo test --workspace --test t50_stale_reads_detected --test t55_shared_versions_detected --test t60_skip_i4_detected -- --ignored

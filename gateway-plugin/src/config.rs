@@ -36,6 +36,7 @@
 //! recovery_deadline_ms = 60000
 //! operation_deadline_ms = 600000
 //! status_interval_ms = 250
+//! retention_ticks = 14400                # finished records kept this many ticks (config_pool)
 //! member_credentials_file = "/etc/openshell/member-credentials"
 //! # supervisor_token = "..."   # deprecated: any supervisor holding it joins as any member
 //! ```
@@ -58,6 +59,7 @@ use std::time::Duration;
 use raft_store::NodeConfig;
 use serde::Deserialize;
 
+pub use crate::config_pool::SupervisorPoolSection;
 pub use crate::config_tls::{GatewayTls, TlsSection};
 
 /// A configuration value that is missing, malformed or out of range.
@@ -115,60 +117,6 @@ pub struct RaftSection {
     /// Largest snapshot received from a leader, bytes (1 MiB..=64 GiB,
     /// default 1 GiB); a chunk ending past it is refused.
     pub max_snapshot_bytes: Option<u64>,
-}
-
-/// `[openshell.gateway.supervisor_pool]`.
-#[derive(Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SupervisorPoolSection {
-    /// The leader appends a `Tick` this often, ms (10..=10000, default 250).
-    pub tick_interval_ms: Option<u64>,
-    /// A member expires after this long without a heartbeat, ms (>= 2 ticks, <= 600000, default 2000).
-    pub heartbeat_ttl_ms: Option<u64>,
-    /// A sandbox without an active supervisor fails after this long, ms (>= 1 tick, <= 86400000, default 60000).
-    pub recovery_deadline_ms: Option<u64>,
-    /// A maintenance operation fails after this long, ms (>= 1 tick, <= 86400000, default 600000).
-    pub operation_deadline_ms: Option<u64>,
-    /// Supervisors send HostStatus this often, ms (10..=10000, default: tick_interval_ms).
-    pub status_interval_ms: Option<u64>,
-    /// DEPRECATED: one credential shared by every supervisor, which lets
-    /// any of them join as any member id; use `member_credentials_file`.
-    /// When both are set, a member listed in the file must present its own
-    /// credential and the shared one admits only unlisted member ids.
-    pub supervisor_token: Option<String>,
-    /// File of `member_id credential` lines (format:
-    /// [`crate::member_credentials`]); re-read when it changes.
-    pub member_credentials_file: Option<PathBuf>,
-    /// `none` or `kubernetes` ([`crate::config_identity`]).
-    pub member_identity: Option<String>,
-    /// Audience of supervisor tokens (default `openshell-gateway`).
-    pub member_identity_audience: Option<String>,
-    /// `<namespace>:<name>`: only this ServiceAccount's tokens are members.
-    pub member_identity_service_account: Option<String>,
-}
-
-impl std::fmt::Debug for SupervisorPoolSection {
-    /// Prints every field but the secrets, which show as `<redacted>`.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SupervisorPoolSection")
-            .field("tick_interval_ms", &self.tick_interval_ms)
-            .field("heartbeat_ttl_ms", &self.heartbeat_ttl_ms)
-            .field("recovery_deadline_ms", &self.recovery_deadline_ms)
-            .field("operation_deadline_ms", &self.operation_deadline_ms)
-            .field("status_interval_ms", &self.status_interval_ms)
-            .field(
-                "supervisor_token",
-                &proto::secret::redact_opt(&self.supervisor_token),
-            )
-            .field("member_credentials_file", &self.member_credentials_file)
-            .field("member_identity", &self.member_identity)
-            .field("member_identity_audience", &self.member_identity_audience)
-            .field(
-                "member_identity_service_account",
-                &self.member_identity_service_account,
-            )
-            .finish()
-    }
 }
 
 /// `[openshell.gateway.auth]`.
@@ -350,6 +298,7 @@ impl GatewaySection {
                 recovery_deadline_ms,
                 operation_deadline_ms,
                 status_interval_ms,
+                retention_ticks,
                 supervisor_token,
                 member_credentials_file,
                 member_identity,
@@ -396,7 +345,7 @@ pub struct GatewayConfig {
     pub autopilot: Option<crate::config_statefulset::AutopilotConfig>,
 }
 
-fn in_range(key: &'static str, value: u64, lo: u64, hi: u64) -> Result<u64, ConfigError> {
+pub(crate) fn in_range(key: &'static str, value: u64, lo: u64, hi: u64) -> Result<u64, ConfigError> {
     if (lo..=hi).contains(&value) {
         Ok(value)
     } else {
@@ -478,7 +427,7 @@ impl GatewaySection {
         let launcher = driver_section.validate_launcher(&data_dir)?;
         let mut node = NodeConfig::new(node_id, &advertise, data_dir, &cluster_id);
         validate_raft(&mut node, self.raft.unwrap_or_default())?;
-        let pool = validate_pool(self.supervisor_pool.unwrap_or_default())?;
+        let pool = crate::config_pool::validate_pool(self.supervisor_pool.unwrap_or_default())?;
         let (signer, insecure_signing_key) =
             load_signer(self.signing_key_file.as_deref(), &cluster_id)?;
         let http_listen = match &self.http_listen_addr {
@@ -634,60 +583,6 @@ fn load_signer(
             true,
         )),
     }
-}
-
-fn validate_pool(section: SupervisorPoolSection) -> Result<crate::hub::PoolSettings, ConfigError> {
-    let (supervisor_token, member_credentials) = crate::member_credentials::from_section(&section)?;
-    let tick = in_range(
-        "openshell.gateway.supervisor_pool.tick_interval_ms",
-        section.tick_interval_ms.unwrap_or(250),
-        10,
-        10_000,
-    )?;
-    let ticks = |ms: u64| ms.div_ceil(tick);
-    let ttl = in_range(
-        "openshell.gateway.supervisor_pool.heartbeat_ttl_ms",
-        section.heartbeat_ttl_ms.unwrap_or(2000),
-        2 * tick,
-        600_000,
-    )?;
-    let recovery = in_range(
-        "openshell.gateway.supervisor_pool.recovery_deadline_ms",
-        section.recovery_deadline_ms.unwrap_or(60_000),
-        tick,
-        86_400_000,
-    )?;
-    let operation = in_range(
-        "openshell.gateway.supervisor_pool.operation_deadline_ms",
-        section.operation_deadline_ms.unwrap_or(600_000),
-        tick,
-        86_400_000,
-    )?;
-    let status = in_range(
-        "openshell.gateway.supervisor_pool.status_interval_ms",
-        section.status_interval_ms.unwrap_or(tick),
-        10,
-        10_000,
-    )?;
-    if status * 2 > ttl {
-        return Err(ConfigError::Invalid {
-            key: "openshell.gateway.supervisor_pool.status_interval_ms",
-            value: status.to_string(),
-            problem: format!(
-                "must be at most half of heartbeat_ttl_ms ({ttl}), or live supervisors would expire between two statuses"
-            ),
-        });
-    }
-    Ok(crate::hub::PoolSettings {
-        tick_interval: Duration::from_millis(tick),
-        heartbeat_ttl_ticks: ticks(ttl),
-        recovery_deadline_ticks: ticks(recovery),
-        operation_deadline_ticks: ticks(operation),
-        status_interval: Duration::from_millis(status),
-        supervisor_token,
-        member_credentials,
-        member_identity: crate::config_identity::validate(&section)?,
-    })
 }
 
 #[cfg(test)]

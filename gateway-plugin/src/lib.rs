@@ -6,7 +6,8 @@
 //!
 //! # Layout
 //! - [`config`]: the gateway configuration (TOML file, flags, environment) and
-//!   its validation; [`config_check`] is `--check-config` (validate, start
+//!   its validation ([`config_pool`]: the `supervisor_pool` section, timing
+//!   and retention); [`config_check`] is `--check-config` (validate, start
 //!   nothing).
 //! - [`state`]: [`state::GatewayState`], the state machine the raft log drives:
 //!   the object store and the supervisor pool in one log, plus the journal of
@@ -41,6 +42,8 @@
 //!   per supervisor member id), re-read on change; [`member_identity`]:
 //!   supervisor Pods proving their Pod name by Kubernetes TokenReview
 //!   (configured by [`config_identity`]).
+//! - [`fault`]: Jepsen-only fault injection, compiled in only by the
+//!   `fault-*` features and chosen at start-up by `OPENSHELL_FAULT`.
 //! - [`metrics`], [`http`]: Prometheus metrics, `/healthz`, `/readyz`, `/metrics`.
 //! - [`health`]: liveness (raft running) and readiness (caught up with the
 //!   leader, with hysteresis), evaluated continuously for the probes.
@@ -68,9 +71,11 @@ pub mod config;
 pub mod config_check;
 pub mod config_driver;
 pub mod config_identity;
+pub mod config_pool;
 pub mod config_statefulset;
 pub mod config_tls;
 pub mod convert;
+pub mod fault;
 pub mod health;
 pub mod http;
 pub mod hub;

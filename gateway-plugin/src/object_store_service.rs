@@ -113,11 +113,10 @@ impl ObjectStore for ObjectStoreService {
     async fn get(&self, request: Request<GetRequest>) -> Result<Response<GetResponse>, Status> {
         self.allow(&request, Role::Viewer)?;
         let request = request.into_inner();
-        // Jepsen fault injection (feature `fault-stale-reads`, never on by
-        // default): every read is served from local state without read-index.
-        #[cfg(feature = "fault-stale-reads")]
+        // Jepsen fault injection (`crate::fault`, never on by default):
+        // every read is served from local state without read-index.
         let request = GetRequest {
-            stale: true,
+            stale: request.stale || crate::fault::stale_reads(),
             ..request
         };
         status::check_id("type", &request.r#type)?;
@@ -149,10 +148,9 @@ impl ObjectStore for ObjectStoreService {
     async fn list(&self, request: Request<ListRequest>) -> Result<Response<ListResponse>, Status> {
         self.allow(&request, Role::Viewer)?;
         let request = request.into_inner();
-        // Jepsen fault injection (feature `fault-stale-reads`), as in `get`.
-        #[cfg(feature = "fault-stale-reads")]
+        // Jepsen fault injection (`crate::fault`), as in `get`.
         let request = ListRequest {
-            stale: true,
+            stale: request.stale || crate::fault::stale_reads(),
             ..request
         };
         let list = |state: &GatewayState, index: u64| {

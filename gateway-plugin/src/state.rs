@@ -79,7 +79,7 @@ impl StateMachine for GatewayState {
             }
             Some(log_command::Command::Pool(bytes)) => pool::Command::decode(&bytes)
                 .map_err(|e| InvalidCommand::new(format!("not a pool command: {e}")))?
-                .check_ids()
+                .validate()
                 .map_err(|e| InvalidCommand::new(e.to_string())),
             None => Err(InvalidCommand::new("log command is empty")),
         }

@@ -54,6 +54,10 @@ pub enum DecodeError {
     /// Two records of a snapshot table had the same key.
     #[error("duplicate key {0} in snapshot")]
     DuplicateKey(String),
+    /// The snapshot decoded but its state breaks an invariant: it is
+    /// refused, never installed.
+    #[error("snapshot refused: {0}")]
+    Invariant(crate::invariants::InvariantViolation),
 }
 
 impl From<prost::DecodeError> for DecodeError {
@@ -73,7 +77,8 @@ pub struct Tick {
     pub expected_now_tick: u64,
 }
 
-/// Sets the tick-counted timeouts. Each must be > 0.
+/// Sets the tick-counted timeouts. Each must be > 0 (apply refuses 0) and
+/// at most [`crate::MAX_CONFIG_TICKS`] (checked before proposing).
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, prost::Message)]
 pub struct Configure {
     /// A member expires when `now - last_heartbeat > heartbeat_ttl_ticks`.
@@ -85,6 +90,12 @@ pub struct Configure {
     /// Ticks a running maintenance operation may take.
     #[prost(uint64, tag = "3")]
     pub operation_deadline_ticks: u64,
+    /// Ticks a finished record is kept before garbage collection; 0 (every
+    /// `Configure` written before retention existed) leaves the current
+    /// retention unchanged, which is [`crate::DEFAULT_RETENTION_TICKS`]
+    /// unless a `Configure` set it, so old logs replay to the same state.
+    #[prost(uint64, tag = "4")]
+    pub retention_ticks: u64,
 }
 
 /// The first command a new leader proposes: every non-expired member gets a

@@ -180,7 +180,7 @@ fn plan_operation(state: &PoolState, op: &Operation, pending_moves: u32, out: &m
         }));
         return;
     }
-    let in_flight = state.moves_in_flight(&op.id) + pending_moves;
+    let in_flight = state.moves_in_flight(&op.id).saturating_add(pending_moves);
     let mut slots = op.max_parallel.saturating_sub(in_flight) as usize;
     let mv = |s: &Sandbox, to: Option<String>| {
         Command::Move(Move {

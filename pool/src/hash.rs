@@ -90,6 +90,12 @@ impl Ring {
         self.points.sort();
     }
 
+    /// Removes a member's virtual nodes (garbage collection of a departed
+    /// member).
+    pub fn remove(&mut self, member: &str) {
+        self.points.retain(|(_, m)| m != member);
+    }
+
     /// Number of points on the ring.
     pub fn len(&self) -> usize {
         self.points.len()

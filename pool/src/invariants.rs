@@ -28,10 +28,70 @@ impl PoolState {
     /// # Errors
     /// The first violation found.
     pub fn check_invariants(&self) -> Result<(), InvariantViolation> {
+        self.check_bounds()?;
+        self.check_finish_ticks()?;
         let charged = self.check_sandboxes()?;
         self.check_charges(&charged)?;
         self.check_launches()?;
         self.check_operations()
+    }
+
+    /// Ranges apply relies on (a restored snapshot could hold anything):
+    /// config values within 1..=`MAX_CONFIG_TICKS`, counters at most
+    /// `MAX_COUNTER`, so no `now + value` or `+ 1` in apply can overflow.
+    fn check_bounds(&self) -> Result<(), InvariantViolation> {
+        let c = self.config;
+        for (name, v) in [
+            ("heartbeat_ttl_ticks", c.heartbeat_ttl_ticks),
+            ("recovery_deadline_ticks", c.recovery_deadline_ticks),
+            ("operation_deadline_ticks", c.operation_deadline_ticks),
+            ("retention_ticks", c.retention_ticks),
+        ] {
+            if !(1..=MAX_CONFIG_TICKS).contains(&v) {
+                return fail("state", format!("config {name} = {v} out of range"));
+            }
+        }
+        let mut counters = vec![
+            ("now_tick", self.now_tick),
+            ("generation_floor", self.generation_floor),
+        ];
+        for m in self.members.values() {
+            counters.push(("member incarnation", m.incarnation));
+        }
+        for s in self.sandboxes.values() {
+            counters.push(("generation", s.generation));
+            counters.push(("term", s.owner.term));
+            counters.push(("credential_epoch", s.owner.credential_epoch));
+        }
+        match counters.into_iter().find(|(_, v)| *v > MAX_COUNTER) {
+            Some((name, v)) => fail("state", format!("{name} {v} above {MAX_COUNTER}")),
+            None => Ok(()),
+        }
+    }
+
+    /// Garbage collection's bookkeeping: a terminal sandbox, a finished
+    /// operation and a departed member carry the tick they finished; a live
+    /// one does not (sandbox, operation).
+    fn check_finish_ticks(&self) -> Result<(), InvariantViolation> {
+        for s in self.sandboxes.values() {
+            let terminal = matches!(s.phase, Phase::Deleted | Phase::Failed);
+            if terminal != s.ended_tick.is_some() {
+                return fail("state", format!("{}: {:?} with ended_tick {:?}", s.id, s.phase, s.ended_tick));
+            }
+        }
+        for o in self.operations.values() {
+            let finished = o.phase > OperationPhase::Running;
+            if finished != o.finished_tick.is_some() {
+                return fail("state", format!("{}: {:?} with finished_tick {:?}", o.id, o.phase, o.finished_tick));
+            }
+        }
+        for m in self.members.values() {
+            let departed = matches!(m.state, MemberState::Leaving | MemberState::Expired);
+            if departed && m.down_since_tick.is_none() {
+                return fail("state", format!("{}: departed without a departure tick", m.id));
+            }
+        }
+        Ok(())
     }
 
     /// I1, I3, I4, I5 per sandbox record; returns how many charged sandboxes
@@ -130,6 +190,7 @@ impl PoolState {
             if let LaunchOutcome::Admitted {
                 sandbox,
                 generation,
+                ..
             } = l
             {
                 match self.sandboxes.get(sandbox) {
@@ -227,6 +288,7 @@ pub struct InvariantTracker {
     sandboxes: BTreeMap<String, SandboxSeen>,
     members: BTreeMap<String, (u64, MemberState)>,
     now_tick: u64,
+    generation_floor: u64,
 }
 
 impl InvariantTracker {
@@ -245,6 +307,7 @@ impl InvariantTracker {
 
     fn remember(&mut self, state: &PoolState) {
         self.now_tick = state.now_tick;
+        self.generation_floor = state.generation_floor;
         self.members = state
             .members
             .values()
@@ -292,8 +355,23 @@ impl InvariantTracker {
                 }
             }
         }
+        if state.generation_floor < self.generation_floor {
+            return fail("I1", "generation floor went back".to_string());
+        }
+        for s in state.sandboxes.values() {
+            if !self.sandboxes.contains_key(&s.id) && s.generation <= self.generation_floor {
+                return fail("I1", format!("{}: generation {} reused", s.id, s.generation));
+            }
+        }
         for (id, prev) in &self.sandboxes {
             let Some(s) = state.sandboxes.get(id) else {
+                // Only garbage collection (in a Tick) removes a record, and
+                // only a terminal one.
+                let collected = matches!(cmd, Command::Tick(_))
+                    && matches!(prev.phase, Phase::Deleted | Phase::Failed);
+                if collected {
+                    continue;
+                }
                 return fail("I8", format!("{id}: sandbox record vanished"));
             };
             if s.generation < prev.generation {

@@ -16,9 +16,16 @@
 //!   and its read helpers (`observed_status`, `assignment`, `status`).
 //! * `apply`: `PoolState::apply`, one exhaustive match, one `apply_<variant>`
 //!   per command.
-//! * [`snapshot`] — table-tagged snapshot encoding.
+//! * [`validate`] — proposal-time bounds of every command field
+//!   ([`Command::validate`]).
+//! * `apply::gc`: the garbage collection every `Tick` runs (records
+//!   finished `retention_ticks` ago, at most [`GC_BATCH`] per tick).
+//! * [`snapshot`] — table-tagged snapshot encoding; a decoded snapshot is
+//!   checked against the invariants before it is returned.
 //! * [`hash`] — FNV-1a 64 and the consistent-hash ring.
 //! * [`coordinator`] — the leader-side proposer, driven by the gateway.
+//! * [`fault`] — the Jepsen-only skip-I4 switch (constant off unless built
+//!   with the `fault-skip-i4` feature and turned on at start-up).
 //! * [`invariants`] — I1–I6/I8 checks on one state and across steps.
 //! * [`visibility`] — what each attached supervisor incarnation may see
 //!   (its assignment view, when it is pushed, when its stream closes) and
@@ -60,12 +67,14 @@
 mod apply;
 pub mod command;
 pub mod coordinator;
+pub mod fault;
 pub mod hash;
 pub mod ids;
 pub mod invariants;
 pub mod outcome;
 pub mod snapshot;
 pub mod state;
+pub mod validate;
 pub mod visibility;
 
 pub use command::*;
@@ -73,3 +82,4 @@ pub use coordinator::{plan, Coordinator, CoordinatorConfig};
 pub use invariants::{InvariantTracker, InvariantViolation};
 pub use outcome::*;
 pub use state::*;
+pub use validate::InvalidCommand;

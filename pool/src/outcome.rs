@@ -166,6 +166,37 @@ pub enum Reason {
     InvalidFailureReason(String),
 }
 
+/// The records one tick's garbage collection removed (at most
+/// [`crate::GC_BATCH`] in all), each list in key order.
+#[derive(serde::Serialize, serde::Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Collected {
+    /// Launch ids (refused tombstones, admitted records of ended
+    /// generations).
+    #[serde(default)]
+    pub launches: Vec<String>,
+    /// Sandbox ids whose (deleted or failed) record was removed.
+    #[serde(default)]
+    pub sandboxes: Vec<String>,
+    /// Operation ids.
+    #[serde(default)]
+    pub operations: Vec<String>,
+    /// Departed member ids.
+    #[serde(default)]
+    pub members: Vec<String>,
+}
+
+impl Collected {
+    /// True if nothing was removed.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// How many records were removed.
+    pub fn len(&self) -> usize {
+        self.launches.len() + self.sandboxes.len() + self.operations.len() + self.members.len()
+    }
+}
+
 /// Why a heartbeat entry of a batch was skipped.
 #[derive(serde::Serialize, serde::Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct SkippedBeat {
@@ -203,6 +234,10 @@ pub enum Effect {
     Ticked {
         /// The new tick.
         now_tick: u64,
+        /// What garbage collection removed in this tick (absent in the
+        /// JSON when nothing; results written before GC read as nothing).
+        #[serde(default, skip_serializing_if = "Collected::is_empty")]
+        collected: Collected,
     },
     /// Config stored.
     Configured,

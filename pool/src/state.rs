@@ -11,7 +11,24 @@ pub const DEFAULT_HEARTBEAT_TTL_TICKS: u64 = 10;
 pub const DEFAULT_RECOVERY_DEADLINE_TICKS: u64 = 60;
 /// Default operation deadline in ticks.
 pub const DEFAULT_OPERATION_DEADLINE_TICKS: u64 = 600;
-/// Largest allowed `max_parallel`.
+/// Default retention: how many ticks a finished record (deleted or failed
+/// sandbox, launch outcome, departed member, finished operation) is kept
+/// before the garbage collector in `Tick` removes it. 14,400 ticks is one
+/// hour at the default 250 ms tick.
+pub const DEFAULT_RETENTION_TICKS: u64 = 14_400;
+/// Most records one `Tick` removes (the rest wait for the next ticks), so a
+/// tick's apply stays short however much became collectible at once.
+pub const GC_BATCH: usize = 256;
+/// Largest value of any `Configure` field, in ticks (2^40: 348 years at a
+/// 10 ms tick). With `now_tick` at most [`MAX_COUNTER`], `now_tick + value`
+/// cannot overflow a u64.
+pub const MAX_CONFIG_TICKS: u64 = 1 << 40;
+/// Largest counter (tick, generation, term, credential epoch, incarnation)
+/// a restored snapshot may hold and a legacy `Join` may name (2^62: a
+/// million increments a second for 146,000 years). Apply saturates above
+/// it rather than overflow; a snapshot beyond it is refused.
+pub const MAX_COUNTER: u64 = 1 << 62;
+/// Largest `max_parallel`.
 pub const MAX_PARALLEL_LIMIT: u32 = 8;
 /// The failure recorded when recovery does not finish in time.
 pub const SUPERVISOR_RECOVERY_FAILED: &str = "SupervisorRecoveryFailed";
@@ -31,6 +48,8 @@ pub struct Config {
     pub recovery_deadline_ticks: u64,
     /// Ticks a running operation may take.
     pub operation_deadline_ticks: u64,
+    /// Ticks a finished record is kept before garbage collection.
+    pub retention_ticks: u64,
 }
 
 impl Default for Config {
@@ -39,6 +58,7 @@ impl Default for Config {
             heartbeat_ttl_ticks: DEFAULT_HEARTBEAT_TTL_TICKS,
             recovery_deadline_ticks: DEFAULT_RECOVERY_DEADLINE_TICKS,
             operation_deadline_ticks: DEFAULT_OPERATION_DEADLINE_TICKS,
+            retention_ticks: DEFAULT_RETENTION_TICKS,
         }
     }
 }
@@ -56,8 +76,10 @@ pub enum MemberState {
     Expired,
 }
 
-/// A supervisor pool member. The record is never removed, so an owner's
-/// member record can always be checked (I4 never acts on absence).
+/// A supervisor pool member. The record is removed only by garbage
+/// collection, once it departed (leaving or expired) a retention ago and no
+/// sandbox or operation names it, so an owner's member record can always be
+/// checked (I4 never acts on absence).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Member {
     /// Member id.
@@ -214,6 +236,9 @@ pub struct Sandbox {
     /// recorded it (kept after the generation ends, so the launcher knows
     /// what to delete; a new generation starts without one).
     pub runtime: Option<Runtime>,
+    /// The tick it became terminal (deleted or failed; the first of the
+    /// two): garbage collection removes the record a retention later.
+    pub ended_tick: Option<u64>,
 }
 
 /// Maintenance operation kind.
@@ -266,6 +291,10 @@ pub struct Operation {
     pub deadline_tick: Option<u64>,
     /// Log index that created it (queue order).
     pub created_index: u64,
+    /// The tick it finished (succeeded, failed or cancelled): garbage
+    /// collection removes it a retention later (a succeeded drain only
+    /// once its member is no longer held draining).
+    pub finished_tick: Option<u64>,
 }
 
 /// The recorded outcome of a launch id.
@@ -277,6 +306,10 @@ pub enum LaunchOutcome {
         sandbox: String,
         /// Generation.
         generation: u64,
+        /// The tick the generation ended (deleted or failed): the record
+        /// is collected a retention later, and the launch id may then be
+        /// admitted again.
+        ended_tick: Option<u64>,
     },
     /// Refused; tombstone (no sandbox, charge or material, I5).
     Refused {
@@ -284,6 +317,9 @@ pub enum LaunchOutcome {
         sandbox: String,
         /// Why (display text of the reason).
         reason: String,
+        /// The tick it was refused: the tombstone is collected a retention
+        /// later, and the launch id may then be admitted.
+        tick: u64,
     },
 }
 
@@ -304,6 +340,10 @@ pub struct PoolState {
     pub(crate) operations: BTreeMap<String, Operation>,
     /// Launch outcomes by launch id.
     pub(crate) launches: BTreeMap<String, LaunchOutcome>,
+    /// The highest generation of any sandbox record garbage collection
+    /// removed: a sandbox id with no record starts above it, so a
+    /// generation number (and the grants naming it) is never reused.
+    pub(crate) generation_floor: u64,
     /// Derived from `members`; never serialized.
     pub(crate) ring: Ring,
 }
@@ -372,6 +412,7 @@ impl PoolState {
             sandboxes: BTreeMap::new(),
             operations: BTreeMap::new(),
             launches: BTreeMap::new(),
+            generation_floor: 0,
             ring: Ring::default(),
         }
     }
@@ -411,6 +452,12 @@ impl PoolState {
         &self.launches
     }
 
+    /// The highest generation garbage collection removed (0: none); a
+    /// sandbox id without a record is launched above it.
+    pub fn generation_floor(&self) -> u64 {
+        self.generation_floor
+    }
+
     /// One member.
     pub fn member(&self, id: &str) -> Option<&Member> {
         self.members.get(id)
@@ -446,14 +493,14 @@ impl PoolState {
     pub fn owner_is_dead(&self, owner: &Owner) -> bool {
         match self.members.get(&owner.member) {
             None => false,
-            // FAULT INJECTION (Jepsen only, feature `fault-skip-i4`, never on
-            // by default): an active member whose heartbeat is older than half
+            // FAULT INJECTION (Jepsen only, `crate::fault`, never on by
+            // default): an active member whose heartbeat is older than half
             // the TTL is called dead, so the coordinator proposes takeovers of
             // briefly paused but live owners (which `apply_takeover`, with the
             // same feature, no longer refuses).
-            #[cfg(feature = "fault-skip-i4")]
             Some(m)
-                if m.incarnation == owner.incarnation
+                if crate::fault::skip_i4()
+                    && m.incarnation == owner.incarnation
                     && m.state == MemberState::Active
                     && self.now_tick.saturating_sub(m.last_heartbeat_tick)
                         > self.config.heartbeat_ttl_ticks / 2 =>
@@ -482,7 +529,7 @@ impl PoolState {
             return None;
         }
         let down = self.members.get(&s.owner.member)?.down_since_tick?;
-        Some(down + self.config.recovery_deadline_ticks)
+        Some(down.saturating_add(self.config.recovery_deadline_ticks))
     }
 
     /// Places `(sandbox, generation)` on the ring: the first member for which
@@ -578,7 +625,8 @@ impl PoolState {
     pub fn status(&self) -> PoolStatus {
         let mut by_phase = BTreeMap::new();
         for s in self.sandboxes.values() {
-            *by_phase.entry(s.phase).or_insert(0) += 1;
+            let n = by_phase.entry(s.phase).or_insert(0u64);
+            *n = n.saturating_add(1);
         }
         PoolStatus {
             now_tick: self.now_tick,

@@ -31,7 +31,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::command::Command;
-use crate::outcome::Outcome;
+use crate::outcome::{Effect, Outcome};
 use crate::state::{MemberState, Phase, PoolState, Runtime, Sandbox};
 
 /// One sandbox as its owner incarnation is shown it (the gateway signs a
@@ -394,10 +394,14 @@ pub fn plan_pushes(
 /// Which sandboxes an applied command may have changed, as far as views go.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Touch {
-    /// No sandbox (time, heartbeats, member records, reports, config).
+    /// No sandbox (time without garbage collected, heartbeats, member
+    /// records, reports, config).
     Nothing,
     /// This one sandbox.
     Sandbox(String),
+    /// These sandboxes (the records a tick's garbage collection removed:
+    /// a released view shrinks when they go).
+    Sandboxes(Vec<String>),
     /// Any sandbox (operations start, end and move members in and out of
     /// service).
     Unknown,
@@ -413,8 +417,13 @@ fn touched_by(command: &Command, outcome: &Outcome) -> Touch {
         return Touch::Nothing;
     }
     match command {
-        Command::Tick(_)
-        | Command::Configure(_)
+        Command::Tick(_) => match outcome {
+            Outcome::Applied(Effect::Ticked { collected, .. }) if !collected.sandboxes.is_empty() => {
+                Touch::Sandboxes(collected.sandboxes.clone())
+            }
+            _ => Touch::Nothing,
+        },
+        Command::Configure(_)
         | Command::LeaderChanged(_)
         | Command::Join(_)
         | Command::Heartbeat(_)
@@ -502,6 +511,7 @@ impl ChangeLog {
                 Touch::Sandbox(id) => {
                     sandboxes.insert(id.clone());
                 }
+                Touch::Sandboxes(ids) => sandboxes.extend(ids.iter().cloned()),
                 Touch::Unknown => return Changes::Unknown,
             }
         }
@@ -606,6 +616,51 @@ mod tests {
             view: push.view.clone(),
             index: plan.index,
         }
+    }
+
+    /// Given a deleted sandbox in its owner's released list, when a tick's
+    /// garbage collection removes the record, then the owner's next view
+    /// (planned from the journal, and in full) no longer lists it.
+    #[test]
+    fn released_views_shrink_when_garbage_collection_removes_deleted_sandboxes() {
+        let mut pool = Pool::new();
+        let configured = pool.apply(Command::Configure(crate::command::Configure {
+            heartbeat_ttl_ticks: 100,
+            recovery_deadline_ticks: 100,
+            operation_deadline_ticks: 100,
+            retention_ticks: 3,
+        }));
+        assert!(!configured.is_rejected(), "{configured:?}");
+        let (member, incarnation) = pool.launch("s1");
+        let (_, _) = pool.launch("s2");
+        pool.apply(Command::Delete(Delete {
+            sandbox: "s1".into(),
+            generation: 1,
+        }));
+        let before = shown(&pool.plan_full(&[viewer(&member, incarnation, None)]), &member);
+        assert!(before.view.released.contains_key("s1"), "{:?}", before.view);
+        for _ in 0..3 {
+            let now = pool.state.now_tick();
+            pool.apply(Command::Tick(Tick {
+                expected_now_tick: now,
+            }));
+        }
+        assert!(pool.state.sandbox("s1").is_none(), "collected");
+        let changes = pool.log.since(before.index);
+        assert!(
+            matches!(&changes, Changes::Since { sandboxes, .. } if sandboxes.contains("s1")),
+            "{changes:?}"
+        );
+        let plan = plan_pushes(
+            &pool.state,
+            pool.index,
+            &[viewer(&member, incarnation, Some(&before))],
+            &changes,
+        );
+        let after = shown(&plan, &member);
+        assert!(after.view.released.is_empty(), "{:?}", after.view);
+        let full = shown(&pool.plan_full(&[viewer(&member, incarnation, None)]), &member);
+        assert_eq!(full.view, after.view);
     }
 
     #[test]

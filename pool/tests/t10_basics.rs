@@ -141,7 +141,8 @@ fn bad_input_rejected_with_typed_reason() {
         h.rejected(Command::Configure(Configure {
             heartbeat_ttl_ticks: 0,
             recovery_deadline_ticks: 1,
-            operation_deadline_ticks: 1
+            operation_deadline_ticks: 1,
+            retention_ticks: 0,
         })),
         Reason::InvalidConfig("heartbeat_ttl_ticks".into())
     );
@@ -243,6 +244,7 @@ fn command_wire_round_trip() {
             heartbeat_ttl_ticks: 1,
             recovery_deadline_ticks: 2,
             operation_deadline_ticks: 3,
+            retention_ticks: 0,
         }),
         Command::LeaderChanged(LeaderChanged { raft_term: 9 }),
         join("a", 1, 2),
@@ -408,7 +410,7 @@ fn snapshot_round_trip_launches() {
     ));
     for (id, l) in h.st.launches() {
         assert_eq!(
-            launch_from_record(launch_to_record(id, l)).unwrap(),
+            launch_from_record(launch_to_record(id, l), 0).unwrap(),
             (id.clone(), l.clone())
         );
     }

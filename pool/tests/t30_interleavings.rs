@@ -158,6 +158,7 @@ fn run(actions: Vec<Action>) {
         heartbeat_ttl_ticks: 3,
         recovery_deadline_ticks: 6,
         operation_deadline_ticks: 25,
+        retention_ticks: 0,
     }));
     let mut readers: Vec<PoolState> = vec![PoolState::new(); READERS];
     let mut incarnations = [0u64; MEMBERS];

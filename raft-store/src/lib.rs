@@ -13,6 +13,8 @@
 //!   command and reply, and [`Applied`], the outcome of a write.
 //! - [`error`]: typed errors of each boundary, and the [`InvalidCommand`] /
 //!   [`SnapshotError`] a state machine reports.
+//! - [`fault`]: the Jepsen-only fault switch (off unless built with the
+//!   `fault-shared-resource-version` feature and turned on at start-up).
 //! - [`codec`]: the versioned binary encoding of log entries, votes and raft
 //!   RPC bodies (a wire format: see `docs/storage.md`), and the largest
 //!   message a replica sends.
@@ -73,6 +75,7 @@ pub mod config;
 pub mod db;
 pub mod durability;
 pub mod error;
+pub mod fault;
 pub mod leadership;
 pub mod local_status;
 pub mod log_store;

@@ -290,12 +290,12 @@ impl Objects {
     }
 
     /// The version an applied write at log `index` takes: the next
-    /// revision. (With the `fault-shared-resource-version` feature, the
+    /// revision. (With the shared-resource-version fault on (`crate::fault`), the
     /// earlier, wrong rule: the log index, shared by every write of a batched
     /// entry; only for proving the Jepsen version-CAS checker catches it.)
     fn write_version(&mut self, index: u64) -> u64 {
         let revision = self.next_revision();
-        if cfg!(feature = "fault-shared-resource-version") {
+        if crate::fault::shared_resource_version() {
             index
         } else {
             revision

@@ -33,6 +33,35 @@ pub fn workspace_root() -> PathBuf {
         .unwrap_or_else(|| panic!("no workspace above {}", env!("CARGO_MANIFEST_DIR")))
 }
 
+/// A `cargo` command (the one running the tests, `$CARGO`) without the
+/// variables cargo sets for the running test's own package
+/// (`CARGO_MANIFEST_DIR`, `CARGO_PKG_NAME`, ...). Build scripts declare some
+/// of them with `rerun-if-env-changed` (ring's does), so a nested build that
+/// inherited them would see them "changed" and rebuild ring and everything
+/// above it: about a minute per test crate.
+pub fn cargo() -> Command {
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    for (name, _) in std::env::vars_os() {
+        let Some(name) = name.to_str() else { continue };
+        if PACKAGE_VARS.iter().any(|p| name.starts_with(p)) {
+            cmd.env_remove(name);
+        }
+    }
+    cmd
+}
+
+/// Prefixes of the variables cargo sets for a package's tests and build.
+const PACKAGE_VARS: &[&str] = &[
+    "CARGO_MANIFEST_",
+    "CARGO_PKG_",
+    "CARGO_CRATE_",
+    "CARGO_BIN_",
+    "CARGO_PRIMARY_PACKAGE",
+    "CARGO_TARGET_TMPDIR",
+    "CARGO_CFG_",
+    "OUT_DIR",
+];
+
 /// The workspace binary `name` (e.g. `openshell-gateway`), built up to date
 /// once per test process.
 pub fn workspace_bin(name: &str) -> PathBuf {
@@ -42,8 +71,7 @@ pub fn workspace_bin(name: &str) -> PathBuf {
         let target = dir
             .parent()
             .unwrap_or_else(|| panic!("no target dir above {}", dir.display()));
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut cmd = Command::new(cargo);
+        let mut cmd = cargo();
         cmd.current_dir(workspace_root())
             .args(["build", "--workspace", "--bins", "--target-dir"])
             .arg(target);

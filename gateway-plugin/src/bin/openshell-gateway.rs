@@ -129,6 +129,11 @@ struct Args {
     /// A sandbox without an active supervisor fails after this long, in ms.
     #[arg(long)]
     recovery_deadline_ms: Option<u64>,
+    /// Finished pool records (deleted sandboxes, launch outcomes, departed
+    /// supervisors, finished operations) are removed this many ticks after
+    /// they finished (default 14400: one hour at 250 ms ticks).
+    #[arg(long)]
+    retention_ticks: Option<u64>,
     /// File with the cluster signing key (64 hex characters); the same on
     /// every gateway. Required unless --insecure (which then uses an
     /// insecure development key).
@@ -422,6 +427,7 @@ fn flag_section(args: Args) -> anyhow::Result<GatewaySection> {
             tick_interval_ms: args.tick_interval_ms,
             heartbeat_ttl_ms: args.heartbeat_ttl_ms,
             recovery_deadline_ms: args.recovery_deadline_ms,
+            retention_ticks: args.retention_ticks,
             supervisor_token: match &args.supervisor_token_file {
                 Some(file) => Some(proto::secret::read_secret_file(
                     "--supervisor-token-file",
@@ -465,6 +471,13 @@ fn run() -> anyhow::Result<()> {
             .with_writer(std::io::stderr)
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .init();
+        let faults = gateway_plugin::fault::enable_from_env()?;
+        if !faults.is_empty() {
+            tracing::warn!(
+                ?faults,
+                "JEPSEN FAULT INJECTION ON: this gateway is wrong on purpose"
+            );
+        }
     }
     let file = match &args.config {
         Some(path) => config::read_file(path)?,

@@ -70,7 +70,8 @@ impl Hub {
                 let config = state.pool.config();
                 let configured = config.heartbeat_ttl_ticks == wanted.heartbeat_ttl_ticks
                     && config.recovery_deadline_ticks == wanted.recovery_deadline_ticks
-                    && config.operation_deadline_ticks == wanted.operation_deadline_ticks;
+                    && config.operation_deadline_ticks == wanted.operation_deadline_ticks
+                    && config.retention_ticks == wanted.retention_ticks;
                 (coordinator.step(&state.pool), configured)
             });
             if !configured && state_has_raft_term(&self.node, term) {

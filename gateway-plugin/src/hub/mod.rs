@@ -50,6 +50,9 @@ pub struct PoolSettings {
     pub recovery_deadline_ticks: u64,
     /// A maintenance operation fails after this many ticks.
     pub operation_deadline_ticks: u64,
+    /// Finished pool records are garbage-collected this many ticks after
+    /// they finished (`retention_ticks`).
+    pub retention_ticks: u64,
     /// Supervisors send `HostStatus` this often.
     pub status_interval: Duration,
     /// DEPRECATED shared credential: any supervisor holding it may join as
@@ -71,6 +74,7 @@ impl std::fmt::Debug for PoolSettings {
             .field("heartbeat_ttl_ticks", &self.heartbeat_ttl_ticks)
             .field("recovery_deadline_ticks", &self.recovery_deadline_ticks)
             .field("operation_deadline_ticks", &self.operation_deadline_ticks)
+            .field("retention_ticks", &self.retention_ticks)
             .field("status_interval", &self.status_interval)
             .field(
                 "supervisor_token",
@@ -89,6 +93,7 @@ impl Default for PoolSettings {
             heartbeat_ttl_ticks: 8,
             recovery_deadline_ticks: 240,
             operation_deadline_ticks: 2400,
+            retention_ticks: pool::DEFAULT_RETENTION_TICKS,
             status_interval: Duration::from_millis(250),
             supervisor_token: None,
             member_credentials: None,
@@ -104,6 +109,7 @@ impl PoolSettings {
             heartbeat_ttl_ticks: self.heartbeat_ttl_ticks,
             recovery_deadline_ticks: self.recovery_deadline_ticks,
             operation_deadline_ticks: self.operation_deadline_ticks,
+            retention_ticks: self.retention_ticks,
         }
     }
 }

@@ -13,16 +13,18 @@ use jepsen::workload::{CasMode, MemberKind, PoolOptions, RegisterOptions};
 pub use testkit::bins::{gateway_bin, profile_dir, workspace_root as workspace};
 pub use testkit::{is_root, skip_without_root};
 
-/// `openshell-gateway` built with the fault-injection `feature` (one of
-/// gateway-plugin's `fault-*` features) into `target/jepsen-fault`, a target
-/// dir of its own: the build never waits for the lock of the `cargo test`
-/// that runs us and never replaces the correct gateway. Every fault build
-/// shares that dir (the dependencies compile once); each result is copied
-/// out as `target/jepsen-fault/openshell-gateway-<feature>` under a file lock,
-/// so two tests building different features never hand each other's binary.
+/// The fault gateway for one checker proof: builds, once, a gateway with
+/// every `fault-*` feature into `target/jepsen-fault` (the three proofs share
+/// the build), and returns a launcher script that starts it with
+/// `OPENSHELL_FAULT` naming only `feature`'s fault (`fault-stale-reads` ->
+/// `stale-reads`), so each proof runs with its own fault alone.
 pub fn build_fault_gateway(feature: &str) -> PathBuf {
     use std::os::fd::AsRawFd;
+    use std::os::unix::fs::PermissionsExt;
 
+    let fault = feature
+        .strip_prefix("fault-")
+        .unwrap_or_else(|| panic!("{feature}: not a fault-* feature"));
     let target = workspace().join("target").join("jepsen-fault");
     std::fs::create_dir_all(&target)
         .unwrap_or_else(|e| panic!("creating {}: {e}", target.display()));
@@ -33,8 +35,7 @@ pub fn build_fault_gateway(feature: &str) -> PathBuf {
     let rc = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) };
     assert_eq!(rc, 0, "flock {}", lock_path.display());
 
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
+    let status = testkit::bins::cargo()
         .current_dir(workspace())
         .args([
             "build",
@@ -43,23 +44,33 @@ pub fn build_fault_gateway(feature: &str) -> PathBuf {
             "--bin",
             "openshell-gateway",
         ])
-        .args(["--features", feature, "--target-dir"])
+        .args(["--features", FAULT_FEATURES, "--target-dir"])
         .arg(&target)
         .status()
         .unwrap_or_else(|e| panic!("running cargo: {e}"));
     assert!(
         status.success(),
-        "building the {feature} gateway failed: {status}"
+        "building the fault gateway failed: {status}"
     );
     let built = target.join("debug").join("openshell-gateway");
+    let script = format!(
+        "#!/bin/sh\n# {feature} alone (built by jepsen/tests/common)\nOPENSHELL_FAULT={fault} exec '{}' \"$@\"\n",
+        built.display()
+    );
     let out = target.join(format!("openshell-gateway-{feature}"));
     let partial = target.join(format!(".openshell-gateway-{feature}.partial"));
-    std::fs::copy(&built, &partial).unwrap_or_else(|e| panic!("copying {}: {e}", built.display()));
+    std::fs::write(&partial, script)
+        .unwrap_or_else(|e| panic!("writing {}: {e}", partial.display()));
+    std::fs::set_permissions(&partial, std::fs::Permissions::from_mode(0o755))
+        .unwrap_or_else(|e| panic!("chmod {}: {e}", partial.display()));
     std::fs::rename(&partial, &out)
         .unwrap_or_else(|e| panic!("renaming to {}: {e}", out.display()));
     drop(lock);
     out
 }
+
+/// Every fault feature: the one fault build (gateway-plugin/src/fault.rs).
+const FAULT_FEATURES: &str = "fault-stale-reads,fault-skip-i4,fault-shared-resource-version";
 
 /// `openshell-supervisor` and `openshell-sandbox-runtime`, built up to date
 /// by the workspace build.

@@ -7,7 +7,8 @@ use super::*;
 impl PoolState {
     /// Advances logical time. Keeps "deadlines stretch, never shrink": the
     /// `expected_now_tick` precondition stops two proposers from advancing
-    /// time twice for one interval.
+    /// time twice for one interval. Then collects garbage: at most
+    /// [`GC_BATCH`] records finished a retention ago (see [`super::gc`]).
     pub(super) fn apply_tick(&mut self, c: &Tick) -> R<Effect> {
         if c.expected_now_tick != self.now_tick {
             return Err(Reason::StaleTick {
@@ -15,9 +16,13 @@ impl PoolState {
                 current: self.now_tick,
             });
         }
-        self.now_tick += 1;
+        // Saturates: a tick count of 2^64 is unreachable (and a restored
+        // snapshot is refused above MAX_COUNTER), but apply never panics.
+        self.now_tick = self.now_tick.saturating_add(1);
+        let collected = self.collect_garbage();
         Ok(Effect::Ticked {
             now_tick: self.now_tick,
+            collected,
         })
     }
 
@@ -32,10 +37,17 @@ impl PoolState {
         if c.operation_deadline_ticks == 0 {
             return Err(Reason::InvalidConfig("operation_deadline_ticks".into()));
         }
+        // 0: a Configure written before retention existed (or by an older
+        // gateway): the retention stays what it is.
+        let retention_ticks = match c.retention_ticks {
+            0 => self.config.retention_ticks,
+            n => n,
+        };
         self.config = Config {
             heartbeat_ttl_ticks: c.heartbeat_ttl_ticks,
             recovery_deadline_ticks: c.recovery_deadline_ticks,
             operation_deadline_ticks: c.operation_deadline_ticks,
+            retention_ticks,
         };
         Ok(Effect::Configured)
     }
@@ -57,11 +69,11 @@ impl PoolState {
         }
         self.raft_term = c.raft_term;
         let now = self.now_tick;
-        let mut n = 0;
+        let mut n: u32 = 0;
         for m in self.members.values_mut() {
             if m.state != MemberState::Expired {
                 m.last_heartbeat_tick = now;
-                n += 1;
+                n = n.saturating_add(1);
             }
         }
         Ok(Effect::GraceGranted { members: n })
@@ -158,7 +170,7 @@ impl PoolState {
     /// Keeps I4's basis: only the current, non-retired incarnation refreshes.
     pub(super) fn apply_heartbeat(&mut self, c: &Heartbeat) -> R<Effect> {
         let now = self.now_tick;
-        let mut accepted = 0;
+        let mut accepted: u32 = 0;
         let mut skipped = Vec::new();
         for b in &c.beats {
             let reason = match self.members.get_mut(&b.member) {
@@ -176,7 +188,7 @@ impl PoolState {
                 }
             };
             match reason {
-                None => accepted += 1,
+                None => accepted = accepted.saturating_add(1),
                 Some(reason) => skipped.push(SkippedBeat {
                     member: b.member.clone(),
                     reason,
@@ -210,6 +222,7 @@ impl PoolState {
         let now = self.now_tick;
         let m = self.live_member_mut(&c.member, c.incarnation)?;
         m.state = MemberState::Leaving;
+        // Also the departure tick garbage collection counts from.
         m.down_since_tick = Some(now);
         Ok(Effect::Left)
     }

@@ -8,13 +8,15 @@
 //! applier shares; the appliers live in one file per family:
 //! [`members`] (membership and logical time), [`sandboxes`] (launch,
 //! ownership, reports, stop/delete), [`runtimes`] (the runtime endpoint and
-//! launch failures the leader's launcher records) and [`operations`]
-//! (drain, rebalance).
+//! launch failures the leader's launcher records), [`operations`]
+//! (drain, rebalance) and [`gc`] (the garbage collection every `Tick`
+//! runs).
 
 use crate::command::*;
 use crate::outcome::*;
 use crate::state::*;
 
+mod gc;
 mod members;
 mod operations;
 mod runtimes;

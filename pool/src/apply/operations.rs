@@ -79,6 +79,7 @@ impl PoolState {
                 max_parallel,
                 deadline_tick: None,
                 created_index: index,
+                finished_tick: None,
             },
         );
         if self.running_operation().is_none() {
@@ -96,7 +97,7 @@ impl PoolState {
     /// drain that would now leave no eligible member fails instead.
     pub(super) fn promote(&mut self, id: &str) {
         let now = self.now_tick;
-        let deadline = now + self.config.operation_deadline_ticks;
+        let deadline = now.saturating_add(self.config.operation_deadline_ticks);
         let kind = self.operations[id].kind.clone();
         let (planned, ok) = match &kind {
             OperationKind::DrainMember { member } => {
@@ -123,6 +124,7 @@ impl PoolState {
         } else {
             op.phase = OperationPhase::Failed;
             op.message = "drain would leave no eligible member".to_string();
+            op.finished_tick = Some(now);
         }
     }
 
@@ -213,7 +215,7 @@ impl PoolState {
             RecoveryCause::Move(c.operation_id.clone()),
         );
         if let Some(op) = self.operations.get_mut(&c.operation_id) {
-            op.attempts += 1;
+            op.attempts = op.attempts.saturating_add(1);
         }
         Ok(Effect::OwnerChanged(a))
     }
@@ -223,6 +225,7 @@ impl PoolState {
     /// misplaced and no move is in flight. Then starts the next (I6). A
     /// completed drain keeps the member out of service until cancelled.
     pub(super) fn apply_complete_operation(&mut self, c: &CompleteOperation) -> R<Effect> {
+        let now = self.now_tick;
         let op = self.running(&c.operation_id)?;
         let complete = match &op.kind {
             // A drain is done when the member owns nothing AND every moved
@@ -243,6 +246,7 @@ impl PoolState {
         };
         op.phase = OperationPhase::Succeeded;
         op.message = "succeeded".to_string();
+        op.finished_tick = Some(now);
         self.promote_next();
         Ok(Effect::OperationSucceeded)
     }
@@ -250,6 +254,7 @@ impl PoolState {
     /// Fails the running operation once its deadline passed; a drained member
     /// returns to service (I6). Then starts the next.
     pub(super) fn apply_fail_operation(&mut self, c: &FailOperation) -> R<Effect> {
+        let now = self.now_tick;
         let op = self.running(&c.operation_id)?;
         if op.deadline_tick.is_none_or(|d| self.now_tick < d) {
             return Err(Reason::DeadlineNotReached);
@@ -260,6 +265,7 @@ impl PoolState {
         };
         op.phase = OperationPhase::Failed;
         op.message = "deadline passed".to_string();
+        op.finished_tick = Some(now);
         self.undrain(&kind);
         self.promote_next();
         Ok(Effect::OperationFailed)
@@ -284,6 +290,7 @@ impl PoolState {
     /// member to service; the member becomes Active again (I6). Moves already
     /// made stay (they were ownership changes with their own terms).
     pub(super) fn apply_cancel_operation(&mut self, c: &CancelOperation) -> R<Effect> {
+        let now = self.now_tick;
         let op = self
             .operations
             .get(&c.operation_id)
@@ -308,6 +315,7 @@ impl PoolState {
             "cancelled".to_string()
         };
         op.phase = OperationPhase::Cancelled;
+        op.finished_tick = Some(now);
         if held {
             self.undrain(&kind);
         }

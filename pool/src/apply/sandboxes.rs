@@ -19,6 +19,7 @@ impl PoolState {
             Some(LaunchOutcome::Admitted {
                 sandbox,
                 generation,
+                ..
             }) => {
                 return match self.sandboxes.get(sandbox) {
                     Some(s) if s.generation == *generation && s.phase.is_charged() => {
@@ -39,8 +40,10 @@ impl PoolState {
             Some(s) if s.phase.is_charged() => {
                 return Err(Reason::SandboxExists(c.sandbox.clone()))
             }
-            Some(s) => s.generation + 1,
-            None => 1,
+            Some(s) => s.generation.saturating_add(1),
+            // No record: a new id, or one garbage collection removed; never
+            // a generation number used before.
+            None => self.generation_floor.saturating_add(1),
         };
         let target = self
             .place(&c.sandbox, generation, |m| {
@@ -53,6 +56,7 @@ impl PoolState {
                 LaunchOutcome::Refused {
                     sandbox: c.sandbox.clone(),
                     reason: Reason::NoEligibleMember.to_string(),
+                    tick: self.now_tick,
                 },
             );
             return Ok(Effect::LaunchRefused(Reason::NoEligibleMember));
@@ -75,6 +79,7 @@ impl PoolState {
             material_ref: c.material_ref.clone(),
             failure: None,
             runtime: None,
+            ended_tick: None,
         };
         let assignment = self.assignment_of(&s);
         self.sandboxes.insert(c.sandbox.clone(), s);
@@ -83,6 +88,7 @@ impl PoolState {
             LaunchOutcome::Admitted {
                 sandbox: c.sandbox.clone(),
                 generation,
+                ended_tick: None,
             },
         );
         Ok(Effect::Admitted {
@@ -95,7 +101,7 @@ impl PoolState {
         let Some(m) = self.members.get_mut(member) else {
             panic!("invariant broken: charging unknown member {member}")
         };
-        m.charged += n;
+        m.charged = m.charged.saturating_add(n);
         assert!(
             m.charged <= m.capacity,
             "invariant I5 broken: {member} over capacity"
@@ -190,13 +196,13 @@ impl PoolState {
         // without an active owner stays bounded.
         let deadline_tick = match (&s.phase, &s.recovery) {
             (Phase::Recovering, Some(r)) => r.deadline_tick,
-            _ => now + rd,
+            _ => now.saturating_add(rd),
         };
         s.owner = Owner {
             member,
             incarnation,
-            term: s.owner.term + 1,
-            credential_epoch: s.owner.credential_epoch + 1,
+            term: s.owner.term.saturating_add(1),
+            credential_epoch: s.owner.credential_epoch.saturating_add(1),
             acknowledged: false,
         };
         s.phase = Phase::Recovering;
@@ -226,12 +232,11 @@ impl PoolState {
         if !self.members.contains_key(&s.owner.member) {
             return Err(Reason::UnknownMember(s.owner.member.clone()));
         }
-        // FAULT INJECTION (Jepsen only, feature `fault-skip-i4`, never on by
+        // FAULT INJECTION (Jepsen only, `crate::fault`, never on by
         // default): the I4 check below is skipped, so a takeover of a live
         // owner is applied. jepsen/tests/t60_skip_i4_detected.rs proves the
         // pool checker reports it.
-        #[cfg(not(feature = "fault-skip-i4"))]
-        if !self.owner_takeover_eligible(&s.owner) {
+        if !crate::fault::skip_i4() && !self.owner_takeover_eligible(&s.owner) {
             return Err(Reason::OwnerAlive);
         }
         let old = (s.owner.member.clone(), s.owner.incarnation);
@@ -270,7 +275,7 @@ impl PoolState {
         s.phase = Phase::Assigned;
         s.recovery = None;
         if let Some(op) = op.and_then(|op| self.operations.get_mut(&op)) {
-            op.moves_done += 1;
+            op.moves_done = op.moves_done.saturating_add(1);
         }
         Ok(Effect::Acknowledged)
     }
@@ -352,6 +357,7 @@ impl PoolState {
         s.phase = Phase::Deleted;
         s.recovery = None;
         s.material_ref.clear();
+        self.mark_ended(&c.sandbox);
         Ok(Effect::Deleted {
             released: u32::from(charged),
         })
@@ -403,5 +409,32 @@ impl PoolState {
         s.recovery = None;
         s.material_ref.clear();
         s.failure = Some(reason);
+        self.mark_ended(id);
+    }
+
+    /// Records the tick a generation became terminal (the first time only:
+    /// a failed generation deleted later keeps its failure tick), on the
+    /// sandbox and on the launch record that admitted it; garbage
+    /// collection counts the retention from there.
+    fn mark_ended(&mut self, id: &str) {
+        let now = self.now_tick;
+        let Some(s) = self.sandboxes.get_mut(id) else {
+            return;
+        };
+        if s.ended_tick.is_some() {
+            return;
+        }
+        s.ended_tick = Some(now);
+        let generation = s.generation;
+        if let Some(LaunchOutcome::Admitted {
+            sandbox,
+            generation: g,
+            ended_tick,
+        }) = self.launches.get_mut(&s.launch_id)
+        {
+            if sandbox == id && *g == generation && ended_tick.is_none() {
+                *ended_tick = Some(now);
+            }
+        }
     }
 }

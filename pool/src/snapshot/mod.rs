@@ -28,306 +28,9 @@ use crate::command::DecodeError;
 use crate::hash::Ring;
 use crate::state::*;
 
-/// Wire enum of [`MemberState`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, prost::Enumeration)]
-#[repr(i32)]
-pub enum MemberStateWire {
-    /// Never written.
-    Unspecified = 0,
-    /// Active.
-    Active = 1,
-    /// Draining.
-    Draining = 2,
-    /// Leaving.
-    Leaving = 3,
-    /// Expired.
-    Expired = 4,
-}
+mod wire;
 
-/// Wire enum of [`Phase`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, prost::Enumeration)]
-#[repr(i32)]
-pub enum PhaseWire {
-    /// Never written.
-    Unspecified = 0,
-    /// Admitting.
-    Admitting = 1,
-    /// Assigned.
-    Assigned = 2,
-    /// Recovering.
-    Recovering = 3,
-    /// Stopping.
-    Stopping = 4,
-    /// Deleted.
-    Deleted = 5,
-    /// Failed.
-    Failed = 6,
-}
-
-/// Wire enum of [`OperationPhase`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, prost::Enumeration)]
-#[repr(i32)]
-pub enum OperationPhaseWire {
-    /// Never written.
-    Unspecified = 0,
-    /// Queued.
-    Queued = 1,
-    /// Running.
-    Running = 2,
-    /// Succeeded.
-    Succeeded = 3,
-    /// Failed.
-    Failed = 4,
-    /// Cancelled.
-    Cancelled = 5,
-}
-
-/// Meta record: clock, raft term, config.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct MetaRecord {
-    /// Logical time.
-    #[prost(uint64, tag = "1")]
-    pub now_tick: u64,
-    /// Raft term of the last applied LeaderChanged.
-    #[prost(uint64, tag = "2")]
-    pub raft_term: u64,
-    /// Config.
-    #[prost(uint64, tag = "3")]
-    pub heartbeat_ttl_ticks: u64,
-    /// Config.
-    #[prost(uint64, tag = "4")]
-    pub recovery_deadline_ticks: u64,
-    /// Config.
-    #[prost(uint64, tag = "5")]
-    pub operation_deadline_ticks: u64,
-}
-
-/// Member record.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct MemberRecord {
-    /// Id.
-    #[prost(string, tag = "1")]
-    pub id: String,
-    /// Uid.
-    #[prost(string, tag = "2")]
-    pub uid: String,
-    /// Incarnation.
-    #[prost(uint64, tag = "3")]
-    pub incarnation: u64,
-    /// Address.
-    #[prost(string, tag = "4")]
-    pub address: String,
-    /// Capacity.
-    #[prost(uint32, tag = "5")]
-    pub capacity: u32,
-    /// Charged slots.
-    #[prost(uint32, tag = "6")]
-    pub charged: u32,
-    /// State.
-    #[prost(enumeration = "MemberStateWire", tag = "7")]
-    pub state: i32,
-    /// Last heartbeat tick.
-    #[prost(uint64, tag = "8")]
-    pub last_heartbeat_tick: u64,
-    /// Down since.
-    #[prost(uint64, optional, tag = "9")]
-    pub down_since_tick: Option<u64>,
-    /// Process id of the current incarnation (absent before 0002: 0).
-    #[prost(uint64, tag = "10")]
-    pub process_id: u64,
-}
-
-/// Owner of a sandbox.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct OwnerRecord {
-    /// Member.
-    #[prost(string, tag = "1")]
-    pub member: String,
-    /// Incarnation.
-    #[prost(uint64, tag = "2")]
-    pub incarnation: u64,
-    /// Term.
-    #[prost(uint64, tag = "3")]
-    pub term: u64,
-    /// Credential epoch.
-    #[prost(uint64, tag = "4")]
-    pub credential_epoch: u64,
-    /// Acknowledged.
-    #[prost(bool, tag = "5")]
-    pub acknowledged: bool,
-}
-
-/// Recovery in progress.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct RecoveryRecord {
-    /// Deadline.
-    #[prost(uint64, tag = "1")]
-    pub deadline_tick: u64,
-    /// Operation id if caused by a move; absent for a takeover.
-    #[prost(string, optional, tag = "2")]
-    pub move_operation: Option<String>,
-}
-
-/// Last report.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct ReportRecordWire {
-    /// Member.
-    #[prost(string, tag = "1")]
-    pub member: String,
-    /// Incarnation.
-    #[prost(uint64, tag = "2")]
-    pub incarnation: u64,
-    /// Term.
-    #[prost(uint64, tag = "3")]
-    pub term: u64,
-    /// Status.
-    #[prost(string, tag = "4")]
-    pub status: String,
-    /// Log index.
-    #[prost(uint64, tag = "5")]
-    pub index: u64,
-}
-
-/// The runtime endpoint of a sandbox generation.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct RuntimeRecord {
-    /// Runtime name.
-    #[prost(string, tag = "1")]
-    pub name: String,
-    /// `host:port`.
-    #[prost(string, tag = "2")]
-    pub address: String,
-    /// CA certificate PEM.
-    #[prost(string, tag = "3")]
-    pub ca_pem: String,
-}
-
-/// Sandbox record.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct SandboxRecord {
-    /// Id.
-    #[prost(string, tag = "1")]
-    pub id: String,
-    /// Generation.
-    #[prost(uint64, tag = "2")]
-    pub generation: u64,
-    /// Phase.
-    #[prost(enumeration = "PhaseWire", tag = "3")]
-    pub phase: i32,
-    /// Owner.
-    #[prost(message, optional, tag = "4")]
-    pub owner: Option<OwnerRecord>,
-    /// Recovery.
-    #[prost(message, optional, tag = "5")]
-    pub recovery: Option<RecoveryRecord>,
-    /// Last report.
-    #[prost(message, optional, tag = "6")]
-    pub last_report: Option<ReportRecordWire>,
-    /// Launch id.
-    #[prost(string, tag = "7")]
-    pub launch_id: String,
-    /// Material.
-    #[prost(string, tag = "8")]
-    pub material_ref: String,
-    /// Failure.
-    #[prost(string, optional, tag = "9")]
-    pub failure: Option<String>,
-    /// Runtime endpoint (absent before issue 14, and until recorded).
-    #[prost(message, optional, tag = "10")]
-    pub runtime: Option<RuntimeRecord>,
-}
-
-/// Operation record.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct OperationRecord {
-    /// Id.
-    #[prost(string, tag = "1")]
-    pub id: String,
-    /// Drain target; absent for a rebalance.
-    #[prost(string, optional, tag = "2")]
-    pub drain_member: Option<String>,
-    /// Phase.
-    #[prost(enumeration = "OperationPhaseWire", tag = "3")]
-    pub phase: i32,
-    /// Message.
-    #[prost(string, tag = "4")]
-    pub message: String,
-    /// Attempts.
-    #[prost(uint32, tag = "5")]
-    pub attempts: u32,
-    /// Moves planned.
-    #[prost(uint32, tag = "6")]
-    pub moves_planned: u32,
-    /// Moves done.
-    #[prost(uint32, tag = "7")]
-    pub moves_done: u32,
-    /// Max parallel.
-    #[prost(uint32, tag = "8")]
-    pub max_parallel: u32,
-    /// Deadline.
-    #[prost(uint64, optional, tag = "9")]
-    pub deadline_tick: Option<u64>,
-    /// Created index.
-    #[prost(uint64, tag = "10")]
-    pub created_index: u64,
-}
-
-/// Launch record.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct LaunchRecord {
-    /// Launch id.
-    #[prost(string, tag = "1")]
-    pub launch_id: String,
-    /// Sandbox id.
-    #[prost(string, tag = "2")]
-    pub sandbox: String,
-    /// Admitted generation (absent if refused).
-    #[prost(uint64, optional, tag = "3")]
-    pub generation: Option<u64>,
-    /// Refusal reason (absent if admitted).
-    #[prost(string, optional, tag = "4")]
-    pub refused: Option<String>,
-}
-
-/// One table-tagged snapshot record.
-// The sandbox record (with its runtime endpoint) is the largest variant and
-// also by far the most common one in a snapshot: boxing it would add an
-// allocation per sandbox to save nothing.
-#[allow(clippy::large_enum_variant)]
-#[derive(Clone, PartialEq, prost::Oneof)]
-pub enum Record {
-    /// Table tag 1.
-    #[prost(message, tag = "1")]
-    Meta(MetaRecord),
-    /// Table tag 2.
-    #[prost(message, tag = "2")]
-    Member(MemberRecord),
-    /// Table tag 3.
-    #[prost(message, tag = "3")]
-    Sandbox(SandboxRecord),
-    /// Table tag 4.
-    #[prost(message, tag = "4")]
-    Operation(OperationRecord),
-    /// Table tag 5.
-    #[prost(message, tag = "5")]
-    Launch(LaunchRecord),
-}
-
-/// Wrapper so records can be repeated.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct RecordEnvelope {
-    /// The record.
-    #[prost(oneof = "Record", tags = "1, 2, 3, 4, 5")]
-    pub record: Option<Record>,
-}
-
-/// A whole snapshot.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct Snapshot {
-    /// Records in table order.
-    #[prost(message, repeated, tag = "1")]
-    pub records: Vec<RecordEnvelope>,
-}
+pub use wire::*;
 
 fn member_state_to(s: MemberState) -> MemberStateWire {
     match s {
@@ -468,6 +171,7 @@ pub fn sandbox_to_record(s: &Sandbox) -> SandboxRecord {
             address: r.address.clone(),
             ca_pem: r.ca_pem.clone(),
         }),
+        ended_tick: s.ended_tick,
     }
 }
 
@@ -507,6 +211,7 @@ pub fn sandbox_from_record(r: SandboxRecord) -> Result<Sandbox, DecodeError> {
             address: rt.address,
             ca_pem: rt.ca_pem,
         }),
+        ended_tick: r.ended_tick,
     })
 }
 
@@ -526,6 +231,7 @@ pub fn operation_to_record(o: &Operation) -> OperationRecord {
         max_parallel: o.max_parallel,
         deadline_tick: o.deadline_tick,
         created_index: o.created_index,
+        finished_tick: o.finished_tick,
     }
 }
 
@@ -545,6 +251,7 @@ pub fn operation_from_record(r: OperationRecord) -> Result<Operation, DecodeErro
         max_parallel: r.max_parallel,
         deadline_tick: r.deadline_tick,
         created_index: r.created_index,
+        finished_tick: r.finished_tick,
     })
 }
 
@@ -554,31 +261,44 @@ pub fn launch_to_record(id: &str, l: &LaunchOutcome) -> LaunchRecord {
         LaunchOutcome::Admitted {
             sandbox,
             generation,
+            ended_tick,
         } => LaunchRecord {
             launch_id: id.to_string(),
             sandbox: sandbox.clone(),
             generation: Some(*generation),
             refused: None,
+            ended_tick: *ended_tick,
         },
-        LaunchOutcome::Refused { sandbox, reason } => LaunchRecord {
+        LaunchOutcome::Refused {
+            sandbox,
+            reason,
+            tick,
+        } => LaunchRecord {
             launch_id: id.to_string(),
             sandbox: sandbox.clone(),
             generation: None,
             refused: Some(reason.clone()),
+            ended_tick: Some(*tick),
         },
     }
 }
 
-/// Decodes one launch outcome.
-pub fn launch_from_record(r: LaunchRecord) -> Result<(String, LaunchOutcome), DecodeError> {
+/// Decodes one launch outcome. A refusal without a tick (written before
+/// issue 16) decodes as refused at `now_tick`, the snapshot's tick.
+pub fn launch_from_record(
+    r: LaunchRecord,
+    now_tick: u64,
+) -> Result<(String, LaunchOutcome), DecodeError> {
     let outcome = match (r.generation, r.refused) {
         (Some(generation), None) => LaunchOutcome::Admitted {
             sandbox: r.sandbox,
             generation,
+            ended_tick: r.ended_tick,
         },
         (None, Some(reason)) => LaunchOutcome::Refused {
             sandbox: r.sandbox,
             reason,
+            tick: r.ended_tick.unwrap_or(now_tick),
         },
         _ => return Err(DecodeError::Incomplete("launch outcome")),
     };
@@ -609,6 +329,8 @@ impl PoolState {
             heartbeat_ttl_ticks: self.config.heartbeat_ttl_ticks,
             recovery_deadline_ticks: self.config.recovery_deadline_ticks,
             operation_deadline_ticks: self.config.operation_deadline_ticks,
+            retention_ticks: self.config.retention_ticks,
+            generation_floor: self.generation_floor,
         }));
         for m in self.members.values() {
             push(Record::Member(member_to_record(m)));
@@ -625,12 +347,33 @@ impl PoolState {
         Snapshot { records }.encode_to_vec()
     }
 
-    /// Decodes a snapshot and rebuilds derived data (the ring).
+    /// Decodes a snapshot, rebuilds derived data (the ring) and checks the
+    /// result against the invariants ([`PoolState::check_invariants`])
+    /// before returning it: a snapshot that decodes but breaks one is
+    /// refused, never installed.
+    ///
+    /// A snapshot written before issue 16 (no retention, no finish ticks)
+    /// decodes to the default retention, generation floor 0, and every
+    /// finished record (terminal sandbox, ended launch, refused tombstone,
+    /// finished operation, departed member without a departure tick)
+    /// finished at the snapshot's `now_tick`: retention counts from there.
     ///
     /// # Errors
     /// [`DecodeError`] on malformed bytes, unknown enum values, a missing or
-    /// repeated meta record, duplicate keys or unknown record tables.
+    /// repeated meta record, duplicate keys, unknown record tables or a
+    /// broken invariant ([`DecodeError::Invariant`]).
     pub fn decode_snapshot(bytes: &[u8]) -> Result<PoolState, DecodeError> {
+        let st = Self::decode_snapshot_unchecked(bytes)?;
+        st.check_invariants().map_err(DecodeError::Invariant)?;
+        Ok(st)
+    }
+
+    /// Decodes a snapshot without the invariant check (tests and tools
+    /// that must look at a broken state); never install its result.
+    ///
+    /// # Errors
+    /// As [`PoolState::decode_snapshot`], except for invariants.
+    pub fn decode_snapshot_unchecked(bytes: &[u8]) -> Result<PoolState, DecodeError> {
         let snap = Snapshot::decode(bytes)?;
         let mut st = PoolState::new();
         let mut meta_seen = false;
@@ -648,7 +391,12 @@ impl PoolState {
                         heartbeat_ttl_ticks: m.heartbeat_ttl_ticks,
                         recovery_deadline_ticks: m.recovery_deadline_ticks,
                         operation_deadline_ticks: m.operation_deadline_ticks,
+                        retention_ticks: match m.retention_ticks {
+                            0 => DEFAULT_RETENTION_TICKS,
+                            n => n,
+                        },
                     };
+                    st.generation_floor = m.generation_floor;
                 }
                 Some(Record::Member(r)) => {
                     let m = member_from_record(r)?;
@@ -663,7 +411,7 @@ impl PoolState {
                     insert_unique(&mut st.operations, o.id.clone(), o)?;
                 }
                 Some(Record::Launch(r)) => {
-                    let (id, l) = launch_from_record(r)?;
+                    let (id, l) = launch_from_record(r, st.now_tick)?;
                     insert_unique(&mut st.launches, id, l)?;
                 }
             }
@@ -672,6 +420,46 @@ impl PoolState {
             return Err(DecodeError::Incomplete("meta"));
         }
         st.ring = Ring::new(st.members.keys().map(String::as_str));
+        st.fill_finish_ticks();
         Ok(st)
+    }
+
+    /// Gives every finished record of a snapshot written before issue 16
+    /// the snapshot's tick as its finish tick (see `decode_snapshot`).
+    fn fill_finish_ticks(&mut self) {
+        let now = self.now_tick;
+        for s in self.sandboxes.values_mut() {
+            if matches!(s.phase, Phase::Deleted | Phase::Failed) && s.ended_tick.is_none() {
+                s.ended_tick = Some(now);
+            }
+        }
+        for o in self.operations.values_mut() {
+            if o.phase > OperationPhase::Running && o.finished_tick.is_none() {
+                o.finished_tick = Some(now);
+            }
+        }
+        for m in self.members.values_mut() {
+            let departed = matches!(m.state, MemberState::Leaving | MemberState::Expired);
+            if departed && m.down_since_tick.is_none() {
+                m.down_since_tick = Some(now);
+            }
+        }
+        let sandboxes = &self.sandboxes;
+        for l in self.launches.values_mut() {
+            if let LaunchOutcome::Admitted {
+                sandbox,
+                generation,
+                ended_tick: ended @ None,
+            } = l
+            {
+                let live = sandboxes.get(sandbox.as_str()).is_some_and(|s| {
+                    s.generation == *generation
+                        && !matches!(s.phase, Phase::Deleted | Phase::Failed)
+                });
+                if !live {
+                    *ended = Some(now);
+                }
+            }
+        }
     }
 }

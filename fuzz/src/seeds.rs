@@ -81,7 +81,6 @@ pub fn commands() -> Vec<Vec<u8>> {
             beats: vec![pool::Beat {
                 member: "m1".into(),
                 incarnation: 1,
-                ..pool::Beat::default()
             }],
         }),
         launch(1),
@@ -100,23 +99,19 @@ pub fn commands() -> Vec<Vec<u8>> {
             name: "rt-1".into(),
             address: "127.0.0.1:7300".into(),
             ca_pem: String::new(),
-            ..pool::RecordRuntime::default()
         }),
         C::StartDrain(pool::StartDrain {
             operation_id: "op-1".into(),
             member: "m2".into(),
             max_parallel: 1,
-            ..pool::StartDrain::default()
         }),
         C::Stop(pool::Stop {
             sandbox: "sb-2".into(),
             generation: 1,
-            ..pool::Stop::default()
         }),
         C::Delete(pool::Delete {
             sandbox: "sb-2".into(),
             generation: 1,
-            ..pool::Delete::default()
         }),
         C::Tick(pool::Tick {
             expected_now_tick: 1,

@@ -345,7 +345,12 @@ pub struct GatewayConfig {
     pub autopilot: Option<crate::config_statefulset::AutopilotConfig>,
 }
 
-pub(crate) fn in_range(key: &'static str, value: u64, lo: u64, hi: u64) -> Result<u64, ConfigError> {
+pub(crate) fn in_range(
+    key: &'static str,
+    value: u64,
+    lo: u64,
+    hi: u64,
+) -> Result<u64, ConfigError> {
     if (lo..=hi).contains(&value) {
         Ok(value)
     } else {

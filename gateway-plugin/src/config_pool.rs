@@ -80,7 +80,9 @@ impl std::fmt::Debug for SupervisorPoolSection {
     }
 }
 
-pub(crate) fn validate_pool(section: SupervisorPoolSection) -> Result<crate::hub::PoolSettings, ConfigError> {
+pub(crate) fn validate_pool(
+    section: SupervisorPoolSection,
+) -> Result<crate::hub::PoolSettings, ConfigError> {
     let (supervisor_token, member_credentials) = crate::member_credentials::from_section(&section)?;
     let tick = in_range(
         "openshell.gateway.supervisor_pool.tick_interval_ms",
@@ -115,7 +117,9 @@ pub(crate) fn validate_pool(section: SupervisorPoolSection) -> Result<crate::hub
     )?;
     let retention = in_range(
         "openshell.gateway.supervisor_pool.retention_ticks",
-        section.retention_ticks.unwrap_or(pool::DEFAULT_RETENTION_TICKS),
+        section
+            .retention_ticks
+            .unwrap_or(pool::DEFAULT_RETENTION_TICKS),
         1,
         pool::MAX_CONFIG_TICKS,
     )?;

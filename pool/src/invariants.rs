@@ -76,19 +76,31 @@ impl PoolState {
         for s in self.sandboxes.values() {
             let terminal = matches!(s.phase, Phase::Deleted | Phase::Failed);
             if terminal != s.ended_tick.is_some() {
-                return fail("state", format!("{}: {:?} with ended_tick {:?}", s.id, s.phase, s.ended_tick));
+                return fail(
+                    "state",
+                    format!("{}: {:?} with ended_tick {:?}", s.id, s.phase, s.ended_tick),
+                );
             }
         }
         for o in self.operations.values() {
             let finished = o.phase > OperationPhase::Running;
             if finished != o.finished_tick.is_some() {
-                return fail("state", format!("{}: {:?} with finished_tick {:?}", o.id, o.phase, o.finished_tick));
+                return fail(
+                    "state",
+                    format!(
+                        "{}: {:?} with finished_tick {:?}",
+                        o.id, o.phase, o.finished_tick
+                    ),
+                );
             }
         }
         for m in self.members.values() {
             let departed = matches!(m.state, MemberState::Leaving | MemberState::Expired);
             if departed && m.down_since_tick.is_none() {
-                return fail("state", format!("{}: departed without a departure tick", m.id));
+                return fail(
+                    "state",
+                    format!("{}: departed without a departure tick", m.id),
+                );
             }
         }
         Ok(())
@@ -360,7 +372,10 @@ impl InvariantTracker {
         }
         for s in state.sandboxes.values() {
             if !self.sandboxes.contains_key(&s.id) && s.generation <= self.generation_floor {
-                return fail("I1", format!("{}: generation {} reused", s.id, s.generation));
+                return fail(
+                    "I1",
+                    format!("{}: generation {} reused", s.id, s.generation),
+                );
             }
         }
         for (id, prev) in &self.sandboxes {

@@ -64,9 +64,10 @@ fuzz_one() {
   mkdir -p "$out"
   echo "fuzz.sh: $target for ${seconds}s (output $out)"
   # AFL_SKIP_CPUFREQ / AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES: no root
-  # tuning of the host (governor, core_pattern) is assumed.
+  # tuning of the host (governor, core_pattern) is assumed. AFL_NO_AFFINITY:
+  # the kernel places the run (binding fails when other builds hold the cores).
   AFL_SKIP_CPUFREQ=1 AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES=1 AFL_NO_UI=1 \
-    AFL_SKIP_CRASHES=1 AFL_QUIET=1 \
+    AFL_SKIP_CRASHES=1 AFL_QUIET=1 AFL_NO_AFFINITY=1 \
     cargo afl fuzz -V "$seconds" -t 1000 -i "fuzz/corpus/$target" -o "$out" \
     -- "$HARNESS" "$target" >"$out/afl.log" 2>&1 || {
       tail -20 "$out/afl.log" >&2

@@ -144,3 +144,31 @@ pub(crate) fn validate_pool(
         member_identity: crate::config_identity::validate(&section)?,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `retention_ticks` defaults to the pool's default, and a value out of
+    /// 1..=2^40 is refused naming the key.
+    #[test]
+    fn retention_ticks_defaults_and_is_range_checked() {
+        let settings = validate_pool(SupervisorPoolSection::default()).expect("defaults");
+        assert_eq!(settings.retention_ticks, pool::DEFAULT_RETENTION_TICKS);
+        for bad in [0, pool::MAX_CONFIG_TICKS + 1] {
+            let e = validate_pool(SupervisorPoolSection {
+                retention_ticks: Some(bad),
+                ..SupervisorPoolSection::default()
+            })
+            .expect_err("out of range")
+            .to_string();
+            assert!(e.contains("supervisor_pool.retention_ticks"), "{e}");
+        }
+        let settings = validate_pool(SupervisorPoolSection {
+            retention_ticks: Some(20),
+            ..SupervisorPoolSection::default()
+        })
+        .expect("in range");
+        assert_eq!(settings.pool_config().retention_ticks, 20);
+    }
+}

@@ -356,7 +356,9 @@ impl InvariantTracker {
         r
     }
 
-    fn check(&self, cmd: &Command, state: &PoolState) -> Result<(), InvariantViolation> {
+    /// Time, incarnations and the generation floor never go back; a new
+    /// sandbox record never reuses a collected generation.
+    fn check_counters(&self, state: &PoolState) -> Result<(), InvariantViolation> {
         if state.now_tick < self.now_tick {
             return fail("state", "time went back".to_string());
         }
@@ -378,6 +380,11 @@ impl InvariantTracker {
                 );
             }
         }
+        Ok(())
+    }
+
+    fn check(&self, cmd: &Command, state: &PoolState) -> Result<(), InvariantViolation> {
+        self.check_counters(state)?;
         for (id, prev) in &self.sandboxes {
             let Some(s) = state.sandboxes.get(id) else {
                 // Only garbage collection (in a Tick) removes a record, and

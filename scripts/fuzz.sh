@@ -47,6 +47,10 @@ install() {
 }
 
 build() {
+  # FUZZ_NO_BUILD=1: use the harness already in target/afl as it is.
+  if [ "${FUZZ_NO_BUILD:-0}" = 1 ] && [ -x "$HARNESS" ]; then
+    return 0
+  fi
   install
   CARGO_TARGET_DIR="$AFL_TARGET_DIR" cargo afl build --release --locked \
     -p fuzz --features afl --bin fuzz-afl

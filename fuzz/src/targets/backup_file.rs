@@ -1,13 +1,10 @@
 //! A backup file (`proto::backup`, what `openshell-gateway restore` reads):
 //! magic, JSON header line, state bytes checked by length and crc32.
-//! Until `proto::backup::decode(&[u8])` exists the target goes through
-//! `read` on a scratch file ([`super::scratch_file`]).
+//! `proto::backup::decode`, the decoder `read` calls on the file's bytes.
 
 /// Runs one input.
 pub fn run(data: &[u8]) {
-    let path = super::scratch_file("backup", data);
-    let result = proto::backup::read(&path);
-    let _ = std::fs::remove_file(&path);
+    let result = proto::backup::decode(data);
     if let Ok((header, state)) = result {
         assert_eq!(
             header.bytes,

@@ -32,6 +32,8 @@
 //!   state digests.
 //! - [`report`]: `results.json` and `index.html`.
 //! - [`run`]: one run end to end; [`matrix`]: every nemesis in turn.
+//! - [`soak`]: the long soak (sandbox and member churn; memory, snapshot
+//!   and disk sampled, judged flat or not, plotted).
 //!
 //! # Example: check a history file
 //!
@@ -57,6 +59,7 @@ pub mod process;
 pub mod report;
 pub mod run;
 pub mod security;
+pub mod soak;
 pub mod workload;
 
 /// The files of `dir` whose names end in `suffix`, as (name without the

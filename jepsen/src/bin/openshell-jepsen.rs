@@ -9,9 +9,12 @@
 //! openshell-jepsen check  history.jsonl
 //! openshell-jepsen table  <matrix dir>
 //! openshell-jepsen clean
+//! openshell-jepsen soak   [--duration-s 1800] [--sandboxes 100000] [--members 50] [--retention-ticks 240] ...
+//! openshell-jepsen soak-plot <soak dir> [--tolerance-pct 10]
 //! ```
 //! Exit code: 0 valid, 1 a checker found a violation or could not decide,
-//! 2 the run could not be carried out.
+//! 2 the run could not be carried out. `soak`: 0 flat, 1 not flat,
+//! undecided or the churn did not finish, 2 it could not be carried out.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -64,6 +67,17 @@ enum Cmd {
     /// Removes every osj-* namespace, link and process left by earlier runs
     /// whose harness is gone (runs in progress are left alone).
     Clean,
+    /// The soak: gateways under sandbox and member churn for a long time;
+    /// samples memory, snapshot and disk; a verdict and a plot.
+    Soak(jepsen::soak::SoakArgs),
+    /// The soak's verdict and plot again, from its directory's samples.json.
+    SoakPlot {
+        /// The soak directory.
+        dir: PathBuf,
+        /// The verdict's tolerance, percent.
+        #[arg(long, default_value_t = 10.0)]
+        tolerance_pct: f64,
+    },
 }
 
 #[derive(Args, Clone)]
@@ -390,6 +404,57 @@ fn check_pool(events: &[jepsen::history::Event], history: &std::path::Path) -> E
     }
 }
 
+/// `soak`: runs it, prints the verdict.
+fn soak(runtime: &tokio::runtime::Runtime, args: &jepsen::soak::SoakArgs) -> ExitCode {
+    let options = match args.options(&workspace_root()) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(jepsen::soak::run(options)) {
+        Ok(outcome) => {
+            print!("{}", outcome.verdict.table());
+            if !outcome.complete {
+                println!("the churn did not finish within its limit (see verdict.md)");
+            }
+            println!(
+                "soak: {}/ (soak.svg, samples.csv, verdict.md)",
+                outcome.dir.display()
+            );
+            if outcome.verdict.flat && outcome.complete {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => {
+            eprintln!("soak failed: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// `soak-plot`: the verdict and the plot again from a soak directory.
+fn soak_plot(dir: &Path, tolerance_pct: f64) -> ExitCode {
+    match jepsen::soak::replot(dir, tolerance_pct) {
+        Ok(verdict) => {
+            print!("{}", verdict.table());
+            println!("plot: {}/soak.svg", dir.display());
+            if verdict.flat {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => {
+            eprintln!("{e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -422,6 +487,8 @@ fn main() -> ExitCode {
             }
         }
         Cmd::Check { history } => check_history(&history),
+        Cmd::Soak(args) => soak(&runtime, &args),
+        Cmd::SoakPlot { dir, tolerance_pct } => soak_plot(&dir, tolerance_pct),
         Cmd::Run(common) => {
             let opts = match options(&common) {
                 Ok(o) => o,

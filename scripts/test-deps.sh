@@ -6,6 +6,7 @@
 # - the Jepsen harness (network namespaces, partitions, packet loss, clock
 #   skew): iproute2, nftables, iptables, faketime (jepsen/ci-deps.sh);
 # - process tests find and signal processes with pgrep/pkill/kill: procps;
+# - lazyfs and the Jepsen power-cut nemesis mount FUSE: fuse3 (fusermount3);
 # - the Kubernetes schema test (sandbox-driver t11) validates every Pod and
 #   Secret the driver would create with `kubernetes-validate` (PyPI), in a
 #   venv at /opt/openshell-test-venv (Debian 12 refuses a system pip install);
@@ -18,6 +19,9 @@ cd "$(dirname "$0")/.."
 missing=()
 command -v pgrep >/dev/null 2>&1 || missing+=(procps)
 command -v ip >/dev/null 2>&1 || missing+=(iproute2) # process driver tests: ip netns, veth
+# lazyfs (power-cut tests): fusermount3 and the kernel's FUSE helpers. The
+# fuser crate is built without libfuse, so no -dev package is needed.
+command -v fusermount3 >/dev/null 2>&1 || missing+=(fuse3)
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "scripts/test-deps.sh: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -9,11 +9,15 @@
 use proto::client::{self, Role as ClientRole};
 use proto::cluster::cluster_admin_client::ClusterAdminClient;
 use proto::cluster::cluster_admin_server::ClusterAdmin;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
 use proto::cluster::{
-    AddLearnerRequest, BackupReply, BackupRequest, ClusterStatus as PbStatus, InitializeRequest,
-    MembershipReply, PromoteRequest, RemoveRequest, StateDigestReply, StateDigestRequest,
-    StatusRequest, TransferLeaderReply, TransferLeaderRequest, TriggerSnapshotReply,
-    TriggerSnapshotRequest,
+    AddLearnerRequest, BackupChunk, BackupReply, BackupRequest, ClusterStatus as PbStatus,
+    InitializeRequest, MembershipReply, PromoteRequest, RemoveRequest, StateDigestReply,
+    StateDigestRequest, StatusRequest, TransferLeaderReply, TransferLeaderRequest,
+    TriggerSnapshotReply, TriggerSnapshotRequest,
 };
 use raft_store::{AdminError, RaftNode};
 use tonic::{Request, Response, Status};
@@ -25,6 +29,9 @@ use crate::convert::to_proto::{self, cluster_status, membership_reply};
 use crate::metrics::Metrics;
 use crate::state::GatewayState;
 use crate::status::{self, FORWARDED};
+
+/// The chunks of a `BackupStream`.
+type BackupChunks = Pin<Box<dyn Stream<Item = Result<BackupChunk, Status>> + Send>>;
 
 /// The cluster admin service of one gateway.
 pub struct ClusterAdminService {
@@ -186,6 +193,17 @@ impl ClusterAdmin for ClusterAdminService {
     ) -> Result<Response<TriggerSnapshotReply>, Status> {
         let record = Record::start("raft.trigger_snapshot", &self.auth, &request, &[]);
         record.finish(self.trigger_snapshot_audited(request).await)
+    }
+
+    type BackupStreamStream = BackupChunks;
+
+    #[tracing::instrument(level = "info", skip_all)]
+    async fn backup_stream(
+        &self,
+        request: Request<BackupRequest>,
+    ) -> Result<Response<BackupChunks>, Status> {
+        let record = Record::start("backup", &self.auth, &request, &[]);
+        record.finish(self.backup_stream_audited(request).await)
     }
 
     #[tracing::instrument(level = "info", skip_all)]
@@ -355,4 +373,70 @@ impl ClusterAdminService {
             backup,
         )))
     }
+}
+
+impl ClusterAdminService {
+    /// `backup_stream` without its audit record: on a follower, the
+    /// leader's stream relayed chunk by chunk; on the leader, the state
+    /// taken after read-index, in chunks of [`proto::backup::CHUNK_BYTES`].
+    async fn backup_stream_audited(
+        &self,
+        request: Request<BackupRequest>,
+    ) -> Result<Response<BackupChunks>, Status> {
+        self.allow(&request, Role::PlatformAdmin)?;
+        let leader = self.node.leader();
+        if let Some((leader_id, leader_addr)) = leader.filter(|(id, _)| *id != self.node.id()) {
+            let err = AdminError::NotLeader {
+                leader_id,
+                leader_addr,
+            };
+            if let Some(mut leader) = self.leader_client(&request, &err).await {
+                let relayed = leader.backup_stream(forwarded(request)).await?.into_inner();
+                return Ok(Response::new(Box::pin(relayed) as BackupChunks));
+            }
+        }
+        let (term, index, state) = self.node.backup().await.map_err(status::read)?;
+        let header = proto::backup::BackupHeader::for_state(
+            self.node.cluster_id().to_string(),
+            term,
+            index,
+            self.node.id(),
+            &state,
+        );
+        let first = BackupChunk {
+            cluster_id: header.cluster_id,
+            term,
+            index,
+            taken_by_node: header.taken_by_node,
+            bytes: header.bytes,
+            crc32: header.crc32,
+            data: Vec::new(),
+        };
+        Ok(Response::new(Box::pin(backup_chunks(
+            first,
+            Arc::new(state),
+        ))))
+    }
+}
+
+/// The chunks of `state`: `first` (the header) carries the first part, every
+/// chunk at most [`proto::backup::CHUNK_BYTES`] of data; an empty state is
+/// the header alone. Each chunk is copied out only when the stream is
+/// polled, so a slow reader holds one chunk in flight, not a copy of the state.
+fn backup_chunks(
+    first: BackupChunk,
+    state: Arc<Vec<u8>>,
+) -> impl Stream<Item = Result<BackupChunk, Status>> + Send {
+    let parts = state.len().div_ceil(proto::backup::CHUNK_BYTES).max(1);
+    futures::stream::iter(0..parts).map(move |i| {
+        let start = i * proto::backup::CHUNK_BYTES;
+        let end = (start + proto::backup::CHUNK_BYTES).min(state.len());
+        let data = state.get(start..end).unwrap_or_default().to_vec();
+        let header = if i == 0 {
+            first.clone()
+        } else {
+            BackupChunk::default()
+        };
+        Ok(BackupChunk { data, ..header })
+    })
 }

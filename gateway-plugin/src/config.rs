@@ -29,6 +29,7 @@
 //! snapshot_chunk_bytes = 1048576
 //! write_timeout_ms = 5000
 //! max_snapshot_bytes = 1073741824
+//! max_message_bytes = 67108864
 //!
 //! [openshell.gateway.supervisor_pool]
 //! tick_interval_ms = 250
@@ -56,7 +57,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use raft_store::NodeConfig;
+use raft_store::{codec, NodeConfig};
 use serde::Deserialize;
 
 pub use crate::config_pool::SupervisorPoolSection;
@@ -117,6 +118,8 @@ pub struct RaftSection {
     /// Largest snapshot received from a leader, bytes (1 MiB..=64 GiB,
     /// default 1 GiB); a chunk ending past it is refused.
     pub max_snapshot_bytes: Option<u64>,
+    /// Largest raft message, bytes (256 KiB..=64 MiB, default 64 MiB).
+    pub max_message_bytes: Option<u64>,
 }
 
 /// `[openshell.gateway.auth]`.
@@ -283,7 +286,8 @@ impl GatewaySection {
                 logs_to_keep,
                 snapshot_chunk_bytes,
                 write_timeout_ms,
-                max_snapshot_bytes
+                max_snapshot_bytes,
+                max_message_bytes
             );
         }
         self.raft = Some(raft);
@@ -345,7 +349,12 @@ pub struct GatewayConfig {
     pub autopilot: Option<crate::config_statefulset::AutopilotConfig>,
 }
 
-pub(crate) fn in_range(key: &'static str, value: u64, lo: u64, hi: u64) -> Result<u64, ConfigError> {
+pub(crate) fn in_range(
+    key: &'static str,
+    value: u64,
+    lo: u64,
+    hi: u64,
+) -> Result<u64, ConfigError> {
     if (lo..=hi).contains(&value) {
         Ok(value)
     } else {
@@ -553,6 +562,10 @@ fn validate_raft(node: &mut NodeConfig, raft: RaftSection) -> Result<(), ConfigE
         1024 * 1024,
         64 * 1024 * 1024 * 1024,
     )?;
+    let lo = codec::MIN_MESSAGE_BYTES as u64;
+    let hi = codec::MAX_MESSAGE_BYTES as u64;
+    let key = "openshell.gateway.raft.max_message_bytes";
+    node.max_message_bytes = in_range(key, raft.max_message_bytes.unwrap_or(hi), lo, hi)? as usize;
     Ok(())
 }
 

@@ -80,7 +80,9 @@ impl std::fmt::Debug for SupervisorPoolSection {
     }
 }
 
-pub(crate) fn validate_pool(section: SupervisorPoolSection) -> Result<crate::hub::PoolSettings, ConfigError> {
+pub(crate) fn validate_pool(
+    section: SupervisorPoolSection,
+) -> Result<crate::hub::PoolSettings, ConfigError> {
     let (supervisor_token, member_credentials) = crate::member_credentials::from_section(&section)?;
     let tick = in_range(
         "openshell.gateway.supervisor_pool.tick_interval_ms",
@@ -115,7 +117,9 @@ pub(crate) fn validate_pool(section: SupervisorPoolSection) -> Result<crate::hub
     )?;
     let retention = in_range(
         "openshell.gateway.supervisor_pool.retention_ticks",
-        section.retention_ticks.unwrap_or(pool::DEFAULT_RETENTION_TICKS),
+        section
+            .retention_ticks
+            .unwrap_or(pool::DEFAULT_RETENTION_TICKS),
         1,
         pool::MAX_CONFIG_TICKS,
     )?;
@@ -139,4 +143,32 @@ pub(crate) fn validate_pool(section: SupervisorPoolSection) -> Result<crate::hub
         member_credentials,
         member_identity: crate::config_identity::validate(&section)?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `retention_ticks` defaults to the pool's default, and a value out of
+    /// 1..=2^40 is refused naming the key.
+    #[test]
+    fn retention_ticks_defaults_and_is_range_checked() {
+        let settings = validate_pool(SupervisorPoolSection::default()).expect("defaults");
+        assert_eq!(settings.retention_ticks, pool::DEFAULT_RETENTION_TICKS);
+        for bad in [0, pool::MAX_CONFIG_TICKS + 1] {
+            let e = validate_pool(SupervisorPoolSection {
+                retention_ticks: Some(bad),
+                ..SupervisorPoolSection::default()
+            })
+            .expect_err("out of range")
+            .to_string();
+            assert!(e.contains("supervisor_pool.retention_ticks"), "{e}");
+        }
+        let settings = validate_pool(SupervisorPoolSection {
+            retention_ticks: Some(20),
+            ..SupervisorPoolSection::default()
+        })
+        .expect("in range");
+        assert_eq!(settings.pool_config().retention_ticks, 20);
+    }
 }

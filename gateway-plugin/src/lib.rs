@@ -21,7 +21,8 @@
 //!   attached supervisor's own stream).
 //! - [`convert`]: conversions between pool / raft-store types and proto
 //!   messages, one module per direction: [`convert::to_proto`] and
-//!   [`convert::from_proto`].
+//!   [`convert::from_proto`]; and [`convert::page`], the keyset pages of
+//!   the pool's operator reads.
 //! - Services, thin adapters whose docs say who may call them:
 //!   [`cluster_admin_service`](mod@cluster_admin_service) serves
 //!   `openshell.cluster.v1.ClusterAdmin`,

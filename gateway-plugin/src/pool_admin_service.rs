@@ -4,7 +4,9 @@
 //! Who may call it: operators and the gateway's own sandbox API. Any gateway
 //! serves every call; writes are forwarded to the leader, reads are
 //! linearizable (read-index) unless `stale` is set. A command the pool
-//! rejects maps to a status naming the reason; nothing changed.
+//! rejects maps to a status naming the reason; nothing changed. The status
+//! and the sandbox list are paginated (`crate::convert::page`): a page
+//! holds at most `page_size` records, and `next_page_token` leads on.
 
 use std::sync::Arc;
 
@@ -22,6 +24,7 @@ use tonic::{Request, Response, Status};
 use crate::audit::Record;
 use crate::auth::{Auth, Role};
 use crate::convert::from_proto;
+use crate::convert::page::{self, PageRequest};
 use crate::convert::to_proto::{self, sandbox_phase};
 use crate::hub::Hub;
 use crate::state::GatewayState;
@@ -87,9 +90,11 @@ impl PoolAdmin for PoolAdminService {
         request: Request<GetSupervisorPoolStatusRequest>,
     ) -> Result<Response<SupervisorPoolStatus>, Status> {
         self.allow(&request, Role::Viewer)?;
+        let request = request.into_inner();
+        let page = PageRequest::new(request.page_size, &request.page_token)?;
         let view = self
-            .read(request.get_ref().stale, |s, index| {
-                to_proto::pool_status(&s.pool, index)
+            .read(request.stale, |s, index| {
+                page::pool_status(&s.pool, index, &page)
             })
             .await?;
         Ok(Response::new(view))
@@ -191,16 +196,12 @@ impl PoolAdmin for PoolAdminService {
         request: Request<ListSandboxesRequest>,
     ) -> Result<Response<ListSandboxesResponse>, Status> {
         self.allow(&request, Role::Viewer)?;
-        let sandboxes = self
-            .read(request.get_ref().stale, |s, _| {
-                s.pool
-                    .sandboxes()
-                    .values()
-                    .map(|sb| to_proto::sandbox(&s.pool, sb))
-                    .collect()
-            })
+        let request = request.into_inner();
+        let page = PageRequest::new(request.page_size, &request.page_token)?;
+        let view = self
+            .read(request.stale, |s, _| page::sandboxes(&s.pool, &page))
             .await?;
-        Ok(Response::new(ListSandboxesResponse { sandboxes }))
+        Ok(Response::new(view))
     }
 
     #[tracing::instrument(level = "info", skip_all)]

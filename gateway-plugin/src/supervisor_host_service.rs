@@ -327,6 +327,10 @@ async fn serve_stream(
                 tracing::warn!(%member, "unexpected message on an attached stream ignored");
                 continue;
             }
+            StreamInput::Refused(why) => {
+                tracing::warn!(%member, "{why}; the stream stays open");
+                continue;
+            }
         };
         match hub.propose(&command).await {
             Ok(pool::Outcome::Rejected(reason)) => {

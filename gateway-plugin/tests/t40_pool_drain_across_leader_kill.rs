@@ -38,7 +38,10 @@ async fn pool_admin(node: &Gateway) -> TestResult<PoolAdminClient<Channel>> {
 async fn pool_status(node: &Gateway) -> TestResult<SupervisorPoolStatus> {
     Ok(pool_admin(node)
         .await?
-        .get_supervisor_pool_status(GetSupervisorPoolStatusRequest { stale: false })
+        .get_supervisor_pool_status(GetSupervisorPoolStatusRequest {
+            stale: false,
+            ..Default::default()
+        })
         .await?
         .into_inner())
 }

@@ -176,6 +176,12 @@ impl Node {
         self.signal(libc::SIGCONT)
     }
 
+    /// Whether the started process has exited by itself (a gateway that
+    /// refused its data directory).
+    pub fn exited(&self) -> bool {
+        self.child.exited()
+    }
+
     /// `kill -9` and reap.
     pub fn kill9(&self) {
         self.child.kill9();
@@ -199,7 +205,21 @@ impl Node {
         if self.is_running() {
             bail!("{} is running", self.name);
         }
-        if self.data_dir.exists() {
+        if lazyfs::mount::is_mounted(&self.data_dir) {
+            // A lazyfs mount point stays; its contents go (straight to the
+            // backing directory: lazyfs keeps metadata durable at once).
+            for entry in std::fs::read_dir(&self.data_dir)
+                .with_context(|| format!("reading {}", self.data_dir.display()))?
+            {
+                let path = entry.context("reading the data directory")?.path();
+                if path.is_dir() {
+                    std::fs::remove_dir_all(&path)
+                } else {
+                    std::fs::remove_file(&path)
+                }
+                .with_context(|| format!("removing {}", path.display()))?;
+            }
+        } else if self.data_dir.exists() {
             std::fs::remove_dir_all(&self.data_dir)
                 .with_context(|| format!("removing {}", self.data_dir.display()))?;
         }
@@ -223,6 +243,9 @@ pub struct Cluster {
     pub credentials: Option<Credentials>,
     /// Gateway settings.
     pub options: GatewayOptions,
+    /// The nodes' lazyfs mounts (power-cut runs; dropped, i.e. cut, after
+    /// the processes are killed).
+    pub disks: Option<crate::power::Disks>,
     /// The network (dropped after the processes are killed).
     pub net: Net,
 }
@@ -300,6 +323,7 @@ impl Cluster {
             voters,
             credentials,
             options,
+            disks: None,
             net,
         })
     }

@@ -16,7 +16,9 @@
 //! - [`security`]: the run's CA, gateway certificates, signing key, admin
 //!   token, trusted grant keys and per-member credentials; the token
 //!   interceptor; the transport probe.
-//! - [`nemesis`]: the fault schedule drawn from the seed.
+//! - [`nemesis`]: the fault schedule drawn from the seed (`power_cut`: the
+//!   power-loss nemesis).
+//! - [`power`]: power-loss settings, the nodes' lazyfs mounts, counters.
 //! - [`process`]: child processes the harness starts in a namespace and
 //!   signals (gateways, supervisors).
 //! - [`workload`]: the register workload and the pool workload (sandboxes,
@@ -52,6 +54,7 @@ pub mod members;
 pub mod nemesis;
 pub mod net;
 pub mod ops;
+pub mod power;
 pub mod process;
 pub mod report;
 pub mod run;

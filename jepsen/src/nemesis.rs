@@ -3,7 +3,7 @@
 //! practice 12): `cut`, `isolate`, `drop`, `recover`; process and clock
 //! faults add `kill`/`restart`, `pause`/`resume`, `clock-bump`/`clock-strobe`/
 //! `clock-reset`; membership faults `remove`/`add-learner`/`promote` and
-//! `island`.
+//! `island`; power loss `power-cut` (on lazyfs mounts: [`crate::power`]).
 //!
 //! Every fault is written to the history as a `process: "nemesis"`, `type:
 //! info` event when it starts and when it is healed. A cycle is: quiet, start
@@ -51,6 +51,10 @@ pub enum Fault {
     Membership,
     /// Isolate the leader and ask it to remove every other node.
     Island,
+    /// Power loss: `kill -9` one node or a majority and drop what their
+    /// disks (lazyfs mounts) never synced; restart on what is left. Not in
+    /// `all`: it needs the data directories on lazyfs.
+    PowerCut,
 }
 
 impl Fault {
@@ -85,8 +89,26 @@ impl Fault {
             Fault::ClockStrobe => "clock-strobe",
             Fault::Membership => "membership",
             Fault::Island => "island",
+            Fault::PowerCut => "power-cut",
         }
     }
+
+    /// Every fault a name parses to: [`Fault::ALL`] and `power-cut`.
+    pub const EVERY: [Fault; 13] = [
+        Fault::LeaderMinority,
+        Fault::LeaderMajority,
+        Fault::Isolate,
+        Fault::Bridge,
+        Fault::MajoritiesRing,
+        Fault::Drop,
+        Fault::Kill,
+        Fault::Pause,
+        Fault::ClockBump,
+        Fault::ClockStrobe,
+        Fault::Membership,
+        Fault::Island,
+        Fault::PowerCut,
+    ];
 
     /// Needs the gateways under libfaketime.
     pub fn needs_faketime(self) -> bool {
@@ -129,13 +151,13 @@ pub fn parse_faults(text: &str) -> Result<Vec<Fault>, String> {
 impl FromStr for Fault {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        Fault::ALL
+        Fault::EVERY
             .into_iter()
             .find(|f| f.name() == s)
             .ok_or_else(|| {
                 format!(
                     "unknown nemesis {s:?}; one of: all, none, partition, clock, {}",
-                    Fault::ALL.map(Fault::name).join(", ")
+                    Fault::EVERY.map(Fault::name).join(", ")
                 )
             })
     }
@@ -161,6 +183,8 @@ struct Active {
     clocks: BTreeSet<usize>,
     removed: BTreeSet<usize>,
     strobe: Option<Arc<AtomicBool>>,
+    /// Nodes whose power was cut (also in `killed`): checked after restart.
+    cut: BTreeSet<usize>,
 }
 
 /// The fault injector of one run.
@@ -171,6 +195,8 @@ pub struct Nemesis {
     faults: Vec<Fault>,
     schedule: Schedule,
     active: Active,
+    /// Power-cut settings and counters (runs with `power-cut`).
+    power: Option<(crate::power::PowerOptions, Arc<crate::power::PowerStats>)>,
 }
 
 fn fmt_group(g: &[usize]) -> String {
@@ -194,7 +220,19 @@ impl Nemesis {
             faults,
             schedule,
             active: Active::default(),
+            power: None,
         }
+    }
+
+    /// Sets the power-cut settings and where to count what the cuts did.
+    #[must_use]
+    pub fn with_power(
+        mut self,
+        options: crate::power::PowerOptions,
+        stats: Arc<crate::power::PowerStats>,
+    ) -> Nemesis {
+        self.power = Some((options, stats));
+        self
     }
 
     fn n(&self) -> usize {
@@ -238,7 +276,7 @@ impl Nemesis {
             let hold_until = (Instant::now() + hold).min(until);
             tokio::time::sleep_until(hold_until.into()).await;
             self.heal_all().await;
-            if Instant::now() >= until {
+            if Instant::now() >= until || self.power_cuts_done() {
                 break;
             }
         }
@@ -317,6 +355,7 @@ impl Nemesis {
             Fault::ClockStrobe => self.clock_strobe().await,
             Fault::Membership => self.membership().await,
             Fault::Island => self.island().await,
+            Fault::PowerCut => self.power_cut().await,
         }
     }
 
@@ -551,6 +590,8 @@ impl Nemesis {
                 Err(e) => self.note_err("restart", &format!("n{i}"), e),
             }
         }
+        let cut = std::mem::take(&mut self.active.cut);
+        self.check_restarted(cut).await;
         if let Some(stop) = self.active.strobe.take() {
             stop.store(true, Ordering::Relaxed);
             tokio::time::sleep(Duration::from_millis(600)).await;
@@ -646,6 +687,8 @@ fn is_net(f: Fault) -> bool {
     )
 }
 
+mod power_cut;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -663,5 +706,14 @@ mod tests {
             parse_faults("all").unwrap_or_default().len(),
             Fault::ALL.len()
         );
+    }
+
+    #[test]
+    fn power_cut_parses_but_is_not_in_all() {
+        assert_eq!(parse_faults("power-cut"), Ok(vec![Fault::PowerCut]));
+        assert_eq!("power-cut".parse::<Fault>(), Ok(Fault::PowerCut));
+        assert!(!parse_faults("all")
+            .unwrap_or_default()
+            .contains(&Fault::PowerCut));
     }
 }

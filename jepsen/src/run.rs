@@ -18,6 +18,7 @@ use crate::cluster::{Cluster, GatewayOptions};
 use crate::history::Recorder;
 use crate::nemesis::{Fault, Nemesis, Schedule};
 use crate::net;
+use crate::power::{Disks, PowerOptions, PowerStats};
 use crate::report::{self, Results};
 use crate::security::Security;
 use crate::workload::{PoolOptions, RegisterOptions, Workload};
@@ -50,6 +51,9 @@ pub struct RunOptions {
     /// TLS everywhere (the default) or `--insecure` gateways, for
     /// comparison runs.
     pub security: Security,
+    /// Power-loss settings (with the `power-cut` nemesis: every data
+    /// directory on its own lazyfs mount).
+    pub power: PowerOptions,
 }
 
 /// What a run found.
@@ -193,6 +197,38 @@ async fn final_membership(cluster: &Cluster) -> Option<serde_json::Value> {
     })
 }
 
+/// With the `power-cut` nemesis, mounts every node's data directory on its
+/// own lazyfs; returns whether it did.
+fn mount_disks(
+    options: &RunOptions,
+    cluster: &mut Cluster,
+    dir: &std::path::Path,
+) -> anyhow::Result<bool> {
+    if !options.faults.contains(&Fault::PowerCut) {
+        return Ok(false);
+    }
+    let bin = options.power.bin(&options.gateway_bin);
+    cluster.disks = Some(Disks::mount(dir, &cluster.nodes, &bin)?);
+    Ok(true)
+}
+
+/// The run's nemesis, with the power-cut settings and their counters.
+fn nemesis(
+    options: &RunOptions,
+    cluster: &Arc<Cluster>,
+    history: &Recorder,
+    power_stats: &Arc<PowerStats>,
+) -> Nemesis {
+    Nemesis::new(
+        cluster.clone(),
+        history.clone(),
+        StdRng::seed_from_u64(options.seed),
+        options.faults.clone(),
+        options.schedule,
+    )
+    .with_power(options.power.clone(), power_stats.clone())
+}
+
 async fn run_inner(
     options: &RunOptions,
     dir: &std::path::Path,
@@ -215,6 +251,7 @@ async fn run_inner(
         members: workload.member_ids(),
     };
     let mut cluster = Cluster::create(run_id, options.nodes, dir, gateway).await?;
+    let power_cut = mount_disks(options, &mut cluster, dir)?;
     workload.prepare(&mut cluster)?;
     let cluster = Arc::new(cluster);
     cluster.start_all()?;
@@ -231,15 +268,13 @@ async fn run_inner(
     let started = Instant::now();
     let until = started + options.duration;
     let mut running = workload.start(cluster.clone(), history.clone(), options.seed)?;
-    let mut nemesis = Nemesis::new(
-        cluster.clone(),
-        history.clone(),
-        StdRng::seed_from_u64(options.seed),
-        options.faults.clone(),
-        options.schedule,
-    );
+    let power_stats = Arc::new(PowerStats::default());
+    let mut nemesis = nemesis(options, &cluster, &history, &power_stats);
     nemesis.run(until).await;
-    tokio::time::sleep_until(until.into()).await;
+    // `--power-cuts N` ends the run after N cuts; otherwise it runs its time.
+    if !(power_cut && options.power.cuts.is_some()) {
+        tokio::time::sleep_until(until.into()).await;
+    }
     running.stop().await;
     nemesis.heal_all().await;
     history.nemesis("recover", "all faults healed before final reads");
@@ -281,6 +316,7 @@ async fn run_inner(
                 "final_cluster": membership,
                 "net_rules_at_end": cluster.net.rules(),
                 "notes": notes,
+                "power": if power_cut { power_stats.to_json(options.power.nodes) } else { json!(null) },
             }),
         ),
         checkers: results.clone(),

@@ -76,19 +76,31 @@ impl PoolState {
         for s in self.sandboxes.values() {
             let terminal = matches!(s.phase, Phase::Deleted | Phase::Failed);
             if terminal != s.ended_tick.is_some() {
-                return fail("state", format!("{}: {:?} with ended_tick {:?}", s.id, s.phase, s.ended_tick));
+                return fail(
+                    "state",
+                    format!("{}: {:?} with ended_tick {:?}", s.id, s.phase, s.ended_tick),
+                );
             }
         }
         for o in self.operations.values() {
             let finished = o.phase > OperationPhase::Running;
             if finished != o.finished_tick.is_some() {
-                return fail("state", format!("{}: {:?} with finished_tick {:?}", o.id, o.phase, o.finished_tick));
+                return fail(
+                    "state",
+                    format!(
+                        "{}: {:?} with finished_tick {:?}",
+                        o.id, o.phase, o.finished_tick
+                    ),
+                );
             }
         }
         for m in self.members.values() {
             let departed = matches!(m.state, MemberState::Leaving | MemberState::Expired);
             if departed && m.down_since_tick.is_none() {
-                return fail("state", format!("{}: departed without a departure tick", m.id));
+                return fail(
+                    "state",
+                    format!("{}: departed without a departure tick", m.id),
+                );
             }
         }
         Ok(())
@@ -344,7 +356,9 @@ impl InvariantTracker {
         r
     }
 
-    fn check(&self, cmd: &Command, state: &PoolState) -> Result<(), InvariantViolation> {
+    /// Time, incarnations and the generation floor never go back; a new
+    /// sandbox record never reuses a collected generation.
+    fn check_counters(&self, state: &PoolState) -> Result<(), InvariantViolation> {
         if state.now_tick < self.now_tick {
             return fail("state", "time went back".to_string());
         }
@@ -360,9 +374,17 @@ impl InvariantTracker {
         }
         for s in state.sandboxes.values() {
             if !self.sandboxes.contains_key(&s.id) && s.generation <= self.generation_floor {
-                return fail("I1", format!("{}: generation {} reused", s.id, s.generation));
+                return fail(
+                    "I1",
+                    format!("{}: generation {} reused", s.id, s.generation),
+                );
             }
         }
+        Ok(())
+    }
+
+    fn check(&self, cmd: &Command, state: &PoolState) -> Result<(), InvariantViolation> {
+        self.check_counters(state)?;
         for (id, prev) in &self.sandboxes {
             let Some(s) = state.sandboxes.get(id) else {
                 // Only garbage collection (in a Tick) removes a record, and

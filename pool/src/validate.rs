@@ -94,9 +94,24 @@ fn short(field: &'static str, s: &str) -> V {
 
 fn configure(c: &Configure) -> V {
     let max = MAX_CONFIG_TICKS;
-    range("Configure.heartbeat_ttl_ticks", c.heartbeat_ttl_ticks, 1, max)?;
-    range("Configure.recovery_deadline_ticks", c.recovery_deadline_ticks, 1, max)?;
-    range("Configure.operation_deadline_ticks", c.operation_deadline_ticks, 1, max)?;
+    range(
+        "Configure.heartbeat_ttl_ticks",
+        c.heartbeat_ttl_ticks,
+        1,
+        max,
+    )?;
+    range(
+        "Configure.recovery_deadline_ticks",
+        c.recovery_deadline_ticks,
+        1,
+        max,
+    )?;
+    range(
+        "Configure.operation_deadline_ticks",
+        c.operation_deadline_ticks,
+        1,
+        max,
+    )?;
     range("Configure.retention_ticks", c.retention_ticks, 0, max)
 }
 
@@ -104,9 +119,19 @@ fn join(c: &Join) -> V {
     check_id("member_id", &c.member)?;
     short("Join.uid", &c.uid)?;
     short("Join.address", &c.address)?;
-    range("Join.capacity", u64::from(c.capacity), 1, u64::from(MAX_CAPACITY))?;
+    range(
+        "Join.capacity",
+        u64::from(c.capacity),
+        1,
+        u64::from(MAX_CAPACITY),
+    )?;
     range("Join.incarnation", c.incarnation, 0, MAX_COUNTER)?;
-    range("Join.known_incarnation", c.known_incarnation, 0, MAX_COUNTER)
+    range(
+        "Join.known_incarnation",
+        c.known_incarnation,
+        0,
+        MAX_COUNTER,
+    )
 }
 
 fn max_parallel(field: &'static str, n: u32) -> V {
@@ -131,7 +156,9 @@ impl Command {
                         range: format!("0..={MAX_BEATS}"),
                     });
                 }
-                c.beats.iter().try_for_each(|b| short("Beat.member", &b.member))
+                c.beats
+                    .iter()
+                    .try_for_each(|b| short("Beat.member", &b.member))
             }
             Command::Leave(c) => short("Leave.member", &c.member),
             Command::Expire(c) => short("Expire.member", &c.member),
@@ -171,7 +198,9 @@ impl Command {
                 short("Move.expected_owner", &c.expected_owner)?;
                 short("Move.to", c.to.as_deref().unwrap_or_default())
             }
-            Command::CompleteOperation(c) => short("CompleteOperation.operation_id", &c.operation_id),
+            Command::CompleteOperation(c) => {
+                short("CompleteOperation.operation_id", &c.operation_id)
+            }
             Command::FailOperation(c) => short("FailOperation.operation_id", &c.operation_id),
             Command::CancelOperation(c) => short("CancelOperation.operation_id", &c.operation_id),
             // Apply checks the endpoint fields and the reason itself (they

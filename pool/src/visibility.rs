@@ -418,7 +418,9 @@ fn touched_by(command: &Command, outcome: &Outcome) -> Touch {
     }
     match command {
         Command::Tick(_) => match outcome {
-            Outcome::Applied(Effect::Ticked { collected, .. }) if !collected.sandboxes.is_empty() => {
+            Outcome::Applied(Effect::Ticked { collected, .. })
+                if !collected.sandboxes.is_empty() =>
+            {
                 Touch::Sandboxes(collected.sandboxes.clone())
             }
             _ => Touch::Nothing,
@@ -637,7 +639,10 @@ mod tests {
             sandbox: "s1".into(),
             generation: 1,
         }));
-        let before = shown(&pool.plan_full(&[viewer(&member, incarnation, None)]), &member);
+        let before = shown(
+            &pool.plan_full(&[viewer(&member, incarnation, None)]),
+            &member,
+        );
         assert!(before.view.released.contains_key("s1"), "{:?}", before.view);
         for _ in 0..3 {
             let now = pool.state.now_tick();
@@ -659,7 +664,10 @@ mod tests {
         );
         let after = shown(&plan, &member);
         assert!(after.view.released.is_empty(), "{:?}", after.view);
-        let full = shown(&pool.plan_full(&[viewer(&member, incarnation, None)]), &member);
+        let full = shown(
+            &pool.plan_full(&[viewer(&member, incarnation, None)]),
+            &member,
+        );
         assert_eq!(full.view, after.view);
     }
 

@@ -123,7 +123,10 @@ fn departed_member_stays_while_named_then_goes_and_is_unknown() {
     h.ticks(3 * RETENTION);
     assert!(h.st.member("a").is_some(), "named by s1");
     match h.beat(&[("a", 1)]) {
-        Effect::Heartbeats { accepted: 0, skipped } => {
+        Effect::Heartbeats {
+            accepted: 0,
+            skipped,
+        } => {
             assert_eq!(skipped[0].reason, Reason::IncarnationRetired)
         }
         other => panic!("{other:?}"),
@@ -134,7 +137,10 @@ fn departed_member_stays_while_named_then_goes_and_is_unknown() {
     assert_eq!(gone.sandboxes, vec!["s1".to_string()]);
     assert_eq!(gone.members, vec!["a".to_string()]);
     match h.beat(&[("a", 1)]) {
-        Effect::Heartbeats { accepted: 0, skipped } => {
+        Effect::Heartbeats {
+            accepted: 0,
+            skipped,
+        } => {
             assert_eq!(skipped[0].reason, Reason::UnknownMember("a".into()))
         }
         other => panic!("{other:?}"),
@@ -265,7 +271,10 @@ fn an_old_snapshot_decodes_with_retention_counted_from_its_tick() {
     let old = strip_issue_16_fields(&h.snapshot());
     let st = PoolState::decode_snapshot(&old).expect("old snapshot decodes");
     assert_eq!(st.config().retention_ticks, DEFAULT_RETENTION_TICKS);
-    assert_eq!(st.sandbox("s1").and_then(|s| s.ended_tick), Some(st.now_tick()));
+    assert_eq!(
+        st.sandbox("s1").and_then(|s| s.ended_tick),
+        Some(st.now_tick())
+    );
     for id in ["refused", "l1"] {
         assert_eq!(st.launches()[id].ended_tick(), Some(st.now_tick()), "{id}");
     }
@@ -333,8 +342,19 @@ fn validation_bounds_every_range() {
     };
     assert!(drain(0).validate().is_err() && drain(9).validate().is_err());
     assert!(drain(8).validate().is_ok());
-    let big = report("s", 1, "a", 1, 1, &"x".repeat(pool::validate::MAX_STATUS_LEN + 1));
-    assert!(big.validate().unwrap_err().to_string().contains("Report.status"));
+    let big = report(
+        "s",
+        1,
+        "a",
+        1,
+        1,
+        &"x".repeat(pool::validate::MAX_STATUS_LEN + 1),
+    );
+    assert!(big
+        .validate()
+        .unwrap_err()
+        .to_string()
+        .contains("Report.status"));
     let mut legacy = join("a", MAX_COUNTER + 1, 1);
     assert!(legacy.validate().is_err());
     legacy = join("a", 1, 0);

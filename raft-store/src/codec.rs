@@ -15,11 +15,20 @@ use serde::Serialize;
 /// The only encoding this build writes and reads.
 pub const ENCODING_V1: u32 = 1;
 
-/// Largest gRPC message a replica sends or accepts (a snapshot chunk or an
-/// append-entries batch stays far below it). Re-exported as
-/// `network::MAX_MESSAGE_BYTES`; it lives here, below both directions of the
-/// network and the configuration, so none of them imports another for it.
+/// Largest gRPC message a replica sends or accepts by default
+/// (`NodeConfig::max_message_bytes`). An append-entries batch whose
+/// encoding is larger is never sent: the sender answers openraft with
+/// `PayloadTooLarge` and openraft sends fewer entries
+/// (`network::client`). Re-exported as `network::MAX_MESSAGE_BYTES`; it
+/// lives here, below both directions of the network and the
+/// configuration, so none of them imports another for it.
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+
+/// Smallest message limit a node may be configured with: one log entry
+/// (at most `batcher::MAX_BATCH_BYTES`, or one command of at most
+/// `batcher::MAX_COMMAND_BYTES`, both 64 KiB) with room to spare, so a
+/// single entry always fits and a smaller batch always exists.
+pub const MIN_MESSAGE_BYTES: usize = 256 * 1024;
 
 /// A value that could not be decoded.
 #[derive(Debug, thiserror::Error)]

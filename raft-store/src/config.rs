@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use openraft::SnapshotPolicy;
 
-use crate::codec::MAX_MESSAGE_BYTES;
+use crate::codec::{MAX_MESSAGE_BYTES, MIN_MESSAGE_BYTES};
 use crate::error::{Error, Result};
 use crate::types::NodeId;
 
@@ -33,8 +33,16 @@ pub struct NodeConfig {
     pub snapshot_after_logs: u64,
     /// Entries kept in the log behind a snapshot (for followers slightly behind).
     pub logs_to_keep: u64,
-    /// Largest snapshot chunk streamed to a follower.
+    /// Largest snapshot chunk streamed to a follower (at most half of
+    /// `max_message_bytes`).
     pub snapshot_chunk_bytes: u64,
+    /// Largest raft transport message sent or accepted, in bytes
+    /// ([`MIN_MESSAGE_BYTES`]..=[`MAX_MESSAGE_BYTES`], the default). An
+    /// append-entries batch over it is split (openraft's
+    /// `PayloadTooLarge`), never sent. Every node of a cluster should use
+    /// the same value; a follower that refuses a larger message also makes
+    /// the leader send fewer entries.
+    pub max_message_bytes: usize,
     /// How long a write may wait for a leader, including forwarding retries.
     pub write_timeout: Duration,
     /// sled page-cache size in bytes.
@@ -64,6 +72,7 @@ impl std::fmt::Debug for NodeConfig {
             .field("snapshot_after_logs", &self.snapshot_after_logs)
             .field("logs_to_keep", &self.logs_to_keep)
             .field("snapshot_chunk_bytes", &self.snapshot_chunk_bytes)
+            .field("max_message_bytes", &self.max_message_bytes)
             .field("write_timeout", &self.write_timeout)
             .field("cache_capacity", &self.cache_capacity)
             .field("max_snapshot_bytes", &self.max_snapshot_bytes)
@@ -92,6 +101,7 @@ impl NodeConfig {
             snapshot_after_logs: 5000,
             logs_to_keep: 1000,
             snapshot_chunk_bytes: 1024 * 1024,
+            max_message_bytes: MAX_MESSAGE_BYTES,
             write_timeout: Duration::from_secs(5),
             cache_capacity: 64 * 1024 * 1024,
             max_snapshot_bytes: crate::network::incoming_snapshot::DEFAULT_MAX_SNAPSHOT_BYTES,
@@ -120,12 +130,18 @@ impl NodeConfig {
         if self.cluster_id.is_empty() {
             return Err(Error::Config("cluster id must not be empty".into()));
         }
+        if !(MIN_MESSAGE_BYTES..=MAX_MESSAGE_BYTES).contains(&self.max_message_bytes) {
+            return Err(Error::Config(format!(
+                "max_message_bytes {} is out of range {MIN_MESSAGE_BYTES}..={MAX_MESSAGE_BYTES}",
+                self.max_message_bytes
+            )));
+        }
         if self.snapshot_chunk_bytes == 0
-            || self.snapshot_chunk_bytes as usize > MAX_MESSAGE_BYTES / 2
+            || self.snapshot_chunk_bytes as usize > self.max_message_bytes / 2
         {
             return Err(Error::Config(format!(
-                "snapshot chunk size must be within 1..={} bytes",
-                MAX_MESSAGE_BYTES / 2
+                "snapshot chunk size must be within 1..={} bytes (half of max_message_bytes)",
+                self.max_message_bytes / 2
             )));
         }
         let config = openraft::Config {

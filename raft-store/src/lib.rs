@@ -27,7 +27,10 @@
 //! - [`log_store`]: openraft's `RaftLogStorage` over sled (group commit).
 //! - [`state_machine`]: the [`StateMachine`] trait and openraft's
 //!   `RaftStateMachine` over it, with checksummed snapshot files.
-//! - [`objects`]: the generic object store state machine.
+//! - [`page_token`]: the one page-token codec of every keyset-paginated
+//!   read (object lists, pool status, sandbox lists).
+//! - [`objects`]: the generic object store state machine (its list tokens
+//!   are [`page_token`]'s).
 //! - [`seed`]: offline restore from a backup and forced recovery of a
 //!   one-voter cluster.
 //! - [`local_status`]: the read-only view of a stopped node's data
@@ -83,6 +86,7 @@ pub mod membership;
 pub mod network;
 pub mod node;
 pub mod objects;
+pub mod page_token;
 pub mod seed;
 pub mod state_machine;
 pub mod types;

@@ -127,6 +127,40 @@ impl LogStore {
         Ok(())
     }
 
+    /// Turns a committed vote back into a plain vote for the same leader and
+    /// term, durably, so that a restarted node never resumes leadership
+    /// without an election. Start-up calls it before raft starts.
+    ///
+    /// openraft 0.9 restores a node whose stored vote is committed for itself
+    /// as leader at once (`Engine::startup`), with its old term's first entry
+    /// as its noop and the commit index stored before the restart. That
+    /// index is saved without an fsync (`save_committed`), so after a power
+    /// loss it can lag the writes the node had already acknowledged; the
+    /// restored leader's read index, `max(noop, committed)`, then misses them
+    /// and a linearizable read returns older data. The Jepsen `power-cut`
+    /// nemesis found it (docs/jepsen.md, power-loss results). An uncommitted
+    /// vote still forbids voting for another node in that term; the node
+    /// campaigns for the next, and its new noop makes the read index cover
+    /// every committed entry.
+    ///
+    /// # Errors
+    /// The vote cannot be read, written or synced.
+    pub(crate) fn forget_leadership(&self) -> Result<(), StorageError<u64>> {
+        if let Some(vote) = self.read_meta(&VOTE)? {
+            if vote.committed {
+                let plain = Vote {
+                    committed: false,
+                    ..vote
+                };
+                self.write_meta(&VOTE, &plain)?;
+                self.durability
+                    .sync_blocking()
+                    .map_err(|e| StorageIOError::write_vote(&e))?;
+            }
+        }
+        Ok(())
+    }
+
     fn last_entry_log_id(&self) -> Result<Option<LogId>, StorageError<u64>> {
         match self.log.last().map_err(|e| StorageIOError::read_logs(&e))? {
             None => Ok(None),
@@ -323,6 +357,30 @@ mod tests {
         let dir = DataDir::open(path, "meta-test", 1, 8 * 1024 * 1024).expect("open data dir");
         let log = LogStore::new(&dir).expect("log store");
         (dir, log)
+    }
+
+    /// Start-up's `forget_leadership` turns a committed vote into a plain
+    /// vote for the same term and leader, durably; a plain vote stays.
+    #[tokio::test]
+    async fn a_committed_vote_is_forgotten_as_leadership_but_kept_as_a_vote() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        {
+            let (_dir, mut log) = open(tmp.path());
+            log.save_vote(&Vote::new_committed(7, 1))
+                .await
+                .expect("save vote");
+            log.forget_leadership().expect("forget leadership");
+        }
+        let (_dir, mut log) = open(tmp.path());
+        assert_eq!(
+            log.read_vote().await.expect("read vote"),
+            Some(Vote::new(7, 1))
+        );
+        log.forget_leadership().expect("again");
+        assert_eq!(
+            log.read_vote().await.expect("read vote"),
+            Some(Vote::new(7, 1))
+        );
     }
 
     /// Every meta record written through openraft's storage API reads back

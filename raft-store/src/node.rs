@@ -30,7 +30,6 @@ use openraft::ServerState;
 use proto::raft::raft_transport_server::RaftTransportServer;
 
 use crate::batcher::Proposer;
-use crate::codec::MAX_MESSAGE_BYTES;
 use crate::db::DataDir;
 use crate::error::{AdminError, Error, ReadError, Result};
 use crate::leadership::{ElectionHold, LeaderTransfer};
@@ -169,6 +168,11 @@ fn open_storage<SM: StateMachine>(
         path: config.data_dir.join("raft"),
         problem: format!("log metadata cannot be read ({e}); refusing to start"),
     })?;
+    // A restarted leader must win an election again (see the method).
+    log.forget_leadership().map_err(|e| Error::DataDir {
+        path: config.data_dir.join("raft"),
+        problem: format!("the vote cannot be rewritten ({e}); refusing to start"),
+    })?;
     let state_machine = match early {
         Some(sm) => sm,
         None => StateMachineStore::<SM>::open(&config.data_dir)?,
@@ -190,7 +194,8 @@ impl<SM: StateMachine> RaftNode<SM> {
             tokio::task::spawn_blocking(move || open_storage::<SM>(&open_config))
                 .await
                 .map_err(|e| Error::Raft(format!("start-up task failed: {e}")))??;
-        let channels = Channels::new(&config.cluster_id, config.peer_tls.clone());
+        let channels = Channels::new(&config.cluster_id, config.peer_tls.clone())
+            .with_max_message_bytes(config.max_message_bytes);
         let raft = Raft::new(
             config.node_id,
             raft_config,
@@ -246,8 +251,8 @@ impl<SM: StateMachine> RaftNode<SM> {
         )
         .with_max_snapshot_bytes(config.max_snapshot_bytes);
         RaftTransportServer::new(service)
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES)
+            .max_decoding_message_size(config.max_message_bytes)
+            .max_encoding_message_size(config.max_message_bytes)
     }
 
     /// How a call to a peer's membership address (its peer port) connects:

@@ -24,6 +24,7 @@ pub use proto::objects::{
 };
 
 use crate::error::{InvalidCommand, SnapshotError};
+use crate::page_token;
 use crate::state_machine::StateMachine;
 
 /// Longest id, type, name, scope, version or status, in bytes.
@@ -373,17 +374,11 @@ pub fn check_write_key(object_type: &str, id: &str) -> Result<(), String> {
 }
 
 fn encode_token(id: &str) -> String {
-    format!("v1.{}", hex::encode(id))
+    page_token::encode(id)
 }
 
 fn decode_token(token: &str) -> Result<Option<String>, ListError> {
-    if token.is_empty() {
-        return Ok(None);
-    }
-    let bad = || ListError::BadPageToken(token.to_string());
-    let hex_id = token.strip_prefix("v1.").ok_or_else(bad)?;
-    let bytes = hex::decode(hex_id).map_err(|_| bad())?;
-    String::from_utf8(bytes).map(Some).map_err(|_| bad())
+    page_token::decode(token).map_err(|_| ListError::BadPageToken(token.to_string()))
 }
 
 /// The object store on its own is a raft-store state machine (the gateway

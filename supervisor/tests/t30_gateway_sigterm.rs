@@ -106,7 +106,10 @@ fn spawn_watcher(
                     continue;
                 };
                 let Ok(reply) = PoolAdminClient::new(channel)
-                    .get_supervisor_pool_status(GetSupervisorPoolStatusRequest { stale: false })
+                    .get_supervisor_pool_status(GetSupervisorPoolStatusRequest {
+                        stale: false,
+                        ..Default::default()
+                    })
                     .await
                 else {
                     continue;

@@ -73,7 +73,10 @@ async fn pause_leader(cluster: &Cluster, leader: u64, pause: Duration, before: &
     while paused_at.elapsed() < pause {
         for node in cluster.nodes.iter().filter(|n| n.id != leader) {
             let read = async {
-                let request = GetSupervisorPoolStatusRequest { stale: true };
+                let request = GetSupervisorPoolStatusRequest {
+                    stale: true,
+                    ..Default::default()
+                };
                 let reply = pool_admin(node)
                     .await?
                     .get_supervisor_pool_status(request)

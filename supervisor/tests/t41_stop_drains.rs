@@ -214,7 +214,10 @@ async fn sample_supervised(gateways: Vec<String>, samples: std::sync::Arc<Atomic
         let mut status = None;
         for client in &mut clients {
             let reply = client
-                .get_supervisor_pool_status(GetSupervisorPoolStatusRequest { stale: true })
+                .get_supervisor_pool_status(GetSupervisorPoolStatusRequest {
+                    stale: true,
+                    ..Default::default()
+                })
                 .await;
             if let Ok(reply) = reply {
                 status = Some(reply.into_inner());

@@ -256,9 +256,10 @@ pub async fn pool_status(cluster: &Cluster) -> TestResult<SupervisorPoolStatus> 
     for node in cluster.nodes.iter().filter(|n| n.is_running()) {
         match pool_admin(node).await {
             Ok(mut c) => match c
-                .get_supervisor_pool_status(
-                    node.request(GetSupervisorPoolStatusRequest { stale: false }),
-                )
+                .get_supervisor_pool_status(node.request(GetSupervisorPoolStatusRequest {
+                    stale: false,
+                    ..Default::default()
+                }))
                 .await
             {
                 Ok(s) => return Ok(s.into_inner()),

@@ -1,8 +1,9 @@
-//! `backup ...`: a consistent snapshot from the leader
-//! (`ClusterAdmin.Backup`) saved in the backup file format of
-//! [`proto::backup`].
+//! `backup ...`: a consistent snapshot from the leader, streamed
+//! (`ClusterAdmin.BackupStream`) and written chunk by chunk in the backup
+//! file format of [`proto::backup`], so memory is bounded by one chunk
+//! (at most [`proto::backup::CHUNK_BYTES`]), not by the state.
 
-use proto::backup::BackupHeader;
+use proto::backup::{BackupHeader, BackupWriter};
 use proto::cluster::cluster_admin_client::ClusterAdminClient;
 use proto::cluster::BackupRequest;
 use serde_json::json;
@@ -13,23 +14,33 @@ use crate::{BackupCommand, CliError, Gateway, Output};
 /// `backup ...`
 pub async fn backup(gw: &Gateway, output: Output, command: BackupCommand) -> Result<(), CliError> {
     let BackupCommand::Save { file } = command;
-    let r = gw
+    let mut stream = gw
         .call(|c| async move {
             ClusterAdminClient::new(c)
-                .max_decoding_message_size(64 * 1024 * 1024)
-                .backup(BackupRequest {})
+                .backup_stream(BackupRequest {})
                 .await
         })
         .await?
         .into_inner();
-    let header = BackupHeader::for_state(
-        r.cluster_id.clone(),
-        r.term,
-        r.index,
-        r.taken_by_node,
-        &r.state,
-    );
-    proto::backup::write(&file, &header, &r.state).map_err(|e| CliError::Local(e.to_string()))?;
+    let local = |e: proto::backup::BackupError| CliError::Local(e.to_string());
+    let first = stream
+        .message()
+        .await?
+        .ok_or_else(|| CliError::Local("the gateway sent an empty backup stream".into()))?;
+    let announced = BackupHeader {
+        cluster_id: first.cluster_id.clone(),
+        term: first.term,
+        index: first.index,
+        bytes: first.bytes,
+        crc32: first.crc32,
+        taken_by_node: first.taken_by_node,
+    };
+    let mut writer = BackupWriter::create(&file, announced).map_err(local)?;
+    writer.append(&first.data).map_err(local)?;
+    while let Some(chunk) = stream.message().await? {
+        writer.append(&chunk.data).map_err(local)?;
+    }
+    let header = writer.finish().map_err(local)?;
     emit(
         output,
         json!({"file": file.display().to_string(), "cluster_id": header.cluster_id, "index": header.index,

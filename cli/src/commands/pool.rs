@@ -34,15 +34,45 @@ fn pool_json(s: &SupervisorPoolStatus) -> Value {
     })
 }
 
+/// The whole pool status: every page, followed to the last
+/// (`next_page_token` empty). The header (tick, applied index) is the first
+/// page's; each page is its own linearizable read.
 async fn pool_status(gw: &Gateway) -> Result<SupervisorPoolStatus, CliError> {
-    Ok(gw
-        .call(|c| async move {
-            PoolAdminClient::new(c)
-                .get_supervisor_pool_status(GetSupervisorPoolStatusRequest { stale: false })
-                .await
-        })
-        .await?
-        .into_inner())
+    let mut whole: Option<SupervisorPoolStatus> = None;
+    let mut token = String::new();
+    loop {
+        let page_token = token.clone();
+        let page = gw
+            .call(|c| {
+                let page_token = page_token.clone();
+                async move {
+                    PoolAdminClient::new(c)
+                        .get_supervisor_pool_status(GetSupervisorPoolStatusRequest {
+                            stale: false,
+                            page_size: 0,
+                            page_token,
+                        })
+                        .await
+                }
+            })
+            .await?
+            .into_inner();
+        token = page.next_page_token.clone();
+        match whole.as_mut() {
+            None => whole = Some(page),
+            Some(w) => {
+                w.members.extend(page.members);
+                w.operations.extend(page.operations);
+                w.sandboxes.extend(page.sandboxes);
+            }
+        }
+        if token.is_empty() {
+            break;
+        }
+    }
+    let mut whole = whole.unwrap_or_default();
+    whole.next_page_token.clear();
+    Ok(whole)
 }
 
 /// Polls an operation until it ends, printing progress on stderr.

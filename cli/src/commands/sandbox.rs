@@ -140,15 +140,7 @@ pub async fn sandbox(
             });
         }
         SandboxCommand::List => {
-            let list = gw
-                .call(|c| async move {
-                    PoolAdminClient::new(c)
-                        .list_sandboxes(ListSandboxesRequest { stale: false })
-                        .await
-                })
-                .await?
-                .into_inner()
-                .sandboxes;
+            let list = list_all(gw).await?;
             emit(
                 output,
                 Value::Array(list.iter().map(sandbox_json).collect()),
@@ -217,4 +209,34 @@ async fn exec(
         return Err(CliError::ExitStatus(r.exit_code));
     }
     Ok(())
+}
+
+/// Every sandbox: the pages of `ListSandboxes` followed to the last
+/// (`next_page_token` empty), so the output is the whole list.
+async fn list_all(gw: &Gateway) -> Result<Vec<Sandbox>, CliError> {
+    let mut all = Vec::new();
+    let mut token = String::new();
+    loop {
+        let page_token = token.clone();
+        let page = gw
+            .call(|c| {
+                let page_token = page_token.clone();
+                async move {
+                    PoolAdminClient::new(c)
+                        .list_sandboxes(ListSandboxesRequest {
+                            stale: false,
+                            page_size: 0,
+                            page_token,
+                        })
+                        .await
+                }
+            })
+            .await?
+            .into_inner();
+        all.extend(page.sandboxes);
+        if page.next_page_token.is_empty() {
+            return Ok(all);
+        }
+        token = page.next_page_token;
+    }
 }

@@ -15,7 +15,10 @@ use crate::{CliError, Gateway};
 pub(super) async fn pool_status(gw: &Gateway) -> Result<SupervisorPoolStatus, CliError> {
     gw.call(|c| async move {
         PoolAdminClient::new(c)
-            .get_supervisor_pool_status(GetSupervisorPoolStatusRequest { stale: false })
+            .get_supervisor_pool_status(GetSupervisorPoolStatusRequest {
+                stale: false,
+                ..Default::default()
+            })
             .await
     })
     .await

@@ -42,7 +42,15 @@ pub enum StreamInput {
     ExecResult(ExecResult),
     /// Not expected once attached (a second hello, or an empty message).
     Unexpected,
+    /// Over a size limit: not proposed; the text names the field and the
+    /// limit. The stream stays open (the supervisor's next report counts).
+    Refused(String),
 }
+
+/// Longest `SandboxReport.status`, in bytes. A status is a short word
+/// ("running", "exited: 0"); it is kept in the sandbox record, so it is
+/// bounded before it is proposed.
+pub const MAX_REPORT_STATUS_BYTES: usize = 1024;
 
 /// The input of `message`, received on the stream of `member`'s
 /// `incarnation`.
@@ -64,6 +72,15 @@ pub fn stream_input(
                 incarnation,
                 term: ack.term,
             }))
+        }
+        Some(supervisor_message::Message::Report(report))
+            if report.status.len() > MAX_REPORT_STATUS_BYTES =>
+        {
+            StreamInput::Refused(format!(
+                "SandboxReport.status for sandbox {:?} is {} bytes, over the limit of {MAX_REPORT_STATUS_BYTES}: the report was dropped",
+                report.sandbox_id.chars().take(128).collect::<String>(),
+                report.status.len()
+            ))
         }
         Some(supervisor_message::Message::Report(report)) => {
             StreamInput::Propose(Command::Report(pool::Report {

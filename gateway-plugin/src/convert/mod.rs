@@ -6,6 +6,9 @@
 //!   snapshots, grants, operator views, cluster status, refusals).
 //! - [`from_proto`]: proto requests -> pool commands and raft-store
 //!   arguments.
+//! - [`page`]: keyset pages of the pool's operator reads (status, sandbox
+//!   list) with `raft_store::page_token`'s tokens.
 
 pub mod from_proto;
+pub mod page;
 pub mod to_proto;

@@ -239,31 +239,45 @@ pub fn operation(o: &pool::Operation) -> SupervisorPoolOperation {
 pub fn pool_status(state: &PoolState, applied_index: u64) -> SupervisorPoolStatus {
     let status = state.status();
     SupervisorPoolStatus {
-        now_tick: status.now_tick,
-        applied_index,
-        members: status
-            .members
-            .iter()
-            .map(|v| PoolMember {
-                id: v.member.id.clone(),
-                uid: v.member.uid.clone(),
-                incarnation: v.member.incarnation,
-                address: v.member.address.clone(),
-                state: member_state(v.member.state).into(),
-                capacity: v.member.capacity,
-                used: v.member.charged,
-                ticks_since_heartbeat: v.ticks_since_heartbeat,
-                eligible: v.eligible,
-            })
-            .collect(),
+        members: status.members.iter().map(pool_member).collect(),
         sandboxes: state
             .sandboxes()
             .values()
             .map(|s| sandbox(state, s))
             .collect(),
         operations: status.operations.iter().map(operation).collect(),
-        heartbeat_ttl_ticks: status.config.heartbeat_ttl_ticks,
-        recovery_deadline_ticks: status.config.recovery_deadline_ticks,
+        ..pool_status_header(state, applied_index)
+    }
+}
+
+/// The pool status without its records: tick, applied index, settings and
+/// the whole counts (a page fills in members, operations and sandboxes).
+pub fn pool_status_header(state: &PoolState, applied_index: u64) -> SupervisorPoolStatus {
+    let config = state.config();
+    SupervisorPoolStatus {
+        now_tick: state.now_tick(),
+        applied_index,
+        heartbeat_ttl_ticks: config.heartbeat_ttl_ticks,
+        recovery_deadline_ticks: config.recovery_deadline_ticks,
+        member_count: state.members().len() as u64,
+        operation_count: state.operations().len() as u64,
+        sandbox_count: state.sandboxes().len() as u64,
+        ..SupervisorPoolStatus::default()
+    }
+}
+
+/// A member's operator view.
+pub fn pool_member(v: &pool::MemberView) -> PoolMember {
+    PoolMember {
+        id: v.member.id.clone(),
+        uid: v.member.uid.clone(),
+        incarnation: v.member.incarnation,
+        address: v.member.address.clone(),
+        state: member_state(v.member.state).into(),
+        capacity: v.member.capacity,
+        used: v.member.charged,
+        ticks_since_heartbeat: v.ticks_since_heartbeat,
+        eligible: v.eligible,
     }
 }
 

@@ -3,6 +3,7 @@
 //! ```text
 //! openshell-jepsen run    [--nodes 3] [--seed N] [--time-limit 60] [--nemesis partition,kill,pause] ...
 //! openshell-jepsen run    --cas-mode own-version [--concurrency 16 --keys 2 --delay-ms 0,5] ...
+//! openshell-jepsen run    --nemesis power-cut --power-cuts 200 [--power-cut-nodes 1|majority] ...
 //! openshell-jepsen run    --workload pool [--members process|scripted] [--supervisors 4] [--capacity 3] [--pool-faults pause,kill,drain] ...
 //! openshell-jepsen matrix [--time-limit 300] [--only kill,pause] [--workload pool] ...
 //! openshell-jepsen check  history.jsonl
@@ -122,7 +123,8 @@ struct Common {
     time_limit: u64,
     /// Faults: all, none, partition, clock, or names (leader-minority,
     /// leader-majority, isolate, bridge, majorities-ring, drop, kill, pause,
-    /// clock-bump, clock-strobe, membership, island).
+    /// clock-bump, clock-strobe, membership, island; and power-cut, which
+    /// is not in `all`: it mounts every data directory on openshell-lazyfs).
     #[arg(long, default_value = "partition,kill,pause")]
     nemesis: String,
     /// Sometimes start two faults at once.
@@ -154,6 +156,17 @@ struct Common {
     /// clients on few keys, e.g. --concurrency 16 --keys 2 --delay-ms 0,5).
     #[arg(long, default_value_t = CasMode::ReadThenPut)]
     cas_mode: CasMode,
+    /// power-cut: end the run after this many cuts (--time-limit still
+    /// caps it).
+    #[arg(long)]
+    power_cuts: Option<u64>,
+    /// power-cut: nodes cut at once, 1 or majority.
+    #[arg(long, default_value = "1")]
+    power_cut_nodes: jepsen::power::CutNodes,
+    /// power-cut: the openshell-lazyfs binary (default: beside the
+    /// gateway binary).
+    #[arg(long)]
+    lazyfs_bin: Option<PathBuf>,
     /// Client request timeout, ms.
     #[arg(long, default_value_t = 6000)]
     client_timeout_ms: u64,
@@ -286,6 +299,11 @@ fn options(c: &Common) -> Result<RunOptions, String> {
             Security::Insecure
         } else {
             Security::Tls
+        },
+        power: jepsen::power::PowerOptions {
+            lazyfs_bin: c.lazyfs_bin.clone(),
+            cuts: c.power_cuts,
+            nodes: c.power_cut_nodes,
         },
     })
 }

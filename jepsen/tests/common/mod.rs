@@ -108,6 +108,7 @@ pub fn options(name: &str, bin: PathBuf, nemesis: &str, seconds: u64, seed: u64)
         out,
         client_timeout: Duration::from_secs(6),
         security: jepsen::security::Security::Tls,
+        power: jepsen::power::PowerOptions::default(),
     }
 }
 

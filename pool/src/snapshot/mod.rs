@@ -16,6 +16,12 @@
 //! [`SandboxRecord`] ([`RuntimeRecord`]); a snapshot written before it
 //! existed decodes to no runtime.
 //!
+//! Garbage collection's fields (issue 16): meta 6 `retention_ticks` and 7
+//! `generation_floor`, sandbox 11 `ended_tick`, operation 11
+//! `finished_tick`, launch 5 `ended_tick`. A snapshot written before them
+//! decodes to the default retention, floor 0, and every finished record
+//! finished at the snapshot's `now_tick`. The prost types live in `wire`.
+//!
 //! Order: meta, then each table in `BTreeMap` key order, so two replicas
 //! with the same state produce byte-identical snapshots. The hash ring is
 //! derived data and is rebuilt on restore.

@@ -17,6 +17,16 @@
 //! TTL as its gRPC deadline, a forward or read-index the caller's deadline;
 //! connecting has its own timeout.
 //!
+//! Every raft message is bounded by the node's `max_message_bytes`
+//! (tonic's encode and decode limits on both ends). An AppendEntries whose
+//! encoding is over it is not sent: [`PeerClient`] answers openraft with
+//! [`PayloadTooLarge`] and an entries hint ([`entries_hint`]), and openraft
+//! retries at once with that many entries. A peer that refuses a message as
+//! too large (`OUT_OF_RANGE`/`RESOURCE_EXHAUSTED`, e.g. a smaller limit
+//! there) is answered the same way, halving the batch. One entry always
+//! fits (`codec::MIN_MESSAGE_BYTES`); should one not, the error names the
+//! entry and the limit (openraft retries it at its heartbeat pace, logged).
+//!
 //! [`never_sent`] decides from a failed call's typed error source whether
 //! the request certainly never reached the peer, which is when a write may
 //! be retried without risk of applying it twice.
@@ -27,7 +37,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use openraft::error::{
-    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+    InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError,
+    Unreachable,
 };
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
@@ -95,6 +106,8 @@ pub struct Channels {
     by_addr: Arc<Mutex<BTreeMap<String, Channel>>>,
     /// When each target last acknowledged an append.
     acks: AppendAcks,
+    /// Largest message sent or accepted (tonic's limits on every client).
+    max_message_bytes: usize,
 }
 
 impl Channels {
@@ -106,7 +119,20 @@ impl Channels {
             config: ClientConfig::for_role(Role::Peer).with_tls(tls),
             by_addr: Arc::default(),
             acks: AppendAcks::default(),
+            max_message_bytes: MAX_MESSAGE_BYTES,
         }
+    }
+
+    /// The same channels with messages bounded by `max_bytes` (default
+    /// [`MAX_MESSAGE_BYTES`]).
+    pub fn with_max_message_bytes(mut self, max_bytes: usize) -> Self {
+        self.max_message_bytes = max_bytes;
+        self
+    }
+
+    /// The largest message sent or accepted.
+    pub fn max_message_bytes(&self) -> usize {
+        self.max_message_bytes
     }
 
     /// When each target last acknowledged an append from this node.
@@ -145,8 +171,8 @@ impl Channels {
             }
         };
         Ok(RaftTransportClient::new(channel)
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES))
+            .max_decoding_message_size(self.max_message_bytes)
+            .max_encoding_message_size(self.max_message_bytes))
     }
 
     /// The channel cache. A std lock, held only to look up or insert (never
@@ -456,12 +482,26 @@ impl PeerClient {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
+        let payload = self.channels.payload(request);
+        self.send(rpc, payload, option).await
+    }
+
+    /// Sends an encoded request to the target and decodes its reply.
+    async fn send<Resp, E>(
+        &mut self,
+        rpc: Rpc,
+        mut payload: RaftPayload,
+        option: &RPCOption,
+    ) -> Result<Resp, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>
+    where
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
         let mut client = self
             .channels
             .client(&self.addr)
             .await
             .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
-        let mut payload = self.channels.payload(request);
         payload.target_node_id = self.target;
         let mut grpc = tonic::Request::new(payload);
         grpc.set_timeout(option.hard_ttl());
@@ -481,6 +521,15 @@ impl PeerClient {
             Err(status) if status.code() == tonic::Code::Unavailable => {
                 return Err(RPCError::Unreachable(Unreachable::new(&status)))
             }
+            // Refused as over a size limit (tonic: OUT_OF_RANGE when
+            // encoding here, RESOURCE_EXHAUSTED when the peer's decoding
+            // limit is lower): `append_within_limit` picks the hint.
+            Err(status) if matches!(rpc, Rpc::AppendEntries) && too_large_code(status.code()) => {
+                tracing::debug!(target_node = self.target, %status, "append-entries refused as too large");
+                return Err(RPCError::PayloadTooLarge(
+                    PayloadTooLarge::new_entries_hint(1),
+                ));
+            }
             Err(status) => return Err(RPCError::Network(NetworkError::new(&status))),
         };
         let result: Result<Resp, RaftError<NodeId, E>> = codec::decode(
@@ -496,6 +545,83 @@ impl PeerClient {
             ))
         })
     }
+
+    /// Sends an AppendEntries within the message limit: over it, or refused
+    /// by the peer as too large, it becomes [`PayloadTooLarge`] with a
+    /// smaller entries hint (openraft retries at once with fewer entries).
+    async fn append_within_limit(
+        &mut self,
+        rpc: &AppendEntriesRequest<TypeConfig>,
+        option: &RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        let entries = rpc.entries.len();
+        let payload = self.channels.payload(rpc);
+        let limit = self.channels.max_message_bytes();
+        let encoded = prost::Message::encoded_len(&payload);
+        if encoded > limit {
+            return Err(self.too_large(rpc, entries_hint(entries, encoded, limit), encoded));
+        }
+        let reply = self.send(Rpc::AppendEntries, payload, option).await;
+        match reply {
+            Err(RPCError::PayloadTooLarge(_)) => {
+                Err(self.too_large(rpc, (entries / 2) as u64, encoded))
+            }
+            other => other,
+        }
+    }
+
+    /// The error for an AppendEntries of `encoded` bytes over the limit:
+    /// [`PayloadTooLarge`] with `hint` entries, or, for a single entry (no
+    /// smaller batch exists), a network error naming it.
+    fn too_large(
+        &self,
+        rpc: &AppendEntriesRequest<TypeConfig>,
+        hint: u64,
+        encoded: usize,
+    ) -> RPCError<NodeId, BasicNode, RaftError<NodeId>> {
+        let limit = self.channels.max_message_bytes();
+        if rpc.entries.len() <= 1 {
+            let index = rpc.entries.first().map(|e| e.log_id.index).unwrap_or(0);
+            tracing::error!(
+                target_node = self.target,
+                index,
+                encoded,
+                limit,
+                "log entry {index} alone is {encoded} bytes, over the raft message limit of {limit} bytes: it cannot be replicated to node {}; raise max_message_bytes on every node",
+                self.target
+            );
+            let e = io::Error::other(format!(
+                "log entry {index} is {encoded} bytes encoded, over max_message_bytes {limit}"
+            ));
+            return RPCError::Network(NetworkError::new(&e));
+        }
+        tracing::debug!(
+            target_node = self.target,
+            entries = rpc.entries.len(),
+            encoded,
+            limit,
+            hint,
+            "append-entries over the message limit: asking openraft for fewer entries"
+        );
+        RPCError::PayloadTooLarge(PayloadTooLarge::new_entries_hint(hint.max(1)))
+    }
+}
+
+/// How many of `entries` entries (encoded together in `encoded` bytes)
+/// should fit in `limit`: proportional, with a tenth of margin, at least 1
+/// and fewer than `entries` (so every retry sends less).
+pub fn entries_hint(entries: usize, encoded: usize, limit: usize) -> u64 {
+    let fit = (entries as u128 * (limit as u128 * 9 / 10)) / (encoded.max(1) as u128);
+    let fit = fit.min(entries.saturating_sub(1) as u128).max(1);
+    fit as u64
+}
+
+/// Whether a gRPC status code means a message over a size limit.
+fn too_large_code(code: tonic::Code) -> bool {
+    matches!(
+        code,
+        tonic::Code::OutOfRange | tonic::Code::ResourceExhausted
+    )
 }
 
 impl RaftNetwork<TypeConfig> for PeerClient {
@@ -504,7 +630,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        let reply = self.call(Rpc::AppendEntries, &rpc, &option).await;
+        let reply = self.append_within_limit(&rpc, &option).await;
         if let Ok(AppendEntriesResponse::Success | AppendEntriesResponse::PartialSuccess(_)) =
             &reply
         {
@@ -588,6 +714,18 @@ mod tests {
             .forward(2, &refused_addr(), b"command", deadline)
             .await;
         assert!(matches!(forwarded, Ok(Forwarded::Retry)), "{forwarded:?}");
+    }
+
+    #[test]
+    fn the_entries_hint_always_shrinks_and_fits() {
+        // 300 entries of 6 MiB against 256 KiB: about 11 with a margin.
+        assert_eq!(entries_hint(300, 6 * 1024 * 1024, 256 * 1024), 11);
+        // Barely over: one fewer at least.
+        assert_eq!(entries_hint(10, 1001, 1000), 8);
+        assert_eq!(entries_hint(2, 1001, 1000), 1);
+        // Never 0, never as many as before.
+        assert_eq!(entries_hint(5, usize::MAX, 1), 1);
+        assert_eq!(entries_hint(1, 10, 1), 1);
     }
 
     #[test]

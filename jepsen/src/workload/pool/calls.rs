@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use proto::pool_admin::pool_admin_client::PoolAdminClient;
 use proto::pool_admin::{
     start_supervisor_pool_operation_request, CancelSupervisorPoolOperationRequest,
     CreateSandboxRequest, DeleteSandboxRequest, GetSandboxRequest, GetSupervisorPoolStatusRequest,
@@ -21,6 +22,7 @@ use super::{lock, short, Shared};
 use crate::history::{EventSpec, OpType, Process};
 use crate::ops::pool::{Absent, Drain, Launch, SandboxRef, SandboxView, StatusRead};
 use crate::ops::to_value;
+use crate::security::Authed;
 
 /// One call and its invoke value.
 #[derive(Clone, Debug)]
@@ -171,6 +173,35 @@ impl Shared {
         }
     }
 
+    /// One linearizable status read. The status is paginated: the largest
+    /// page (5000 records) holds every member, operation and sandbox of a
+    /// run, so the read stays one read at one log position.
+    async fn status(&self, pool: &mut PoolAdminClient<Authed>, value: &Value) -> Outcome {
+        match pool
+            .get_supervisor_pool_status(GetSupervisorPoolStatusRequest {
+                stale: false,
+                page_size: 5000,
+                ..Default::default()
+            })
+            .await
+        {
+            Ok(r) => {
+                let r = r.into_inner();
+                let mut expired = lock(&self.expired);
+                expired.clear();
+                for m in r
+                    .members
+                    .iter()
+                    .filter(|m| m.state() == MemberState::Expired)
+                {
+                    expired.insert(m.id.clone(), m.incarnation);
+                }
+                Outcome::Ok(to_value(&StatusRead::from(&r)))
+            }
+            Err(s) => Outcome::Fail(value.clone(), short(&s)),
+        }
+    }
+
     async fn call(&self, call: &Call, value: &Value, node: usize) -> Outcome {
         let Ok(n) = self.cluster.node(node) else {
             return Outcome::Fail(value.clone(), format!("no node {node}"));
@@ -224,25 +255,7 @@ impl Shared {
                 // A read changes nothing: every error is a certain failure.
                 Err(s) => Outcome::Fail(value.clone(), short(&s)),
             },
-            Call::Status => match pool
-                .get_supervisor_pool_status(GetSupervisorPoolStatusRequest { stale: false })
-                .await
-            {
-                Ok(r) => {
-                    let r = r.into_inner();
-                    let mut expired = lock(&self.expired);
-                    expired.clear();
-                    for m in r
-                        .members
-                        .iter()
-                        .filter(|m| m.state() == MemberState::Expired)
-                    {
-                        expired.insert(m.id.clone(), m.incarnation);
-                    }
-                    Outcome::Ok(to_value(&StatusRead::from(&r)))
-                }
-                Err(s) => Outcome::Fail(value.clone(), short(&s)),
-            },
+            Call::Status => self.status(&mut pool, value).await,
             Call::Drain(d) => write_outcome(
                 pool.start_supervisor_pool_operation(StartSupervisorPoolOperationRequest {
                     operation_id: d.op.clone(),

@@ -145,9 +145,13 @@ impl LogStore {
     ///
     /// # Errors
     /// The vote cannot be read, written or synced.
-    pub(crate) fn forget_leadership(&self) -> Result<(), StorageError<u64>> {
+    pub(crate) fn forget_leadership(&self, me: u64) -> Result<(), StorageError<u64>> {
         if let Some(vote) = self.read_meta(&VOTE)? {
-            if vote.committed {
+            // Only this node's own leadership: a follower's committed vote
+            // for another leader restores it as a follower, which is safe,
+            // and rewriting it kept a restarted cluster that had lost its
+            // leader from electing a new one (cli t60's resume).
+            if vote.committed && vote.leader_id().voted_for() == Some(me) {
                 let plain = Vote {
                     committed: false,
                     ..vote
@@ -359,8 +363,9 @@ mod tests {
         (dir, log)
     }
 
-    /// Start-up's `forget_leadership` turns a committed vote into a plain
-    /// vote for the same term and leader, durably; a plain vote stays.
+    /// Start-up's `forget_leadership` turns this node's committed vote for
+    /// itself into a plain vote for the same term, durably; a plain vote and
+    /// a committed vote for another leader stay.
     #[tokio::test]
     async fn a_committed_vote_is_forgotten_as_leadership_but_kept_as_a_vote() {
         let tmp = tempfile::tempdir().expect("tempdir");
@@ -369,17 +374,26 @@ mod tests {
             log.save_vote(&Vote::new_committed(7, 1))
                 .await
                 .expect("save vote");
-            log.forget_leadership().expect("forget leadership");
+            log.forget_leadership(1).expect("forget leadership");
         }
         let (_dir, mut log) = open(tmp.path());
         assert_eq!(
             log.read_vote().await.expect("read vote"),
             Some(Vote::new(7, 1))
         );
-        log.forget_leadership().expect("again");
+        log.forget_leadership(1).expect("again");
         assert_eq!(
             log.read_vote().await.expect("read vote"),
             Some(Vote::new(7, 1))
+        );
+        // A follower's committed vote for another leader stays committed.
+        log.save_vote(&Vote::new_committed(8, 2))
+            .await
+            .expect("save vote");
+        log.forget_leadership(1).expect("a follower");
+        assert_eq!(
+            log.read_vote().await.expect("read vote"),
+            Some(Vote::new_committed(8, 2))
         );
     }
 

@@ -169,10 +169,11 @@ fn open_storage<SM: StateMachine>(
         problem: format!("log metadata cannot be read ({e}); refusing to start"),
     })?;
     // A restarted leader must win an election again (see the method).
-    log.forget_leadership().map_err(|e| Error::DataDir {
-        path: config.data_dir.join("raft"),
-        problem: format!("the vote cannot be rewritten ({e}); refusing to start"),
-    })?;
+    log.forget_leadership(config.node_id)
+        .map_err(|e| Error::DataDir {
+            path: config.data_dir.join("raft"),
+            problem: format!("the vote cannot be rewritten ({e}); refusing to start"),
+        })?;
     let state_machine = match early {
         Some(sm) => sm,
         None => StateMachineStore::<SM>::open(&config.data_dir)?,

@@ -55,6 +55,21 @@ impl ClusterAdminService {
             .require(request.metadata(), role, "cluster_admin", &self.metrics)
     }
 
+    /// A client of the leader when another node leads and the request was
+    /// not forwarded already (backups are taken on the leader).
+    async fn client_of_other_leader<T>(
+        &self,
+        request: &Request<T>,
+    ) -> Option<ClusterAdminClient<tonic::transport::Channel>> {
+        let (leader_id, leader_addr) =
+            self.node.leader().filter(|(id, _)| *id != self.node.id())?;
+        let err = AdminError::NotLeader {
+            leader_id,
+            leader_addr,
+        };
+        self.leader_client(request, &err).await
+    }
+
     /// A client to the leader, when this node is not it and the call was not
     /// already forwarded.
     async fn leader_client<T>(
@@ -353,18 +368,11 @@ impl ClusterAdminService {
         request: Request<BackupRequest>,
     ) -> Result<Response<BackupReply>, Status> {
         self.allow(&request, Role::PlatformAdmin)?;
-        let leader = self.node.leader();
-        if let Some((leader_id, leader_addr)) = leader.filter(|(id, _)| *id != self.node.id()) {
-            let err = AdminError::NotLeader {
-                leader_id,
-                leader_addr,
-            };
-            if let Some(leader) = self.leader_client(&request, &err).await {
-                return leader
-                    .max_decoding_message_size(64 * 1024 * 1024)
-                    .backup(forwarded(request))
-                    .await;
-            }
+        if let Some(leader) = self.client_of_other_leader(&request).await {
+            return leader
+                .max_decoding_message_size(64 * 1024 * 1024)
+                .backup(forwarded(request))
+                .await;
         }
         let backup = self.node.backup().await.map_err(status::read)?;
         Ok(Response::new(to_proto::backup_reply(
@@ -384,16 +392,9 @@ impl ClusterAdminService {
         request: Request<BackupRequest>,
     ) -> Result<Response<BackupChunks>, Status> {
         self.allow(&request, Role::PlatformAdmin)?;
-        let leader = self.node.leader();
-        if let Some((leader_id, leader_addr)) = leader.filter(|(id, _)| *id != self.node.id()) {
-            let err = AdminError::NotLeader {
-                leader_id,
-                leader_addr,
-            };
-            if let Some(mut leader) = self.leader_client(&request, &err).await {
-                let relayed = leader.backup_stream(forwarded(request)).await?.into_inner();
-                return Ok(Response::new(Box::pin(relayed) as BackupChunks));
-            }
+        if let Some(mut leader) = self.client_of_other_leader(&request).await {
+            let relayed = leader.backup_stream(forwarded(request)).await?.into_inner();
+            return Ok(Response::new(Box::pin(relayed) as BackupChunks));
         }
         let (term, index, state) = self.node.backup().await.map_err(status::read)?;
         let header = proto::backup::BackupHeader::for_state(

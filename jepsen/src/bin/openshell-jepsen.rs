@@ -220,6 +220,17 @@ fn range(v: &[f64], what: &str) -> Result<(Duration, Duration), String> {
     Ok((Duration::from_secs_f64(a), Duration::from_secs_f64(b)))
 }
 
+/// The register clients' failover: `--attempt-timeout-ms 0` turns it off.
+fn failover(c: &Common) -> Failover {
+    match c.attempt_timeout_ms {
+        0 => Failover::off(),
+        ms => Failover {
+            attempt: Some(Duration::from_millis(ms)),
+            avoid: Duration::from_millis(c.avoid_ms),
+        },
+    }
+}
+
 fn options(c: &Common) -> Result<RunOptions, String> {
     if c.nodes != 3 && c.nodes != 5 {
         return Err("--nodes must be 3 or 5".into());
@@ -295,13 +306,7 @@ fn options(c: &Common) -> Result<RunOptions, String> {
                 }
             },
             cas_mode: c.cas_mode,
-            failover: match c.attempt_timeout_ms {
-                0 => Failover::off(),
-                ms => Failover {
-                    attempt: Some(Duration::from_millis(ms)),
-                    avoid: Duration::from_millis(c.avoid_ms),
-                },
-            },
+            failover: failover(c),
         },
         gateway_bin: c
             .gateway_bin

@@ -20,6 +20,10 @@ pub struct Metrics {
     pub raft_commit_index: IntGauge,
     /// Last applied index.
     pub raft_applied_index: IntGauge,
+    /// Forward calls this gateway sent to the leader since it started.
+    pub raft_forward_calls: IntGauge,
+    /// Writes those forward calls carried (batched: at least as many).
+    pub raft_forwarded_writes: IntGauge,
     /// Supervisor streams attached to this gateway.
     pub pool_attached_supervisors: IntGauge,
     /// Pool members by state.
@@ -75,6 +79,14 @@ impl Metrics {
                 "Last committed log index known here",
             ),
             raft_applied_index: gauge("openshell_raft_applied_index", "Last applied log index"),
+            raft_forward_calls: gauge(
+                "openshell_raft_forward_calls",
+                "Forward calls this gateway sent to the raft leader since it started",
+            ),
+            raft_forwarded_writes: gauge(
+                "openshell_raft_forwarded_writes",
+                "Writes this gateway forwarded to the raft leader since it started (several per call when batched)",
+            ),
             pool_attached_supervisors: gauge(
                 "openshell_pool_attached_supervisors",
                 "Supervisor streams attached to this gateway",

@@ -122,8 +122,14 @@ async fn concurrent_writes_through_a_follower_share_forward_calls() -> TestResul
     }
     let calls = metric(follower, "openshell_raft_forward_calls").await? - calls;
     let writes = metric(follower, "openshell_raft_forwarded_writes").await? - writes;
-    eprintln!("follower {}: {writes} writes forwarded in {calls} calls", follower.id);
-    assert!(writes >= 64, "{writes} writes forwarded, expected at least 64");
+    eprintln!(
+        "follower {}: {writes} writes forwarded in {calls} calls",
+        follower.id
+    );
+    assert!(
+        writes >= 64,
+        "{writes} writes forwarded, expected at least 64"
+    );
     assert!(
         calls < 64,
         "64 concurrent writes took {calls} forward calls: not batched"

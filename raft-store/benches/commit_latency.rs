@@ -411,8 +411,7 @@ impl Cluster {
         let mut dirs = Vec::new();
         for (i, (listener, addr)) in listeners.into_iter().enumerate() {
             let tmp = tempfile::tempdir().expect("tempdir");
-            let mut config =
-                NodeConfig::new(i as u64 + 1, &addr, tmp.path().join("data"), "bench");
+            let mut config = NodeConfig::new(i as u64 + 1, &addr, tmp.path().join("data"), "bench");
             config.log_sync = log_sync;
             let node: RaftNode<Objects> = RaftNode::start(config).await.expect("start node");
             let incoming =
@@ -624,8 +623,20 @@ fn main() {
     print_table(&levels, &file, &sled, &raft);
     verdicts("file", "the issue's definition", &file, &raft);
     verdicts("sled", "the engine the raft log uses", &sled, &raft);
-    print_beside("raft-nosync", "no flush, no fdatasync", &levels, &raft, &nosync);
-    print_beside("raft-spread", "writers on all 3 nodes", &levels, &raft, &spread);
+    print_beside(
+        "raft-nosync",
+        "no flush, no fdatasync",
+        &levels,
+        &raft,
+        &nosync,
+    );
+    print_beside(
+        "raft-spread",
+        "writers on all 3 nodes",
+        &levels,
+        &raft,
+        &spread,
+    );
     let failed: usize = file
         .iter()
         .chain(sled.iter())
@@ -705,11 +716,16 @@ fn print_beside(name: &str, what: &str, levels: &[usize], raft: &[Level], other:
             cell(o.map(|l| ms(l.p99))),
             cell(r.map(|l| format!("{:.0}", l.per_sec))),
             cell(r.map(|l| ms(l.p50))),
-            cell(o.zip(r).map(|(o, r)| format!("{:.2}", ratio(r.per_sec, o.per_sec)))),
-            cell(o.zip(r).map(|(o, r)| format!(
-                "{:.2}×",
-                ratio(r.p50.as_secs_f64(), o.p50.as_secs_f64())
-            ))),
+            cell(
+                o.zip(r)
+                    .map(|(o, r)| format!("{:.2}", ratio(r.per_sec, o.per_sec)))
+            ),
+            cell(
+                o.zip(r).map(|(o, r)| format!(
+                    "{:.2}×",
+                    ratio(r.p50.as_secs_f64(), o.p50.as_secs_f64())
+                ))
+            ),
         );
     }
     println!();

@@ -226,11 +226,7 @@ async fn send(
             let mut outcomes = Vec::with_capacity(commands.len());
             for command in &commands {
                 stats.sent(1, 1);
-                outcomes.push(
-                    channels
-                        .forward(leader, addr, command, deadline)
-                        .await,
-                );
+                outcomes.push(channels.forward(leader, addr, command, deadline).await);
             }
             outcomes
         }
@@ -251,7 +247,8 @@ async fn call(
     commands: &[Vec<u8>],
     deadline: Instant,
 ) -> Option<Vec<ForwardOutcome>> {
-    let all = |outcome: &dyn Fn() -> ForwardOutcome| Some(commands.iter().map(|_| outcome()).collect());
+    let all =
+        |outcome: &dyn Fn() -> ForwardOutcome| Some(commands.iter().map(|_| outcome()).collect());
     let Ok(mut client) = channels.client(addr).await else {
         return all(&|| Ok(Forwarded::Retry));
     };
@@ -333,12 +330,21 @@ mod tests {
             matches!(&applied, Ok(Forwarded::Applied(a)) if a.log_index == 7 && a.response == b"r"),
             "{applied:?}"
         );
-        let not_leader = outcome(2, Some(forward_result::Result::NotLeader(Default::default())));
+        let not_leader = outcome(
+            2,
+            Some(forward_result::Result::NotLeader(Default::default())),
+        );
         assert!(matches!(not_leader, Ok(Forwarded::Retry)), "{not_leader:?}");
         let rejected = outcome(2, Some(forward_result::Result::Rejected("bad".into())));
-        assert!(matches!(rejected, Err(WriteError::Rejected(_))), "{rejected:?}");
+        assert!(
+            matches!(rejected, Err(WriteError::Rejected(_))),
+            "{rejected:?}"
+        );
         let unknown = outcome(2, Some(forward_result::Result::Unknown("lost".into())));
-        assert!(matches!(unknown, Err(WriteError::Unknown(_))), "{unknown:?}");
+        assert!(
+            matches!(unknown, Err(WriteError::Unknown(_))),
+            "{unknown:?}"
+        );
         assert!(matches!(outcome(2, None), Err(WriteError::Unknown(_))));
     }
 }

@@ -27,7 +27,7 @@ use clap::{Args, Parser, Subcommand};
 use jepsen::nemesis::{parse_faults, Schedule};
 use jepsen::run::RunOptions;
 use jepsen::security::Security;
-use jepsen::workload::{CasMode, MemberKind, PoolOptions, RegisterOptions};
+use jepsen::workload::{CasMode, Failover, MemberKind, PoolOptions, RegisterOptions};
 
 /// Longest pause between one client's operations that `--delay-ms` takes.
 const MAX_DELAY_MS: u64 = 60_000;
@@ -176,6 +176,16 @@ struct Common {
     /// Client request timeout, ms.
     #[arg(long, default_value_t = 6000)]
     client_timeout_ms: u64,
+    /// Register workload: deadline of one attempt through one gateway, ms;
+    /// a client fails over to another gateway when an attempt certainly
+    /// had no effect, and avoids a gateway that timed out. 0: no failover
+    /// (one attempt per op within the client timeout).
+    #[arg(long, default_value_t = 1500)]
+    attempt_timeout_ms: u64,
+    /// Register workload: how long a client avoids a gateway that timed
+    /// out, refused the connection or had no leader, ms.
+    #[arg(long, default_value_t = 2000)]
+    avoid_ms: u64,
     /// The openshell-gateway binary (default: target/debug/openshell-gateway
     /// of the workspace).
     #[arg(long)]
@@ -291,6 +301,13 @@ fn options(c: &Common) -> Result<RunOptions, String> {
                 }
             },
             cas_mode: c.cas_mode,
+            failover: match c.attempt_timeout_ms {
+                0 => Failover::off(),
+                ms => Failover {
+                    attempt: Some(Duration::from_millis(ms)),
+                    avoid: Duration::from_millis(c.avoid_ms),
+                },
+            },
         },
         gateway_bin: c
             .gateway_bin
@@ -325,6 +342,10 @@ fn check_history(history: &std::path::Path) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    print!(
+        "{}",
+        jepsen::recovery::measure(&events, jepsen::recovery::cluster_size(&events)).table()
+    );
     if events.iter().any(|e| e.f == "launch" || e.f == "grant") {
         return check_pool(&events, history);
     }
@@ -537,6 +558,7 @@ fn main() -> ExitCode {
                     for r in &outcome.results {
                         println!("{:<22} {:?}: {}", r.checker, r.valid, r.summary);
                     }
+                    print!("{}", outcome.recovery.table());
                     println!("report: {}/index.html", outcome.dir.display());
                     if outcome.valid {
                         ExitCode::SUCCESS

@@ -36,6 +36,8 @@
 //! - [`run`]: one run end to end; [`matrix`]: every nemesis in turn.
 //! - [`soak`]: the long soak (sandbox and member churn; memory, snapshot
 //!   and disk sampled, judged flat or not, plotted).
+//! - [`scale`]: the scale a real pool needs (200 streams, 10,000
+//!   sandboxes: gateway RSS, restart to ready, takeover time, push cost).
 //!
 //! # Example: check a history file
 //!
@@ -61,6 +63,7 @@ pub mod process;
 pub mod recovery;
 pub mod report;
 pub mod run;
+pub mod scale;
 pub mod security;
 pub mod soak;
 pub mod workload;

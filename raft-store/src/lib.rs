@@ -92,7 +92,7 @@ pub mod state_machine;
 pub mod types;
 pub mod watermark;
 
-pub use config::NodeConfig;
+pub use config::{LogSync, NodeConfig};
 pub use error::{AdminError, Error, InvalidCommand, ReadError, SnapshotError, WriteError};
 pub use membership::MembershipChange;
 pub use node::{ClusterStatus, NodeStatus, RaftNode};

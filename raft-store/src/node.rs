@@ -40,6 +40,7 @@ use crate::leadership::{ElectionHold, LeaderTransfer};
 use crate::log_store::LogStore;
 use crate::membership::{self, MembershipAdmin};
 use crate::network::client::{Channels, NetworkFactory};
+use crate::network::forward_batch::{ForwardBatcher, ForwardStats};
 use crate::network::server::{PeerAuthenticator, TransportService};
 use crate::state_machine::{Applied as AppliedState, StateMachine, StateMachineStore};
 use crate::types::typ::Raft;
@@ -126,6 +127,8 @@ struct Inner<SM: StateMachine> {
     state_machine: StateMachineStore<SM>,
     /// Channels to peers: forwarding, remote read-index, transfer calls.
     channels: Channels,
+    /// Forwarded writes, batched per leader.
+    forwards: ForwardBatcher,
     /// This node's election timer hold (served to a transfer run elsewhere).
     hold: ElectionHold,
     /// Membership administration through this node's raft.
@@ -168,10 +171,12 @@ fn open_storage<SM: StateMachine>(
         config.node_id,
         config.cache_capacity,
     )?;
-    let log = LogStore::new(&dir).map_err(|e| Error::DataDir {
-        path: config.data_dir.join("raft"),
-        problem: format!("log metadata cannot be read ({e}); refusing to start"),
-    })?;
+    let log = LogStore::new(&dir)
+        .map_err(|e| Error::DataDir {
+            path: config.data_dir.join("raft"),
+            problem: format!("log metadata cannot be read ({e}); refusing to start"),
+        })?
+        .with_sync(config.log_sync);
     // A restarted leader must win an election again (see the method).
     log.forget_leadership(config.node_id)
         .map_err(|e| Error::DataDir {
@@ -238,6 +243,7 @@ impl<SM: StateMachine> RaftNode<SM> {
                 log,
                 state_machine,
                 channels,
+                forwards: ForwardBatcher::default(),
                 hold,
                 admin,
                 transfer,
@@ -264,6 +270,12 @@ impl<SM: StateMachine> RaftNode<SM> {
     /// `role`'s defaults with this node's peer TLS.
     pub fn peer_client_config(&self, role: proto::client::Role) -> proto::client::ClientConfig {
         self.inner.channels.client_config(role)
+    }
+
+    /// Forward calls and forwarded writes this node sent to leaders since it
+    /// started (with follower-side batching, fewer calls than writes).
+    pub fn forward_stats(&self) -> ForwardStats {
+        self.inner.forwards.stats().clone()
     }
 
     /// The openraft handle.

@@ -11,10 +11,13 @@
 //! openshell-jepsen clean
 //! openshell-jepsen soak   [--duration-s 1800] [--sandboxes 100000] [--members 50] [--retention-ticks 240] ...
 //! openshell-jepsen soak-plot <soak dir> [--tolerance-pct 10]
+//! openshell-jepsen scale  [--members 200] [--sandboxes 10000] [--json docs/benchmarks/scale.json] ...
 //! ```
 //! Exit code: 0 valid, 1 a checker found a violation or could not decide,
 //! 2 the run could not be carried out. `soak`: 0 flat, 1 not flat,
 //! undecided or the churn did not finish, 2 it could not be carried out.
+//! `scale`: 0 every target met, 1 a target missed, 2 it could not be
+//! carried out.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -70,6 +73,9 @@ enum Cmd {
     /// The soak: gateways under sandbox and member churn for a long time;
     /// samples memory, snapshot and disk; a verdict and a plot.
     Soak(jepsen::soak::SoakArgs),
+    /// The scale a real pool needs: 3 gateways, 200 supervisor streams,
+    /// 10,000 sandboxes; RSS, restart to ready, takeover, push cost.
+    Scale(jepsen::scale::ScaleArgs),
     /// The soak's verdict and plot again, from its directory's samples.json.
     SoakPlot {
         /// The soak directory.
@@ -462,6 +468,34 @@ fn soak(runtime: &tokio::runtime::Runtime, args: &jepsen::soak::SoakArgs) -> Exi
     }
 }
 
+/// `scale`: runs it, prints the table.
+fn scale(runtime: &tokio::runtime::Runtime, args: &jepsen::scale::ScaleArgs) -> ExitCode {
+    let options = match args.options(&workspace_root()) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let out = options.out.clone();
+    match runtime.block_on(jepsen::scale::run(options)) {
+        Ok(report) => {
+            print!("{}", report.table());
+            println!("load (1, 5, 15 min): before {}, after {}", report.load_before, report.load_after);
+            println!("scale: {}/scale.json", out.display());
+            if report.targets_met() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => {
+            eprintln!("scale failed: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 /// `soak-plot`: the verdict and the plot again from a soak directory.
 fn soak_plot(dir: &Path, tolerance_pct: f64) -> ExitCode {
     match jepsen::soak::replot(dir, tolerance_pct) {
@@ -514,6 +548,7 @@ fn main() -> ExitCode {
         }
         Cmd::Check { history } => check_history(&history),
         Cmd::Soak(args) => soak(&runtime, &args),
+        Cmd::Scale(args) => scale(&runtime, &args),
         Cmd::SoakPlot { dir, tolerance_pct } => soak_plot(&dir, tolerance_pct),
         Cmd::Run(common) => {
             let opts = match options(&common) {

@@ -31,9 +31,13 @@
 //!   version per write, replica convergence, the pool invariants I1–I8 and
 //!   state digests.
 //! - [`report`]: `results.json` and `index.html`.
+//! - [`recovery`]: per fault, the time until writes through the majority
+//!   side succeed again after it starts and after it heals.
 //! - [`run`]: one run end to end; [`matrix`]: every nemesis in turn.
 //! - [`soak`]: the long soak (sandbox and member churn; memory, snapshot
 //!   and disk sampled, judged flat or not, plotted).
+//! - [`scale`]: the scale a real pool needs (200 streams, 10,000
+//!   sandboxes: gateway RSS, restart to ready, takeover time, push cost).
 //!
 //! # Example: check a history file
 //!
@@ -56,8 +60,10 @@ pub mod net;
 pub mod ops;
 pub mod power;
 pub mod process;
+pub mod recovery;
 pub mod report;
 pub mod run;
+pub mod scale;
 pub mod security;
 pub mod soak;
 pub mod workload;

@@ -13,7 +13,11 @@
 //!   (`node/write.rs`).
 //! - Linearizable reads on every node through read-index: the leader confirms
 //!   its leadership with a quorum and names its commit index; the reading node
-//!   waits until it applied that index, then reads locally.
+//!   waits until it applied that index, then reads locally. A follower asks
+//!   the leader in short attempts (two election timeouts, at least 1 s) and
+//!   abandons an attempt as soon as its raft metrics show another leader or
+//!   a newer term, so a read does not wait out a leader that was paused,
+//!   killed or cut off; the attempts are bounded by the read's deadline.
 //! - Membership administration ([`crate::membership`]) and leadership
 //!   transfer ([`crate::leadership`]) run on the leader; elsewhere they return
 //!   [`AdminError::NotLeader`] with the leader's address.
@@ -365,10 +369,7 @@ impl<SM: StateMachine> RaftNode<SM> {
                     Ok(Err(RaftError::Fatal(e))) => return Err(ReadError::Fatal(e.to_string())),
                 }
             } else if let Some((leader, addr)) = self.leader() {
-                self.inner
-                    .channels
-                    .read_index(leader, &addr, deadline)
-                    .await
+                self.remote_read_index(leader, &addr, deadline).await
             } else {
                 None
             };
@@ -381,6 +382,46 @@ impl<SM: StateMachine> RaftNode<SM> {
                 });
             }
             tokio::time::sleep(self.retry_pause()).await;
+        }
+    }
+
+    /// One attempt to get `leader`'s read index: at most
+    /// [`read_index_attempt`] (and never past `deadline`), abandoned as soon
+    /// as this node's raft metrics show another leader or a newer term. A
+    /// leader that was paused, killed or cut off would otherwise hold the
+    /// read until the caller's deadline although a new leader was elected
+    /// meanwhile. `None`: ask again (a read index may be asked any number of
+    /// times).
+    async fn remote_read_index(
+        &self,
+        leader: NodeId,
+        addr: &str,
+        deadline: Instant,
+    ) -> Option<u64> {
+        let attempt = deadline.min(Instant::now() + read_index_attempt(&self.inner.config));
+        let mut metrics = self.inner.raft.metrics();
+        let term = metrics.borrow_and_update().current_term;
+        let moved = |m: &openraft::RaftMetrics<NodeId, openraft::BasicNode>| {
+            m.current_term != term || m.current_leader.is_some_and(|l| l != leader)
+        };
+        let leadership_moved = async {
+            loop {
+                if metrics.changed().await.is_err() {
+                    // Raft stopped: let the call end on its own.
+                    std::future::pending::<()>().await;
+                }
+                if moved(&metrics.borrow_and_update()) {
+                    return;
+                }
+            }
+        };
+        tokio::select! {
+            biased;
+            index = self.inner.channels.read_index(leader, addr, attempt) => index,
+            () = leadership_moved => {
+                tracing::debug!(leader, term, "read-index abandoned: leadership moved");
+                None
+            }
         }
     }
 
@@ -600,4 +641,12 @@ impl<SM: StateMachine> RaftNode<SM> {
             tracing::warn!(error = %e, "raft shutdown");
         }
     }
+}
+
+/// The longest one remote read-index attempt waits: two election timeouts
+/// (a leader answers within a heartbeat round trip; one that does not
+/// answer by then has been replaced or cut off), at least a second so a
+/// loaded machine does not turn slow answers into retries.
+fn read_index_attempt(config: &NodeConfig) -> Duration {
+    (config.election_timeout_max * 2).max(Duration::from_secs(1))
 }

@@ -75,13 +75,16 @@ impl ForwardStats {
     }
 }
 
+/// (leader, address) -> the queue of its batching task.
+type Queues = BTreeMap<(NodeId, String), mpsc::Sender<Pending>>;
+
 /// The batching tasks of one node, one per leader. Cloning shares them.
 #[derive(Clone, Default)]
 pub struct ForwardBatcher {
     /// (leader, address) -> its task's queue. A std lock: held only to look
     /// up or insert. Queues of other leaders are dropped when a new leader's
     /// is made (their tasks end once their last writes are answered).
-    queues: Arc<Mutex<BTreeMap<(NodeId, String), mpsc::Sender<Pending>>>>,
+    queues: Arc<Mutex<Queues>>,
     /// Calls and writes sent.
     stats: ForwardStats,
 }

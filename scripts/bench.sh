@@ -46,5 +46,7 @@ target=${CARGO_TARGET_DIR:-target}
 cargo build --release -p gateway-plugin --bin openshell-gateway
 cargo build --release -p jepsen --bin openshell-jepsen
 echo "scripts/bench.sh: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+# The in-process raft group logs through the harness's subscriber: keep it quiet.
+export RUST_LOG=${RUST_LOG:-warn,openraft=error}
 exec "$target/release/openshell-jepsen" bench \
   --gateway-bin "$target/release/openshell-gateway" "$@"

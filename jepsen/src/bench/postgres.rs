@@ -190,11 +190,16 @@ impl Postgres {
                 "CREATE TABLE lease (name text PRIMARY KEY, holder text NOT NULL, term bigint NOT NULL, expires_at timestamptz NOT NULL);
                  CREATE TABLE assignment (key text PRIMARY KEY, term bigint NOT NULL, value bytea NOT NULL);
                  INSERT INTO assignment SELECT 'k' || lpad(g::text, 5, '0'), 1, decode(repeat('ab', 256), 'hex') FROM generate_series(0, {last_key}) g;
-                 INSERT INTO lease SELECT 'c' || g, 'c' || g, {LEASE_TERM}, now() + interval '1 day' FROM generate_series(0, {last_client}) g;
-                 VACUUM ANALYZE;"
+                 INSERT INTO lease SELECT 'c' || g, 'c' || g, {LEASE_TERM}, now() + interval '1 day' FROM generate_series(0, {last_client}) g;"
             ))
             .await
             .context("creating and loading the tables")?;
+        // Alone: a multi-statement batch is one transaction, VACUUM refuses
+        // to run in one.
+        client
+            .batch_execute("VACUUM ANALYZE")
+            .await
+            .context("VACUUM ANALYZE")?;
         let versions = Versions::new(keys);
         for k in 0..keys {
             versions.set(k, 1);

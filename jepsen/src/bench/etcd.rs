@@ -79,13 +79,13 @@ impl EtcdMember {
 
 /// A plaintext channel to `addr` with the bench's client settings.
 async fn channel(addr: &str) -> anyhow::Result<Channel> {
-    Ok(Endpoint::from_shared(format!("http://{addr}"))?
+    Endpoint::from_shared(format!("http://{addr}"))?
         .connect_timeout(Duration::from_secs(2))
         .timeout(CLIENT_TIMEOUT)
         .tcp_nodelay(true)
         .connect()
         .await
-        .with_context(|| format!("connecting to etcd at {addr}"))?)
+        .with_context(|| format!("connecting to etcd at {addr}"))
 }
 
 /// Three etcd members.

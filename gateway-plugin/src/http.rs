@@ -98,6 +98,9 @@ async fn metrics_text(State(http): State<Http>) -> String {
     ));
     m.raft_commit_index.set(status.commit_index as i64);
     m.raft_applied_index.set(status.applied_index as i64);
+    let forwards = http.node.forward_stats();
+    m.raft_forward_calls.set(forwards.calls() as i64);
+    m.raft_forwarded_writes.set(forwards.writes() as i64);
     m.pool_attached_supervisors.set(http.hub.attached() as i64);
     http.node.read_local(|state, _| {
         let pool_status = state.pool.status();

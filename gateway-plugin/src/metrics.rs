@@ -4,7 +4,9 @@
 //! `openshell_pool_*` for the supervisor pool, `openshell_auth_failures_total`
 //! for refused credentials.
 
-use prometheus::{Encoder, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
+use prometheus::{
+    Encoder, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+};
 
 /// The gateway's metrics. Cheap to clone (handles to shared collectors).
 #[derive(Clone)]
@@ -20,6 +22,10 @@ pub struct Metrics {
     pub raft_commit_index: IntGauge,
     /// Last applied index.
     pub raft_applied_index: IntGauge,
+    /// Forward calls this gateway sent to the leader since it started.
+    pub raft_forward_calls: IntGauge,
+    /// Writes those forward calls carried (batched: at least as many).
+    pub raft_forwarded_writes: IntGauge,
     /// Supervisor streams attached to this gateway.
     pub pool_attached_supervisors: IntGauge,
     /// Pool members by state.
@@ -28,6 +34,13 @@ pub struct Metrics {
     pub pool_sandboxes: IntGaugeVec,
     /// Logical time.
     pub pool_now_tick: IntGauge,
+    /// Assignment snapshot push passes (one per applied batch, one per
+    /// attach).
+    pub pool_push_passes: IntCounter,
+    /// Sandbox records the push passes read from the state (a full scan
+    /// counts every sandbox): the work of pushing, proportional to what
+    /// changed once every stream was shown its view.
+    pub pool_push_sandboxes_examined: IntCounter,
 }
 
 impl Metrics {
@@ -63,7 +76,22 @@ impl Metrics {
         registry
             .register(Box::new(auth_failures.clone()))
             .unwrap_or_else(|e| panic!("metric: {e}"));
+        let counter = |name: &str, help: &str| {
+            let c = IntCounter::new(name, help).unwrap_or_else(|e| panic!("metric {name}: {e}"));
+            registry
+                .register(Box::new(c.clone()))
+                .unwrap_or_else(|e| panic!("metric {name}: {e}"));
+            c
+        };
         Metrics {
+            pool_push_passes: counter(
+                "openshell_pool_push_passes_total",
+                "Assignment snapshot push passes (one per applied batch, one per attach)",
+            ),
+            pool_push_sandboxes_examined: counter(
+                "openshell_pool_push_sandboxes_examined_total",
+                "Sandbox records read from the state to plan assignment snapshot pushes",
+            ),
             auth_failures,
             raft_term: gauge("openshell_raft_term", "Current raft term"),
             raft_is_leader: gauge(
@@ -75,6 +103,14 @@ impl Metrics {
                 "Last committed log index known here",
             ),
             raft_applied_index: gauge("openshell_raft_applied_index", "Last applied log index"),
+            raft_forward_calls: gauge(
+                "openshell_raft_forward_calls",
+                "Forward calls this gateway sent to the raft leader since it started",
+            ),
+            raft_forwarded_writes: gauge(
+                "openshell_raft_forwarded_writes",
+                "Writes this gateway forwarded to the raft leader since it started (several per call when batched)",
+            ),
             pool_attached_supervisors: gauge(
                 "openshell_pool_attached_supervisors",
                 "Supervisor streams attached to this gateway",

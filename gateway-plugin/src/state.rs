@@ -20,8 +20,9 @@ pub struct GatewayState {
     pub objects: Objects,
     /// The supervisor pool.
     pub pool: pool::PoolState,
-    /// Which sandboxes the pool commands applied here touched, so the hub
-    /// pushes assignment views at the cost of what changed. Not replicated
+    /// Which sandboxes the pool commands applied here touched, and which
+    /// member incarnations owned them before and after, so the hub pushes
+    /// assignment views at the cost of what changed. Not replicated
     /// state: not in the snapshot, empty after a restore (the hub then
     /// computes views in full until the journal reaches back far enough).
     pub pool_changes: pool::visibility::ChangeLog,
@@ -100,8 +101,7 @@ impl StateMachine for GatewayState {
                     Ok(c) => c,
                     Err(e) => panic!("undecodable pool command at index {index}: {e}"),
                 };
-                let outcome = self.pool.apply(index, &command);
-                self.pool_changes.record(index, &command, &outcome);
+                let outcome = self.pool_changes.apply(&mut self.pool, index, &command);
                 match serde_json::to_vec(&outcome) {
                     Ok(json) => log_result::Result::Pool(json),
                     Err(e) => panic!("pool outcome at index {index} cannot be encoded: {e}"),

@@ -31,12 +31,16 @@
 //!   version per write, replica convergence, the pool invariants I1–I8 and
 //!   state digests.
 //! - [`report`]: `results.json` and `index.html`.
+//! - [`recovery`]: per fault, the time until writes through the majority
+//!   side succeed again after it starts and after it heals.
 //! - [`run`]: one run end to end; [`matrix`]: every nemesis in turn.
 //! - [`soak`]: the long soak (sandbox and member churn; memory, snapshot
 //!   and disk sampled, judged flat or not, plotted).
 //! - [`bench`]: the comparative benchmark (`openshell-jepsen bench`):
 //!   PostgreSQL 15, a 3-member etcd, 3 gateways, the file limit and the
 //!   in-process raft group under the same closed-loop CAS workload.
+//! - [`scale`]: the scale a real pool needs (200 streams, 10,000
+//!   sandboxes: gateway RSS, restart to ready, takeover time, push cost).
 //!
 //! # Example: check a history file
 //!
@@ -60,8 +64,10 @@ pub mod net;
 pub mod ops;
 pub mod power;
 pub mod process;
+pub mod recovery;
 pub mod report;
 pub mod run;
+pub mod scale;
 pub mod security;
 pub mod soak;
 pub mod workload;

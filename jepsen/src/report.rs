@@ -23,6 +23,9 @@ pub struct Results {
     pub checkers: Vec<CheckResult>,
     /// Operation counts by f and type.
     pub stats: serde_json::Value,
+    /// Per fault: time until writes through the majority side succeed
+    /// again after it starts and after it heals ([`crate::recovery`]).
+    pub recovery: crate::recovery::Recovery,
 }
 
 /// Counts ops by `f` and completion type.
@@ -204,6 +207,7 @@ fn html(results: &Results, history: &[Event]) -> String {
         ));
     }
     let offending = offending_sections(results, history);
+    let recovery = escape(&results.recovery.table());
     let run = escape(&serde_json::to_string_pretty(&results.run).unwrap_or_default());
     let verdict = if results.valid {
         "<span class=ok>VALID</span>"
@@ -223,6 +227,8 @@ table.offending tr{{background:#fee}} table.offending td{{font-size:12px}}
 <h1>openshell-jepsen run: {verdict}</h1>
 <table><tr><th>checker</th><th>result</th><th>summary</th><th>offending events</th></tr>{rows}</table>
 <details><summary>run parameters</summary><pre>{run}</pre></details>
+<h2>Write recovery per fault</h2>
+<pre>{recovery}</pre>
 <p>Timeline: one lane per process; green ok, grey fail, orange info (unknown), red outline = offending. Shaded: nemesis windows (hover for the events). Files: <a href="history.jsonl">history.jsonl</a>, <a href="results.json">results.json</a>, node logs n*.log.</p>
 <div id="timeline"></div>
 <h2>Latency over time</h2>
@@ -308,6 +314,7 @@ mod tests {
                 details: json!(null),
             }],
             stats: json!({}),
+            recovery: crate::recovery::Recovery::default(),
         }
     }
 

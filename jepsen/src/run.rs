@@ -65,6 +65,8 @@ pub struct Outcome {
     pub results: Vec<CheckResult>,
     /// No violation and nothing undecided.
     pub valid: bool,
+    /// Per fault: time until majority-side writes succeed again.
+    pub recovery: crate::recovery::Recovery,
 }
 
 /// Refuses to run as non-root or with leftovers of an earlier run (a run
@@ -304,6 +306,7 @@ async fn run_inner(
     note_undecided_convergence(&mut results, &notes);
     let valid = results.iter().all(|r| r.valid == Validity::Valid);
     let membership = final_membership(&cluster).await;
+    let recovery = crate::recovery::measure(&events, options.nodes);
     let report = Results {
         valid,
         run: run_json(
@@ -321,6 +324,7 @@ async fn run_inner(
         ),
         checkers: results.clone(),
         stats: report::stats(&events),
+        recovery: recovery.clone(),
     };
     report::write(dir, &report, &events)?;
     drop(nemesis);
@@ -331,6 +335,7 @@ async fn run_inner(
         dir: dir.to_path_buf(),
         results,
         valid,
+        recovery,
     })
 }
 

@@ -133,6 +133,29 @@ pub enum Changes {
         /// gives the same view).
         sandboxes: BTreeSet<String>,
     },
+    /// Every sandbox touched by the entries applied after `index`, filed
+    /// under each member incarnation that owned it just before or just
+    /// after a command touched it ([`ChangeLog::since_by_owner`]): a viewer
+    /// not listed here owns and was shown nothing that changed, so a plan
+    /// re-reads only the listed viewers' sandboxes (cost: what changed, not
+    /// all sandboxes times all viewers).
+    ByOwner {
+        /// The applied index the sets start after.
+        index: u64,
+        /// (member, incarnation) -> sandbox ids it owned before or after a
+        /// command touched them.
+        owners: BTreeMap<(String, u64), BTreeSet<String>>,
+    },
+}
+
+impl Changes {
+    /// The applied index the changes start after (None: unknown).
+    fn index(&self) -> Option<u64> {
+        match self {
+            Changes::Unknown => None,
+            Changes::Since { index, .. } | Changes::ByOwner { index, .. } => Some(*index),
+        }
+    }
 }
 
 /// Why an attached incarnation no longer counts.
@@ -270,6 +293,15 @@ pub fn full_views<'a>(
     state: &'a PoolState,
     who: &BTreeSet<(&'a str, u64)>,
 ) -> BTreeMap<(&'a str, u64), IncarnationView> {
+    full_views_counted(state, who, &mut 0)
+}
+
+/// [`full_views`], adding the sandboxes it read to `examined`.
+fn full_views_counted<'a>(
+    state: &'a PoolState,
+    who: &BTreeSet<(&'a str, u64)>,
+    examined: &mut u64,
+) -> BTreeMap<(&'a str, u64), IncarnationView> {
     let mut views: BTreeMap<(&'a str, u64), IncarnationView> = who
         .iter()
         .map(|&(member, incarnation)| {
@@ -283,6 +315,7 @@ pub fn full_views<'a>(
     if views.is_empty() {
         return views;
     }
+    *examined += state.sandboxes().len() as u64;
     for s in state.sandboxes().values() {
         if let Some(view) = views.get_mut(&(s.owner.member.as_str(), s.owner.incarnation)) {
             view.insert(s);
@@ -299,9 +332,13 @@ fn updated_view(
     incarnation: u64,
     shown: &IncarnationView,
     touched: &BTreeSet<String>,
+    examined_total: &mut u64,
 ) -> Option<IncarnationView> {
     let draining = draining(state, member);
+    // Every sandbox record read from the state counts as examined.
+    let examined = std::cell::Cell::new(*examined_total);
     let owned = |id: &String| {
+        examined.set(examined.get() + 1);
         state
             .sandbox(id)
             .is_some_and(|s| s.owner.member == member && s.owner.incarnation == incarnation)
@@ -312,19 +349,20 @@ fn updated_view(
             shown.assignments.contains_key(*id) || shown.released.contains_key(*id) || owned(id)
         })
         .collect();
-    if relevant.is_empty() && draining == shown.draining {
-        return None;
-    }
-    let mut view = shown.clone();
-    view.draining = draining;
-    for id in relevant {
-        view.assignments.remove(id);
-        view.released.remove(id);
-        if let Some(s) = state.sandbox(id).filter(|_| owned(id)) {
-            view.insert(s);
+    let view = (!relevant.is_empty() || draining != shown.draining).then(|| {
+        let mut view = shown.clone();
+        view.draining = draining;
+        for id in relevant {
+            view.assignments.remove(id);
+            view.released.remove(id);
+            if let Some(s) = state.sandbox(id).filter(|_| owned(id)) {
+                view.insert(s);
+            }
         }
-    }
-    Some(view)
+        view
+    });
+    *examined_total = examined.get();
+    view
 }
 
 /// Decides, for every attached viewer, what it may see at applied `index`:
@@ -339,10 +377,23 @@ pub fn plan_pushes(
     viewers: &[Viewer<'_>],
     changes: &Changes,
 ) -> Plan {
+    plan_pushes_counted(state, index, viewers, changes).0
+}
+
+/// [`plan_pushes`], and how many sandbox records it read from the state
+/// (every sandbox of a full scan, every sandbox looked up by id): the work
+/// a push pass costs, which the gateway exports as a metric.
+pub fn plan_pushes_counted(
+    state: &PoolState,
+    index: u64,
+    viewers: &[Viewer<'_>],
+    changes: &Changes,
+) -> (Plan, u64) {
     let mut plan = Plan {
         index,
         ..Plan::default()
     };
+    let mut examined = 0u64;
     let mut live = Vec::new();
     for v in viewers {
         match retirement(state, v.member, v.incarnation) {
@@ -354,8 +405,8 @@ pub fn plan_pushes(
             None => live.push(v),
         }
     }
-    let incremental = |v: &Viewer<'_>| match (changes, v.shown) {
-        (Changes::Since { index: since, .. }, Some(_)) => v.shown_at >= *since,
+    let incremental = |v: &Viewer<'_>| match (changes.index(), v.shown) {
+        (Some(since), Some(_)) => v.shown_at >= since,
         _ => false,
     };
     let full: BTreeSet<(&str, u64)> = live
@@ -363,12 +414,26 @@ pub fn plan_pushes(
         .filter(|v| !incremental(v))
         .map(|v| (v.member, v.incarnation))
         .collect();
-    let mut full = full_views(state, &full);
+    let mut full = full_views_counted(state, &full, &mut examined);
+    let nothing = BTreeSet::new();
     for v in live {
         // None: the incarnation still sees exactly what it was shown.
         let view = match (changes, v.shown) {
-            (Changes::Since { sandboxes, .. }, Some(shown)) if incremental(v) => {
-                updated_view(state, v.member, v.incarnation, shown, sandboxes)
+            (Changes::Since { sandboxes, .. }, Some(shown)) if incremental(v) => updated_view(
+                state,
+                v.member,
+                v.incarnation,
+                shown,
+                sandboxes,
+                &mut examined,
+            ),
+            (Changes::ByOwner { owners, .. }, Some(shown)) if incremental(v) => {
+                // Only the sandboxes this incarnation owned before or after
+                // a change can differ in its view.
+                let mine = owners
+                    .get(&(v.member.to_string(), v.incarnation))
+                    .unwrap_or(&nothing);
+                updated_view(state, v.member, v.incarnation, shown, mine, &mut examined)
             }
             _ => match full.remove(&(v.member, v.incarnation)) {
                 Some(view) => Some(view),
@@ -388,7 +453,7 @@ pub fn plan_pushes(
             _ => plan.unchanged.push((v.member.to_string(), v.incarnation)),
         }
     }
-    plan
+    (plan, examined)
 }
 
 /// Which sandboxes an applied command may have changed, as far as views go.
@@ -405,6 +470,39 @@ enum Touch {
     /// Any sandbox (operations start, end and move members in and out of
     /// service).
     Unknown,
+    /// This one sandbox, with every (member, incarnation) that owned it
+    /// just before or just after the command ([`ChangeLog::apply`]).
+    Owned {
+        /// Sandbox id.
+        sandbox: String,
+        /// Its owners before and after (one when the owner did not change,
+        /// none when there was no record either side).
+        owners: Vec<(String, u64)>,
+    },
+}
+
+/// The (member, incarnation) that owns `sandbox` now, if it has a record.
+fn owner_of(state: &PoolState, sandbox: &str) -> Option<(String, u64)> {
+    state
+        .sandbox(sandbox)
+        .map(|s| (s.owner.member.clone(), s.owner.incarnation))
+}
+
+/// The sandbox `command` names, for the commands that touch exactly the
+/// sandbox they name.
+fn named_sandbox(command: &Command) -> Option<&str> {
+    match command {
+        Command::Launch(c) => Some(&c.sandbox),
+        Command::Takeover(c) => Some(&c.sandbox),
+        Command::Acknowledge(c) => Some(&c.sandbox),
+        Command::Stop(c) => Some(&c.sandbox),
+        Command::Delete(c) => Some(&c.sandbox),
+        Command::FailRecovery(c) => Some(&c.sandbox),
+        Command::Move(c) => Some(&c.sandbox),
+        Command::RecordRuntime(c) => Some(&c.sandbox),
+        Command::FailLaunch(c) => Some(&c.sandbox),
+        _ => None,
+    }
 }
 
 /// What `command` (with `outcome`) may have changed in the sandboxes'
@@ -480,10 +578,16 @@ impl ChangeLog {
     /// command never hides an earlier one's). Entries that are not pool
     /// commands need no record (they change no sandbox).
     pub fn record(&mut self, index: u64, command: &Command, outcome: &Outcome) {
+        self.keep(index, touched_by(command, outcome));
+    }
+
+    /// Files `touch` under `index` and forgets the oldest entries beyond
+    /// [`KEEP`].
+    fn keep(&mut self, index: u64, touch: Touch) {
         if self.complete_after.is_none() {
             self.complete_after = Some(index.saturating_sub(1));
         }
-        match touched_by(command, outcome) {
+        match touch {
             Touch::Nothing => {}
             touch => self.entries.entry(index).or_default().push(touch),
         }
@@ -492,6 +596,69 @@ impl ChangeLog {
                 self.complete_after = Some(forgotten);
             }
         }
+    }
+
+    /// Applies `command` at `index` to `state` and records it, with the
+    /// owner incarnations its sandbox had just before and just after (so
+    /// [`ChangeLog::since_by_owner`] can name the viewers a change
+    /// concerns). Returns the outcome: exactly `state.apply(index, command)`.
+    pub fn apply(&mut self, state: &mut PoolState, index: u64, command: &Command) -> Outcome {
+        let before = named_sandbox(command).and_then(|id| owner_of(state, id));
+        let outcome = state.apply(index, command);
+        let touch = match touched_by(command, &outcome) {
+            Touch::Sandbox(sandbox) => {
+                let mut owners: Vec<(String, u64)> = before.into_iter().collect();
+                if let Some(after) = owner_of(state, &sandbox) {
+                    if !owners.contains(&after) {
+                        owners.push(after);
+                    }
+                }
+                Touch::Owned { sandbox, owners }
+            }
+            other => other,
+        };
+        self.keep(index, touch);
+        outcome
+    }
+
+    /// The first applied index the journal may not know: changes are known
+    /// only after it (None: nothing recorded yet).
+    pub fn known_after(&self) -> Option<u64> {
+        self.complete_after
+    }
+
+    /// [`ChangeLog::since`] with every touched sandbox filed under the
+    /// owner incarnations it had before and after each command
+    /// ([`Changes::ByOwner`]); the plain [`Changes::Since`] when an entry
+    /// since was recorded without its owners (a garbage-collecting tick,
+    /// or [`ChangeLog::record`]), [`Changes::Unknown`] as `since` says.
+    pub fn since_by_owner(&self, index: u64) -> Changes {
+        match self.complete_after {
+            Some(start) if index >= start => {}
+            _ => return Changes::Unknown,
+        }
+        let mut owners: BTreeMap<(String, u64), BTreeSet<String>> = BTreeMap::new();
+        for touch in self
+            .entries
+            .range(index.saturating_add(1)..)
+            .flat_map(|(_, t)| t)
+        {
+            match touch {
+                Touch::Nothing => {}
+                Touch::Owned { sandbox, owners: o } => {
+                    for key in o {
+                        owners
+                            .entry(key.clone())
+                            .or_default()
+                            .insert(sandbox.clone());
+                    }
+                }
+                Touch::Sandbox(_) | Touch::Sandboxes(_) | Touch::Unknown => {
+                    return self.since(index)
+                }
+            }
+        }
+        Changes::ByOwner { index, owners }
     }
 
     /// The sandboxes touched after `index`, or [`Changes::Unknown`] when the
@@ -510,7 +677,7 @@ impl ChangeLog {
         {
             match touch {
                 Touch::Nothing => {}
-                Touch::Sandbox(id) => {
+                Touch::Sandbox(id) | Touch::Owned { sandbox: id, .. } => {
                     sandboxes.insert(id.clone());
                 }
                 Touch::Sandboxes(ids) => sandboxes.extend(ids.iter().cloned()),
@@ -532,14 +699,22 @@ mod tests {
         state: PoolState,
         index: u64,
         log: ChangeLog,
+        /// Commands go through [`ChangeLog::apply`] (owners journaled), as
+        /// the gateway applies them, instead of `apply` + `record`.
+        owned: bool,
     }
 
     impl Pool {
         fn new() -> Pool {
+            Pool::with_owners(false)
+        }
+
+        fn with_owners(owned: bool) -> Pool {
             let mut pool = Pool {
                 state: PoolState::new(),
                 index: 0,
                 log: ChangeLog::new(),
+                owned,
             };
             pool.join("a", 1);
             pool.join("b", 1);
@@ -548,17 +723,27 @@ mod tests {
 
         fn apply(&mut self, command: Command) -> Outcome {
             self.index += 1;
-            let outcome = self.state.apply(self.index, &command);
-            self.log.record(self.index, &command, &outcome);
-            outcome
+            self.apply_in_last_entry(command)
         }
 
         /// Applies `command` in the entry applied last (at its index), as
         /// one more command of a batch.
         fn apply_in_last_entry(&mut self, command: Command) -> Outcome {
+            if self.owned {
+                return self.log.apply(&mut self.state, self.index, &command);
+            }
             let outcome = self.state.apply(self.index, &command);
             self.log.record(self.index, &command, &outcome);
             outcome
+        }
+
+        /// The journal since `index`, as the pool records it.
+        fn changes_since(&self, index: u64) -> Changes {
+            if self.owned {
+                self.log.since_by_owner(index)
+            } else {
+                self.log.since(index)
+            }
         }
 
         fn join(&mut self, member: &str, incarnation: u64) {
@@ -999,7 +1184,66 @@ mod tests {
     /// `Changes::Unknown`).
     #[test]
     fn following_the_journal_matches_a_full_scan_on_random_histories() {
-        check_random_histories(1);
+        check_random_histories(1, false);
+    }
+
+    /// The same following the journal by owner (`since_by_owner`, the
+    /// gateway's way): only the viewers a change concerns are re-read.
+    #[test]
+    fn following_the_journal_by_owner_matches_a_full_scan_on_random_histories() {
+        check_random_histories(1, true);
+        check_random_histories(4, true);
+    }
+
+    /// Given 10,000 sandboxes over 100 viewers each shown its view, when one
+    /// entry launches one more sandbox, then a plan by owner reads a
+    /// handful of sandbox records (O(changed)), where a plan by touched
+    /// sandbox reads one per viewer and a full scan reads all of them; all
+    /// three plan the same pushes.
+    #[test]
+    fn a_plan_by_owner_examines_what_changed_not_every_sandbox_or_viewer() {
+        let mut pool = Pool::with_owners(true);
+        let members: Vec<String> = (0..100).map(|i| format!("m{i:03}")).collect();
+        for m in &members {
+            let outcome = pool.apply(Command::Join(Join {
+                member: m.clone(),
+                uid: format!("{m}-uid"),
+                incarnation: 1,
+                address: format!("{m}:1"),
+                capacity: 200,
+                ..Join::default()
+            }));
+            assert!(!outcome.is_rejected(), "{outcome:?}");
+        }
+        for i in 0..10_000 {
+            pool.launch(&format!("s{i:05}"));
+        }
+        let who: Vec<(String, u64)> = members.iter().map(|m| (m.clone(), 1)).collect();
+        let viewers: Vec<Viewer<'_>> = who.iter().map(|(m, i)| viewer(m, *i, None)).collect();
+        let (first, examined) =
+            plan_pushes_counted(&pool.state, pool.index, &viewers, &Changes::Unknown);
+        assert_eq!(examined, 10_000, "one full scan serves every new viewer");
+        let shown: Vec<Shown> = members.iter().map(|m| shown(&first, m)).collect();
+        pool.launch("s-new");
+        let viewers: Vec<Viewer<'_>> = members
+            .iter()
+            .zip(&shown)
+            .map(|(m, s)| viewer(m, 1, Some(s)))
+            .collect();
+        let count =
+            |changes: &Changes| plan_pushes_counted(&pool.state, pool.index, &viewers, changes);
+        let (by_owner, examined_by_owner) = count(&pool.log.since_by_owner(first.index));
+        let (by_sandbox, examined_by_sandbox) = count(&pool.log.since(first.index));
+        let (full, examined_full) = count(&Changes::Unknown);
+        assert_eq!(by_owner, full);
+        assert_eq!(by_sandbox, full);
+        assert_eq!(by_owner.pushes.len(), 1, "{by_owner:?}");
+        assert!(examined_by_owner <= 4, "by owner: {examined_by_owner}");
+        assert!(
+            examined_by_sandbox >= 100,
+            "by sandbox: {examined_by_sandbox}"
+        );
+        assert_eq!(examined_full, 10_001);
     }
 
     /// The same with several commands per log entry, as the leader's write
@@ -1008,7 +1252,7 @@ mod tests {
     /// sandbox's acknowledgement never reach its owner's stream.
     #[test]
     fn following_the_journal_matches_a_full_scan_with_batched_entries() {
-        check_random_histories(4);
+        check_random_histories(4, false);
     }
 
     /// Two sandboxes touched by commands of one log entry are both known
@@ -1045,10 +1289,10 @@ mod tests {
 
     /// Random histories of `max_batch` commands at most per log entry,
     /// planned every few entries, incremental against full.
-    fn check_random_histories(max_batch: u64) {
+    fn check_random_histories(max_batch: u64, owned: bool) {
         for seed in 0..40 {
             let mut rng = Lcg(seed);
-            let mut pool = Pool::new();
+            let mut pool = Pool::with_owners(owned);
             pool.join("c", 1);
             let mut shown: BTreeMap<(String, u64), Shown> = BTreeMap::new();
             for step in 0..150 {
@@ -1084,7 +1328,9 @@ mod tests {
                     .filter(|v| v.shown.is_some())
                     .map(|v| v.shown_at)
                     .min();
-                let changes = since.map(|i| pool.log.since(i)).unwrap_or(Changes::Unknown);
+                let changes = since
+                    .map(|i| pool.changes_since(i))
+                    .unwrap_or(Changes::Unknown);
                 let followed = plan_pushes(&pool.state, pool.index, &viewers, &changes);
                 let full = plan_pushes(&pool.state, pool.index, &viewers, &Changes::Unknown);
                 assert_eq!(

@@ -30,10 +30,22 @@
 //! naming the call and the path; a failed sled insert or sync, or a failed
 //! raft write, counts as an error and is reported after the table.
 //!
+//! Two more raft systems, on request (`BENCH_ONLY`, or `BENCH_NO_FLUSH=1`
+//! which adds `raft-nosync` to the default three):
+//!
+//! 4. `raft-nosync`: the same cluster with
+//!    `LogSync::UnsafeNoSyncForBenchmarks` (no sled flush, no `fdatasync`):
+//!    the non-disk floor of one write at 1 writer, the CPU ceiling at 64.
+//!    Printed beside the durable `raft` run with their ratio.
+//! 5. `raft-spread`: the durable cluster, writer *i* calling `write` on node
+//!    *i mod 3*, so two writers in three are forwarded by a follower to the
+//!    leader (the end-to-end path's forwarding, without the client gRPC).
+//!
 //! Environment knobs (optional): `BENCH_WARMUP_SECS` (default 1),
 //! `BENCH_SECS` (default 5), `BENCH_WRITERS` (default `1,8,64`),
-//! `BENCH_ONLY` (comma-separated subset of `file`, `sled`, `raft`; `local` is
-//! an alias for `sled`; default all three).
+//! `BENCH_ONLY` (comma-separated subset of `file`, `sled`, `raft`,
+//! `raft-nosync`, `raft-spread`; `local` is an alias for `sled`; default
+//! `file,sled,raft`), `BENCH_NO_FLUSH=1` (adds `raft-nosync`).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -41,12 +53,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use prost::Message;
-use raft_store::bench::{FileLimit, InProcCluster, RECORD_BYTES};
+use raft_store::bench::{FileLimit, RECORD_BYTES};
 use raft_store::db::DataDir;
 use raft_store::objects::{
     object_command, precondition, Object, ObjectCommand, Objects, Precondition, PutRequest,
 };
-use raft_store::RaftNode;
+use raft_store::{LogSync, NodeConfig, RaftNode};
 
 /// Target: at 64 writers raft throughput / limit throughput >= this.
 const TARGET_THROUGHPUT_RATIO: f64 = 0.25;
@@ -59,12 +71,19 @@ enum Part {
     File,
     Sled,
     Raft,
+    /// Raft with `LogSync::UnsafeNoSyncForBenchmarks`.
+    RaftNoSync,
+    /// Raft with writers spread over the three nodes (followers forward).
+    RaftSpread,
 }
 
 /// Parses `BENCH_ONLY`: unset or empty means all parts; an unknown name
 /// stops the bench rather than silently measuring something else.
 fn parts() -> Vec<Part> {
-    let all = vec![Part::File, Part::Sled, Part::Raft];
+    let mut all = vec![Part::File, Part::Sled, Part::Raft];
+    if std::env::var("BENCH_NO_FLUSH").is_ok_and(|v| v == "1") {
+        all.push(Part::RaftNoSync);
+    }
     let Ok(only) = std::env::var("BENCH_ONLY") else {
         return all;
     };
@@ -77,8 +96,10 @@ fn parts() -> Vec<Part> {
             "file" => Part::File,
             "sled" | "local" => Part::Sled,
             "raft" => Part::Raft,
+            "raft-nosync" => Part::RaftNoSync,
+            "raft-spread" => Part::RaftSpread,
             other => panic!(
-                "BENCH_ONLY: unknown part {other:?} (expected a comma-separated subset of file, sled, local, raft)"
+                "BENCH_ONLY: unknown part {other:?} (expected a comma-separated subset of file, sled, local, raft, raft-nosync, raft-spread)"
             ),
         };
         if !parts.contains(&part) {
@@ -273,19 +294,135 @@ fn put_command(writer: usize, seq: u64) -> Vec<u8> {
     .encode_to_vec()
 }
 
+/// Three raft nodes on loopback.
+struct Cluster {
+    nodes: Vec<RaftNode<Objects>>,
+    servers: Vec<tokio::task::JoinHandle<()>>,
+    _dirs: Vec<tempfile::TempDir>,
+}
+
+impl Cluster {
+    async fn start(log_sync: LogSync) -> Cluster {
+        let mut listeners = Vec::new();
+        for _ in 0..3 {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind loopback");
+            let addr = l.local_addr().expect("local addr").to_string();
+            listeners.push((l, addr));
+        }
+        let members: Vec<(u64, String)> = listeners
+            .iter()
+            .enumerate()
+            .map(|(i, (_, a))| (i as u64 + 1, a.clone()))
+            .collect();
+        let mut nodes = Vec::new();
+        let mut servers = Vec::new();
+        let mut dirs = Vec::new();
+        for (i, (listener, addr)) in listeners.into_iter().enumerate() {
+            let tmp = tempfile::tempdir().expect("tempdir");
+            let mut config = NodeConfig::new(i as u64 + 1, &addr, tmp.path().join("data"), "bench");
+            config.log_sync = log_sync;
+            let node: RaftNode<Objects> = RaftNode::start(config).await.expect("start node");
+            let incoming =
+                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+            let service = node.transport_service();
+            servers.push(tokio::spawn(async move {
+                if let Err(e) = tonic::transport::Server::builder()
+                    .add_service(service)
+                    .serve_with_incoming(incoming)
+                    .await
+                {
+                    eprintln!("server failed: {e}");
+                }
+            }));
+            nodes.push(node);
+            dirs.push(tmp);
+        }
+        nodes[0]
+            .initialize(members)
+            .await
+            .expect("initialize cluster");
+        for node in &nodes {
+            node.raft()
+                .wait(Some(Duration::from_secs(10)))
+                .metrics(|m| m.current_leader.is_some(), "leader known")
+                .await
+                .expect("no leader within 10 s");
+        }
+        Cluster {
+            nodes,
+            servers,
+            _dirs: dirs,
+        }
+    }
+
+    fn leader(&self) -> RaftNode<Objects> {
+        self.nodes
+            .iter()
+            .find(|n| n.is_leader())
+            .expect("a leader")
+            .clone()
+    }
+
+    async fn stop(self) {
+        for n in &self.nodes {
+            n.shutdown().await;
+        }
+        for s in &self.servers {
+            s.abort();
+        }
+    }
+}
+
+/// Writer `w` writes through `nodes[w % nodes.len()]` (one node: the
+/// leader; all three: followers forward).
 async fn raft_level(
-    leader: &RaftNode<Objects>,
+    nodes: &[RaftNode<Objects>],
     writers: usize,
     warmup: Duration,
     window: Duration,
 ) -> Level {
-    let node = leader.clone();
+    let nodes = Arc::new(nodes.to_vec());
     let op = move |w: usize, seq: u64| {
-        let node = node.clone();
+        let node = nodes[w % nodes.len()].clone();
         let command = put_command(w, seq);
         async move { node.write(command).await.is_ok() }
     };
     closed_loop(writers, warmup, window, op).await
+}
+
+/// One raft system at every level: `spread` writers over all nodes, or
+/// all through the leader.
+async fn raft_system(
+    name: &str,
+    log_sync: LogSync,
+    spread: bool,
+    levels: &[usize],
+    warmup: Duration,
+    window: Duration,
+) -> Vec<Level> {
+    let cluster = Cluster::start(log_sync).await;
+    let leader = cluster.leader();
+    let nodes = if spread {
+        cluster.nodes.clone()
+    } else {
+        vec![leader.clone()]
+    };
+    println!("{name:<11} cluster up, leader node {}", leader.id());
+    let mut out = Vec::new();
+    for &n in levels {
+        let before = leader.raft().metrics().borrow().last_log_index.unwrap_or(0);
+        let l = raft_level(&nodes, n, warmup, window).await;
+        let after = leader.raft().metrics().borrow().last_log_index.unwrap_or(0);
+        println!(
+            "{name:<11} writers={:>3} ops={:>6} errors={} {:>8.0} w/s p50={} p99={} p999={} (log {} -> {})",
+            l.writers, l.ops, l.errors, l.per_sec, ms(l.p50), ms(l.p99), ms(l.p999), before, after
+        );
+        out.push(l);
+    }
+    cluster.stop().await;
+    out
 }
 
 fn ms(d: Duration) -> String {
@@ -353,7 +490,7 @@ fn main() {
         window.as_secs_f64()
     );
 
-    let (file, sled, raft) = runtime.block_on(async {
+    let (file, sled, raft, nosync, spread) = runtime.block_on(async {
         let mut file = Vec::new();
         if parts.contains(&Part::File) {
             for &n in &levels {
@@ -378,34 +515,44 @@ fn main() {
         }
         let mut raft = Vec::new();
         if parts.contains(&Part::Raft) {
-            let tmp = tempfile::tempdir().expect("tempdir");
-            let cluster = InProcCluster::start(tmp.path())
-                .await
-                .unwrap_or_else(|e| panic!("{e}"));
-            let leader = cluster.leader().expect("a leader");
-            println!("raft   cluster up, leader node {}", leader.id());
-            for &n in &levels {
-                let before = leader.raft().metrics().borrow().last_log_index.unwrap_or(0);
-                let l = raft_level(&leader, n, warmup, window).await;
-                let after = leader.raft().metrics().borrow().last_log_index.unwrap_or(0);
-                println!(
-                    "raft   writers={:>3} ops={:>6} errors={} {:>8.0} w/s p50={} p99={} p999={} (log {} -> {})",
-                    l.writers, l.ops, l.errors, l.per_sec, ms(l.p50), ms(l.p99), ms(l.p999), before, after
-                );
-                raft.push(l);
-            }
-            cluster.stop().await;
+            raft = raft_system("raft", LogSync::Durable, false, &levels, warmup, window).await;
         }
-        (file, sled, raft)
+        let mut nosync = Vec::new();
+        if parts.contains(&Part::RaftNoSync) {
+            let sync = LogSync::UnsafeNoSyncForBenchmarks;
+            nosync = raft_system("raft-nosync", sync, false, &levels, warmup, window).await;
+        }
+        let mut spread = Vec::new();
+        if parts.contains(&Part::RaftSpread) {
+            spread = raft_system("raft-spread", LogSync::Durable, true, &levels, warmup, window)
+                .await;
+        }
+        (file, sled, raft, nosync, spread)
     });
     runtime.shutdown_timeout(Duration::from_secs(2));
     print_table(&levels, &file, &sled, &raft);
     verdicts("file", "the issue's definition", &file, &raft);
     verdicts("sled", "the engine the raft log uses", &sled, &raft);
+    print_beside(
+        "raft-nosync",
+        "no flush, no fdatasync",
+        &levels,
+        &raft,
+        &nosync,
+    );
+    print_beside(
+        "raft-spread",
+        "writers on all 3 nodes",
+        &levels,
+        &raft,
+        &spread,
+    );
     let failed: usize = file
         .iter()
         .chain(sled.iter())
         .chain(raft.iter())
+        .chain(nosync.iter())
+        .chain(spread.iter())
         .map(|l| l.errors)
         .sum();
     if failed > 0 {
@@ -452,6 +599,43 @@ fn print_table(levels: &[usize], file: &[Level], sled: &[Level], raft: &[Level])
             tput(s),
             p50(f),
             p50(s),
+        );
+    }
+    println!();
+}
+
+/// Prints another raft system beside the durable leader-only `raft` run of
+/// the same process (nothing when it was not measured).
+fn print_beside(name: &str, what: &str, levels: &[usize], raft: &[Level], other: &[Level]) {
+    if other.is_empty() {
+        return;
+    }
+    println!("{name} ({what}) beside raft (durable, writers on the leader):");
+    println!(
+        "| writers | {name} w/s | {name} p50 | {name} p99 | raft w/s | raft p50 | raft/{name} throughput | raft p50 / {name} p50 |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let cell = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+    for &n in levels {
+        let o = other.iter().find(|l| l.writers == n);
+        let r = raft.iter().find(|l| l.writers == n);
+        println!(
+            "| {n} | {} | {} | {} | {} | {} | {} | {} |",
+            cell(o.map(|l| format!("{:.0}", l.per_sec))),
+            cell(o.map(|l| ms(l.p50))),
+            cell(o.map(|l| ms(l.p99))),
+            cell(r.map(|l| format!("{:.0}", l.per_sec))),
+            cell(r.map(|l| ms(l.p50))),
+            cell(
+                o.zip(r)
+                    .map(|(o, r)| format!("{:.2}", ratio(r.per_sec, o.per_sec)))
+            ),
+            cell(
+                o.zip(r).map(|(o, r)| format!(
+                    "{:.2}×",
+                    ratio(r.p50.as_secs_f64(), o.p50.as_secs_f64())
+                ))
+            ),
         );
     }
     println!();

@@ -122,6 +122,30 @@ impl Proposer {
             .map_err(|_| Proposed::Fatal("the batcher dropped the proposal".into()))?
     }
 
+    /// Proposes every command of `commands` (a follower's forwarded batch):
+    /// all are queued before any answer is awaited, so they join the same
+    /// batch entries as if each had been proposed alone at that moment. One
+    /// outcome per command, in order, as [`Proposer::propose`] gives it.
+    pub async fn propose_all(&self, commands: Vec<Vec<u8>>) -> Vec<Result<Applied, Proposed>> {
+        let _transfer = self.transfer.read().await;
+        let mut waiting = Vec::with_capacity(commands.len());
+        for command in commands {
+            let (reply, outcome) = oneshot::channel();
+            let queued = self.queue.send(Proposal { command, reply }).await;
+            waiting.push(queued.ok().map(|()| outcome));
+        }
+        let mut outcomes = Vec::with_capacity(waiting.len());
+        for outcome in waiting {
+            outcomes.push(match outcome {
+                None => Err(Proposed::Fatal("the batcher stopped".into())),
+                Some(outcome) => outcome.await.unwrap_or_else(|_| {
+                    Err(Proposed::Fatal("the batcher dropped the proposal".into()))
+                }),
+            });
+        }
+        outcomes
+    }
+
     /// Pauses proposals until the returned guard is dropped (a leadership
     /// transfer holds it); waits for proposals already admitted.
     pub async fn pause(&self) -> RwLockWriteGuard<'_, ()> {

@@ -56,6 +56,29 @@ pub struct NodeConfig {
     /// plaintext (a cluster started with `--insecure`). Who may call this
     /// node is decided where its peer port is served (mutual TLS there).
     pub peer_tls: Option<proto::tls::ClientTls>,
+    /// Whether the raft log waits for the disk before it acknowledges an
+    /// append or a vote ([`LogSync::Durable`], the default). Only
+    /// benchmarks set it: no gateway flag or configuration key reaches it.
+    pub log_sync: LogSync,
+}
+
+/// Whether the raft log's appends and votes wait for the disk.
+///
+/// [`LogSync::UnsafeNoSyncForBenchmarks`] exists to measure where the time
+/// goes (the non-disk floor of one write, the CPU ceiling of many): with it
+/// a power loss or a crash of the machine loses acknowledged writes and
+/// votes, which breaks raft's safety. It is a field of [`NodeConfig`] only,
+/// set by code (the commit-latency bench), never by a gateway flag or TOML
+/// key (`gateway-plugin` test t106 checks that).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LogSync {
+    /// Appends and votes are acknowledged after sled `flush` and
+    /// `fdatasync` (see `crate::durability`).
+    #[default]
+    Durable,
+    /// Appends and votes are acknowledged as soon as sled holds them in
+    /// memory; nothing waits for the flusher thread. Benchmarks only.
+    UnsafeNoSyncForBenchmarks,
 }
 
 impl std::fmt::Debug for NodeConfig {
@@ -77,6 +100,7 @@ impl std::fmt::Debug for NodeConfig {
             .field("cache_capacity", &self.cache_capacity)
             .field("max_snapshot_bytes", &self.max_snapshot_bytes)
             .field("peer_tls", &self.peer_tls)
+            .field("log_sync", &self.log_sync)
             .finish()
     }
 }
@@ -106,6 +130,7 @@ impl NodeConfig {
             cache_capacity: 64 * 1024 * 1024,
             max_snapshot_bytes: crate::network::incoming_snapshot::DEFAULT_MAX_SNAPSHOT_BYTES,
             peer_tls: None,
+            log_sync: LogSync::Durable,
         }
     }
 
@@ -168,5 +193,12 @@ mod tests {
         let config = NodeConfig::new(1, "127.0.0.1:1", "/tmp/x", "c");
         let shown = format!("{config:?}");
         assert!(shown.contains("peer_tls: None"), "{shown}");
+    }
+
+    #[test]
+    fn the_log_is_durable_by_default() {
+        assert_eq!(LogSync::default(), LogSync::Durable);
+        let config = NodeConfig::new(1, "127.0.0.1:1", "/tmp/x", "c");
+        assert_eq!(config.log_sync, LogSync::Durable);
     }
 }

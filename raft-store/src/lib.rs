@@ -56,9 +56,9 @@
 //!   abandons a forward when leadership moves and resends only idempotent
 //!   commands, [`node::Resend`]), linearizable read (read-index),
 //!   membership admin, leadership transfer and status.
-//! - `bench` (feature `bench`, benchmarks only): the file limit and the
-//!   in-process three-node group that `benches/commit_latency.rs` and
-//!   `openshell-jepsen bench` measure against.
+//! - `bench` (feature `bench`, benchmarks only): the file limit (also
+//!   `benches/commit_latency.rs`'s) and the in-process three-node group
+//!   that `openshell-jepsen bench` measures against.
 //!
 //! # Example
 //! ```no_run
@@ -97,7 +97,7 @@ pub mod state_machine;
 pub mod types;
 pub mod watermark;
 
-pub use config::NodeConfig;
+pub use config::{LogSync, NodeConfig};
 pub use error::{AdminError, Error, InvalidCommand, ReadError, SnapshotError, WriteError};
 pub use membership::MembershipChange;
 pub use node::{ClusterStatus, NodeStatus, RaftNode};

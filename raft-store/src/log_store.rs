@@ -14,6 +14,11 @@
 //! - `truncate` and `save_committed` are made durable by the next flush; losing
 //!   them in a crash is allowed by raft (truncated entries are truncated again,
 //!   the committed index is re-learned).
+//!
+//! All of the above holds for [`LogSync::Durable`], the default. With
+//! [`LogSync::UnsafeNoSyncForBenchmarks`] (set by benchmarks only, see
+//! `crate::config`) appends and votes are acknowledged as soon as sled holds
+//! them, with no flush at all: it measures the log's cost without the disk.
 
 use std::fmt::Debug;
 use std::marker::PhantomData;
@@ -25,6 +30,7 @@ use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{LogState, RaftLogId, RaftLogReader, StorageError, StorageIOError};
 
 use crate::codec;
+use crate::config::LogSync;
 use crate::db::{DataDir, Durability, Watermark};
 use crate::types::typ::{Entry, LogId, Vote};
 use crate::types::TypeConfig;
@@ -69,6 +75,9 @@ pub struct LogStore {
     watermark: Arc<Watermark>,
     /// The last committed index openraft reported; read by status.
     committed_index: Arc<AtomicU64>,
+    /// Whether appends and votes wait for the disk (the default) or not
+    /// (benchmarks only).
+    sync: LogSync,
 }
 
 impl LogStore {
@@ -80,12 +89,26 @@ impl LogStore {
             durability: dir.durability.clone(),
             watermark: dir.watermark.clone(),
             committed_index: Arc::new(AtomicU64::new(0)),
+            sync: LogSync::Durable,
         };
         let committed = store.stored_committed()?;
         store
             .committed_index
             .store(committed.map(|c| c.index).unwrap_or(0), Ordering::Relaxed);
         Ok(store)
+    }
+
+    /// The same log, acknowledging appends and votes as `sync` says
+    /// (default [`LogSync::Durable`]).
+    pub fn with_sync(mut self, sync: LogSync) -> Self {
+        if sync == LogSync::UnsafeNoSyncForBenchmarks {
+            tracing::warn!(
+                "the raft log acknowledges appends and votes without flushing them \
+                 (LogSync::UnsafeNoSyncForBenchmarks): a crash loses acknowledged writes"
+            );
+        }
+        self.sync = sync;
+        self
     }
 
     /// The last committed index this node knows of.
@@ -262,6 +285,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError<u64>> {
         self.write_meta(&VOTE, vote)?;
         self.watermark.voted(vote.leader_id.term);
+        if self.sync == LogSync::UnsafeNoSyncForBenchmarks {
+            return Ok(());
+        }
         self.durability
             .sync()
             .await
@@ -307,6 +333,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         }
         if let Some(last) = last {
             self.watermark.appended(last);
+        }
+        if self.sync == LogSync::UnsafeNoSyncForBenchmarks {
+            callback.log_io_completed(Ok(()));
+            return Ok(());
         }
         // The callback fires from the flusher thread once the entries are on disk.
         self.durability

@@ -13,7 +13,11 @@
 //!   (`node/write.rs`).
 //! - Linearizable reads on every node through read-index: the leader confirms
 //!   its leadership with a quorum and names its commit index; the reading node
-//!   waits until it applied that index, then reads locally.
+//!   waits until it applied that index, then reads locally. A follower asks
+//!   the leader in short attempts (two election timeouts, at least 1 s) and
+//!   abandons an attempt as soon as its raft metrics show another leader or
+//!   a newer term, so a read does not wait out a leader that was paused,
+//!   killed or cut off; the attempts are bounded by the read's deadline.
 //! - Membership administration ([`crate::membership`]) and leadership
 //!   transfer ([`crate::leadership`]) run on the leader; elsewhere they return
 //!   [`AdminError::NotLeader`] with the leader's address.
@@ -36,6 +40,7 @@ use crate::leadership::{ElectionHold, LeaderTransfer};
 use crate::log_store::LogStore;
 use crate::membership::{self, MembershipAdmin};
 use crate::network::client::{Channels, NetworkFactory};
+use crate::network::forward_batch::{ForwardBatcher, ForwardStats};
 use crate::network::server::{PeerAuthenticator, TransportService};
 use crate::state_machine::{Applied as AppliedState, StateMachine, StateMachineStore};
 use crate::types::typ::Raft;
@@ -122,6 +127,8 @@ struct Inner<SM: StateMachine> {
     state_machine: StateMachineStore<SM>,
     /// Channels to peers: forwarding, remote read-index, transfer calls.
     channels: Channels,
+    /// Forwarded writes, batched per leader.
+    forwards: ForwardBatcher,
     /// This node's election timer hold (served to a transfer run elsewhere).
     hold: ElectionHold,
     /// Membership administration through this node's raft.
@@ -164,10 +171,12 @@ fn open_storage<SM: StateMachine>(
         config.node_id,
         config.cache_capacity,
     )?;
-    let log = LogStore::new(&dir).map_err(|e| Error::DataDir {
-        path: config.data_dir.join("raft"),
-        problem: format!("log metadata cannot be read ({e}); refusing to start"),
-    })?;
+    let log = LogStore::new(&dir)
+        .map_err(|e| Error::DataDir {
+            path: config.data_dir.join("raft"),
+            problem: format!("log metadata cannot be read ({e}); refusing to start"),
+        })?
+        .with_sync(config.log_sync);
     // A restarted leader must win an election again (see the method).
     log.forget_leadership(config.node_id)
         .map_err(|e| Error::DataDir {
@@ -234,6 +243,7 @@ impl<SM: StateMachine> RaftNode<SM> {
                 log,
                 state_machine,
                 channels,
+                forwards: ForwardBatcher::default(),
                 hold,
                 admin,
                 transfer,
@@ -260,6 +270,12 @@ impl<SM: StateMachine> RaftNode<SM> {
     /// `role`'s defaults with this node's peer TLS.
     pub fn peer_client_config(&self, role: proto::client::Role) -> proto::client::ClientConfig {
         self.inner.channels.client_config(role)
+    }
+
+    /// Forward calls and forwarded writes this node sent to leaders since it
+    /// started (with follower-side batching, fewer calls than writes).
+    pub fn forward_stats(&self) -> ForwardStats {
+        self.inner.forwards.stats().clone()
     }
 
     /// The openraft handle.
@@ -353,10 +369,7 @@ impl<SM: StateMachine> RaftNode<SM> {
                     Ok(Err(RaftError::Fatal(e))) => return Err(ReadError::Fatal(e.to_string())),
                 }
             } else if let Some((leader, addr)) = self.leader() {
-                self.inner
-                    .channels
-                    .read_index(leader, &addr, deadline)
-                    .await
+                self.remote_read_index(leader, &addr, deadline).await
             } else {
                 None
             };
@@ -369,6 +382,46 @@ impl<SM: StateMachine> RaftNode<SM> {
                 });
             }
             tokio::time::sleep(self.retry_pause()).await;
+        }
+    }
+
+    /// One attempt to get `leader`'s read index: at most
+    /// [`read_index_attempt`] (and never past `deadline`), abandoned as soon
+    /// as this node's raft metrics show another leader or a newer term. A
+    /// leader that was paused, killed or cut off would otherwise hold the
+    /// read until the caller's deadline although a new leader was elected
+    /// meanwhile. `None`: ask again (a read index may be asked any number of
+    /// times).
+    async fn remote_read_index(
+        &self,
+        leader: NodeId,
+        addr: &str,
+        deadline: Instant,
+    ) -> Option<u64> {
+        let attempt = deadline.min(Instant::now() + read_index_attempt(&self.inner.config));
+        let mut metrics = self.inner.raft.metrics();
+        let term = metrics.borrow_and_update().current_term;
+        let moved = |m: &openraft::RaftMetrics<NodeId, openraft::BasicNode>| {
+            m.current_term != term || m.current_leader.is_some_and(|l| l != leader)
+        };
+        let leadership_moved = async {
+            loop {
+                if metrics.changed().await.is_err() {
+                    // Raft stopped: let the call end on its own.
+                    std::future::pending::<()>().await;
+                }
+                if moved(&metrics.borrow_and_update()) {
+                    return;
+                }
+            }
+        };
+        tokio::select! {
+            biased;
+            index = self.inner.channels.read_index(leader, addr, attempt) => index,
+            () = leadership_moved => {
+                tracing::debug!(leader, term, "read-index abandoned: leadership moved");
+                None
+            }
         }
     }
 
@@ -588,4 +641,12 @@ impl<SM: StateMachine> RaftNode<SM> {
             tracing::warn!(error = %e, "raft shutdown");
         }
     }
+}
+
+/// The longest one remote read-index attempt waits: two election timeouts
+/// (a leader answers within a heartbeat round trip; one that does not
+/// answer by then has been replaced or cut off), at least a second so a
+/// loaded machine does not turn slow answers into retries.
+fn read_index_attempt(config: &NodeConfig) -> Duration {
+    (config.election_timeout_max * 2).max(Duration::from_secs(1))
 }

@@ -53,20 +53,36 @@ impl Hub {
         stepper.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let wanted = self.settings.pool_config();
         let mut metrics = self.node.raft().metrics();
+        // The applied index the last step read (None: no step yet).
+        let mut stepped_at: Option<u64> = None;
         loop {
+            let mut tick_due = false;
             tokio::select! {
-                _ = ticker.tick() => coordinator.tick(),
+                _ = ticker.tick() => { coordinator.tick(); tick_due = true; }
                 _ = stepper.tick() => {}
                 changed = metrics.changed() => if changed.is_err() { return },
             }
-            let still_leading = {
+            let (still_leading, applied) = {
                 let m = metrics.borrow();
-                m.current_leader == Some(self.node.id()) && m.current_term == term
+                (
+                    m.current_leader == Some(self.node.id()) && m.current_term == term,
+                    m.last_applied.map_or(0, |l| l.index),
+                )
             };
             if !still_leading {
                 return;
             }
-            let (mut commands, configured) = self.node.read_local(|state, _| {
+            // A step reads every sandbox; on the same applied state and no
+            // tick due it returns nothing new (its commands are in flight),
+            // so it is skipped: raft metrics change with every replication
+            // round, and stepping on each made the coordinator the leader's
+            // largest CPU cost at 10,000 sandboxes (docs/benchmarks.md
+            // "Scale").
+            if !tick_due && stepped_at == Some(applied) {
+                continue;
+            }
+            let (mut commands, configured) = self.node.read_local(|state, index| {
+                stepped_at = Some(index);
                 let config = state.pool.config();
                 let configured = config.heartbeat_ttl_ticks == wanted.heartbeat_ttl_ticks
                     && config.recovery_deadline_ticks == wanted.recovery_deadline_ticks

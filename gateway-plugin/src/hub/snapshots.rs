@@ -1,7 +1,11 @@
 //! Assignment snapshot pushing: after every applied batch (and on every
 //! attach) each attached stream whose view changed gets an
 //! `AssignmentSnapshot`, each assignment carrying a grant signed for that
-//! member incarnation. What each incarnation may see, when a view is pushed
+//! member incarnation. The cost of a pass is what changed: the journal
+//! (`pool::visibility::ChangeLog`) names the member incarnations whose
+//! sandboxes changed, and only their views are re-read; a newly attached
+//! stream gets its full view (one scan). The sandbox records each pass read
+//! are counted in `openshell_pool_push_sandboxes_examined_total`. What each incarnation may see, when a view is pushed
 //! at all and which streams are closed is decided by the pure
 //! `pool::visibility`; this module reads the state, delivers and records.
 
@@ -58,24 +62,31 @@ impl Hub {
                 sent_index: p.sent_index,
             })
             .collect();
-        // The journal from the oldest view a stream is known to hold: every
-        // stream that holds one is then brought up to date by re-reading
-        // only the sandboxes touched since (the others by one full scan).
-        let since = viewers
-            .iter()
-            .filter(|v| v.shown.is_some())
-            .map(|v| v.shown_at)
-            .min();
-        let plan = self.node.read_local(|state, index| {
+        let (plan, examined) = self.node.read_local(|state, index| {
+            // The journal from the oldest view a stream is known to hold
+            // that the journal still reaches: every stream that holds one
+            // is brought up to date by re-reading only the sandboxes that
+            // changed under its own incarnation since; the others (never
+            // shown anything, or shown before the journal begins) by one
+            // full scan. A lagging stream costs its own scan, not everyone's.
+            let known = state.pool_changes.known_after();
+            let since = viewers
+                .iter()
+                .filter(|v| v.shown.is_some())
+                .map(|v| v.shown_at)
+                .filter(|at| known.is_some_and(|k| *at >= k))
+                .min();
             let changes = match since {
-                Some(since) => state.pool_changes.since(since),
+                Some(since) => state.pool_changes.since_by_owner(since),
                 None => Changes::Unknown,
             };
-            visibility::plan_pushes(&state.pool, index, &viewers, &changes)
+            visibility::plan_pushes_counted(&state.pool, index, &viewers, &changes)
         });
         self.metrics
             .pool_attached_supervisors
             .set(viewers.len() as i64);
+        self.metrics.pool_push_passes.inc();
+        self.metrics.pool_push_sandboxes_examined.inc_by(examined);
         self.deliver(plan, &planned);
     }
 

@@ -11,10 +11,13 @@
 //! openshell-jepsen clean
 //! openshell-jepsen soak   [--duration-s 1800] [--sandboxes 100000] [--members 50] [--retention-ticks 240] ...
 //! openshell-jepsen soak-plot <soak dir> [--tolerance-pct 10]
+//! openshell-jepsen scale  [--members 200] [--sandboxes 10000] [--json docs/benchmarks/scale.json] ...
 //! ```
 //! Exit code: 0 valid, 1 a checker found a violation or could not decide,
 //! 2 the run could not be carried out. `soak`: 0 flat, 1 not flat,
 //! undecided or the churn did not finish, 2 it could not be carried out.
+//! `scale`: 0 every target met, 1 a target missed, 2 it could not be
+//! carried out.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -24,7 +27,7 @@ use clap::{Args, Parser, Subcommand};
 use jepsen::nemesis::{parse_faults, Schedule};
 use jepsen::run::RunOptions;
 use jepsen::security::Security;
-use jepsen::workload::{CasMode, MemberKind, PoolOptions, RegisterOptions};
+use jepsen::workload::{CasMode, Failover, MemberKind, PoolOptions, RegisterOptions};
 
 /// Longest pause between one client's operations that `--delay-ms` takes.
 const MAX_DELAY_MS: u64 = 60_000;
@@ -70,6 +73,9 @@ enum Cmd {
     /// The soak: gateways under sandbox and member churn for a long time;
     /// samples memory, snapshot and disk; a verdict and a plot.
     Soak(jepsen::soak::SoakArgs),
+    /// The scale a real pool needs: 3 gateways, 200 supervisor streams,
+    /// 10,000 sandboxes; RSS, restart to ready, takeover, push cost.
+    Scale(jepsen::scale::ScaleArgs),
     /// The soak's verdict and plot again, from its directory's samples.json.
     SoakPlot {
         /// The soak directory.
@@ -174,6 +180,16 @@ struct Common {
     /// Client request timeout, ms.
     #[arg(long, default_value_t = 6000)]
     client_timeout_ms: u64,
+    /// Register workload: deadline of one attempt through one gateway, ms;
+    /// a client fails over to another gateway when an attempt certainly
+    /// had no effect, and avoids a gateway that timed out. 0: no failover
+    /// (one attempt per op within the client timeout).
+    #[arg(long, default_value_t = 1500)]
+    attempt_timeout_ms: u64,
+    /// Register workload: how long a client avoids a gateway that timed
+    /// out, refused the connection or had no leader, ms.
+    #[arg(long, default_value_t = 2000)]
+    avoid_ms: u64,
     /// The openshell-gateway binary (default: target/debug/openshell-gateway
     /// of the workspace).
     #[arg(long)]
@@ -289,6 +305,13 @@ fn options(c: &Common) -> Result<RunOptions, String> {
                 }
             },
             cas_mode: c.cas_mode,
+            failover: match c.attempt_timeout_ms {
+                0 => Failover::off(),
+                ms => Failover {
+                    attempt: Some(Duration::from_millis(ms)),
+                    avoid: Duration::from_millis(c.avoid_ms),
+                },
+            },
         },
         gateway_bin: c
             .gateway_bin
@@ -323,6 +346,10 @@ fn check_history(history: &std::path::Path) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    print!(
+        "{}",
+        jepsen::recovery::measure(&events, jepsen::recovery::cluster_size(&events)).table()
+    );
     if events.iter().any(|e| e.f == "launch" || e.f == "grant") {
         return check_pool(&events, history);
     }
@@ -440,6 +467,34 @@ fn soak(runtime: &tokio::runtime::Runtime, args: &jepsen::soak::SoakArgs) -> Exi
     }
 }
 
+/// `scale`: runs it, prints the table.
+fn scale(runtime: &tokio::runtime::Runtime, args: &jepsen::scale::ScaleArgs) -> ExitCode {
+    let options = match args.options(&workspace_root()) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let out = options.out.clone();
+    match runtime.block_on(jepsen::scale::run(options)) {
+        Ok(report) => {
+            print!("{}", report.table());
+            println!("load (1, 5, 15 min): before {}, after {}", report.load_before, report.load_after);
+            println!("scale: {}/scale.json", out.display());
+            if report.targets_met() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => {
+            eprintln!("scale failed: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 /// `soak-plot`: the verdict and the plot again from a soak directory.
 fn soak_plot(dir: &Path, tolerance_pct: f64) -> ExitCode {
     match jepsen::soak::replot(dir, tolerance_pct) {
@@ -492,6 +547,7 @@ fn main() -> ExitCode {
         }
         Cmd::Check { history } => check_history(&history),
         Cmd::Soak(args) => soak(&runtime, &args),
+        Cmd::Scale(args) => scale(&runtime, &args),
         Cmd::SoakPlot { dir, tolerance_pct } => soak_plot(&dir, tolerance_pct),
         Cmd::Bench(args) => match runtime.block_on(jepsen::bench::run(&args)) {
             // A measurement: the verdicts are printed, not the exit code.
@@ -514,6 +570,7 @@ fn main() -> ExitCode {
                     for r in &outcome.results {
                         println!("{:<22} {:?}: {}", r.checker, r.valid, r.summary);
                     }
+                    print!("{}", outcome.recovery.table());
                     println!("report: {}/index.html", outcome.dir.display());
                     if outcome.valid {
                         ExitCode::SUCCESS

@@ -20,7 +20,7 @@ pub mod pool;
 pub mod register;
 
 pub use pool::{MemberKind, PoolOptions};
-pub use register::{CasMode, RegisterOptions};
+pub use register::{CasMode, Failover, RegisterOptions};
 
 /// A workload: clients, final reads, checkers.
 pub enum Workload {

@@ -33,6 +33,18 @@
 //! that says the write was not applied (no leader) or that the connection
 //! was refused is a certain `fail`.
 //!
+//! Clients fail over ([`Failover`], on by default): each attempt through
+//! one gateway has a short deadline (`--attempt-timeout-ms`, 1.5 s), and a
+//! gateway whose attempt timed out, refused the connection or had no
+//! leader is avoided for a while (`--avoid-ms`, 2 s) when the client picks
+//! the node of its next op. An op whose attempt certainly had no effect (a
+//! failed read; a put refused with "was not applied" or never connected)
+//! is tried again through another gateway within the client timeout; one
+//! whose outcome is unknown is `info` and is never sent again. The
+//! completion event's `node` names the gateway that decided the outcome.
+//! `--attempt-timeout-ms 0` turns failover off: one attempt per op through
+//! the node it picked, within the client timeout.
+//!
 //! Every `ok` read (of a present register), write and cas records the
 //! object's `resource_version` it read or was given as the event's extra key
 //! `resource_version` (`value` keeps HISTORY.md's shape), which the
@@ -57,6 +69,11 @@ use crate::checker::{Checker, Linearizable};
 use crate::cluster::{Cluster, OBJECT_TYPE};
 use crate::history::{EventSpec, OpType, Process, Recorder};
 
+mod failover;
+
+use failover::Avoid;
+pub use failover::Failover;
+
 /// Register workload settings.
 #[derive(Clone, Debug)]
 pub struct RegisterOptions {
@@ -70,6 +87,8 @@ pub struct RegisterOptions {
     pub delay_ms: (u64, u64),
     /// Which version a `cas` compares against.
     pub cas_mode: CasMode,
+    /// How a client leaves a gateway that does not answer.
+    pub failover: Failover,
 }
 
 /// Which `resource_version` a `cas [e n]` puts with
@@ -327,21 +346,6 @@ impl Shared {
         }
     }
 
-    async fn cas(&self, node: usize, key: &str, expected: i64, new: i64) -> Outcome {
-        let (current, version) = match self.get(node, key).await {
-            Ok(r) => r,
-            Err(s) => return Outcome::Fail(format!("read before cas: {}", short(&s))),
-        };
-        if current != Some(expected) {
-            if let Some(c) = current {
-                lock(&self.seen).insert(key.to_string(), c);
-            }
-            return Outcome::Fail(format!("register holds {current:?}"));
-        }
-        self.cas_own_version(node, key, expected, new, version)
-            .await
-    }
-
     /// `cas [e n]` of [`CasMode::OwnVersion`]: one put matching `version`,
     /// the version the client's own last op of `key` returned with `e`. (The
     /// read-then-put mode ends with the same put, on the version it read.)
@@ -406,39 +410,20 @@ impl Shared {
         }
     }
 
-    async fn execute(&self, node: usize, key: &str, planned: Planned) -> Outcome {
-        match planned {
-            Planned::Read => self.read(node, key).await,
-            Planned::Write(v) => self.write(node, key, v).await,
-            Planned::Cas {
-                expected,
-                new,
-                version: None,
-            } => self.cas(node, key, expected, new).await,
-            Planned::Cas {
-                expected,
-                new,
-                version: Some(version),
-            } => {
-                self.cas_own_version(node, key, expected, new, version)
-                    .await
-            }
-        }
-    }
-
     /// One client: issues ops until `stop`, switching process after `info`.
     async fn client(self: Arc<Self>, worker: usize, seed: u64, stop: Arc<AtomicBool>) {
         let mut rng =
             StdRng::seed_from_u64(seed ^ (worker as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
         let mut process = worker as u64;
         let mut own = OwnVersions::new();
+        let mut avoid = Avoid(HashMap::new());
         let n = self.cluster.nodes.len();
         while !stop.load(Ordering::Relaxed) {
             let key = self.pick_key(&mut rng);
-            let node = rng.gen_range(1..=n);
+            let node = avoid.pick(&mut rng, n, None);
             let planned = self.plan(&key, &own, &mut rng);
             let (f, value) = planned.describe();
-            let spec = |kind, value: Value, error: Option<String>| EventSpec {
+            let spec = |kind, value: Value, error: Option<String>, node: usize| EventSpec {
                 kind,
                 process: Process::Client(process),
                 f: f.to_string(),
@@ -448,19 +433,23 @@ impl Shared {
                 error,
             };
             self.history
-                .record(spec(OpType::Invoke, value.clone(), None));
-            let outcome = self.execute(node, &key, planned).await;
+                .record(spec(OpType::Invoke, value.clone(), None, node));
+            let (outcome, node) = self
+                .execute(node, &key, planned, &mut avoid, &mut rng)
+                .await;
             planned.remember(&mut own, &key, &outcome);
             match outcome {
                 Outcome::Ok(v, version) => {
                     self.history
-                        .record_with_version(spec(OpType::Ok, v, None), version);
+                        .record_with_version(spec(OpType::Ok, v, None, node), version);
                 }
                 Outcome::Fail(e) => {
-                    self.history.record(spec(OpType::Fail, value, Some(e)));
+                    self.history
+                        .record(spec(OpType::Fail, value, Some(e), node));
                 }
                 Outcome::Info(e) => {
-                    self.history.record(spec(OpType::Info, value, Some(e)));
+                    self.history
+                        .record(spec(OpType::Info, value, Some(e), node));
                     process = self.next_process.fetch_add(1, Ordering::Relaxed);
                 }
             }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use jepsen::nemesis::{parse_faults, Schedule};
 use jepsen::run::RunOptions;
-use jepsen::workload::{CasMode, MemberKind, PoolOptions, RegisterOptions};
+use jepsen::workload::{CasMode, Failover, MemberKind, PoolOptions, RegisterOptions};
 
 pub use testkit::bins::{gateway_bin, profile_dir, workspace_root as workspace};
 pub use testkit::{is_root, skip_without_root};
@@ -101,6 +101,7 @@ pub fn options(name: &str, bin: PathBuf, nemesis: &str, seconds: u64, seed: u64)
             ops_per_key: 250,
             delay_ms: (10, 40),
             cas_mode: CasMode::ReadThenPut,
+            failover: Failover::default(),
         },
         workload: "register".into(),
         pool: PoolOptions::default(),
@@ -129,6 +130,7 @@ pub fn own_version_options(
         ops_per_key: 150,
         delay_ms: (0, 5),
         cas_mode: CasMode::OwnVersion,
+        failover: Failover::default(),
     };
     o
 }

@@ -194,7 +194,9 @@ impl Channels {
     }
 
     /// Forwards a write to the leader `leader` at `addr` (one hop), within
-    /// `deadline`.
+    /// `deadline`, in a `Forward` call of its own. The node's write path
+    /// batches instead (`crate::network::forward_batch`); this call serves a
+    /// leader that predates `ForwardBatch`.
     ///
     /// # Errors
     /// [`WriteError::Rejected`] when the leader refused the command as
@@ -331,7 +333,7 @@ impl Channels {
 
 /// The time left until `deadline`, at least 1 ms (a zero gRPC timeout would
 /// mean none).
-fn until(deadline: Instant) -> Duration {
+pub(crate) fn until(deadline: Instant) -> Duration {
     deadline
         .saturating_duration_since(Instant::now())
         .max(Duration::from_millis(1))

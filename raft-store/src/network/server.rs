@@ -24,9 +24,10 @@ use std::time::{Duration, Instant};
 use openraft::error::RaftError;
 use proto::raft::raft_transport_server::RaftTransport;
 use proto::raft::{
-    forward_response, read_index_response, Applied as PbApplied, CampaignRequest, CampaignResponse,
-    ForwardRequest, ForwardResponse, HoldElectionRequest, HoldElectionResponse, IdentifyRequest,
-    IdentifyResponse, NotLeader, RaftPayload, ReadIndexRequest, ReadIndexResponse,
+    forward_response, forward_result, read_index_response, Applied as PbApplied, CampaignRequest,
+    CampaignResponse, ForwardBatchRequest, ForwardBatchResponse, ForwardRequest, ForwardResponse,
+    ForwardResult, HoldElectionRequest, HoldElectionResponse, IdentifyRequest, IdentifyResponse,
+    NotLeader, RaftPayload, ReadIndexRequest, ReadIndexResponse,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -40,7 +41,7 @@ use crate::network::client::{NODE_ID, REFUSAL_LOG_EVERY};
 use crate::network::incoming_snapshot::{IncomingSnapshot, DEFAULT_MAX_SNAPSHOT_BYTES};
 use crate::state_machine::StateMachine;
 use crate::types::typ::Raft;
-use crate::types::NodeId;
+use crate::types::{Applied, NodeId};
 
 /// Decides who may call the transport: peers of the same cluster. Who
 /// may connect at all is decided by the peer port's mutual TLS (a
@@ -181,6 +182,26 @@ impl<SM: StateMachine> TransportService<SM> {
         })
     }
 
+    /// One command's result in a forwarded batch: as [`RaftTransport::forward`]
+    /// answers it, with its failures as values instead of statuses.
+    fn batch_result(&self, outcome: Result<Applied, Proposed>) -> forward_result::Result {
+        match outcome {
+            Ok(applied) => forward_result::Result::Applied(PbApplied {
+                log_index: applied.log_index,
+                response: applied.response,
+            }),
+            Err(Proposed::NotLeader(_)) => forward_result::Result::NotLeader(self.not_leader()),
+            Err(Proposed::Fatal(e)) => forward_result::Result::Unknown(format!("raft: {e}")),
+            Err(Proposed::ReplyMismatch {
+                log_index,
+                commands,
+                replies,
+            }) => forward_result::Result::Unknown(format!(
+                "applied at log index {log_index}, but {replies} responses came back for {commands} commands; the response is lost"
+            )),
+        }
+    }
+
     fn not_leader(&self) -> NotLeader {
         let (leader_id, leader_addr) = membership::leader(&self.raft).unwrap_or((0, String::new()));
         NotLeader {
@@ -260,6 +281,46 @@ impl<SM: StateMachine> RaftTransport for TransportService<SM> {
         Ok(Response::new(ForwardResponse {
             result: Some(result),
         }))
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(commands = request.get_ref().commands.len()))]
+    async fn forward_batch(
+        &self,
+        request: Request<ForwardBatchRequest>,
+    ) -> Result<Response<ForwardBatchResponse>, Status> {
+        let target = request.get_ref().target_node_id;
+        self.check_peer(request.metadata(), &request.get_ref().cluster_id, target)?;
+        let commands = request.into_inner().commands;
+        // Malformed commands are answered at once; the others are proposed
+        // together, each keeping its place in the reply.
+        let mut results: Vec<Option<forward_result::Result>> = Vec::with_capacity(commands.len());
+        let mut valid = Vec::with_capacity(commands.len());
+        for command in commands {
+            let checked = check_size(&command)
+                .and_then(|()| SM::validate(&command))
+                .map_err(|e| e.to_string());
+            match checked {
+                Ok(()) => {
+                    results.push(None);
+                    valid.push(command);
+                }
+                Err(why) => results.push(Some(forward_result::Result::Rejected(why))),
+            }
+        }
+        let mut outcomes = self.proposer.propose_all(valid).await.into_iter();
+        let results = results
+            .into_iter()
+            .map(|result| {
+                let result = result.unwrap_or_else(|| match outcomes.next() {
+                    Some(outcome) => self.batch_result(outcome),
+                    None => forward_result::Result::Unknown("no outcome for the command".into()),
+                });
+                ForwardResult {
+                    result: Some(result),
+                }
+            })
+            .collect();
+        Ok(Response::new(ForwardBatchResponse { results }))
     }
 
     #[tracing::instrument(level = "debug", skip_all)]

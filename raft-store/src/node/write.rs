@@ -1,5 +1,7 @@
 //! The write path of [`RaftNode`]: propose locally, or forward to the leader
-//! (one hop) and retry across an election within the write's timeout,
+//! (one hop, batched with the other writes this node forwards at that
+//! moment: `crate::network::forward_batch`) and retry across an election
+//! within the write's timeout,
 //! retrying only when the write certainly was not appended, or when the
 //! command may apply twice ([`Resend::Idempotent`]).
 //!
@@ -173,7 +175,7 @@ impl<SM: StateMachine> RaftNode<SM> {
         };
         tokio::select! {
             biased;
-            forwarded = self.inner.channels.forward(leader, addr, command, deadline) => forwarded,
+            forwarded = self.inner.forwards.forward(&self.inner.channels, leader, addr, command, deadline) => forwarded,
             (now, now_term) = leadership_moved => {
                 tracing::debug!(leader, term, ?now, now_term, "forward abandoned: leadership moved");
                 Err(WriteError::Unknown(format!(

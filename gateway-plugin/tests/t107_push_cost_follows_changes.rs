@@ -1,0 +1,251 @@
+//! Assignment snapshot pushes cost what changed (issue 17 "Scale"), through
+//! real gateway processes and scripted members.
+//!
+//! - given: three gateways (no sandbox driver, a long heartbeat TTL so no
+//!   member expires on a loaded machine), 30 scripted members spread over
+//!   them (member i attached to gateway i mod 3), and 10,000 sandboxes
+//!   created through `PoolAdmin.CreateSandbox`
+//! - when: every stream has converged, one more sandbox is created (one
+//!   launch and one acknowledgement: the batches touch one sandbox)
+//! - then: the push passes of all three gateways together read a handful of
+//!   sandbox records (`openshell_pool_push_sandboxes_examined_total`), not
+//!   one per attached stream and not all 10,000; and after 100 deletes every
+//!   stream still shows exactly the sandboxes the pool gives its member
+//!   (each member's assignments equal the pool's owners, all acknowledged)
+//!
+//! Before (the journal filed touched sandboxes without owners): every
+//! stream of a gateway re-read every touched sandbox, so the same batch
+//! read about one record per attached stream per touched sandbox.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use proto::pool_admin::{CreateSandboxRequest, DeleteSandboxRequest, ListSandboxesRequest};
+use proto::pool_types::SandboxPhase;
+use testkit::gateway::*;
+use testkit::member::ScriptedMember;
+use testkit::ports::free_port;
+use testkit::supervisor::{http_get, pool_admin};
+use testkit::TestResult;
+
+/// Sandboxes in the pool.
+const SANDBOXES: usize = 10_000;
+/// Scripted members.
+const MEMBERS: usize = 30;
+/// Concurrent create calls.
+const CLIENTS: usize = 32;
+
+fn http_args(_: u64) -> Vec<String> {
+    vec!["--http-listen".into(), format!("127.0.0.1:{}", free_port())]
+}
+
+/// One counter of `/metrics` on `node` (0 when absent).
+async fn counter(node: &Gateway, name: &str) -> u64 {
+    let Some(http) = node.http_addr() else {
+        panic!("node {} has no --http-listen", node.id)
+    };
+    let (_, body) = http_get(&http, "/metrics").await;
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
+        .map_or(0, |v| v as u64)
+}
+
+/// Sum of `name` over every gateway.
+async fn total(cluster: &Cluster, name: &str) -> u64 {
+    let mut sum = 0;
+    for node in &cluster.nodes {
+        sum += counter(node, name).await;
+    }
+    sum
+}
+
+/// Every live (slot-holding) sandbox's (owner, acknowledged), as the
+/// leader's pool lists it.
+async fn owners(node: &Gateway) -> TestResult<BTreeMap<String, (String, bool)>> {
+    let mut client = pool_admin(node).await?;
+    let mut out = BTreeMap::new();
+    let mut token = String::new();
+    loop {
+        let page = client
+            .list_sandboxes(ListSandboxesRequest {
+                page_size: 5000,
+                page_token: token.clone(),
+                ..Default::default()
+            })
+            .await?
+            .into_inner();
+        for s in page.sandboxes {
+            let live = matches!(
+                SandboxPhase::try_from(s.phase),
+                Ok(SandboxPhase::Admitting | SandboxPhase::Assigned | SandboxPhase::Recovering)
+            );
+            if live {
+                out.insert(s.id, (s.owner, s.acknowledged));
+            }
+        }
+        if page.next_page_token.is_empty() {
+            return Ok(out);
+        }
+        token = page.next_page_token;
+    }
+}
+
+/// Ok when every member's stream shows exactly the live sandboxes the pool
+/// gives it, every one acknowledged.
+async fn converged(node: &Gateway, members: &[ScriptedMember]) -> TestResult {
+    let pool = owners(node).await?;
+    let mut wanted: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for (id, (owner, acked)) in &pool {
+        if !acked {
+            return Err(format!("{id} not acknowledged yet").into());
+        }
+        wanted.entry(owner).or_default().insert(id);
+    }
+    for m in members {
+        let seen = m.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let shown: BTreeSet<&str> = seen
+            .assignments
+            .values()
+            .filter(|a| a.acknowledged)
+            .map(|a| a.sandbox_id.as_str())
+            .collect();
+        let want = wanted.remove(m.member.as_str()).unwrap_or_default();
+        if shown != want {
+            return Err(format!(
+                "{} shows {} acknowledged, the pool gives it {}",
+                m.member,
+                shown.len(),
+                want.len()
+            )
+            .into());
+        }
+    }
+    if let Some((owner, ids)) = wanted.into_iter().next() {
+        return Err(format!("{} sandboxes owned by unknown {owner}", ids.len()).into());
+    }
+    Ok(())
+}
+
+/// Creates `ids` through `node`, `CLIENTS` at a time.
+async fn create_all(node: &Gateway, ids: Vec<String>) -> TestResult {
+    let ids = Arc::new(ids);
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..CLIENTS {
+        let mut client = pool_admin(node).await?;
+        let (ids, next) = (ids.clone(), next.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(id) = ids.get(i) else {
+                    return Ok::<(), tonic::Status>(());
+                };
+                client
+                    .create_sandbox(CreateSandboxRequest {
+                        sandbox_id: id.clone(),
+                        launch_id: format!("launch-{id}"),
+                        material_ref: "t107".into(),
+                    })
+                    .await?;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_touching_one_sandbox_examines_what_changed() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("gateway.toml");
+    std::fs::write(
+        &config,
+        "[openshell.gateway.supervisor_pool]\nheartbeat_ttl_ms = 60000\n",
+    )?;
+    let config = config.display().to_string();
+    let cluster = Cluster::start_each(
+        3,
+        &["--sandbox-driver", "none", "--config", &config],
+        http_args,
+    );
+    let leader = cluster.wait_leader("a leader").await;
+    let addrs: Vec<String> = cluster.nodes.iter().map(|n| n.addr.clone()).collect();
+    let members: Vec<ScriptedMember> = (0..MEMBERS)
+        .map(|i| {
+            let mut gateways = addrs.clone();
+            gateways.rotate_left(i % addrs.len());
+            ScriptedMember::start(
+                &format!("m-{i:02}"),
+                i as u64 + 1,
+                2 * (SANDBOXES / MEMBERS) as u32,
+                gateways,
+                Duration::from_millis(10),
+            )
+        })
+        .collect();
+    let node = cluster.get(leader);
+    eventually("every member is attached", || async {
+        let attached = total(&cluster, "openshell_pool_attached_supervisors").await;
+        if attached as usize == MEMBERS {
+            Ok(())
+        } else {
+            Err(format!("{attached} attached").into())
+        }
+    })
+    .await;
+
+    eprintln!("--- step: create {SANDBOXES} sandboxes");
+    let ids: Vec<String> = (0..SANDBOXES).map(|i| format!("sb-{i:05}")).collect();
+    create_all(node, ids.clone()).await?;
+    eventually("every stream shows its sandboxes", || {
+        converged(node, &members)
+    })
+    .await;
+    // Let the last acknowledgements' passes finish on every gateway.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    eprintln!("--- step: one more sandbox");
+    let examined = "openshell_pool_push_sandboxes_examined_total";
+    let passes = "openshell_pool_push_passes_total";
+    let (examined_before, passes_before) = (
+        total(&cluster, examined).await,
+        total(&cluster, passes).await,
+    );
+    create_all(node, vec!["sb-new".into()]).await?;
+    eventually("the new sandbox reached its owner", || {
+        converged(node, &members)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let examined_delta = total(&cluster, examined).await - examined_before;
+    let passes_delta = total(&cluster, passes).await - passes_before;
+    eprintln!(
+        "one sandbox launched and acknowledged among {SANDBOXES}, {MEMBERS} streams on 3 gateways: \
+         {examined_delta} sandbox records examined over {passes_delta} push passes"
+    );
+    // A launch and an acknowledgement touch one sandbox: a few reads where
+    // its owner's stream is, none elsewhere (before: one per stream).
+    assert!(
+        examined_delta <= 12,
+        "{examined_delta} records examined for one touched sandbox over {passes_delta} passes"
+    );
+
+    eprintln!("--- step: delete 100 sandboxes; every stream converges");
+    let mut client = pool_admin(node).await?;
+    for id in ids.iter().step_by(SANDBOXES / 100) {
+        client
+            .delete_sandbox(DeleteSandboxRequest {
+                sandbox_id: id.clone(),
+            })
+            .await?;
+    }
+    eventually("every stream shows its live sandboxes", || {
+        converged(node, &members)
+    })
+    .await;
+    assert_eq!(owners(node).await?.len(), SANDBOXES + 1 - 100);
+    Ok(())
+}

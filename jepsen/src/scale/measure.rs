@@ -1,0 +1,105 @@
+//! What the scale run reads from a gateway process: its resident memory
+//! (`VmRSS`) and CPU time from `/proc`, counters from `/metrics`, and
+//! `/readyz`, over plain HTTP on the port every gateway of the run serves
+//! its endpoints on ([`HTTP_PORT`], inside its own namespace).
+
+use std::time::{Duration, Instant};
+
+use crate::cluster::{Cluster, Node};
+
+/// Port of `/healthz`, `/readyz` and `/metrics` (`--http-listen
+/// 0.0.0.0:7080` in each gateway's namespace).
+pub const HTTP_PORT: u16 = 7080;
+
+/// Sandbox records the push passes read (`/metrics`).
+pub const EXAMINED: &str = "openshell_pool_push_sandboxes_examined_total";
+/// Push passes (`/metrics`).
+pub const PASSES: &str = "openshell_pool_push_passes_total";
+
+/// `ip:port` of `node`'s HTTP endpoints.
+pub fn http_addr(node: &Node) -> String {
+    let ip = node.addr.rsplit_once(':').map_or(node.addr.as_str(), |(ip, _)| ip);
+    format!("{ip}:{HTTP_PORT}")
+}
+
+/// `GET path` on `node`'s HTTP endpoints: (status code, body); code 0 when
+/// it cannot be reached.
+pub async fn get(node: &Node, path: &str) -> (u16, String) {
+    testkit::supervisor::http_get(&http_addr(node), path).await
+}
+
+/// One counter or gauge of `node`'s `/metrics` (None: unreachable or
+/// absent).
+pub async fn metric(node: &Node, name: &str) -> Option<f64> {
+    let (code, body) = get(node, "/metrics").await;
+    if code != 200 {
+        return None;
+    }
+    body.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| {
+            let (key, value) = l.split_once(' ')?;
+            (key == name).then(|| value.trim().parse::<f64>().ok())?
+        })
+}
+
+/// The push counters summed over every running gateway: (passes, sandbox
+/// records examined).
+pub async fn push_counters(cluster: &Cluster) -> (u64, u64) {
+    let (mut passes, mut examined) = (0u64, 0u64);
+    for node in cluster.nodes.iter().filter(|n| n.is_running()) {
+        passes += metric(node, PASSES).await.unwrap_or(0.0) as u64;
+        examined += metric(node, EXAMINED).await.unwrap_or(0.0) as u64;
+    }
+    (passes, examined)
+}
+
+/// CPU seconds (user + system) `pid` used so far (0 when unreadable).
+pub fn cpu_seconds(pid: i32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // Fields after the parenthesised command name; utime and stime are the
+    // 14th and 15th fields of the line, in clock ticks.
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return 0.0;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok());
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let hz = if hz > 0 { hz as f64 } else { 100.0 };
+    match (ticks(11), ticks(12)) {
+        (Some(u), Some(s)) => (u + s) / hz,
+        _ => 0.0,
+    }
+}
+
+/// Every running gateway's CPU seconds so far, by node (0 for one that is
+/// not running).
+pub fn cpu_by_node(cluster: &Cluster) -> Vec<f64> {
+    cluster
+        .nodes
+        .iter()
+        .map(|n| n.pid().map_or(0.0, cpu_seconds))
+        .collect()
+}
+
+/// Waits until `node` answers `/readyz` 200; the time waited (None: not
+/// within `within`). Polled every 20 ms.
+pub async fn wait_ready(node: &Node, started: Instant, within: Duration) -> Option<Duration> {
+    while started.elapsed() < within {
+        if get(node, "/readyz").await.0 == 200 {
+            return Some(started.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    None
+}
+
+/// The machine's load averages (`/proc/loadavg`'s first three fields).
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}

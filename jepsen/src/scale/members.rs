@@ -1,0 +1,334 @@
+//! The scale run's pool members: scripted supervisors (tokio tasks speaking
+//! the real `SupervisorHost.Attach` stream with their own member credential,
+//! through `testkit::member`), member `i` attached first to gateway
+//! `i mod n`. Each sends `HostStatus` every status interval, acknowledges
+//! every unacknowledged term it is streamed at once (standing in for the
+//! grant handshake with a runtime), and re-attaches to the next gateway,
+//! under the same incarnation, when its stream breaks (a gateway restart).
+//!
+//! What every member was last shown is kept in a shared [`Board`]: sandbox
+//! -> (member, term, acknowledged, when that was first seen). The takeover
+//! measurement reads it: when did the last of a killed member's sandboxes
+//! show up acknowledged on its new owner's stream. [`ScaleMembers::kill`]
+//! drops a member's task and stream at once, as `kill -9` of its process
+//! would (no `HostLeave`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use proto::supervisor_host::{gateway_message, AssignmentSnapshot, SupervisorMessage};
+use testkit::member::{attach_secure, hello_with_credential, host_status, term_ack, Attached};
+use tokio::sync::mpsc;
+
+use crate::security::MemberSecurity;
+
+/// The member id of member `i` (0-based).
+pub fn member_id(i: usize) -> String {
+    format!("sc{i:03}")
+}
+
+/// One sandbox as the stream of its owner last showed it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Shown {
+    /// The member whose stream showed it.
+    pub member: String,
+    /// Ownership term.
+    pub term: u64,
+    /// Whether the term was shown acknowledged.
+    pub acknowledged: bool,
+    /// When this (member, term) was first shown acknowledged.
+    pub acknowledged_at: Option<Instant>,
+}
+
+/// What every member's stream last showed, by sandbox id.
+#[derive(Debug, Default)]
+pub struct Board {
+    /// sandbox -> its latest showing.
+    sandboxes: Mutex<BTreeMap<String, Shown>>,
+    /// member -> the sandboxes its last snapshot listed.
+    held: Mutex<BTreeMap<String, BTreeSet<String>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Board {
+    /// Records `member`'s snapshot.
+    fn record(&self, member: &str, snapshot: &AssignmentSnapshot) {
+        let now = Instant::now();
+        let listed: BTreeSet<String> = snapshot
+            .assignments
+            .iter()
+            .map(|a| a.sandbox_id.clone())
+            .collect();
+        {
+            let mut sandboxes = lock(&self.sandboxes);
+            for a in &snapshot.assignments {
+                let entry = sandboxes.entry(a.sandbox_id.clone());
+                let shown = entry.or_insert_with(|| Shown {
+                    member: member.to_string(),
+                    term: a.term,
+                    acknowledged: false,
+                    acknowledged_at: None,
+                });
+                if shown.member != member || shown.term != a.term {
+                    *shown = Shown {
+                        member: member.to_string(),
+                        term: a.term,
+                        acknowledged: false,
+                        acknowledged_at: None,
+                    };
+                }
+                if a.acknowledged && !shown.acknowledged {
+                    shown.acknowledged = true;
+                    shown.acknowledged_at = Some(now);
+                }
+            }
+        }
+        lock(&self.held).insert(member.to_string(), listed);
+    }
+
+    /// The sandboxes `member`'s last snapshot listed.
+    pub fn held_by(&self, member: &str) -> BTreeSet<String> {
+        lock(&self.held).get(member).cloned().unwrap_or_default()
+    }
+
+    /// How many sandboxes are shown acknowledged on some stream.
+    pub fn acknowledged(&self) -> usize {
+        lock(&self.sandboxes)
+            .values()
+            .filter(|s| s.acknowledged)
+            .count()
+    }
+
+    /// The latest showing of `sandbox`.
+    pub fn shown(&self, sandbox: &str) -> Option<Shown> {
+        lock(&self.sandboxes).get(sandbox).cloned()
+    }
+}
+
+/// The members' settings.
+#[derive(Clone, Debug)]
+pub struct MemberPlan {
+    /// Members.
+    pub members: usize,
+    /// Slots per member.
+    pub capacity: u32,
+    /// `HostStatus` interval.
+    pub status_interval: Duration,
+    /// Gateways (`ip:port` of their client ports).
+    pub gateways: Vec<String>,
+    /// TLS and credentials (`None`: plaintext, no credential).
+    pub security: Option<MemberSecurity>,
+}
+
+/// The running members.
+pub struct ScaleMembers {
+    /// What their streams showed.
+    pub board: Arc<Board>,
+    /// Streams open now.
+    pub attached: Arc<AtomicU64>,
+    /// Re-attaches after a broken stream.
+    pub reattached: Arc<AtomicU64>,
+    tasks: Vec<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl ScaleMembers {
+    /// Starts one task per member.
+    pub fn start(plan: MemberPlan) -> ScaleMembers {
+        let board = Arc::new(Board::default());
+        let attached = Arc::new(AtomicU64::new(0));
+        let reattached = Arc::new(AtomicU64::new(0));
+        let plan = Arc::new(plan);
+        let tasks = (0..plan.members)
+            .map(|i| {
+                let member = Member {
+                    plan: plan.clone(),
+                    board: board.clone(),
+                    attached: attached.clone(),
+                    reattached: reattached.clone(),
+                    index: i,
+                    id: member_id(i),
+                };
+                Some(tokio::spawn(member.run()))
+            })
+            .collect();
+        ScaleMembers {
+            board,
+            attached,
+            reattached,
+            tasks,
+        }
+    }
+
+    /// Streams open now.
+    pub fn attached(&self) -> usize {
+        self.attached.load(Ordering::Relaxed) as usize
+    }
+
+    /// Drops member `i`'s task and stream at once (no `HostLeave`).
+    pub fn kill(&mut self, i: usize) {
+        if let Some(task) = self.tasks.get_mut(i).and_then(Option::take) {
+            task.abort();
+        }
+    }
+}
+
+impl Drop for ScaleMembers {
+    fn drop(&mut self) {
+        for t in self.tasks.iter().flatten() {
+            t.abort();
+        }
+    }
+}
+
+/// One member's task.
+struct Member {
+    plan: Arc<MemberPlan>,
+    board: Arc<Board>,
+    attached: Arc<AtomicU64>,
+    reattached: Arc<AtomicU64>,
+    index: usize,
+    id: String,
+}
+
+/// Decrements the attached count when a session ends, however it ends
+/// (the task may be aborted mid-session).
+struct AttachedGuard(Arc<AtomicU64>);
+
+impl Drop for AttachedGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Member {
+    async fn run(self) {
+        let gateways = &self.plan.gateways;
+        let mut next = self.index;
+        let process_id = self.index as u64 + 1;
+        let mut known = 0u64;
+        let mut joined = false;
+        loop {
+            let gateway = &gateways[next % gateways.len().max(1)];
+            next += 1;
+            match self.attach(gateway, process_id, known).await {
+                Ok(attached) => {
+                    known = attached.incarnation;
+                    if joined {
+                        self.reattached.fetch_add(1, Ordering::Relaxed);
+                    }
+                    joined = true;
+                    self.attached.fetch_add(1, Ordering::Relaxed);
+                    let _guard = AttachedGuard(self.attached.clone());
+                    if self.session(attached).await {
+                        // Retired or superseded: a new process would start.
+                        known = 0;
+                    }
+                }
+                Err(status) => {
+                    if proto::attach::refusal_of(&status).is_some() {
+                        known = 0;
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn attach(
+        &self,
+        gateway: &str,
+        process_id: u64,
+        known: u64,
+    ) -> Result<Attached, tonic::Status> {
+        let security = self.plan.security.as_ref();
+        let credential = security.map_or("", |s| s.credential_of(&self.id));
+        let hello = hello_with_credential(
+            &self.id,
+            process_id,
+            known,
+            self.plan.capacity,
+            format!("10.0.0.1:{}", 20000 + self.index),
+            credential,
+        );
+        let tls = security.map(|s| s.tls.clone());
+        let attach = attach_secure(gateway, Duration::from_secs(2), tls, hello, 1024);
+        match tokio::time::timeout(Duration::from_secs(10), attach).await {
+            Ok(r) => r,
+            Err(_) => Err(tonic::Status::deadline_exceeded("attach timed out")),
+        }
+    }
+
+    /// One open stream; true when it ended because the incarnation no
+    /// longer counts.
+    async fn session(&self, attached: Attached) -> bool {
+        let Attached {
+            tx, mut inbound, ..
+        } = attached;
+        let stop = Arc::new(AtomicBool::new(false));
+        // Aborted when the session ends or the member is killed (its task
+        // aborted): a killed member must fall silent at once.
+        let _pinger = AbortOnDrop(spawn_status(
+            tx.clone(),
+            self.plan.status_interval,
+            stop.clone(),
+        ));
+        let mut acked: BTreeSet<(String, u64, u64)> = BTreeSet::new();
+        let retired = loop {
+            let message = match inbound.message().await {
+                Ok(Some(m)) => m.message,
+                Ok(None) => break false,
+                Err(status) => break proto::attach::refusal_of(&status).is_some(),
+            };
+            match message {
+                Some(gateway_message::Message::Snapshot(s)) => {
+                    self.board.record(&self.id, &s);
+                    acked.retain(|k| {
+                        s.assignments
+                            .iter()
+                            .any(|a| (&a.sandbox_id, a.generation, a.term) == (&k.0, k.1, k.2))
+                    });
+                    for a in s.assignments.iter().filter(|a| !a.acknowledged) {
+                        let key = (a.sandbox_id.clone(), a.generation, a.term);
+                        if !acked.contains(&key) && tx.try_send(term_ack(a)).is_ok() {
+                            acked.insert(key);
+                        }
+                    }
+                }
+                Some(gateway_message::Message::Leaving(_)) => break false,
+                _ => {}
+            }
+        };
+        stop.store(true, Ordering::Relaxed);
+        retired
+    }
+}
+
+/// Aborts its task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Sends `HostStatus` every `interval` until `stop` or the stream closes.
+fn spawn_status(
+    tx: mpsc::Sender<SupervisorMessage>,
+    interval: Duration,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        while !stop.load(Ordering::Relaxed) {
+            if tx.send(host_status()).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(interval).await;
+        }
+    })
+}

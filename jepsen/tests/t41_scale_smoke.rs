@@ -1,0 +1,101 @@
+//! t41: the scale run, test-sized (issue 17 "Scale"): every step runs on
+//! real processes and the report has its shape. No timing is asserted
+//! (the figures are the command's, on release binaries: docs/benchmarks.md
+//! "Scale").
+//!
+//! - given: 3 gateways in their own network namespaces (TLS, default
+//!   timing, `/readyz` and `/metrics` served), 10 scripted members with
+//!   credentials
+//! - when: 200 sandboxes are created, one more, the member holding closest
+//!   to 20 is killed, a follower and then the leader are `kill -9`ed and
+//!   started
+//! - then: every sandbox was shown acknowledged on its owner's stream,
+//!   every one of the killed member's sandboxes was acknowledged by a new
+//!   owner, both restarted gateways answered `/readyz` 200, every figure of
+//!   the report is present (RSS of 3 gateways, push passes counted), the
+//!   JSON written reads back equal, and nothing named osj-* is left
+
+mod common;
+
+use std::time::Duration;
+
+use jepsen::scale::{ScaleOptions, ScaleReport};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_scale_step_runs_and_the_report_has_its_shape() {
+    if common::skip_without_root("jepsen::t41_scale_smoke") {
+        return;
+    }
+    eprintln!("--- step: find the gateway binary");
+    let bin = common::gateway_bin();
+    let out = common::profile_dir().join("jepsen-runs").join("t41-scale");
+    let _ = std::fs::remove_dir_all(&out);
+    let json = out.join("copy").join("scale.json");
+    let options = ScaleOptions {
+        nodes: 3,
+        members: 10,
+        sandboxes: 200,
+        capacity: 60,
+        concurrency: 8,
+        takeover_size: 20,
+        quiet: Duration::from_secs(2),
+        status_interval: Duration::from_millis(250),
+        gateway_bin: bin,
+        out: out.clone(),
+        json: Some(json.clone()),
+        step_timeout: Duration::from_secs(120),
+    };
+    eprintln!("--- step: 10 members, 200 sandboxes, a takeover, two restarts");
+    let report = jepsen::scale::run(options)
+        .await
+        .unwrap_or_else(|e| panic!("the scale run could not be carried out: {e:#}"));
+    eprintln!("{}", report.table());
+    assert!(
+        jepsen::net::stale_leftovers().is_empty(),
+        "the scale run left osj-* namespaces or links behind"
+    );
+
+    eprintln!("--- step: convergence");
+    assert_eq!(report.attached, 10);
+    let k = &report.takeover;
+    assert!(k.sandboxes > 0, "{k:?}");
+    assert_eq!(k.acknowledged, k.sandboxes, "{k:?}");
+    assert!(k.seconds.is_some() && k.first_seconds.is_some(), "{k:?}");
+    let roles: Vec<&str> = report.restarts.iter().map(|r| r.role.as_str()).collect();
+    assert_eq!(roles, ["follower", "leader"]);
+    for r in &report.restarts {
+        assert!(r.seconds.is_some(), "n{} never answered /readyz 200", r.node);
+        assert!(r.rss_mib > 0.0, "{r:?}");
+    }
+
+    eprintln!("--- step: the report's shape");
+    assert_eq!(report.rss_mib.len(), 3);
+    assert!(report.rss_mib.iter().all(|m| *m > 0.0), "{:?}", report.rss_mib);
+    assert_eq!(report.rss_end_mib.len(), 3);
+    assert_eq!(report.quiet_cpu_s.len(), 3);
+    assert!(report.push_bulk.passes > 0 && report.push_bulk.examined > 0);
+    assert!(report.push_one.passes > 0, "{:?}", report.push_one);
+    assert_eq!(report.push_bulk.full_scan_per_pass, 200);
+    assert!(!report.load_before.is_empty() && !report.load_after.is_empty());
+    for path in [out.join("scale.json"), json] {
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let back: ScaleReport = serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert_eq!(back, report);
+        let value: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+        for key in [
+            "settings",
+            "rss_mib",
+            "takeover",
+            "restarts",
+            "push_bulk",
+            "push_quiet",
+            "push_one",
+            "push_takeover",
+            "quiet_cpu_s",
+        ] {
+            assert!(value.get(key).is_some(), "no {key} in {}", path.display());
+        }
+    }
+}

@@ -64,13 +64,21 @@ async fn every_scale_step_runs_and_the_report_has_its_shape() {
     let roles: Vec<&str> = report.restarts.iter().map(|r| r.role.as_str()).collect();
     assert_eq!(roles, ["follower", "leader"]);
     for r in &report.restarts {
-        assert!(r.seconds.is_some(), "n{} never answered /readyz 200", r.node);
+        assert!(
+            r.seconds.is_some(),
+            "n{} never answered /readyz 200",
+            r.node
+        );
         assert!(r.rss_mib > 0.0, "{r:?}");
     }
 
     eprintln!("--- step: the report's shape");
     assert_eq!(report.rss_mib.len(), 3);
-    assert!(report.rss_mib.iter().all(|m| *m > 0.0), "{:?}", report.rss_mib);
+    assert!(
+        report.rss_mib.iter().all(|m| *m > 0.0),
+        "{:?}",
+        report.rss_mib
+    );
     assert_eq!(report.rss_end_mib.len(), 3);
     assert_eq!(report.quiet_cpu_s.len(), 3);
     assert!(report.push_bulk.passes > 0 && report.push_bulk.examined > 0);
@@ -78,10 +86,10 @@ async fn every_scale_step_runs_and_the_report_has_its_shape() {
     assert_eq!(report.push_bulk.full_scan_per_pass, 200);
     assert!(!report.load_before.is_empty() && !report.load_after.is_empty());
     for path in [out.join("scale.json"), json] {
-        let text = std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        let back: ScaleReport = serde_json::from_str(&text)
-            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let text =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let back: ScaleReport =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         assert_eq!(back, report);
         let value: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
         for key in [

@@ -480,7 +480,10 @@ fn scale(runtime: &tokio::runtime::Runtime, args: &jepsen::scale::ScaleArgs) -> 
     match runtime.block_on(jepsen::scale::run(options)) {
         Ok(report) => {
             print!("{}", report.table());
-            println!("load (1, 5, 15 min): before {}, after {}", report.load_before, report.load_after);
+            println!(
+                "load (1, 5, 15 min): before {}, after {}",
+                report.load_before, report.load_after
+            );
             println!("scale: {}/scale.json", out.display());
             if report.targets_met() {
                 ExitCode::SUCCESS

@@ -18,7 +18,10 @@ pub const PASSES: &str = "openshell_pool_push_passes_total";
 
 /// `ip:port` of `node`'s HTTP endpoints.
 pub fn http_addr(node: &Node) -> String {
-    let ip = node.addr.rsplit_once(':').map_or(node.addr.as_str(), |(ip, _)| ip);
+    let ip = node
+        .addr
+        .rsplit_once(':')
+        .map_or(node.addr.as_str(), |(ip, _)| ip);
     format!("{ip}:{HTTP_PORT}")
 }
 
@@ -35,12 +38,10 @@ pub async fn metric(node: &Node, name: &str) -> Option<f64> {
     if code != 200 {
         return None;
     }
-    body.lines()
-        .filter(|l| !l.starts_with('#'))
-        .find_map(|l| {
-            let (key, value) = l.split_once(' ')?;
-            (key == name).then(|| value.trim().parse::<f64>().ok())?
-        })
+    body.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        let (key, value) = l.split_once(' ')?;
+        (key == name).then(|| value.trim().parse::<f64>().ok())?
+    })
 }
 
 /// The push counters summed over every running gateway: (passes, sandbox

@@ -116,7 +116,10 @@ pub async fn run(options: ScaleOptions) -> anyhow::Result<ScaleReport> {
     std::fs::create_dir_all(&options.out)
         .with_context(|| format!("creating {}", options.out.display()))?;
     let dir = options.out.canonicalize().context("scale directory")?;
-    let run_id = format!("{:06x}", (u64::from(std::process::id()) ^ 0x5ca1e) & 0xff_ffff);
+    let run_id = format!(
+        "{:06x}",
+        (u64::from(std::process::id()) ^ 0x5ca1e) & 0xff_ffff
+    );
     let prefix = format!("{}{run_id}-", net::PREFIX);
     let lock = net::RunLock::acquire(&run_id)?;
     let ctrl_c = {

@@ -124,13 +124,17 @@ impl ScaleReport {
                 .restarts
                 .iter()
                 .all(|r| r.seconds.is_some_and(|s| s <= TARGET_RESTART_S));
-        let takeover = self.takeover.seconds.is_some_and(|s| s <= TARGET_TAKEOVER_S);
+        let takeover = self
+            .takeover
+            .seconds
+            .is_some_and(|s| s <= TARGET_TAKEOVER_S);
         rss && restart && takeover
     }
 
     /// The markdown table of docs/benchmarks.md "Scale".
     pub fn table(&self) -> String {
-        let opt = |s: Option<f64>| s.map_or_else(|| "not in time".to_string(), |s| format!("{s:.2} s"));
+        let opt =
+            |s: Option<f64>| s.map_or_else(|| "not in time".to_string(), |s| format!("{s:.2} s"));
         let met = |ok: bool| if ok { "met" } else { "missed" };
         let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
         let rss_max = max(&self.rss_mib).max(max(&self.rss_end_mib));
@@ -199,7 +203,8 @@ fn mibs(v: &[f64]) -> String {
 /// When the file cannot be written.
 pub fn write(path: &Path, report: &ScaleReport) -> anyhow::Result<()> {
     if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("creating {}", parent.display()))?;
     }
     let json = serde_json::to_string_pretty(report).context("encoding the scale report")?;
     std::fs::write(path, json + "\n").with_context(|| format!("writing {}", path.display()))

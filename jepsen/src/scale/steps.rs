@@ -131,7 +131,9 @@ async fn create(
 ) -> anyhow::Result<()> {
     let before = push_counters(cluster).await;
     let started = Instant::now();
-    let ids = (0..options.sandboxes).map(|i| format!("sb{i:05}")).collect();
+    let ids = (0..options.sandboxes)
+        .map(|i| format!("sb{i:05}"))
+        .collect();
     create_ids(options, cluster, ids).await?;
     report.create_s = started.elapsed().as_secs_f64();
     tracing::info!(seconds = report.create_s, "sandboxes created");
@@ -174,7 +176,10 @@ async fn one_more(
     let before = push_counters(cluster).await;
     create_ids(options, cluster, vec!["sb-one".into()]).await?;
     wait_for(options, "the one more sandbox acknowledged", || {
-        members.board.shown("sb-one").is_some_and(|s| s.acknowledged)
+        members
+            .board
+            .shown("sb-one")
+            .is_some_and(|s| s.acknowledged)
     })
     .await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -239,7 +244,9 @@ async fn restarts(
     members: &ScaleMembers,
     report: &mut ScaleReport,
 ) -> anyhow::Result<()> {
-    let leader = cluster.wait_leader(options.step_timeout, "before the restarts").await?;
+    let leader = cluster
+        .wait_leader(options.step_timeout, "before the restarts")
+        .await?;
     let follower = cluster
         .nodes
         .iter()

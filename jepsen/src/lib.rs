@@ -36,6 +36,9 @@
 //! - [`run`]: one run end to end; [`matrix`]: every nemesis in turn.
 //! - [`soak`]: the long soak (sandbox and member churn; memory, snapshot
 //!   and disk sampled, judged flat or not, plotted).
+//! - [`bench`]: the comparative benchmark (`openshell-jepsen bench`):
+//!   PostgreSQL 15, a 3-member etcd, 3 gateways, the file limit and the
+//!   in-process raft group under the same closed-loop CAS workload.
 //! - [`scale`]: the scale a real pool needs (200 streams, 10,000
 //!   sandboxes: gateway RSS, restart to ready, takeover time, push cost).
 //!
@@ -50,6 +53,7 @@
 //! # Ok::<(), anyhow::Error>(())
 //! ```
 
+pub mod bench;
 pub mod checker;
 pub mod cluster;
 pub mod history;

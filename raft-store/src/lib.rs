@@ -56,6 +56,9 @@
 //!   abandons a forward when leadership moves and resends only idempotent
 //!   commands, [`node::Resend`]), linearizable read (read-index),
 //!   membership admin, leadership transfer and status.
+//! - `bench` (feature `bench`, benchmarks only): the file limit (also
+//!   `benches/commit_latency.rs`'s) and the in-process three-node group
+//!   that `openshell-jepsen bench` measures against.
 //!
 //! # Example
 //! ```no_run
@@ -73,6 +76,8 @@
 #![allow(clippy::result_large_err)]
 
 pub mod batcher;
+#[cfg(feature = "bench")]
+pub mod bench;
 pub mod codec;
 pub mod config;
 pub mod db;

@@ -84,6 +84,10 @@ enum Cmd {
         #[arg(long, default_value_t = 10.0)]
         tolerance_pct: f64,
     },
+    /// The comparative benchmark: PostgreSQL 15, a 3-member etcd, 3
+    /// gateways, the file limit and the in-process raft group under the
+    /// same closed-loop CAS workload; tables, ratios, verdicts, JSON, plot.
+    Bench(jepsen::bench::BenchArgs),
 }
 
 #[derive(Args, Clone)]
@@ -437,6 +441,18 @@ fn check_pool(events: &[jepsen::history::Event], history: &std::path::Path) -> E
 }
 
 /// `soak`: runs it, prints the verdict.
+/// `openshell-jepsen bench`: a measurement, so the verdicts are printed,
+/// not the exit code (0 once it ran, 2 when it could not be carried out).
+fn bench(runtime: &tokio::runtime::Runtime, args: &jepsen::bench::BenchArgs) -> ExitCode {
+    match runtime.block_on(jepsen::bench::run(args)) {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench failed: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 fn soak(runtime: &tokio::runtime::Runtime, args: &jepsen::soak::SoakArgs) -> ExitCode {
     let options = match args.options(&workspace_root()) {
         Ok(o) => o,
@@ -553,6 +569,7 @@ fn main() -> ExitCode {
         Cmd::Soak(args) => soak(&runtime, &args),
         Cmd::Scale(args) => scale(&runtime, &args),
         Cmd::SoakPlot { dir, tolerance_pct } => soak_plot(&dir, tolerance_pct),
+        Cmd::Bench(args) => bench(&runtime, &args),
         Cmd::Run(common) => {
             let opts = match options(&common) {
                 Ok(o) => o,

@@ -34,6 +34,9 @@
 //! - [`run`]: one run end to end; [`matrix`]: every nemesis in turn.
 //! - [`soak`]: the long soak (sandbox and member churn; memory, snapshot
 //!   and disk sampled, judged flat or not, plotted).
+//! - [`bench`]: the comparative benchmark (`openshell-jepsen bench`):
+//!   PostgreSQL 15, a 3-member etcd, 3 gateways, the file limit and the
+//!   in-process raft group under the same closed-loop CAS workload.
 //!
 //! # Example: check a history file
 //!
@@ -46,6 +49,7 @@
 //! # Ok::<(), anyhow::Error>(())
 //! ```
 
+pub mod bench;
 pub mod checker;
 pub mod cluster;
 pub mod history;

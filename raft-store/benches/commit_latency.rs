@@ -1,7 +1,9 @@
 //! Commit latency and throughput of raft-store against two local durability
 //! limits of the same disk, all measured in the same run.
 //!
-//! Run with `cargo bench -p raft-store --bench commit_latency`.
+//! Run with `cargo bench -p raft-store --features bench --bench commit_latency`.
+//! The file limit and the raft group are `raft_store::bench` (feature
+//! `bench`), which `openshell-jepsen bench` measures too.
 //!
 //! 1. `file` limit (the definition in the issue that specifies this bench):
 //!    one plain file opened for append in a tempdir, 256-byte records; one
@@ -33,24 +35,19 @@
 //! `BENCH_ONLY` (comma-separated subset of `file`, `sled`, `raft`; `local` is
 //! an alias for `sled`; default all three).
 
-use std::fs::{File, OpenOptions};
 use std::future::Future;
-use std::io::Write;
-use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use prost::Message;
+use raft_store::bench::{FileLimit, InProcCluster, RECORD_BYTES};
 use raft_store::db::DataDir;
 use raft_store::objects::{
     object_command, precondition, Object, ObjectCommand, Objects, Precondition, PutRequest,
 };
-use raft_store::{NodeConfig, RaftNode};
+use raft_store::RaftNode;
 
-/// Bytes of every record (file and sled limits) and of every object payload
-/// (raft).
-const RECORD_BYTES: usize = 256;
 /// Target: at 64 writers raft throughput / limit throughput >= this.
 const TARGET_THROUGHPUT_RATIO: f64 = 0.25;
 /// Target: at 1 writer raft p50 <= this times the limit's 1-writer p50.
@@ -190,120 +187,33 @@ where
     }
 }
 
-/// One record queued for the file limit's writer thread, with the producer
-/// to complete once it is durable.
-struct FileRecord {
-    record: Box<[u8]>,
-    done: tokio::sync::oneshot::Sender<Result<(), String>>,
-}
-
-/// What the file limit's writer thread did over a whole level (warm-up
-/// included).
-struct FileWriterStats {
-    batches: u64,
-    records: u64,
-}
-
-/// The file limit's writer thread: takes every record queued at that moment,
-/// writes them with one `write_all`, `fdatasync`s once, then completes every
-/// producer of the batch. Ends when every producer is gone, or after a failed
-/// write or sync (the file's state is unknown then; every producer of that
-/// batch gets the error, later producers find the thread gone).
-fn file_writer(
-    path: &Path,
-    mut file: File,
-    queue: mpsc::Receiver<FileRecord>,
-) -> Result<FileWriterStats, String> {
-    let mut stats = FileWriterStats {
-        batches: 0,
-        records: 0,
-    };
-    let mut buf: Vec<u8> = Vec::with_capacity(64 * RECORD_BYTES);
-    let mut batch: Vec<FileRecord> = Vec::with_capacity(64);
-    while let Ok(first) = queue.recv() {
-        batch.push(first);
-        batch.extend(queue.try_iter());
-        buf.clear();
-        for r in &batch {
-            buf.extend_from_slice(&r.record);
-        }
-        let result = file
-            .write_all(&buf)
-            .map_err(|e| {
-                format!(
-                    "write_all of {} bytes to {} failed: {e}",
-                    buf.len(),
-                    path.display()
-                )
-            })
-            .and_then(|()| {
-                file.sync_data()
-                    .map_err(|e| format!("fdatasync of {} failed: {e}", path.display()))
-            });
-        stats.batches += 1;
-        stats.records += batch.len() as u64;
-        for r in batch.drain(..) {
-            // A producer that stopped waiting is not an error of the file.
-            let _ = r.done.send(result.clone());
-        }
-        result?;
-    }
-    Ok(stats)
-}
-
-/// The file limit: one file opened for append, 256-byte records, one
-/// `write_all` + one `fdatasync` per group-committed batch.
+/// The file limit (`raft_store::bench::FileLimit`, shared with
+/// `openshell-jepsen bench`): one file opened for append, 256-byte records,
+/// one `write_all` + one `fdatasync` per group-committed batch.
 async fn file_level(writers: usize, warmup: Duration, window: Duration) -> (Level, f64) {
     let tmp = tempfile::tempdir().expect("tempdir for the file limit");
     let path = tmp.path().join("records");
-    let file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .unwrap_or_else(|e| panic!("file limit: open {} for append: {e}", path.display()));
-    let (queue, rx) = mpsc::channel::<FileRecord>();
-    let thread = {
-        let path = path.clone();
-        std::thread::Builder::new()
-            .name("file-limit-writer".into())
-            .spawn(move || file_writer(&path, file, rx))
-            .expect("spawn the file limit's writer thread")
-    };
+    let limit = FileLimit::start(&path).unwrap_or_else(|e| panic!("{e}"));
+    let appender = limit.appender();
     let op = move |w: usize, seq: u64| {
-        let queue = queue.clone();
+        let appender = appender.clone();
         async move {
             let mut record = vec![0xABu8; RECORD_BYTES].into_boxed_slice();
             record[..8].copy_from_slice(&(w as u64).to_le_bytes());
             record[8..16].copy_from_slice(&seq.to_le_bytes());
-            let (done, wait) = tokio::sync::oneshot::channel();
-            if queue.send(FileRecord { record, done }).is_err() {
-                panic!("file limit: the writer thread has stopped (see its error above)");
-            }
-            match wait.await {
-                Ok(Ok(())) => true,
-                Ok(Err(e)) => panic!("file limit: {e}"),
-                Err(_) => panic!("file limit: the writer thread dropped a record unanswered"),
+            match appender.append(record).await {
+                Ok(()) => true,
+                Err(e) => panic!("{e}"),
             }
         }
     };
-    // `closed_loop` drops every clone of `queue` when it returns, which ends
-    // the writer thread.
+    // `closed_loop` drops every clone of the appender when it returns, which
+    // lets `finish` end the writer thread.
     let level = closed_loop(writers, warmup, window, op).await;
-    let stats = tokio::task::spawn_blocking(move || thread.join())
+    let stats = tokio::task::spawn_blocking(move || limit.finish())
         .await
         .expect("join task")
-        .expect("file limit: writer thread panicked")
-        .unwrap_or_else(|e| panic!("file limit: {e}"));
-    let len = std::fs::metadata(&path)
-        .unwrap_or_else(|e| panic!("file limit: stat {}: {e}", path.display()))
-        .len();
-    assert_eq!(
-        len,
-        stats.records * RECORD_BYTES as u64,
-        "file limit: {} holds {len} bytes, expected {} records of {RECORD_BYTES} bytes",
-        path.display(),
-        stats.records
-    );
+        .unwrap_or_else(|e| panic!("{e}"));
     drop(tmp);
     let per_batch = stats.records as f64 / stats.batches.max(1) as f64;
     (level, per_batch)
@@ -361,86 +271,6 @@ fn put_command(writer: usize, seq: u64) -> Vec<u8> {
         })),
     }
     .encode_to_vec()
-}
-
-/// Three raft nodes on loopback.
-struct Cluster {
-    nodes: Vec<RaftNode<Objects>>,
-    servers: Vec<tokio::task::JoinHandle<()>>,
-    _dirs: Vec<tempfile::TempDir>,
-}
-
-impl Cluster {
-    async fn start() -> Cluster {
-        let mut listeners = Vec::new();
-        for _ in 0..3 {
-            let l = tokio::net::TcpListener::bind("127.0.0.1:0")
-                .await
-                .expect("bind loopback");
-            let addr = l.local_addr().expect("local addr").to_string();
-            listeners.push((l, addr));
-        }
-        let members: Vec<(u64, String)> = listeners
-            .iter()
-            .enumerate()
-            .map(|(i, (_, a))| (i as u64 + 1, a.clone()))
-            .collect();
-        let mut nodes = Vec::new();
-        let mut servers = Vec::new();
-        let mut dirs = Vec::new();
-        for (i, (listener, addr)) in listeners.into_iter().enumerate() {
-            let tmp = tempfile::tempdir().expect("tempdir");
-            let config = NodeConfig::new(i as u64 + 1, &addr, tmp.path().join("data"), "bench");
-            let node: RaftNode<Objects> = RaftNode::start(config).await.expect("start node");
-            let incoming =
-                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-            let service = node.transport_service();
-            servers.push(tokio::spawn(async move {
-                if let Err(e) = tonic::transport::Server::builder()
-                    .add_service(service)
-                    .serve_with_incoming(incoming)
-                    .await
-                {
-                    eprintln!("server failed: {e}");
-                }
-            }));
-            nodes.push(node);
-            dirs.push(tmp);
-        }
-        nodes[0]
-            .initialize(members)
-            .await
-            .expect("initialize cluster");
-        for node in &nodes {
-            node.raft()
-                .wait(Some(Duration::from_secs(10)))
-                .metrics(|m| m.current_leader.is_some(), "leader known")
-                .await
-                .expect("no leader within 10 s");
-        }
-        Cluster {
-            nodes,
-            servers,
-            _dirs: dirs,
-        }
-    }
-
-    fn leader(&self) -> RaftNode<Objects> {
-        self.nodes
-            .iter()
-            .find(|n| n.is_leader())
-            .expect("a leader")
-            .clone()
-    }
-
-    async fn stop(self) {
-        for n in &self.nodes {
-            n.shutdown().await;
-        }
-        for s in &self.servers {
-            s.abort();
-        }
-    }
 }
 
 async fn raft_level(
@@ -548,8 +378,11 @@ fn main() {
         }
         let mut raft = Vec::new();
         if parts.contains(&Part::Raft) {
-            let cluster = Cluster::start().await;
-            let leader = cluster.leader();
+            let tmp = tempfile::tempdir().expect("tempdir");
+            let cluster = InProcCluster::start(tmp.path())
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            let leader = cluster.leader().expect("a leader");
             println!("raft   cluster up, leader node {}", leader.id());
             for &n in &levels {
                 let before = leader.raft().metrics().borrow().last_log_index.unwrap_or(0);

@@ -56,6 +56,9 @@
 //!   abandons a forward when leadership moves and resends only idempotent
 //!   commands, [`node::Resend`]), linearizable read (read-index),
 //!   membership admin, leadership transfer and status.
+//! - `bench` (feature `bench`, benchmarks only): the file limit and the
+//!   in-process three-node group that `benches/commit_latency.rs` and
+//!   `openshell-jepsen bench` measure against.
 //!
 //! # Example
 //! ```no_run
@@ -73,6 +76,8 @@
 #![allow(clippy::result_large_err)]
 
 pub mod batcher;
+#[cfg(feature = "bench")]
+pub mod bench;
 pub mod codec;
 pub mod config;
 pub mod db;

@@ -78,6 +78,10 @@ enum Cmd {
         #[arg(long, default_value_t = 10.0)]
         tolerance_pct: f64,
     },
+    /// The comparative benchmark: PostgreSQL 15, a 3-member etcd, 3
+    /// gateways, the file limit and the in-process raft group under the
+    /// same closed-loop CAS workload; tables, ratios, verdicts, JSON, plot.
+    Bench(jepsen::bench::BenchArgs),
 }
 
 #[derive(Args, Clone)]
@@ -489,6 +493,14 @@ fn main() -> ExitCode {
         Cmd::Check { history } => check_history(&history),
         Cmd::Soak(args) => soak(&runtime, &args),
         Cmd::SoakPlot { dir, tolerance_pct } => soak_plot(&dir, tolerance_pct),
+        Cmd::Bench(args) => match runtime.block_on(jepsen::bench::run(&args)) {
+            // A measurement: the verdicts are printed, not the exit code.
+            Ok(_) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("bench failed: {e:#}");
+                ExitCode::from(2)
+            }
+        },
         Cmd::Run(common) => {
             let opts = match options(&common) {
                 Ok(o) => o,

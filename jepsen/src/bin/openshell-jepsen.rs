@@ -82,6 +82,10 @@ enum Cmd {
     /// gateways, the file limit and the in-process raft group under the
     /// same closed-loop CAS workload; tables, ratios, verdicts, JSON, plot.
     Bench(jepsen::bench::BenchArgs),
+    /// Failover under the bench's 8-client load: kill -9 and SIGSTOP of the
+    /// leader (gateways and etcd) and planned leader transfers (gateways);
+    /// the window without a committed write of each, p50/p99, JSON, table.
+    BenchFailover(jepsen::bench::failover::FailoverArgs),
 }
 
 #[derive(Args, Clone)]
@@ -501,6 +505,16 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        Cmd::BenchFailover(args) => {
+            match runtime.block_on(jepsen::bench::failover::run(&args)) {
+                // A measurement: the windows are printed, not judged here.
+                Ok(_) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("bench-failover failed: {e:#}");
+                    ExitCode::from(2)
+                }
+            }
+        }
         Cmd::Run(common) => {
             let opts = match options(&common) {
                 Ok(o) => o,

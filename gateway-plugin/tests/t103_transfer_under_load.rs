@@ -66,7 +66,11 @@ fn start_writers(
                         })
                         .await;
                     let outcome = match reply {
-                        Ok(r) => Ok(r.into_inner().object.map(|o| o.resource_version).unwrap_or(0)),
+                        Ok(r) => Ok(r
+                            .into_inner()
+                            .object
+                            .map(|o| o.resource_version)
+                            .unwrap_or(0)),
                         Err(status) => Err(format!("{:?}: {}", status.code(), status.message())),
                     };
                     sent.lock().unwrap_or_else(|p| p.into_inner()).push(Sent {

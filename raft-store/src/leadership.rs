@@ -219,7 +219,10 @@ impl LeaderTransfer {
         if let Some(rest) = since.and_then(|since| lease.checked_sub(since)) {
             // A few ms past the lease: openraft refuses up to and including it.
             let rest = rest + Duration::from_millis(5);
-            tracing::info!(wait_ms = rest.as_millis(), "waiting until this leader grants votes");
+            tracing::info!(
+                wait_ms = rest.as_millis(),
+                "waiting until this leader grants votes"
+            );
             tokio::time::sleep(rest).await;
         }
         Ok(())

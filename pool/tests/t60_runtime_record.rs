@@ -475,6 +475,7 @@ fn runtime_history_replays_identically_and_is_journaled() {
             assert!(sandboxes.contains("s1") && sandboxes.contains("s2"));
         }
         Changes::Unknown => panic!("journal lost the runtime commands"),
+        other @ Changes::ByOwner { .. } => panic!("since() answered by owner: {other:?}"),
     }
 }
 

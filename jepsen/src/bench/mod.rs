@@ -14,6 +14,9 @@
 //!   per-client write of each.
 //! - [`file_limit`], [`inproc`]: the two in-process references
 //!   (`raft_store::bench`).
+//! - [`failover`] (+ [`transfer`]): `openshell-jepsen bench-failover`, the
+//!   write-unavailability windows of a killed, stopped or transferred leader
+//!   on the same systems and load.
 //! - [`report`]: ratios, targets and verdicts, `run-<k>.json`,
 //!   `summary.json`, `summary.md`; [`plot`]: the SVG.
 //!
@@ -27,6 +30,7 @@
 
 pub mod etcd;
 pub mod etcd_wire;
+pub mod failover;
 pub mod file_limit;
 pub mod gateways;
 pub mod inproc;
@@ -34,6 +38,7 @@ pub mod load;
 pub mod plot;
 pub mod postgres;
 pub mod report;
+pub mod transfer;
 
 use std::future::Future;
 use std::path::PathBuf;

@@ -88,6 +88,10 @@ enum Cmd {
     /// gateways, the file limit and the in-process raft group under the
     /// same closed-loop CAS workload; tables, ratios, verdicts, JSON, plot.
     Bench(jepsen::bench::BenchArgs),
+    /// Failover under the bench's 8-client load: kill -9 and SIGSTOP of the
+    /// leader (gateways and etcd) and planned leader transfers (gateways);
+    /// the window without a committed write of each, p50/p99, JSON, table.
+    BenchFailover(jepsen::bench::failover::FailoverArgs),
 }
 
 #[derive(Args, Clone)]
@@ -453,6 +457,20 @@ fn bench(runtime: &tokio::runtime::Runtime, args: &jepsen::bench::BenchArgs) -> 
     }
 }
 
+fn bench_failover(
+    runtime: &tokio::runtime::Runtime,
+    args: &jepsen::bench::failover::FailoverArgs,
+) -> ExitCode {
+    // A measurement: the windows are printed, not judged here.
+    match runtime.block_on(jepsen::bench::failover::run(args)) {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench-failover failed: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 fn soak(runtime: &tokio::runtime::Runtime, args: &jepsen::soak::SoakArgs) -> ExitCode {
     let options = match args.options(&workspace_root()) {
         Ok(o) => o,
@@ -570,6 +588,7 @@ fn main() -> ExitCode {
         Cmd::Scale(args) => scale(&runtime, &args),
         Cmd::SoakPlot { dir, tolerance_pct } => soak_plot(&dir, tolerance_pct),
         Cmd::Bench(args) => bench(&runtime, &args),
+        Cmd::BenchFailover(args) => bench_failover(&runtime, &args),
         Cmd::Run(common) => {
             let opts = match options(&common) {
                 Ok(o) => o,

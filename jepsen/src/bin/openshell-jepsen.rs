@@ -552,6 +552,23 @@ fn soak_plot(dir: &Path, tolerance_pct: f64) -> ExitCode {
     }
 }
 
+/// `clean`: removes stale `osj-*` namespaces, links and tables of runs that
+/// are no longer in progress.
+fn clean() -> ExitCode {
+    let left = jepsen::net::clean_stale();
+    let live = jepsen::net::live_runs();
+    if !live.is_empty() {
+        println!("left alone: runs in progress {live:?}");
+    }
+    if left.is_empty() {
+        println!("no osj-* leftovers");
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("could not remove: {left:?}");
+        ExitCode::from(2)
+    }
+}
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -569,20 +586,7 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
-        Cmd::Clean => {
-            let left = jepsen::net::clean_stale();
-            let live = jepsen::net::live_runs();
-            if !live.is_empty() {
-                println!("left alone: runs in progress {live:?}");
-            }
-            if left.is_empty() {
-                println!("no osj-* leftovers");
-                ExitCode::SUCCESS
-            } else {
-                eprintln!("could not remove: {left:?}");
-                ExitCode::from(2)
-            }
-        }
+        Cmd::Clean => clean(),
         Cmd::Check { history } => check_history(&history),
         Cmd::Soak(args) => soak(&runtime, &args),
         Cmd::Scale(args) => scale(&runtime, &args),

@@ -6,6 +6,7 @@
 # - the Jepsen harness (network namespaces, partitions, packet loss, clock
 #   skew): iproute2, nftables, iptables, faketime (jepsen/ci-deps.sh);
 # - process tests find and signal processes with pgrep/pkill/kill: procps;
+# - the bench smoke test (jepsen t39): postgresql-15 and etcd-server;
 # - lazyfs and the Jepsen power-cut nemesis mount FUSE: fuse3 (fusermount3);
 # - the Kubernetes schema test (sandbox-driver t11) validates every Pod and
 #   Secret the driver would create with `kubernetes-validate` (PyPI), in a
@@ -22,11 +23,19 @@ command -v ip >/dev/null 2>&1 || missing+=(iproute2) # process driver tests: ip 
 # lazyfs (power-cut tests): fusermount3 and the kernel's FUSE helpers. The
 # fuser crate is built without libfuse, so no -dev package is needed.
 command -v fusermount3 >/dev/null 2>&1 || missing+=(fuse3)
+# The comparative bench's smoke test (jepsen t39) starts PostgreSQL 15 and a
+# 3-member etcd of its own (scripts/bench.sh installs the same packages).
+[ -x /usr/lib/postgresql/15/bin/postgres ] || missing+=(postgresql-15)
+command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "scripts/test-deps.sh: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq "${missing[@]}"
+  # The packages start their own services where an init runs them: the
+  # tests start their own servers on their own ports.
+  service etcd stop >/dev/null 2>&1 || true
+  service postgresql stop >/dev/null 2>&1 || true
 fi
 
 # kubernetes-validate, pinned; the t11 test looks for

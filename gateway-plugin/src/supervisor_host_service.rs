@@ -338,7 +338,10 @@ async fn serve_stream(
             }
             Ok(pool::Outcome::Applied(_)) => {}
             Err(status) => {
-                tracing::warn!(%member, %status, "supervisor command not applied")
+                tracing::warn!(%member, %status, "supervisor command not applied");
+                // Its view goes out again in full with the next applied
+                // batch: the supervisor resends the acks it still owes.
+                hub.forget_shown(&member, stream_id);
             }
         }
     }

@@ -277,6 +277,24 @@ impl Hub {
         }
     }
 
+    /// A command of the stream was not applied (no leader, or its outcome
+    /// is unknown): forget what the stream was shown, so the next push pass
+    /// sends its whole view again, even if unchanged. A supervisor acks
+    /// what a snapshot shows unacknowledged, so a lost `TermAck` is sent
+    /// again instead of leaving the sandbox unacknowledged until its view
+    /// happens to change.
+    pub fn forget_shown(&self, member: &str, stream_id: u64) {
+        if let Some(a) = self
+            .streams
+            .lock()
+            .get_mut(member)
+            .filter(|a| a.stream_id == stream_id)
+        {
+            a.shown = None;
+            a.shown_at = 0;
+        }
+    }
+
     /// Number of attached streams.
     pub fn attached(&self) -> usize {
         self.streams.lock().len()

@@ -114,6 +114,8 @@ impl Gateways {
                 bin.display()
             );
         }
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("creating the gateways' directory {}", dir.display()))?;
         let nodes: Vec<GatewayProcess> = (1..=3u64)
             .map(|id| GatewayProcess {
                 id,

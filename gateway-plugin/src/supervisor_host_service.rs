@@ -332,6 +332,11 @@ async fn serve_stream(
                 continue;
             }
         };
+        if hub.already_applied(&command) {
+            // A resent ack of a term this node already applied as
+            // acknowledged: nothing to write.
+            continue;
+        }
         match hub.propose(&command).await {
             Ok(pool::Outcome::Rejected(reason)) => {
                 tracing::info!(%member, command = command.name(), %reason, "supervisor command rejected")

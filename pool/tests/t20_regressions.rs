@@ -290,3 +290,52 @@ fn drain_completes_only_after_every_move_is_acknowledged() {
     h.ack("b");
     h.ok(complete);
 }
+
+/// - given: a sandbox launched on `a`, its term not acknowledged yet
+/// - then: its ack is not `already_acknowledged` (a gateway writes it)
+/// - when: the ack applies
+/// - then: the same ack is `already_acknowledged` (a gateway skips a resent
+///   one without a raft write), and an ack naming another term, incarnation,
+///   member or generation is not (it is written, and apply decides)
+#[test]
+fn a_resent_ack_of_an_acknowledged_term_is_known_without_a_write() {
+    let mut h = H::new();
+    h.join("a", 1, 2);
+    h.ok(launch("l1", "s1"));
+    let s = h.st.sandbox("s1").expect("s1").clone();
+    let ack = Acknowledge {
+        sandbox: "s1".into(),
+        generation: s.generation,
+        member: s.owner.member.clone(),
+        incarnation: s.owner.incarnation,
+        term: s.owner.term,
+    };
+    assert!(!h.st.already_acknowledged(&ack));
+    assert_eq!(h.ack("s1"), Outcome::Applied(Effect::Acknowledged));
+    assert!(h.st.already_acknowledged(&ack));
+    let others = [
+        Acknowledge {
+            term: ack.term + 1,
+            ..ack.clone()
+        },
+        Acknowledge {
+            incarnation: ack.incarnation + 1,
+            ..ack.clone()
+        },
+        Acknowledge {
+            member: "b".into(),
+            ..ack.clone()
+        },
+        Acknowledge {
+            generation: ack.generation + 1,
+            ..ack.clone()
+        },
+        Acknowledge {
+            sandbox: "s2".into(),
+            ..ack.clone()
+        },
+    ];
+    for other in others {
+        assert!(!h.st.already_acknowledged(&other), "{other:?}");
+    }
+}

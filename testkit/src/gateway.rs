@@ -155,7 +155,8 @@ impl Gateway {
         args
     }
 
-    /// Starts the process (appending to its log file).
+    /// Starts the process (appending to its log file), logging at
+    /// [`gateway_log_filter`].
     pub fn start(&mut self) {
         assert!(self.child.is_none(), "node {} already running", self.id);
         let log = std::fs::OpenOptions::new()
@@ -166,7 +167,7 @@ impl Gateway {
         let err = log.try_clone().unwrap_or_else(|e| panic!("{e}"));
         let child = Command::new(gateway_bin())
             .args(self.args())
-            .env("RUST_LOG", "info,openraft=warn")
+            .env("RUST_LOG", gateway_log_filter())
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(err))
             .spawn()
@@ -186,7 +187,7 @@ impl Gateway {
         let err = log.try_clone().unwrap_or_else(|e| panic!("{e}"));
         let child = Command::new(gateway_bin())
             .args(self.args())
-            .env("RUST_LOG", "info,openraft=warn")
+            .env("RUST_LOG", gateway_log_filter())
             .envs(env.iter().copied())
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(err))
@@ -610,4 +611,10 @@ impl Cluster {
         self.nodes.push(gateway);
         self.node(id)
     }
+}
+
+/// The gateways' `RUST_LOG`: `info,openraft=warn`, or
+/// `TESTKIT_GATEWAY_RUST_LOG` when set (to chase a failure with debug logs).
+pub fn gateway_log_filter() -> String {
+    std::env::var("TESTKIT_GATEWAY_RUST_LOG").unwrap_or_else(|_| "info,openraft=warn".into())
 }

@@ -18,7 +18,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use proto::client::{connect, ClientConfig, ClientError, Role};
 use proto::supervisor_host::supervisor_host_client::SupervisorHostClient;
@@ -164,6 +164,10 @@ pub struct Seen {
     pub incarnation: u64,
 }
 
+/// How long a scripted member waits before it resends an ack a snapshot
+/// still shows owed (the supervisor's `ACK_RESEND_AFTER`).
+pub const ACK_RESEND_AFTER: Duration = Duration::from_secs(1);
+
 /// A running scripted member; dropping it stops it.
 pub struct ScriptedMember {
     /// Member id.
@@ -273,6 +277,10 @@ async fn attach_once(
     // Never paused: the sender lives as long as the pinger needs it.
     let (_never_paused, paused) = watch::channel(false);
     let pinger = spawn_pinger(tx.clone(), Duration::from_millis(100), paused);
+    // (sandbox, generation, term) -> when its ack was last sent on this
+    // stream: as the supervisor does, an ack a snapshot still shows owed is
+    // resent at most once per `ACK_RESEND_AFTER`.
+    let mut acks_sent: BTreeMap<(String, u64, u64), Instant> = BTreeMap::new();
     let result = async {
         while let Some(message) = inbound.message().await? {
             let Some(gateway_message::Message::Snapshot(snapshot)) = message.message else {
@@ -286,7 +294,22 @@ async fn attach_once(
                     .map(|a| (a.sandbox_id.clone(), a.clone()))
                     .collect();
             }
-            for a in snapshot.assignments.into_iter().filter(|a| !a.acknowledged) {
+            let owed = |a: &SandboxInstanceAssignment| (a.sandbox_id.clone(), a.generation, a.term);
+            let now = Instant::now();
+            let due: Vec<SandboxInstanceAssignment> = snapshot
+                .assignments
+                .into_iter()
+                .filter(|a| !a.acknowledged)
+                .filter(|a| {
+                    acks_sent
+                        .get(&owed(a))
+                        .is_none_or(|at| now.duration_since(*at) >= ACK_RESEND_AFTER)
+                })
+                .collect();
+            for a in &due {
+                acks_sent.insert(owed(a), now);
+            }
+            for a in due {
                 let tx = tx.clone();
                 let ack_delay = script.ack_delay;
                 tokio::spawn(async move {

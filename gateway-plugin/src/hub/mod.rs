@@ -167,6 +167,21 @@ impl Hub {
         &self.metrics
     }
 
+    /// Whether `command` would change nothing in this node's applied state
+    /// (so far: an `Acknowledge` of a term already acknowledged,
+    /// [`pool::PoolState::already_acknowledged`]); such a command is not
+    /// written. Supervisors resend the acks a snapshot still shows
+    /// unacknowledged, so a burst of assignments would otherwise cost one
+    /// raft write per ack per snapshot.
+    pub fn already_applied(&self, command: &Command) -> bool {
+        match command {
+            Command::Acknowledge(c) => self
+                .node
+                .read_local(|state, _| state.pool.already_acknowledged(c)),
+            _ => false,
+        }
+    }
+
     /// Proposes a pool command; returns its outcome.
     ///
     /// # Errors

@@ -222,6 +222,7 @@ async fn send(
         .unwrap_or_else(Instant::now);
     let (commands, replies): (Vec<Vec<u8>>, Vec<_>) =
         batch.into_iter().map(|p| (p.command, p.reply)).unzip();
+    tracing::debug!(commands = commands.len(), "forward batch sent");
     let outcomes = match call(channels, stats, leader, addr, &commands, deadline).await {
         Some(outcomes) => outcomes,
         None => {
@@ -234,6 +235,7 @@ async fn send(
             outcomes
         }
     };
+    tracing::debug!(commands = commands.len(), "forward batch answered");
     for (reply, outcome) in replies.into_iter().zip(outcomes) {
         // A caller that stopped waiting is not an error of the batch.
         let _ = reply.send(outcome);

@@ -43,14 +43,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use proto::client::{self, Role};
 use proto::supervisor_host::supervisor_host_client::SupervisorHostClient;
 use proto::supervisor_host::{
     gateway_message, supervisor_message, AssignmentSnapshot, AttachRefusal, HelloAccepted,
-    HostHello, HostStatus, SupervisorMessage,
+    HostHello, HostStatus, SupervisorMessage, TermAck,
 };
 use rand::Rng;
 use tokio::sync::{mpsc, Semaphore};
@@ -100,6 +100,9 @@ pub struct Agent {
     outbound: Mutex<Option<mpsc::Sender<SupervisorMessage>>>,
     /// The latest snapshot, re-reconciled periodically.
     last_snapshot: Mutex<Option<AssignmentSnapshot>>,
+    /// (sandbox, generation, term) -> when its `TermAck` was last sent on
+    /// the current stream ([`Agent::ack`]); cleared on every attach.
+    acks_sent: Mutex<BTreeMap<(String, u64, u64), Instant>>,
     /// Slots of the execs running at once ([`exec::MAX_CONCURRENT_EXECS`]).
     exec_slots: Arc<Semaphore>,
 }
@@ -122,6 +125,7 @@ impl Agent {
             released: Mutex::new(BTreeSet::new()),
             outbound: Mutex::new(None),
             last_snapshot: Mutex::new(None),
+            acks_sent: Mutex::new(BTreeMap::new()),
             exec_slots: exec::slots(),
             config,
         }
@@ -158,6 +162,44 @@ impl Agent {
                 message: Some(message),
             });
         }
+    }
+
+    /// Sends the `TermAck` of `term` of `sandbox` (`generation`). A resend
+    /// (the ack of a term a snapshot still shows unacknowledged) goes out
+    /// at most once per [`ACK_RESEND_AFTER`] per stream: snapshots arrive
+    /// after every applied batch, and resending every pending ack on each
+    /// made a burst of assignments cost acks times snapshots writes.
+    fn ack(&self, sandbox: &str, generation: u64, term: u64, resend: bool) {
+        let now = Instant::now();
+        {
+            let mut sent = Self::lock(&self.acks_sent);
+            let key = (sandbox.to_string(), generation, term);
+            if resend
+                && sent
+                    .get(&key)
+                    .is_some_and(|at| now.duration_since(*at) < ACK_RESEND_AFTER)
+            {
+                return;
+            }
+            sent.insert(key, now);
+        }
+        self.send(supervisor_message::Message::Ack(TermAck {
+            sandbox_id: sandbox.to_string(),
+            generation,
+            term,
+        }));
+    }
+
+    /// Forgets the acks sent whose assignment is acknowledged or gone.
+    fn forget_acks(&self, snapshot: &AssignmentSnapshot) {
+        Self::lock(&self.acks_sent).retain(|(sandbox, generation, term), _| {
+            snapshot.assignments.iter().any(|a| {
+                &a.sandbox_id == sandbox
+                    && a.generation == *generation
+                    && a.term == *term
+                    && !a.acknowledged
+            })
+        });
     }
 
     /// The `HostStatus` this process sends now.
@@ -252,6 +294,10 @@ fn is_gateway_leaving(status: &tonic::Status) -> bool {
 
 /// How a stream to a gateway ended, which decides when the next attach
 /// happens.
+/// How long a supervisor waits before it resends the `TermAck` of a term a
+/// snapshot still shows unacknowledged (the first ack goes out at once).
+pub const ACK_RESEND_AFTER: Duration = Duration::from_secs(1);
+
 /// How long an accepted stream must have served for its failure to count
 /// as a fresh one (re-attach at once) rather than one more in a row.
 const BROKEN_AFTER_SERVING: Duration = Duration::from_secs(10);
@@ -486,6 +532,8 @@ async fn attach_once(agent: &Arc<Agent>, gateway: &str) -> anyhow::Result<Ended>
     };
     agent.accept(&accepted)?;
     *Agent::lock(&agent.outbound) = Some(tx.clone());
+    // A new stream: every ack still owed goes out on it at once.
+    Agent::lock(&agent.acks_sent).clear();
     agent.attached.store(true, Ordering::SeqCst);
     tracing::info!(%gateway, gateway_node = accepted.gateway_node_id, incarnation = accepted.incarnation, "attached");
     let interval = Duration::from_millis(accepted.status_interval_ms.clamp(10, 10_000));

@@ -13,7 +13,7 @@ use proto::sandbox_runtime::{
 };
 use proto::supervisor_host::{
     supervisor_message, AssignmentSnapshot, RuntimeEndpoint, SandboxInstanceAssignment,
-    SandboxReport, TermAck,
+    SandboxReport,
 };
 use tonic::transport::Channel;
 use tonic::{Code, Status};
@@ -101,6 +101,7 @@ fn signed(a: &SandboxInstanceAssignment) -> Option<SignedGrant> {
 
 /// Brings sessions in line with a snapshot.
 pub fn reconcile(agent: &Arc<Agent>, snapshot: &AssignmentSnapshot) {
+    agent.forget_acks(snapshot);
     // Sessions whose assignment went away: relinquish (planned move) or, if
     // released, let the release below stop the workload.
     let gone: Vec<(String, Session)> = {
@@ -145,12 +146,10 @@ pub fn reconcile(agent: &Arc<Agent>, snapshot: &AssignmentSnapshot) {
             .map(|s| (s.generation, s.term));
         if current == Some((a.generation, a.term)) {
             if !a.acknowledged {
-                // The ack may have been lost with a previous stream: resend.
-                agent.send(supervisor_message::Message::Ack(TermAck {
-                    sandbox_id: a.sandbox_id.clone(),
-                    generation: a.generation,
-                    term: a.term,
-                }));
+                // The ack may have been lost (a previous stream, a full
+                // buffer, a write that failed): resend, at most once per
+                // `ACK_RESEND_AFTER`.
+                agent.ack(&a.sandbox_id, a.generation, a.term, true);
             }
             continue;
         }
@@ -229,11 +228,7 @@ async fn activate(agent: &Arc<Agent>, a: &SandboxInstanceAssignment) -> Result<(
         },
     );
     tracing::info!("runtime accepted the grant; acknowledging the term");
-    agent.send(supervisor_message::Message::Ack(TermAck {
-        sandbox_id: a.sandbox_id.clone(),
-        generation: a.generation,
-        term: a.term,
-    }));
+    agent.ack(&a.sandbox_id, a.generation, a.term, false);
     if let Some(workload) = reply.workload {
         report(agent, a, &workload);
     }

@@ -293,6 +293,7 @@ fn serve_ports(
 fn server(config: &GatewayConfig) -> tonic::transport::Server {
     tonic::transport::Server::builder()
         .max_concurrent_streams(Some(MAX_CONCURRENT_STREAMS))
+        .http2_max_pending_accept_reset_streams(Some(MAX_PENDING_ACCEPT_RESETS))
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
         .timeout(unary_timeout(config))
@@ -392,6 +393,17 @@ fn client_router(
 pub const MAX_REQUEST_BYTES: usize = 2 * 1024 * 1024;
 /// Concurrent HTTP/2 streams one connection may open.
 pub const MAX_CONCURRENT_STREAMS: u32 = 256;
+/// Streams a client may open and cancel before the server accepted them,
+/// per connection, before the connection is closed with
+/// `ENHANCE_YOUR_CALM` (h2's defence against rapid-reset floods; its default
+/// is 20). A raft leader cancels every AppendEntries that outlives
+/// openraft's TTL (the heartbeat interval, 50 ms by default), so on a
+/// loaded machine 20 cancelled appends piled up on a follower, its
+/// connection from the leader was torn down with every append in flight,
+/// and writes stalled for over 30 s after a paused leader came back
+/// (`openshell-jepsen bench-failover`). Still bounded: at most
+/// [`MAX_CONCURRENT_STREAMS`] streams are open at once on a connection.
+pub const MAX_PENDING_ACCEPT_RESETS: usize = 1024;
 /// HTTP/2 keepalive ping interval of the server.
 pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
 /// How long a keepalive ping may go unanswered before the connection closes.

@@ -57,6 +57,10 @@ pub enum Proposed {
     NotLeader(Option<(NodeId, BasicNode)>),
     /// Raft stopped.
     Fatal(String),
+    /// This node stopped leading while the batch was in flight: the entry
+    /// may still commit through the next leader (or may have been cut off
+    /// its log), so the outcome is unknown.
+    Abandoned(String),
     /// The batch entry was applied at `log_index`, but the state machine
     /// returned `replies` responses for its `commands` commands: a broken
     /// invariant. The command took effect; its response is lost.
@@ -212,10 +216,53 @@ async fn run_batcher(raft: Raft, mut queue: mpsc::Receiver<Proposal>) {
 }
 
 /// Proposes one batch as one log entry and answers each of its proposers.
+///
+/// A batch proposed while this node leads is abandoned as soon as its raft
+/// metrics show another term or another leader: openraft 0.9 does not
+/// always answer a `client_write` whose entry a deposed leader had appended
+/// (seen after a `SIGSTOP` of the leader: two such writes held both
+/// [`BATCHES_IN_FLIGHT`] permits, and when the node led again no write
+/// committed on it, every one timing out, for over 30 s). Its proposers get
+/// [`Proposed::Abandoned`] and the permit goes back.
 async fn propose_batch(raft: &Raft, batch: Vec<Proposal>) {
     let (commands, replies): (Vec<Vec<u8>>, Vec<_>) =
         batch.into_iter().map(|p| (p.command, p.reply)).unzip();
-    let outcomes = match raft.client_write(Command(commands)).await {
+    let mut metrics = raft.metrics();
+    let (me, term, leading) = {
+        let m = metrics.borrow_and_update();
+        (m.id, m.current_term, m.current_leader == Some(m.id))
+    };
+    let deposed = async {
+        if !leading {
+            // Not leading now: client_write answers ForwardToLeader.
+            return std::future::pending().await;
+        }
+        loop {
+            if metrics.changed().await.is_err() {
+                // Raft stopped: client_write answers on its own.
+                return std::future::pending().await;
+            }
+            let m = metrics.borrow_and_update();
+            if m.current_term != term || m.current_leader != Some(me) {
+                return (m.current_leader, m.current_term);
+            }
+        }
+    };
+    let written = tokio::select! {
+        biased;
+        written = raft.client_write(Command(commands)) => written,
+        (leader, now) = deposed => {
+            tracing::debug!(term, ?leader, now, commands = replies.len(), "batch abandoned: leadership moved");
+            let why = format!(
+                "node {me} stopped leading (term {term}) while the write was in flight (now leader {leader:?}, term {now}); it may still commit through the next leader"
+            );
+            for reply in replies {
+                let _ = reply.send(Err(Proposed::Abandoned(why.clone())));
+            }
+            return;
+        }
+    };
+    let outcomes = match written {
         Ok(written) => distribute(written.log_id.index, written.data.0, replies.len()),
         Err(e) => {
             let failure = match e {

@@ -21,6 +21,7 @@
 //! timestamps ([`Completions`]). The JSON (`--out`) keeps every window and
 //! their p50/p99/max; `summary` prints the markdown table.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -216,6 +217,8 @@ pub struct Load {
     /// When the clients started.
     pub start: Instant,
     acked: Arc<AtomicU64>,
+    /// client -> the last error it saw (named when writes do not resume).
+    last_errors: Arc<std::sync::Mutex<BTreeMap<usize, String>>>,
     tasks: Vec<tokio::task::JoinHandle<(Vec<Duration>, u64)>>,
 }
 
@@ -244,6 +247,7 @@ impl Load {
         }
         let stop = Arc::new(AtomicBool::new(false));
         let acked = Arc::new(AtomicU64::new(0));
+        let last_errors = Arc::new(std::sync::Mutex::new(BTreeMap::new()));
         let start = Instant::now();
         let tasks = conns
             .into_iter()
@@ -252,6 +256,7 @@ impl Load {
                 let system = system.clone();
                 let stop = stop.clone();
                 let acked = acked.clone();
+                let last_errors = last_errors.clone();
                 let owned = (keys - i).div_ceil(clients);
                 tokio::spawn(async move {
                     let mut at = Vec::new();
@@ -267,8 +272,12 @@ impl Load {
                                 at.push(start.elapsed());
                                 acked.fetch_add(1, Ordering::Relaxed);
                             }
-                            Err(_) => {
+                            Err(e) => {
                                 failed += 1;
+                                last_errors
+                                    .lock()
+                                    .unwrap_or_else(|p| p.into_inner())
+                                    .insert(i, e.to_string());
                                 // A dead node refuses at once: do not spin.
                                 tokio::time::sleep(Duration::from_millis(5)).await;
                             }
@@ -282,6 +291,7 @@ impl Load {
             stop,
             start,
             acked,
+            last_errors,
             tasks,
         })
     }
@@ -305,7 +315,15 @@ impl Load {
         let deadline = Instant::now() + within;
         while self.acked() == before {
             if Instant::now() > deadline {
-                bail!("no write acknowledged within {within:?}");
+                let errors = self
+                    .last_errors
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .iter()
+                    .map(|(client, e)| format!("client {client}: {e}"))
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                bail!("no write acknowledged within {within:?}; last errors: {errors}");
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }

@@ -523,10 +523,9 @@ impl PeerClient {
             Err(status) if status.code() == tonic::Code::Unavailable => {
                 return Err(RPCError::Unreachable(Unreachable::new(&status)))
             }
-            // Refused as over a size limit (tonic: OUT_OF_RANGE when
-            // encoding here, RESOURCE_EXHAUSTED when the peer's decoding
-            // limit is lower): `append_within_limit` picks the hint.
-            Err(status) if matches!(rpc, Rpc::AppendEntries) && too_large_code(status.code()) => {
+            // Refused as over a size limit (tonic's encoder here or the
+            // peer's decoder): `append_within_limit` picks the hint.
+            Err(status) if matches!(rpc, Rpc::AppendEntries) && refused_as_too_large(&status) => {
                 tracing::debug!(target_node = self.target, %status, "append-entries refused as too large");
                 return Err(RPCError::PayloadTooLarge(
                     PayloadTooLarge::new_entries_hint(1),
@@ -618,12 +617,22 @@ pub fn entries_hint(entries: usize, encoded: usize, limit: usize) -> u64 {
     fit as u64
 }
 
-/// Whether a gRPC status code means a message over a size limit.
-fn too_large_code(code: tonic::Code) -> bool {
-    matches!(
-        code,
-        tonic::Code::OutOfRange | tonic::Code::ResourceExhausted
-    )
+/// Whether a failed call was refused because its message is over a size
+/// limit: tonic's encoder (here) or decoder (the peer) says so with
+/// `OUT_OF_RANGE` ("... message length too large ..."), or
+/// `RESOURCE_EXHAUSTED` for a body over 4 GB. The code alone does not say
+/// it: HTTP/2's `ENHANCE_YOUR_CALM` (a connection closed by the peer's
+/// flood defence) also arrives as `RESOURCE_EXHAUSTED`; taken for a size
+/// refusal it shrank every append to one entry and then called that entry
+/// too large to replicate, stalling writes after a paused leader resumed.
+fn refused_as_too_large(status: &tonic::Status) -> bool {
+    let message = status.message();
+    match status.code() {
+        tonic::Code::OutOfRange | tonic::Code::ResourceExhausted => {
+            message.contains("message length too large") || message.contains("more than 4GB")
+        }
+        _ => false,
+    }
 }
 
 impl RaftNetwork<TypeConfig> for PeerClient {
@@ -664,6 +673,35 @@ impl RaftNetwork<TypeConfig> for PeerClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A size refusal shrinks the append; a connection closed with
+    /// `ENHANCE_YOUR_CALM` (also `RESOURCE_EXHAUSTED`) is a network error.
+    #[test]
+    fn only_a_size_refusal_counts_as_too_large() {
+        let decoded = tonic::Status::out_of_range(
+            "Error, decoded message length too large: found 70000000 bytes, the limit is: 67108864 bytes",
+        );
+        let encoded = tonic::Status::out_of_range(
+            "Error, encoded message length too large: found 70000000 bytes, the limit is: 67108864 bytes",
+        );
+        assert!(refused_as_too_large(&decoded));
+        assert!(refused_as_too_large(&encoded));
+        let calm = tonic::Status::from_error(Box::new(h2_calm()));
+        assert_eq!(calm.code(), tonic::Code::ResourceExhausted, "{calm:?}");
+        assert!(!refused_as_too_large(&calm), "{calm:?}");
+        assert!(!refused_as_too_large(&tonic::Status::resource_exhausted(
+            "too many requests"
+        )));
+        assert!(!refused_as_too_large(&tonic::Status::unavailable(
+            "message length too large"
+        )));
+    }
+
+    /// The error h2 gives a stream of a connection closed with
+    /// `ENHANCE_YOUR_CALM`.
+    fn h2_calm() -> h2::Error {
+        h2::Error::from(h2::Reason::ENHANCE_YOUR_CALM)
+    }
 
     /// A port nothing listens on: bound, then released.
     fn refused_addr() -> String {

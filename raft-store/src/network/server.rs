@@ -192,6 +192,7 @@ impl<SM: StateMachine> TransportService<SM> {
             }),
             Err(Proposed::NotLeader(_)) => forward_result::Result::NotLeader(self.not_leader()),
             Err(Proposed::Fatal(e)) => forward_result::Result::Unknown(format!("raft: {e}")),
+            Err(Proposed::Abandoned(why)) => forward_result::Result::Unknown(why),
             Err(Proposed::ReplyMismatch {
                 log_index,
                 commands,
@@ -267,6 +268,8 @@ impl<SM: StateMachine> RaftTransport for TransportService<SM> {
             }),
             Err(Proposed::NotLeader(_)) => forward_response::Result::NotLeader(self.not_leader()),
             Err(Proposed::Fatal(e)) => return Err(Status::unavailable(format!("raft: {e}"))),
+            // Outcome unknown: ABORTED is never taken for "not sent".
+            Err(Proposed::Abandoned(why)) => return Err(Status::aborted(why)),
             // Applied, but its response is lost: the caller must not retry.
             Err(Proposed::ReplyMismatch {
                 log_index,

@@ -104,6 +104,13 @@ impl<SM: StateMachine> RaftNode<SM> {
                     Ok(Ok(applied)) => return Ok(applied),
                     Ok(Err(Proposed::NotLeader(hint))) => hint.filter(|(id, _)| *id != self.id()),
                     Ok(Err(Proposed::Fatal(e))) => return Err(WriteError::Fatal(e)),
+                    Ok(Err(Proposed::Abandoned(why))) => {
+                        if resend == Resend::Never {
+                            return Err(WriteError::Unknown(why));
+                        }
+                        unknown = Some(why);
+                        None
+                    }
                     Ok(Err(Proposed::ReplyMismatch {
                         log_index,
                         commands,

@@ -112,6 +112,7 @@ impl EtcdCluster {
                 bin.display()
             );
         }
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let members: Vec<EtcdMember> = (1..=3)
             .map(|i| EtcdMember {
                 name: format!("m{i}"),

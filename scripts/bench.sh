@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The comparative benchmark of issue 17 (a documented command, not part of CI;
-# about 15 min for the default 3 runs):
+# about 10 min for the default 3 runs, then about 6 min of failover faults):
 #
 #   scripts/bench.sh                         # 3 runs, 1/8/64 clients, 2 s + 8 s per level
 #   scripts/bench.sh --runs 1 --secs 3       # a quick look
@@ -48,5 +48,11 @@ cargo build --release -p jepsen --bin openshell-jepsen
 echo "scripts/bench.sh: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 # The in-process raft group logs through the harness's subscriber: keep it quiet.
 export RUST_LOG=${RUST_LOG:-warn,openraft=error}
-exec "$target/release/openshell-jepsen" bench \
+"$target/release/openshell-jepsen" bench \
   --gateway-bin "$target/release/openshell-gateway" "$@"
+# Then the failover windows (kill -9, SIGSTOP, transfer; about 6 min) into
+# docs/benchmarks/compare/failover.json; BENCH_SKIP_FAILOVER=1 skips them.
+if [ "${BENCH_SKIP_FAILOVER:-0}" != 1 ]; then
+  "$target/release/openshell-jepsen" bench-failover \
+    --gateway-bin "$target/release/openshell-gateway"
+fi

@@ -682,3 +682,69 @@ mod tests {
         assert!(!is_gateway_leaving(&Status::unavailable("shutting down")));
     }
 }
+
+#[cfg(test)]
+mod ack_tests {
+    use super::*;
+    use proto::supervisor_host::SandboxInstanceAssignment;
+
+    fn agent() -> (Agent, mpsc::Receiver<SupervisorMessage>) {
+        let config = RawAgentConfig {
+            gateways: vec!["127.0.0.1:1".into()],
+            member_id: Some("m1".into()),
+            member_uid: Some("u1".into()),
+            advertise_ip: Some("127.0.0.1".into()),
+            insecure: true,
+            ..Default::default()
+        }
+        .validate()
+        .unwrap_or_else(|e| panic!("{e}"));
+        let agent = Agent::new(config, 1);
+        let (tx, rx) = mpsc::channel(16);
+        *Agent::lock(&agent.outbound) = Some(tx);
+        (agent, rx)
+    }
+
+    fn acks(rx: &mut mpsc::Receiver<SupervisorMessage>) -> Vec<(String, u64)> {
+        let mut out = Vec::new();
+        while let Ok(m) = rx.try_recv() {
+            if let Some(supervisor_message::Message::Ack(a)) = m.message {
+                out.push((a.sandbox_id, a.term));
+            }
+        }
+        out
+    }
+
+    /// - the first ack of a term goes out at once; a resend within
+    ///   `ACK_RESEND_AFTER` does not (snapshots arrive after every applied
+    ///   batch; each resent ack was a raft write: t107)
+    /// - another term's ack goes out at once
+    /// - once a snapshot shows the term acknowledged (or gone) it is
+    ///   forgotten, and a new stream resends every owed ack at once
+    #[test]
+    fn an_owed_ack_is_resent_at_most_once_per_interval_per_stream() {
+        let (agent, mut rx) = agent();
+        agent.ack("sb-1", 1, 1, false);
+        agent.ack("sb-1", 1, 1, true);
+        agent.ack("sb-1", 1, 1, true);
+        agent.ack("sb-1", 1, 2, true);
+        assert_eq!(acks(&mut rx), [("sb-1".into(), 1), ("sb-1".into(), 2)]);
+        let owed = |term, acknowledged| SandboxInstanceAssignment {
+            sandbox_id: "sb-1".into(),
+            generation: 1,
+            term,
+            acknowledged,
+            ..Default::default()
+        };
+        agent.forget_acks(&AssignmentSnapshot {
+            assignments: vec![owed(1, true), owed(2, false)],
+            ..Default::default()
+        });
+        agent.ack("sb-1", 1, 1, true);
+        agent.ack("sb-1", 1, 2, true);
+        assert_eq!(acks(&mut rx), [("sb-1".into(), 1)]);
+        Agent::lock(&agent.acks_sent).clear();
+        agent.ack("sb-1", 1, 2, true);
+        assert_eq!(acks(&mut rx), [("sb-1".into(), 2)]);
+    }
+}

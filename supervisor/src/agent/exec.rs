@@ -201,17 +201,7 @@ mod tests {
     }
 
     fn agent() -> Agent {
-        let config = crate::agent::RawAgentConfig {
-            gateways: vec!["127.0.0.1:1".into()],
-            member_id: Some("m1".into()),
-            member_uid: Some("u1".into()),
-            advertise_ip: Some("127.0.0.1".into()),
-            insecure: true,
-            ..Default::default()
-        }
-        .validate()
-        .expect("config");
-        Agent::new(config, 1)
+        crate::agent::test_agent()
     }
 
     fn call(term: u64, timeout_ms: u64) -> ExecCall {

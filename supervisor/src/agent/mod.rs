@@ -683,23 +683,29 @@ mod tests {
     }
 }
 
+/// An insecure agent of member `m1` that dials nothing (unit tests).
+#[cfg(test)]
+pub(crate) fn test_agent() -> Agent {
+    let config = RawAgentConfig {
+        gateways: vec!["127.0.0.1:1".into()],
+        member_id: Some("m1".into()),
+        member_uid: Some("u1".into()),
+        advertise_ip: Some("127.0.0.1".into()),
+        insecure: true,
+        ..Default::default()
+    }
+    .validate()
+    .unwrap_or_else(|e| panic!("{e}"));
+    Agent::new(config, 1)
+}
+
 #[cfg(test)]
 mod ack_tests {
     use super::*;
     use proto::supervisor_host::SandboxInstanceAssignment;
 
     fn agent() -> (Agent, mpsc::Receiver<SupervisorMessage>) {
-        let config = RawAgentConfig {
-            gateways: vec!["127.0.0.1:1".into()],
-            member_id: Some("m1".into()),
-            member_uid: Some("u1".into()),
-            advertise_ip: Some("127.0.0.1".into()),
-            insecure: true,
-            ..Default::default()
-        }
-        .validate()
-        .unwrap_or_else(|e| panic!("{e}"));
-        let agent = Agent::new(config, 1);
+        let agent = test_agent();
         let (tx, rx) = mpsc::channel(16);
         *Agent::lock(&agent.outbound) = Some(tx);
         (agent, rx)

@@ -94,9 +94,9 @@ pub struct Proposer {
 
 impl Proposer {
     /// Starts the batcher task over `raft`. Needs a tokio runtime.
-    pub fn start(raft: Raft) -> Self {
+    pub fn start(raft: Raft, observer: crate::observe::SharedObserver) -> Self {
         let (queue, proposals) = mpsc::channel(QUEUE_DEPTH);
-        tokio::spawn(run_batcher(raft, proposals));
+        tokio::spawn(run_batcher(raft, proposals, observer));
         Proposer {
             queue,
             transfer: Arc::new(RwLock::new(())),
@@ -173,7 +173,11 @@ pub fn check_size(command: &[u8]) -> Result<(), InvalidCommand> {
 }
 
 /// Groups queued proposals into batch entries and proposes them.
-async fn run_batcher(raft: Raft, mut queue: mpsc::Receiver<Proposal>) {
+async fn run_batcher(
+    raft: Raft,
+    mut queue: mpsc::Receiver<Proposal>,
+    observer: crate::observe::SharedObserver,
+) {
     let in_flight = Arc::new(Semaphore::new(BATCHES_IN_FLIGHT));
     // A proposal taken from the queue that did not fit the previous batch.
     let mut carried: Option<Proposal> = None;
@@ -204,6 +208,7 @@ async fn run_batcher(raft: Raft, mut queue: mpsc::Receiver<Proposal>) {
             }
         }
         let raft = raft.clone();
+        observer.batch_proposed(batch.len());
         let span = tracing::trace_span!("propose_batch", commands = batch.len());
         tokio::spawn(
             async move {

@@ -60,6 +60,10 @@ pub struct NodeConfig {
     /// append or a vote ([`LogSync::Durable`], the default). Only
     /// benchmarks set it: no gateway flag or configuration key reaches it.
     pub log_sync: LogSync,
+    /// Receives this node's measurements (log sync latency, batch sizes,
+    /// snapshots, leader changes) for the embedder's metrics; records
+    /// nothing by default ([`crate::observe`]).
+    pub observer: crate::observe::SharedObserver,
 }
 
 /// Whether the raft log's appends and votes wait for the disk.
@@ -101,7 +105,7 @@ impl std::fmt::Debug for NodeConfig {
             .field("max_snapshot_bytes", &self.max_snapshot_bytes)
             .field("peer_tls", &self.peer_tls)
             .field("log_sync", &self.log_sync)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
@@ -131,6 +135,7 @@ impl NodeConfig {
             max_snapshot_bytes: crate::network::incoming_snapshot::DEFAULT_MAX_SNAPSHOT_BYTES,
             peer_tls: None,
             log_sync: LogSync::Durable,
+            observer: crate::observe::none(),
         }
     }
 

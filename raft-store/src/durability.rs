@@ -9,7 +9,10 @@ use std::ffi::OsString;
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, OnceLock};
+use std::time::Instant;
+
+use crate::observe::SharedObserver;
 
 use crate::watermark::Watermark;
 
@@ -62,6 +65,10 @@ type FlushCallback = Box<dyn FnOnce(io::Result<()>) + Send>;
 #[derive(Clone)]
 pub struct Durability {
     tx: mpsc::Sender<FlushCallback>,
+    /// Told the duration of every group commit, once the node sets it
+    /// ([`Durability::observe_with`]); the data directory is opened before
+    /// the node's observer is known (offline tools have none).
+    observer: Arc<OnceLock<SharedObserver>>,
 }
 
 impl Durability {
@@ -72,6 +79,8 @@ impl Durability {
         watermark: Arc<Watermark>,
     ) -> Self {
         let (tx, rx) = mpsc::channel::<FlushCallback>();
+        let observer: Arc<OnceLock<SharedObserver>> = Arc::default();
+        let observed = observer.clone();
         let spawned = std::thread::Builder::new()
             .name("raft-flusher".into())
             .spawn(move || {
@@ -84,12 +93,16 @@ impl Durability {
                     // A plain thread that never awaits: the guard is safe.
                     let _enter = span.enter();
                     let captured = watermark.current();
+                    let started = Instant::now();
                     // Blob files first: the database file points at them.
                     let result = db
                         .flush()
                         .map_err(io::Error::other)
                         .and_then(|_| sync_blobs(&raft_dir, &mut synced_blobs))
                         .and_then(|()| db_file.sync_data());
+                    if let Some(o) = observed.get() {
+                        o.log_synced(batch.len(), started.elapsed(), result.is_ok());
+                    }
                     for done in batch {
                         done(match &result {
                             Ok(()) => Ok(()),
@@ -109,7 +122,13 @@ impl Durability {
             // Without the thread no write could become durable; that is fatal.
             panic!("cannot spawn the raft flusher thread: {e}");
         }
-        Durability { tx }
+        Durability { tx, observer }
+    }
+
+    /// Reports every group commit from now on to `observer` (the first
+    /// call wins; later ones are ignored).
+    pub fn observe_with(&self, observer: SharedObserver) {
+        let _ = self.observer.set(observer);
     }
 
     /// Returns once everything written before the call is durable.

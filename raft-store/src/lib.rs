@@ -18,6 +18,8 @@
 //! - [`codec`]: the versioned binary encoding of log entries, votes and raft
 //!   RPC bodies (a wire format: see `docs/storage.md`), and the largest
 //!   message a replica sends.
+//! - [`observe`]: the [`Observer`] an embedder passes in the node config
+//!   to measure log syncs, batches, snapshots and leader changes.
 //! - [`config`]: [`NodeConfig`] and its translation into openraft's config.
 //! - [`db`]: the on-disk data directory: sled database (segment size),
 //!   identity record, watermark, refusal of damaged or foreign data.
@@ -91,6 +93,7 @@ pub mod membership;
 pub mod network;
 pub mod node;
 pub mod objects;
+pub mod observe;
 pub mod page_token;
 pub mod seed;
 pub mod state_machine;
@@ -101,5 +104,6 @@ pub use config::{LogSync, NodeConfig};
 pub use error::{AdminError, Error, InvalidCommand, ReadError, SnapshotError, WriteError};
 pub use membership::MembershipChange;
 pub use node::{ClusterStatus, NodeStatus, RaftNode};
+pub use observe::Observer;
 pub use state_machine::StateMachine;
 pub use types::{Applied, NodeId, TypeConfig};

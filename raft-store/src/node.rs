@@ -171,6 +171,7 @@ fn open_storage<SM: StateMachine>(
         config.node_id,
         config.cache_capacity,
     )?;
+    dir.durability.observe_with(config.observer.clone());
     let log = LogStore::new(&dir)
         .map_err(|e| Error::DataDir {
             path: config.data_dir.join("raft"),
@@ -186,7 +187,8 @@ fn open_storage<SM: StateMachine>(
     let state_machine = match early {
         Some(sm) => sm,
         None => StateMachineStore::<SM>::open(&config.data_dir)?,
-    };
+    }
+    .with_observer(config.observer.clone());
     Ok((log, state_machine))
 }
 
@@ -216,7 +218,12 @@ impl<SM: StateMachine> RaftNode<SM> {
         .await
         .map_err(|e| Error::Raft(e.to_string()))?;
         tracing::info!(node = config.node_id, addr = %config.advertise_addr, dir = %config.data_dir.display(), "raft node started");
-        let proposer = Proposer::start(raft.clone());
+        let proposer = Proposer::start(raft.clone(), config.observer.clone());
+        // Ends when raft stops (its metrics channel closes).
+        tokio::spawn(crate::observe::watch_leader(
+            raft.clone(),
+            config.observer.clone(),
+        ));
         let hold = ElectionHold::new(raft.clone());
         let admin = MembershipAdmin {
             raft: raft.clone(),

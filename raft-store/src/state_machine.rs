@@ -83,6 +83,8 @@ pub struct StateMachineStore<SM> {
     snapshots: Arc<SnapshotDir>,
     /// Distinguishes snapshots built at the same index.
     builds: Arc<AtomicU64>,
+    /// Told the size and duration of every snapshot built or installed.
+    observer: crate::observe::SharedObserver,
 }
 
 impl<SM> Clone for StateMachineStore<SM> {
@@ -91,6 +93,7 @@ impl<SM> Clone for StateMachineStore<SM> {
             state: self.state.clone(),
             snapshots: self.snapshots.clone(),
             builds: self.builds.clone(),
+            observer: self.observer.clone(),
         }
     }
 }
@@ -115,7 +118,15 @@ impl<SM: StateMachine> StateMachineStore<SM> {
             state: Arc::new(RwLock::new(applied)),
             snapshots: Arc::new(snapshots),
             builds: Arc::new(AtomicU64::new(0)),
+            observer: crate::observe::none(),
         })
+    }
+
+    /// Reports snapshot builds and installs to `observer`.
+    #[must_use]
+    pub fn with_observer(mut self, observer: crate::observe::SharedObserver) -> Self {
+        self.observer = observer;
+        self
     }
 
     /// Runs `f` on the applied state.
@@ -151,6 +162,7 @@ impl<SM: StateMachine> RaftSnapshotBuilder<TypeConfig> for StateMachineStore<SM>
         let applied = self.read(|a| a.clone());
         let build = self.builds.fetch_add(1, Ordering::Relaxed);
         let snapshots = self.snapshots.clone();
+        let started = std::time::Instant::now();
         let span = tracing::info_span!("build_snapshot", last_applied = ?applied.last_applied.map(|l| l.index));
         let (meta, data) = tokio::task::spawn_blocking(move || {
             let data = applied.machine.snapshot();
@@ -170,6 +182,8 @@ impl<SM: StateMachine> RaftSnapshotBuilder<TypeConfig> for StateMachineStore<SM>
         .map_err(|e| StorageIOError::write_snapshot(None, &std::io::Error::other(e.to_string())))?
         .map_err(|e| StorageIOError::write_snapshot(None, &std::io::Error::other(e.to_string())))?;
         span.in_scope(|| tracing::info!(bytes = data.len(), "snapshot built"));
+        self.observer
+            .snapshot_built(data.len() as u64, started.elapsed());
         Ok(Snapshot {
             meta,
             snapshot: Box::new(Cursor::new(data)),
@@ -217,9 +231,12 @@ impl<SM: StateMachine> RaftStateMachine<TypeConfig> for StateMachineStore<SM> {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> std::result::Result<(), StorageError<u64>> {
         let span = tracing::info_span!("install_snapshot", id = %meta.snapshot_id);
-        self.install(meta, snapshot.into_inner())
-            .instrument(span)
-            .await
+        let started = std::time::Instant::now();
+        let data = snapshot.into_inner();
+        let bytes = data.len() as u64;
+        self.install(meta, data).instrument(span).await?;
+        self.observer.snapshot_installed(bytes, started.elapsed());
+        Ok(())
     }
 
     async fn get_current_snapshot(

@@ -16,7 +16,6 @@ use axum::routing::get;
 use axum::Router;
 use raft_store::RaftNode;
 
-use crate::convert::to_proto;
 use crate::health::Health;
 use crate::hub::Hub;
 use crate::metrics::Metrics;
@@ -88,35 +87,12 @@ async fn readyz(State(http): State<Http>) -> (StatusCode, String) {
 }
 
 async fn metrics_text(State(http): State<Http>) -> String {
-    let status = http.node.status();
     let m = &http.metrics;
-    m.raft_term.set(status.term as i64);
-    // Counted as leader only while a majority acknowledged it within the
-    // election timeout: a leader cut off from its quorum commits nothing.
-    m.raft_is_leader.set(i64::from(
-        status.leads_with_quorum(http.node.config().election_timeout_max),
-    ));
-    m.raft_commit_index.set(status.commit_index as i64);
-    m.raft_applied_index.set(status.applied_index as i64);
-    let forwards = http.node.forward_stats();
-    m.raft_forward_calls.set(forwards.calls() as i64);
-    m.raft_forwarded_writes.set(forwards.writes() as i64);
-    m.pool_attached_supervisors.set(http.hub.attached() as i64);
-    http.node.read_local(|state, _| {
-        let pool_status = state.pool.status();
-        m.pool_now_tick.set(pool_status.now_tick as i64);
-        m.pool_members.reset();
-        for view in &pool_status.members {
-            let label = to_proto::member_state(view.member.state).name();
-            m.pool_members.with_label_values(&[label]).inc();
-        }
-        m.pool_sandboxes.reset();
-        for (phase, count) in &pool_status.sandboxes_by_phase {
-            let label = to_proto::sandbox_phase(*phase).name();
-            m.pool_sandboxes
-                .with_label_values(&[label])
-                .set(*count as i64);
-        }
-    });
+    m.raft.refresh(&http.node);
+    m.pool
+        .attached_supervisors
+        .set(crate::metrics::raft::gauge(http.hub.attached() as u64));
+    let tick = http.hub.settings().tick_interval;
+    http.node.read_local(|state, _| m.pool.refresh(state, tick));
     m.render()
 }

@@ -45,7 +45,11 @@
 //!   (configured by [`config_identity`]).
 //! - [`fault`]: Jepsen-only fault injection, compiled in only by the
 //!   `fault-*` features and chosen at start-up by `OPENSHELL_FAULT`.
-//! - [`metrics`], [`http`]: Prometheus metrics, `/healthz`, `/readyz`, `/metrics`.
+//! - [`metrics`], [`http`]: Prometheus metrics, `/healthz`, `/readyz`,
+//!   `/metrics`; [`rpc_metrics`]: the tower layer timing every gRPC call
+//!   by service, method and code; [`pool_tally`]: what applied pool
+//!   commands did (takeovers, drains, stale reports), counted beside the
+//!   state machine, never inside the pure pool crate.
 //! - [`health`]: liveness (raft running) and readiness (caught up with the
 //!   leader, with hysteresis), evaluated continuously for the probes.
 //! - [`launcher`]: the leader's sandbox launcher (one runtime per sandbox
@@ -87,7 +91,9 @@ pub mod metrics;
 pub mod object_store_service;
 pub mod peer_relay_service;
 pub mod pool_admin_service;
+pub mod pool_tally;
 pub mod ports;
+pub mod rpc_metrics;
 pub mod server;
 pub mod state;
 pub mod status;

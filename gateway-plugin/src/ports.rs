@@ -14,7 +14,9 @@
 
 use std::net::SocketAddr;
 
-use tonic::transport::server::Router;
+use tower::layer::util::{Identity, Stack};
+
+use crate::rpc_metrics::RpcMetricsLayer;
 
 use crate::config::GatewayConfig;
 use crate::server::ServeError;
@@ -65,6 +67,13 @@ impl Listeners {
         Ok(Listeners { client, peer, http })
     }
 }
+
+/// A port's gRPC server builder: every call timed by
+/// [`crate::rpc_metrics`].
+pub(crate) type Server = tonic::transport::Server<Stack<RpcMetricsLayer, Identity>>;
+
+/// A port's services on its [`Server`].
+pub(crate) type Router = tonic::transport::server::Router<Stack<RpcMetricsLayer, Identity>>;
 
 /// A gRPC server's task.
 pub(crate) type Serving = tokio::task::JoinHandle<Result<(), tonic::transport::Error>>;

@@ -155,8 +155,13 @@ pub async fn run(
 ) -> Result<(), ServeError> {
     let listeners = Listeners::bind(&config).await?;
     let driver = crate::launcher::driver::build(&config.launcher.driver).await?;
+    let metrics = Metrics::new();
+    let node_config = raft_store::NodeConfig {
+        observer: metrics.raft_observer(),
+        ..config.node.clone()
+    };
     let node: RaftNode<GatewayState> =
-        RaftNode::start(config.node.clone())
+        RaftNode::start(node_config)
             .await
             .map_err(|source| ServeError::StartNode {
                 node_id: config.node.node_id,
@@ -164,7 +169,6 @@ pub async fn run(
             })?;
     announce(&config);
     bootstrap(&node, &config);
-    let metrics = Metrics::new();
     let commit_at_start = node.status().commit_index;
     tracing::info!(
         commit_at_start,
@@ -289,9 +293,11 @@ fn serve_ports(
     (serving, stop_serving)
 }
 
-/// A server with the limits every port shares.
-fn server(config: &GatewayConfig) -> tonic::transport::Server {
+/// A server with the limits every port shares, timing every call
+/// ([`crate::rpc_metrics`]).
+fn server(config: &GatewayConfig, metrics: &Metrics) -> ports::Server {
     tonic::transport::Server::builder()
+        .layer(crate::rpc_metrics::RpcMetricsLayer::new(metrics))
         .max_concurrent_streams(Some(MAX_CONCURRENT_STREAMS))
         .http2_max_pending_accept_reset_streams(Some(MAX_PENDING_ACCEPT_RESETS))
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
@@ -321,8 +327,8 @@ fn peer_router(
     node: &RaftNode<GatewayState>,
     config: &GatewayConfig,
     metrics: &Metrics,
-) -> tonic::transport::server::Router {
-    server(config)
+) -> ports::Router {
+    server(config, metrics)
         .add_service(node.transport_service())
         .add_service(cluster_admin(node, config, metrics))
 }
@@ -333,8 +339,8 @@ fn peer_services(
     node: &RaftNode<GatewayState>,
     _config: &GatewayConfig,
     _metrics: &Metrics,
-    router: tonic::transport::server::Router,
-) -> tonic::transport::server::Router {
+    router: ports::Router,
+) -> ports::Router {
     router.add_service(node.transport_service())
 }
 
@@ -354,8 +360,8 @@ fn client_router(
     hub: &std::sync::Arc<Hub>,
     config: &GatewayConfig,
     metrics: &Metrics,
-) -> tonic::transport::server::Router {
-    server(config)
+) -> ports::Router {
+    server(config, metrics)
         .add_service(authenticated(
             &config.auth,
             metrics,

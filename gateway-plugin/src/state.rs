@@ -26,6 +26,10 @@ pub struct GatewayState {
     /// state: not in the snapshot, empty after a restore (the hub then
     /// computes views in full until the journal reaches back far enough).
     pub pool_changes: pool::visibility::ChangeLog,
+    /// What the pool commands applied here did, for the metrics. Not
+    /// replicated state either: never read by apply, not in the snapshot,
+    /// zero after a restore.
+    pub pool_tally: crate::pool_tally::PoolTally,
 }
 
 impl GatewayState {
@@ -102,6 +106,7 @@ impl StateMachine for GatewayState {
                     Err(e) => panic!("undecodable pool command at index {index}: {e}"),
                 };
                 let outcome = self.pool_changes.apply(&mut self.pool, index, &command);
+                self.pool_tally.record(&self.pool, &command, &outcome);
                 match serde_json::to_vec(&outcome) {
                     Ok(json) => log_result::Result::Pool(json),
                     Err(e) => panic!("pool outcome at index {index} cannot be encoded: {e}"),
@@ -137,6 +142,7 @@ impl StateMachine for GatewayState {
             objects,
             pool,
             pool_changes: pool::visibility::ChangeLog::new(),
+            pool_tally: crate::pool_tally::PoolTally::default(),
         })
     }
 }

@@ -6,8 +6,8 @@
 //! - given: three gateways with `/metrics`
 //! - when: 64 clients put 64 different objects through one follower at once
 //! - then: every put succeeds with its own object (id, payload, a resource
-//!   version no other put got), the follower's `openshell_raft_forwarded_writes`
-//!   grew by at least 64 while `openshell_raft_forward_calls` grew by fewer
+//!   version no other put got), the follower's `openshell_raft_forwarded_writes_total`
+//!   grew by at least 64 while `openshell_raft_forward_calls_total` grew by fewer
 //!   than 64 (one call per write before the batching: the metric did not
 //!   exist), and every object reads back as put
 //!
@@ -96,8 +96,8 @@ async fn concurrent_writes_through_a_follower_share_forward_calls() -> TestResul
         .find(|n| n.id != leader)
         .ok_or("no follower")?;
     put(follower, "warm", "up").await?;
-    let calls = metric(follower, "openshell_raft_forward_calls").await?;
-    let writes = metric(follower, "openshell_raft_forwarded_writes").await?;
+    let calls = metric(follower, "openshell_raft_forward_calls_total").await?;
+    let writes = metric(follower, "openshell_raft_forwarded_writes_total").await?;
 
     eprintln!(
         "--- step: 64 concurrent puts through follower {}",
@@ -120,8 +120,8 @@ async fn concurrent_writes_through_a_follower_share_forward_calls() -> TestResul
             object.resource_version
         );
     }
-    let calls = metric(follower, "openshell_raft_forward_calls").await? - calls;
-    let writes = metric(follower, "openshell_raft_forwarded_writes").await? - writes;
+    let calls = metric(follower, "openshell_raft_forward_calls_total").await? - calls;
+    let writes = metric(follower, "openshell_raft_forwarded_writes_total").await? - writes;
     eprintln!(
         "follower {}: {writes} writes forwarded in {calls} calls",
         follower.id

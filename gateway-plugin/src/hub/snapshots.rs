@@ -83,10 +83,11 @@ impl Hub {
             visibility::plan_pushes_counted(&state.pool, index, &viewers, &changes)
         });
         self.metrics
-            .pool_attached_supervisors
+            .pool
+            .attached_supervisors
             .set(viewers.len() as i64);
-        self.metrics.pool_push_passes.inc();
-        self.metrics.pool_push_sandboxes_examined.inc_by(examined);
+        self.metrics.pool.push_passes.inc();
+        self.metrics.pool.push_sandboxes_examined.inc_by(examined);
         self.deliver(plan, &planned);
     }
 
@@ -139,10 +140,13 @@ impl Hub {
         if !push.deliverable_to(&a.viewer(member)) {
             return;
         }
+        let grants = std::cell::Cell::new(0u64);
         let message = to_proto::snapshot(&push, |claims| {
+            grants.set(grants.get() + 1);
             self.signer.sign(&to_proto::grant(claims)).encode_to_vec()
         });
         if a.tx.try_send(Ok(message)).is_ok() {
+            self.metrics.pool.grants_issued.inc_by(grants.get());
             a.shown = Some(Arc::new(push.view));
             a.shown_at = push.index;
             a.sent_log_index = push.index;

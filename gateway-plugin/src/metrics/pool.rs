@@ -1,0 +1,242 @@
+//! The supervisor pool's metrics: the applied state (members by state,
+//! sandboxes by phase, logical time) and [`crate::pool_tally`] (takeovers,
+//! moves, drains and their duration, stale reports refused), read at each
+//! scrape; and what the hub counts as it works (attached streams, push
+//! passes, grants issued).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use pool::{MemberState, Phase};
+use prometheus::{Histogram, IntCounter, IntCounterVec, IntGauge, IntGaugeVec};
+
+use super::raft::gauge;
+use super::{advance, Reg};
+use crate::convert::to_proto;
+use crate::pool_tally::{PoolTally, DRAIN_RESULTS, STALE_REASONS};
+use crate::state::GatewayState;
+
+/// Every member state, for the zero series.
+const MEMBER_STATES: [MemberState; 4] = [
+    MemberState::Active,
+    MemberState::Draining,
+    MemberState::Leaving,
+    MemberState::Expired,
+];
+
+/// Every sandbox phase, for the zero series.
+const PHASES: [Phase; 6] = [
+    Phase::Admitting,
+    Phase::Assigned,
+    Phase::Recovering,
+    Phase::Stopping,
+    Phase::Deleted,
+    Phase::Failed,
+];
+
+/// Buckets of a drain's duration, seconds.
+const DRAIN_BUCKETS: [f64; 11] = [
+    1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0,
+];
+
+/// The totals of [`PoolTally`] last exported.
+#[derive(Default)]
+struct Seen {
+    takeovers: u64,
+    moves: u64,
+    drains_started: u64,
+    drains_finished: [u64; 3],
+    stale: [u64; 3],
+    /// The last finished drain observed ([`crate::pool_tally::FinishedDrain::seq`]).
+    drain_seq: u64,
+}
+
+/// The pool's collectors. Cheap to clone.
+#[derive(Clone)]
+pub struct PoolMetrics {
+    /// Supervisor streams attached to this gateway.
+    pub attached_supervisors: IntGauge,
+    /// Pool members by state.
+    pub members: IntGaugeVec,
+    /// Sandboxes by phase.
+    pub sandboxes: IntGaugeVec,
+    /// Logical time.
+    pub now_ticks: IntGauge,
+    /// The tick interval of this gateway.
+    pub tick_interval: prometheus::Gauge,
+    /// Assignment snapshot push passes.
+    pub push_passes: IntCounter,
+    /// Sandbox records the push passes read from the state (a full scan
+    /// counts every sandbox): the work of pushing, proportional to what
+    /// changed once every stream was shown its view.
+    pub push_sandboxes_examined: IntCounter,
+    /// Grants this gateway signed and sent to a supervisor.
+    pub grants_issued: IntCounter,
+    /// Takeovers applied.
+    pub takeovers: IntCounter,
+    /// Moves applied (drain or rebalance).
+    pub moves: IntCounter,
+    /// Drains started (or queued).
+    pub drains_started: IntCounter,
+    /// Drains finished, by result.
+    pub drains_finished: IntCounterVec,
+    /// From start to end of each drain.
+    pub drain_duration: Histogram,
+    /// Reports refused as stale, by what was stale.
+    pub stale_reports_refused: IntCounterVec,
+    /// What the tally counters were last advanced to.
+    seen: Arc<Mutex<Seen>>,
+}
+
+impl PoolMetrics {
+    /// Registers the collectors in `reg`, with a zero series for every
+    /// known label value.
+    pub(crate) fn new(reg: &Reg<'_>) -> Self {
+        let tick_interval = prometheus::Gauge::new(
+            "openshell_pool_tick_interval_seconds",
+            "The pool's tick interval on this gateway (ticks to seconds)",
+        )
+        .unwrap_or_else(|e| panic!("metric: {e}"));
+        if let Err(e) = reg.0.register(Box::new(tick_interval.clone())) {
+            panic!("metric: {e}");
+        }
+        let m = PoolMetrics {
+            attached_supervisors: reg.gauge(
+                "openshell_pool_attached_supervisors",
+                "Supervisor streams attached to this gateway",
+            ),
+            members: reg.gauge_vec("openshell_pool_members", "Pool members by state", &["state"]),
+            sandboxes: reg.gauge_vec("openshell_pool_sandboxes", "Sandboxes by phase", &["phase"]),
+            now_ticks: reg.gauge(
+                "openshell_pool_now_ticks",
+                "Logical time of the pool: the current tick",
+            ),
+            tick_interval,
+            push_passes: reg.counter(
+                "openshell_pool_push_passes_total",
+                "Assignment snapshot push passes (one per applied batch, one per attach)",
+            ),
+            push_sandboxes_examined: reg.counter(
+                "openshell_pool_push_sandboxes_examined_total",
+                "Sandbox records read from the state to plan assignment snapshot pushes",
+            ),
+            grants_issued: reg.counter(
+                "openshell_pool_grants_issued_total",
+                "Grants this gateway signed and sent to a supervisor with an assignment",
+            ),
+            takeovers: reg.counter(
+                "openshell_pool_takeovers_total",
+                "Takeovers applied here (the owner's member expired, leaving or draining)",
+            ),
+            moves: reg.counter(
+                "openshell_pool_moves_total",
+                "Moves of a healthy sandbox applied here for a drain or rebalance",
+            ),
+            drains_started: reg.counter(
+                "openshell_pool_drains_started_total",
+                "Drains of a member started or queued, applied here",
+            ),
+            drains_finished: reg.counter_vec(
+                "openshell_pool_drains_finished_total",
+                "Drains finished, applied here, by result",
+                &["result"],
+            ),
+            drain_duration: reg.histogram(
+                "openshell_pool_drain_duration_seconds",
+                "From a drain's start to its end, counted in ticks and converted with the tick interval",
+                &DRAIN_BUCKETS,
+            ),
+            stale_reports_refused: reg.counter_vec(
+                "openshell_pool_stale_reports_refused_total",
+                "Sandbox reports refused as stale, by what was stale (term, incarnation, generation)",
+                &["reason"],
+            ),
+            seen: Arc::default(),
+        };
+        for state in MEMBER_STATES {
+            m.members.with_label_values(&[member_label(state)]);
+        }
+        for phase in PHASES {
+            m.sandboxes.with_label_values(&[phase_label(phase)]);
+        }
+        for result in DRAIN_RESULTS {
+            m.drains_finished.with_label_values(&[result]);
+        }
+        for reason in STALE_REASONS {
+            m.stale_reports_refused.with_label_values(&[reason]);
+        }
+        m
+    }
+
+    /// Reads the applied pool state and its tally (at each scrape).
+    pub fn refresh(&self, state: &GatewayState, tick_interval: Duration) {
+        let pool = &state.pool;
+        self.now_ticks.set(gauge(pool.now_tick()));
+        self.tick_interval.set(tick_interval.as_secs_f64());
+        let mut members = [0u64; MEMBER_STATES.len()];
+        for m in pool.members().values() {
+            if let Some(i) = MEMBER_STATES.iter().position(|s| *s == m.state) {
+                members[i] += 1;
+            }
+        }
+        for (state, n) in MEMBER_STATES.iter().zip(members) {
+            self.members
+                .with_label_values(&[member_label(*state)])
+                .set(gauge(n));
+        }
+        let mut sandboxes = [0u64; PHASES.len()];
+        for s in pool.sandboxes().values() {
+            if let Some(i) = PHASES.iter().position(|p| *p == s.phase) {
+                sandboxes[i] += 1;
+            }
+        }
+        for (phase, n) in PHASES.iter().zip(sandboxes) {
+            self.sandboxes
+                .with_label_values(&[phase_label(*phase)])
+                .set(gauge(n));
+        }
+        self.export_tally(&state.pool_tally, tick_interval);
+    }
+
+    /// Advances the counters to the tally's totals and observes each drain
+    /// finished since the last scrape.
+    fn export_tally(&self, tally: &PoolTally, tick_interval: Duration) {
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let seen = &mut *seen;
+        advance(&self.takeovers, &mut seen.takeovers, tally.takeovers);
+        advance(&self.moves, &mut seen.moves, tally.moves);
+        advance(
+            &self.drains_started,
+            &mut seen.drains_started,
+            tally.drains_started,
+        );
+        for (i, result) in DRAIN_RESULTS.iter().enumerate() {
+            let c = self.drains_finished.with_label_values(&[result]);
+            advance(&c, &mut seen.drains_finished[i], tally.drains_finished[i]);
+        }
+        for (i, reason) in STALE_REASONS.iter().enumerate() {
+            let c = self.stale_reports_refused.with_label_values(&[reason]);
+            advance(&c, &mut seen.stale[i], tally.stale_reports_refused[i]);
+        }
+        let last = tally.finished.back().map_or(0, |d| d.seq);
+        if last < seen.drain_seq {
+            // The tally started again (a restore): everything it kept is new.
+            seen.drain_seq = 0;
+        }
+        for drain in tally.finished.iter().filter(|d| d.seq > seen.drain_seq) {
+            self.drain_duration
+                .observe(drain.ticks as f64 * tick_interval.as_secs_f64());
+        }
+        seen.drain_seq = last.max(seen.drain_seq);
+    }
+}
+
+/// The `state` label of a member state.
+fn member_label(state: MemberState) -> &'static str {
+    to_proto::member_state(state).name()
+}
+
+/// The `phase` label of a sandbox phase.
+fn phase_label(phase: Phase) -> &'static str {
+    to_proto::sandbox_phase(phase).name()
+}

@@ -1,7 +1,8 @@
 //! `/healthz` (liveness: the process serves HTTP, whatever the gateways do)
 //! and `/readyz` (a gateway accepted the authenticated stream and the member
 //! is not draining, with the incarnation the pool granted; 503 with the
-//! reason otherwise).
+//! reason otherwise) and `/metrics` (Prometheus text: stream state,
+//! reconnects, runtimes supervised; see [`super::metrics`]).
 
 use std::sync::Arc;
 
@@ -17,6 +18,7 @@ pub async fn serve(listener: tokio::net::TcpListener, agent: Arc<Agent>) {
     let app = Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_text))
         .with_state(agent);
     if let Err(e) = axum::serve(listener, app).await {
         tracing::error!(error = %e, "health endpoints failed");
@@ -34,4 +36,8 @@ async fn readyz(State(agent): State<Arc<Agent>>) -> (StatusCode, String) {
             format!("not ready: {reason}\n"),
         ),
     }
+}
+
+async fn metrics_text(State(agent): State<Arc<Agent>>) -> String {
+    agent.metrics_text()
 }

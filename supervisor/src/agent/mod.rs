@@ -36,6 +36,7 @@
 pub mod config;
 mod exec;
 mod health;
+pub mod metrics;
 mod session;
 mod stop;
 
@@ -105,6 +106,8 @@ pub struct Agent {
     acks_sent: Mutex<BTreeMap<(String, u64, u64), Instant>>,
     /// Slots of the execs running at once ([`exec::MAX_CONCURRENT_EXECS`]).
     exec_slots: Arc<Semaphore>,
+    /// Served at `/metrics`.
+    metrics: metrics::AgentMetrics,
 }
 
 impl Agent {
@@ -127,6 +130,7 @@ impl Agent {
             last_snapshot: Mutex::new(None),
             acks_sent: Mutex::new(BTreeMap::new()),
             exec_slots: exec::slots(),
+            metrics: metrics::AgentMetrics::new(),
             config,
         }
     }
@@ -148,6 +152,20 @@ impl Agent {
             return Err("draining: this member takes no new work".into());
         }
         Ok(self.incarnation.load(Ordering::SeqCst))
+    }
+
+    /// The `/metrics` text.
+    pub fn metrics_text(&self) -> String {
+        let state = if !self.attached.load(Ordering::SeqCst) {
+            "detached"
+        } else if self.draining.load(Ordering::SeqCst) || self.stopping.load(Ordering::SeqCst) {
+            "draining"
+        } else {
+            "attached"
+        };
+        let runtimes = Self::lock(&self.sessions).len();
+        self.metrics
+            .render(state, runtimes, self.incarnation.load(Ordering::SeqCst))
     }
 
     fn set_not_ready(&self, reason: String) {
@@ -377,7 +395,7 @@ pub async fn run_until_stopped(
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .with_context(|| format!("binding the health port {addr}"))?;
-        tracing::info!(%addr, "health endpoints listening (/healthz /readyz)");
+        tracing::info!(%addr, "health endpoints listening (/healthz /readyz /metrics)");
         tasks.push(tokio::spawn(health::serve(listener, agent.clone())));
     }
     if let Some(tls) = &agent.config.gateway_client.tls {
@@ -434,12 +452,14 @@ async fn attach_loop(agent: Arc<Agent>) {
         }
         match ended {
             Ok(Ended::Closed) => {
+                agent.metrics.reconnect("closed");
                 failures = 0;
                 leaving_in_a_row = 0;
                 broken_in_a_row = 0;
                 agent.set_not_ready(format!("stream to gateway {gateway} ended; re-attaching"));
             }
             Ok(Ended::GatewayLeaving(reason)) => {
+                agent.metrics.reconnect("gateway_leaving");
                 failures = 0;
                 broken_in_a_row = 0;
                 leaving_in_a_row += 1;
@@ -454,6 +474,7 @@ async fn attach_loop(agent: Arc<Agent>) {
                 }
             }
             Ok(Ended::Broken(e)) => {
+                agent.metrics.reconnect("broken");
                 failures = 0;
                 leaving_in_a_row = 0;
                 // A stream that served a while is no sign of a gateway
@@ -473,6 +494,7 @@ async fn attach_loop(agent: Arc<Agent>) {
                 }
             }
             Err(e) => {
+                agent.metrics.reconnect("attach_failed");
                 failures = failures.saturating_add(1);
                 leaving_in_a_row = 0;
                 broken_in_a_row = 0;

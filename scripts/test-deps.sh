@@ -8,6 +8,9 @@
 # - process tests find and signal processes with pgrep/pkill/kill: procps;
 # - the bench smoke test (jepsen t39): postgresql-15 and etcd-server;
 # - lazyfs and the Jepsen power-cut nemesis mount FUSE: fuse3 (fusermount3);
+# - the metrics test (gateway-plugin t108) runs `promtool check metrics` on
+#   every /metrics, and scripts/check-metrics.sh runs Prometheus itself:
+#   prometheus (promtool and the server);
 # - the Kubernetes schema test (sandbox-driver t11) validates every Pod and
 #   Secret the driver would create with `kubernetes-validate` (PyPI), in a
 #   venv at /opt/openshell-test-venv (Debian 12 refuses a system pip install);
@@ -27,6 +30,7 @@ command -v fusermount3 >/dev/null 2>&1 || missing+=(fuse3)
 # 3-member etcd of its own (scripts/bench.sh installs the same packages).
 [ -x /usr/lib/postgresql/15/bin/postgres ] || missing+=(postgresql-15)
 command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "scripts/test-deps.sh: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -36,6 +40,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
   # tests start their own servers on their own ports.
   service etcd stop >/dev/null 2>&1 || true
   service postgresql stop >/dev/null 2>&1 || true
+  service prometheus stop >/dev/null 2>&1 || true
 fi
 
 # kubernetes-validate, pinned; the t11 test looks for

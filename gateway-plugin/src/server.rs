@@ -112,6 +112,15 @@ fn announce(config: &GatewayConfig) {
     warn_insecure_defaults(config);
 }
 
+/// The node's config, reporting to `metrics` (log fsync, batches,
+/// snapshots, leader changes).
+fn observed(config: &GatewayConfig, metrics: &Metrics) -> raft_store::NodeConfig {
+    raft_store::NodeConfig {
+        observer: metrics.raft_observer(),
+        ..config.node.clone()
+    }
+}
+
 /// Starts the sandbox launcher (it acts only while this node leads), or
 /// says that this gateway launches nothing.
 fn spawn_launcher(
@@ -156,12 +165,8 @@ pub async fn run(
     let listeners = Listeners::bind(&config).await?;
     let driver = crate::launcher::driver::build(&config.launcher.driver).await?;
     let metrics = Metrics::new();
-    let node_config = raft_store::NodeConfig {
-        observer: metrics.raft_observer(),
-        ..config.node.clone()
-    };
     let node: RaftNode<GatewayState> =
-        RaftNode::start(node_config)
+        RaftNode::start(observed(&config, &metrics))
             .await
             .map_err(|source| ServeError::StartNode {
                 node_id: config.node.node_id,

@@ -176,6 +176,10 @@ mod tests {
     fn every_family_is_exposed_with_help_and_type() {
         let m = Metrics::new();
         m.pool.grants_issued.inc();
+        // A labelled family without a series is not exposed at all.
+        m.auth_failures
+            .with_label_values(&["pool_admin", "missing"])
+            .inc();
         let text = m.render();
         for family in [
             "openshell_auth_failures_total",

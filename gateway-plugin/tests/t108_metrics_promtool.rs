@@ -11,7 +11,8 @@
 //!   issue names are there with units: `grpc_server_handling_seconds` per
 //!   service, method and code, the log fsync histogram, replication lag per
 //!   peer on the leader, pool drains and stale reports, the supervisor's
-//!   stream state (attached)
+//!   stream state (attached); and every family a query of the Grafana
+//!   dashboard names is exported by a gateway or the supervisor
 //!
 //! Without promtool the test fails when `CI=true` or as root (CI runs as
 //! root, after `scripts/test-deps.sh`; as the chart tests do), and is
@@ -91,6 +92,44 @@ async fn metrics(addr: &str) -> String {
     body
 }
 
+/// Every metric family the Grafana dashboard's queries name (histogram
+/// series suffixes removed).
+fn dashboard_families() -> TestResult<std::collections::BTreeSet<String>> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../helm/openshell-gateway/dashboards/openshell.json"
+    );
+    let dashboard: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path)?)?;
+    let mut exprs = Vec::new();
+    let mut stack = vec![&dashboard["panels"]];
+    while let Some(panels) = stack.pop() {
+        for panel in panels.as_array().into_iter().flatten() {
+            stack.push(&panel["panels"]);
+            for target in panel["targets"].as_array().into_iter().flatten() {
+                exprs.push(target["expr"].as_str().unwrap_or_default().to_string());
+            }
+        }
+    }
+    assert!(
+        exprs.len() > 30,
+        "the dashboard has {} queries",
+        exprs.len()
+    );
+    let mut families = std::collections::BTreeSet::new();
+    for expr in &exprs {
+        for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+            if word.starts_with("openshell_") || word.starts_with("grpc_server_") {
+                let family = ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .find_map(|s| word.strip_suffix(s))
+                    .unwrap_or(word);
+                families.insert(family.to_string());
+            }
+        }
+    }
+    Ok(families)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_metrics_endpoint_passes_promtool() -> TestResult {
     let Some(promtool) = promtool() else {
@@ -152,6 +191,14 @@ async fn every_metrics_endpoint_passes_promtool() -> TestResult {
         assert!(
             gateways_text.contains(family),
             "no gateway's /metrics has {family}:\n{gateways_text}"
+        );
+    }
+    eprintln!("--- step: every family the dashboard queries is exported");
+    let exported: String = texts.iter().map(|(_, t)| t.as_str()).collect();
+    for family in dashboard_families()? {
+        assert!(
+            exported.contains(&format!("# TYPE {family} ")),
+            "the dashboard queries {family}, which no endpoint exports"
         );
     }
     let supervisor_text = &texts[3].1;

@@ -125,6 +125,16 @@ impl Metrics {
             "Refused credentials by service and reason",
             &["service", "reason"],
         );
+        // The refusals every service can count, at zero from the start (a
+        // Kubernetes identity's `identity_*` reasons appear when counted).
+        for service in ["cluster_admin", "object_store", "pool_admin", "peer_relay"] {
+            for reason in ["missing", "invalid", "forbidden"] {
+                auth_failures.with_label_values(&[service, reason]);
+            }
+        }
+        for reason in ["credential", "malformed"] {
+            auth_failures.with_label_values(&["supervisor_host", reason]);
+        }
         Metrics {
             auth_failures,
             raft: RaftMetrics::new(&reg),
@@ -176,10 +186,6 @@ mod tests {
     fn every_family_is_exposed_with_help_and_type() {
         let m = Metrics::new();
         m.pool.grants_issued.inc();
-        // A labelled family without a series is not exposed at all.
-        m.auth_failures
-            .with_label_values(&["pool_admin", "missing"])
-            .inc();
         let text = m.render();
         for family in [
             "openshell_auth_failures_total",

@@ -16,6 +16,10 @@ use std::net::SocketAddr;
 
 use tonic::transport::server::Router;
 
+/// The layers of every gateway server ([`crate::server::GatewayServer`]).
+pub(crate) type GatewayLayers =
+    tower::layer::util::Stack<crate::logs::RpcLayer, tower::layer::util::Identity>;
+
 use crate::config::GatewayConfig;
 use crate::server::ServeError;
 
@@ -72,7 +76,7 @@ pub(crate) type Serving = tokio::task::JoinHandle<Result<(), tonic::transport::E
 /// Serves `router` on `listener`, over TLS with `tls` (else plaintext),
 /// until `stop` turns true; then stops accepting and drains.
 pub(crate) fn serve(
-    router: Router,
+    router: Router<GatewayLayers>,
     listener: tokio::net::TcpListener,
     tls: Option<proto::tls::ServerTls>,
     mut stop: tokio::sync::watch::Receiver<bool>,

@@ -16,7 +16,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/openshell/pool_admin/v1/pool_admin.proto",
         "proto/openshell/sandbox_runtime/v1/runtime.proto",
     ];
-    tonic_prost_build::configure().compile_protos(&files, &["proto"])?;
+    // The encoded descriptors of every file, served by gRPC server reflection
+    // (`proto::FILE_DESCRIPTOR_SET`).
+    let out_dir = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
+    tonic_prost_build::configure()
+        .file_descriptor_set_path(out_dir.join("openshell_descriptor.bin"))
+        .compile_protos(&files, &["proto"])?;
     for f in files {
         println!("cargo:rerun-if-changed={f}");
     }

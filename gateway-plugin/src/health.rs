@@ -195,6 +195,11 @@ impl Health {
         verdict
     }
 
+    /// Whether the gateway was told to stop ([`Health::set_leaving`]).
+    pub fn is_leaving(&self) -> bool {
+        self.leaving.load(Ordering::SeqCst)
+    }
+
     /// The gateway is stopping: `/readyz` answers 503 "shutting down" from
     /// now on.
     pub fn set_leaving(&self) {

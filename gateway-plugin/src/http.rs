@@ -42,20 +42,30 @@ pub async fn serve(
     health: Health,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    axum::serve(listener, router(node, hub, metrics, health))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// The endpoints as a router (what [`serve`] serves; a host embedding the
+/// gateway serves or merges it).
+pub fn router(
+    node: RaftNode<GatewayState>,
+    hub: std::sync::Arc<Hub>,
+    metrics: Metrics,
+    health: Health,
+) -> Router {
     let state = Http {
         node,
         hub,
         metrics,
         health,
     };
-    let app = Router::new()
+    Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
-        .with_state(state);
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
+        .with_state(state)
 }
 
 /// Binds the HTTP address.

@@ -14,9 +14,14 @@
 
 use std::net::SocketAddr;
 
-use tower::layer::util::{Identity, Stack};
+use tonic::transport::server::Router;
 
-use crate::rpc_metrics::RpcMetricsLayer;
+/// The layers of every gateway server ([`crate::server::GatewayServer`]):
+/// the call's tracing span, and within it its metrics.
+pub(crate) type GatewayLayers = tower::layer::util::Stack<
+    crate::rpc_metrics::RpcMetricsLayer,
+    tower::layer::util::Stack<crate::logs::RpcLayer, tower::layer::util::Identity>,
+>;
 
 use crate::config::GatewayConfig;
 use crate::server::ServeError;
@@ -68,20 +73,13 @@ impl Listeners {
     }
 }
 
-/// A port's gRPC server builder: every call timed by
-/// [`crate::rpc_metrics`].
-pub(crate) type Server = tonic::transport::Server<Stack<RpcMetricsLayer, Identity>>;
-
-/// A port's services on its [`Server`].
-pub(crate) type Router = tonic::transport::server::Router<Stack<RpcMetricsLayer, Identity>>;
-
 /// A gRPC server's task.
 pub(crate) type Serving = tokio::task::JoinHandle<Result<(), tonic::transport::Error>>;
 
 /// Serves `router` on `listener`, over TLS with `tls` (else plaintext),
 /// until `stop` turns true; then stops accepting and drains.
 pub(crate) fn serve(
-    router: Router,
+    router: Router<GatewayLayers>,
     listener: tokio::net::TcpListener,
     tls: Option<proto::tls::ServerTls>,
     mut stop: tokio::sync::watch::Receiver<bool>,

@@ -98,6 +98,11 @@ pub mod openshell {
     }
 }
 
+/// The encoded `FileDescriptorSet` of every `.proto` file above: what gRPC
+/// server reflection serves, so `grpcurl` and other generic clients list and
+/// call the services without the `.proto` files.
+pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("openshell_descriptor");
+
 pub use openshell::cluster::v1 as cluster;
 pub use openshell::gateway::v1 as gateway;
 pub use openshell::objects::v1 as objects;
@@ -110,8 +115,10 @@ pub use openshell::supervisor_host::v1 as supervisor_host;
 pub mod attach;
 pub mod backup;
 pub mod client;
+pub mod discovery;
 pub mod exec;
 pub mod grant;
+pub mod logs;
 pub mod metadata;
 pub mod names;
 pub mod secret;

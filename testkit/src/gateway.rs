@@ -421,9 +421,40 @@ impl Cluster {
         }
     }
 
+    /// Prints the last 40 lines of every node's log (on a test's failure).
+    /// Before each tail, the node's warnings and errors from the whole run
+    /// (at most [`WARNINGS_SHOWN`], openraft's replication retries left out):
+    /// what failed a sandbox or a write is usually said long before the end.
+    /// With `TESTKIT_LOG_DIR` set, every node's whole log is copied there too
+    /// (`node-<id>.log`).
     pub fn dump_logs(&self) {
+        let keep = std::env::var_os("TESTKIT_LOG_DIR").map(std::path::PathBuf::from);
         for node in &self.nodes {
             let log = node.log();
+            if let Some(dir) = &keep {
+                let path = dir.join(format!("node-{}.log", node.id));
+                if let Err(e) =
+                    std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&path, &log))
+                {
+                    eprintln!("cannot keep {}: {e}", path.display());
+                }
+            }
+            let warnings: Vec<&str> = log
+                .lines()
+                .filter(|l| {
+                    (l.contains(" WARN ") || l.contains(" ERROR ")) && !l.contains("openraft::")
+                })
+                .take(WARNINGS_SHOWN)
+                .collect();
+            if !warnings.is_empty() {
+                eprintln!(
+                    "----- node {} warnings and errors (first {WARNINGS_SHOWN}) -----",
+                    node.id
+                );
+                for line in warnings {
+                    eprintln!("{line}");
+                }
+            }
             let tail: Vec<&str> = log.lines().rev().take(40).collect();
             eprintln!("----- node {} log (last 40 lines) -----", node.id);
             for line in tail.into_iter().rev() {
@@ -432,6 +463,9 @@ impl Cluster {
         }
     }
 }
+
+/// Warnings and errors [`Cluster::dump_logs`] shows per node.
+pub const WARNINGS_SHOWN: usize = 30;
 
 /// An object of the test type with `value` as payload.
 pub fn object(id: &str, value: &str) -> Object {

@@ -43,6 +43,15 @@ struct Args {
     /// port, creates no directory, contacts nothing.
     #[arg(long)]
     check_config: bool,
+    /// Log lines on stderr: `text` or `json` (one object per line, with
+    /// node_id, term and, inside a call, its method and request_id).
+    #[arg(
+        long,
+        env = "OPENSHELL_LOG_FORMAT",
+        default_value = "text",
+        value_name = "FORMAT"
+    )]
+    log_format: proto::logs::LogFormat,
     /// This gateway's raft node id (>= 1).
     #[arg(long, env = "OPENSHELL_NODE_ID")]
     node_id: Option<u64>,
@@ -462,15 +471,19 @@ fn run() -> anyhow::Result<()> {
         return offline(command);
     }
     let check_only = args.check_config;
+    let log_format = args.log_format;
+    let file = match &args.config {
+        Some(path) => config::read_file(path)?,
+        None => GatewaySection::default(),
+    };
+    let config = file.overlay(flag_section(args)?).validate()?;
     if !check_only {
-        tracing_subscriber::fmt()
-            .with_env_filter(
-                tracing_subscriber::EnvFilter::try_from_default_env()
-                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn")),
-            )
-            .with_writer(std::io::stderr)
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .init();
+        proto::logs::init(
+            log_format,
+            "info,openraft=warn",
+            &[("node_id", config.node.node_id.into())],
+        )
+        .map_err(anyhow::Error::msg)?;
         let faults = gateway_plugin::fault::enable_from_env()?;
         if !faults.is_empty() {
             tracing::warn!(
@@ -479,11 +492,6 @@ fn run() -> anyhow::Result<()> {
             );
         }
     }
-    let file = match &args.config {
-        Some(path) => config::read_file(path)?,
-        None => GatewaySection::default(),
-    };
-    let config = file.overlay(flag_section(args)?).validate()?;
     if check_only {
         gateway_plugin::config_check::check(&config)?;
         println!(

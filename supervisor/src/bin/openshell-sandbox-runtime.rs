@@ -41,6 +41,15 @@ struct Cli {
 
 #[derive(Debug, Args)]
 struct RunArgs {
+    /// Log lines on stderr: `text` or `json` (one object per line, with
+    /// the sandbox and generation).
+    #[arg(
+        long,
+        env = "OPENSHELL_LOG_FORMAT",
+        default_value = "text",
+        value_name = "FORMAT"
+    )]
+    log_format: proto::logs::LogFormat,
     /// The sandbox this runtime holds; grants must name it.
     #[arg(long, env = "OPENSHELL_SANDBOX_ID", required = true)]
     sandbox_id: Option<String>,
@@ -195,15 +204,17 @@ async fn shutdown_signal() {
 }
 
 fn serve(args: RunArgs) -> anyhow::Result<()> {
+    let log_format = args.log_format;
     let config = config(args)?;
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    proto::logs::init(
+        log_format,
+        "info",
+        &[
+            ("sandbox", config.sandbox_id.clone().into()),
+            ("generation", config.generation.into()),
+        ],
+    )
+    .map_err(anyhow::Error::msg)?;
     match runtime::become_session_leader() {
         Ok(true) => tracing::debug!("started a new session (setsid)"),
         Ok(false) => tracing::debug!("already detached (session or process-group leader)"),

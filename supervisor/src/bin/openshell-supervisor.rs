@@ -16,6 +16,15 @@ struct Args {
     /// Pool member id (stable across restarts, e.g. the Pod name).
     #[arg(long, env = "OPENSHELL_POOL_MEMBER_ID")]
     pool_member_id: Option<String>,
+    /// Log lines on stderr: `text` or `json` (one object per line, with
+    /// the member id).
+    #[arg(
+        long,
+        env = "OPENSHELL_LOG_FORMAT",
+        default_value = "text",
+        value_name = "FORMAT"
+    )]
+    log_format: proto::logs::LogFormat,
     /// Pool member uid (e.g. the Pod uid).
     #[arg(long, env = "OPENSHELL_POOL_MEMBER_UID")]
     pool_member_uid: Option<String>,
@@ -100,14 +109,9 @@ fn main() {
 
 fn run() -> anyhow::Result<()> {
     let args = Args::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    let member = args.pool_member_id.clone().unwrap_or_default();
+    proto::logs::init(args.log_format, "info", &[("member", member.into())])
+        .map_err(anyhow::Error::msg)?;
     if args.listen.is_some() && !args.check_config {
         tracing::warn!("--listen is ignored: the supervisor opens no gRPC port (exec travels on its stream to the gateway)");
     }

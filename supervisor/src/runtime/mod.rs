@@ -390,9 +390,23 @@ fn spawn_server(
     tls: Option<proto::tls::ServerTls>,
     stop: tokio::sync::oneshot::Receiver<()>,
 ) -> tokio::task::JoinHandle<Result<(), tonic::transport::Error>> {
-    let router = tonic::transport::Server::builder().add_service(SandboxRuntimeServer::new(
-        service::Service(Arc::clone(shared)),
-    ));
+    let (reporter, _) = proto::discovery::health_reporter();
+    tokio::spawn(follow_workload(shared.exited_rx(), reporter.clone()));
+    let reflection = match proto::discovery::reflection(&[RUNTIME_SERVICE]) {
+        Ok(services) => Some(services),
+        Err(e) => {
+            error!("serving without gRPC reflection: {e}");
+            None
+        }
+    };
+    let (reflection_v1, reflection_v1alpha) = reflection.unzip();
+    let router = tonic::transport::Server::builder()
+        .add_service(SandboxRuntimeServer::new(service::Service(Arc::clone(
+            shared,
+        ))))
+        .add_service(proto::discovery::health_service(reporter))
+        .add_optional_service(reflection_v1)
+        .add_optional_service(reflection_v1alpha);
     let stop = async {
         let _ = stop.await;
     };
@@ -402,6 +416,33 @@ fn spawn_server(
         ),
         None => {
             tokio::spawn(router.serve_with_incoming_shutdown(TcpIncoming::from(listener), stop))
+        }
+    }
+}
+
+/// The runtime's service name, as gRPC health and reflection give it.
+pub const RUNTIME_SERVICE: &str =
+    <SandboxRuntimeServer<service::Service> as tonic::server::NamedService>::NAME;
+
+/// `grpc.health.v1.Health`: the runtime (`""`) and SandboxRuntime are
+/// SERVING while the workload runs, NOT_SERVING once it stopped (released,
+/// recovery deadline passed, exited): nothing revives it.
+async fn follow_workload(
+    mut exited: tokio::sync::watch::Receiver<bool>,
+    reporter: proto::discovery::HealthReporter,
+) {
+    use proto::discovery::ServingStatus;
+    loop {
+        let status = if *exited.borrow_and_update() {
+            ServingStatus::NotServing
+        } else {
+            ServingStatus::Serving
+        };
+        for name in ["", RUNTIME_SERVICE] {
+            reporter.set_service_status(name, status).await;
+        }
+        if exited.changed().await.is_err() {
+            return;
         }
     }
 }

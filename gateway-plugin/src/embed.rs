@@ -1,0 +1,457 @@
+//! A gateway without ports: its services as routes a host mounts in its
+//! own tonic server, next to services of its own. [`crate::server::run`]
+//! is this plus the ports of [`crate::ports`].
+//!
+//! ```no_run
+//! # async fn host(config: gateway_plugin::config::GatewayConfig) -> anyhow::Result<()> {
+//! use gateway_plugin::embed::Gateway;
+//! let gateway = Gateway::start(config).await?;
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:7001").await?;
+//! let incoming = tonic::transport::server::TcpIncoming::from(listener);
+//! // An `--insecure` gateway on one port; with TLS, serve `client_routes`
+//! // over `gateway.client_tls()` and `peer_routes` over `gateway.peer_tls()`
+//! // (mutual TLS: only this cluster's gateways) on a second port.
+//! let router = gateway.server_builder().add_routes(gateway.single_port_routes()?);
+//! // router.add_service(MyOwnServer::new(...)) goes here.
+//! router.serve_with_incoming_shutdown(incoming, async { /* host's stop */ }).await?;
+//! gateway.stop(async {}).await;
+//! # Ok(()) }
+//! ```
+//!
+//! # What the host owns, what the gateway owns
+//! - **Ports and TLS**: the host's. The client routes (ClusterAdmin,
+//!   ObjectStore, PoolAdmin, SupervisorHost, gRPC health, reflection) take
+//!   any caller that completes TLS: calls carry a bearer token (or a
+//!   supervisor credential), checked by the routes themselves. The peer
+//!   routes (the raft transport, ClusterAdmin for forwarded calls,
+//!   PeerRelay) trust the connection: serve them only over
+//!   [`Gateway::peer_tls`] (a client certificate this cluster's CA signed is
+//!   required) or, `--insecure`, on a private network. The TLS acceptor is
+//!   [`proto::tls::incoming`] (it reloads rotated certificates).
+//! - **Limits**: [`Gateway::server_builder`] is a server with the gateway's
+//!   limits (concurrent streams, keepalive, call deadline) and one tracing
+//!   span per call; a host that uses its own builder keeps its own limits.
+//! - **Background tasks** (raft, heartbeats, assignment pushes, the
+//!   coordinator, the launcher, the autopilot, certificate reloads, health):
+//!   the gateway's, aborted when it is dropped; [`Gateway::stop`] first
+//!   hands leadership over and moves the attached supervisors.
+//! - **Probes and metrics**: [`Gateway::http_router`] is `/healthz`,
+//!   `/readyz`, `/metrics` as an axum router the host may merge or serve.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use proto::cluster::cluster_admin_server::ClusterAdminServer;
+use proto::discovery::HealthReporter;
+use proto::objects::object_store_server::ObjectStoreServer;
+use proto::pool_admin::pool_admin_server::PoolAdminServer;
+use proto::supervisor_host::supervisor_host_server::SupervisorHostServer;
+use raft_store::RaftNode;
+use tonic::service::{Routes, RoutesBuilder};
+
+use crate::auth::authenticated;
+use crate::cluster_admin_service::ClusterAdminService;
+use crate::config::GatewayConfig;
+use crate::health::Health;
+use crate::hub::Hub;
+use crate::metrics::Metrics;
+use crate::object_store_service::ObjectStoreService;
+use crate::pool_admin_service::PoolAdminService;
+use crate::server::{ServeError, MAX_REQUEST_BYTES};
+use crate::state::GatewayState;
+use crate::supervisor_host_service::SupervisorHostService;
+
+/// The longest a stop takes, from [`Gateway::stop`] being called to its
+/// return (the runbook promises an exit within 10 s).
+pub const STOP_BOUND: Duration = Duration::from_secs(9);
+/// The longest a stopping leader spends handing leadership over.
+pub const HANDOVER_BOUND: Duration = Duration::from_secs(4);
+/// Kept at the end of [`STOP_BOUND`] for raft's own shutdown.
+const RAFT_SHUTDOWN_BOUND: Duration = Duration::from_secs(1);
+/// A voter at most this many entries behind the leader counts as caught up
+/// (a candidate for the hand-over).
+const HANDOVER_MAX_LAG: u64 = 100;
+
+/// A started gateway: a raft node and the pool's tasks, serving nothing
+/// until its routes are mounted.
+pub struct Gateway {
+    config: GatewayConfig,
+    node: RaftNode<GatewayState>,
+    hub: Arc<Hub>,
+    health: Health,
+    metrics: Metrics,
+    health_reporter: HealthReporter,
+    _tasks: AbortOnDrop,
+}
+
+impl Gateway {
+    /// Builds the sandbox driver, starts the raft node (bootstrapping a new
+    /// cluster from the lowest initial voter) and every background task.
+    /// Binds no port.
+    ///
+    /// # Errors
+    /// The driver cannot work, or the node cannot start (bad data
+    /// directory, a foreign cluster's data).
+    pub async fn start(config: GatewayConfig) -> Result<Self, ServeError> {
+        let driver = crate::launcher::driver::build(&config.launcher.driver).await?;
+        let metrics = Metrics::new();
+        // The node reports log fsyncs, batches, snapshots and leader
+        // changes to the metrics.
+        let observed = raft_store::NodeConfig {
+            observer: metrics.raft_observer(),
+            ..config.node.clone()
+        };
+        let node: RaftNode<GatewayState> =
+            RaftNode::start(observed)
+                .await
+                .map_err(|source| ServeError::StartNode {
+                    node_id: config.node.node_id,
+                    source,
+                })?;
+        crate::server::announce(&config);
+        bootstrap(&node, &config);
+        let commit_at_start = node.status().commit_index;
+        tracing::info!(
+            commit_at_start,
+            "start-up commit index: ready once applied up to it and caught up with the leader"
+        );
+        let hub = Hub::new(
+            node.clone(),
+            config.pool.clone(),
+            config.signer.clone(),
+            metrics.clone(),
+        );
+        let (health, health_task) = Health::start(node.clone(), commit_at_start);
+        let (health_reporter, _) = proto::discovery::health_reporter();
+        let tasks = [
+            tokio::spawn(hub.clone().run_heartbeats()),
+            tokio::spawn(hub.clone().run_snapshot_pusher()),
+            tokio::spawn(hub.clone().run_coordinator()),
+            tokio::spawn(crate::address_check::watch(
+                node.clone(),
+                config.node.advertise_addr.clone(),
+            )),
+            tokio::spawn(crate::grpc_health::follow(
+                health.clone(),
+                health_reporter.clone(),
+            )),
+            tokio::spawn(crate::logs::follow_term(node.clone())),
+            health_task,
+        ];
+        let mut aborts: Vec<tokio::task::AbortHandle> =
+            tasks.iter().map(|t| t.abort_handle()).collect();
+        aborts.extend(spawn_launcher(driver, &hub, &config));
+        if let Some(tls) = &config.tls {
+            use proto::tls::{Reloader, RELOAD_EVERY};
+            aborts.push(Reloader::spawn(tls.client_port.clone(), RELOAD_EVERY).abort_handle());
+            aborts.push(Reloader::spawn(tls.peer_port.clone(), RELOAD_EVERY).abort_handle());
+            aborts.push(Reloader::spawn(tls.peer_client.clone(), RELOAD_EVERY).abort_handle());
+        }
+        if let Some(autopilot) = config.autopilot.clone() {
+            let autopilot = crate::autopilot::Autopilot::new(node.clone(), autopilot);
+            aborts.push(tokio::spawn(autopilot.run()).abort_handle());
+        }
+        Ok(Gateway {
+            config,
+            node,
+            hub,
+            health,
+            metrics,
+            health_reporter,
+            _tasks: AbortOnDrop(aborts),
+        })
+    }
+
+    /// The client port's services: ClusterAdmin, ObjectStore, PoolAdmin,
+    /// SupervisorHost, `grpc.health.v1.Health` and server reflection.
+    ///
+    /// # Errors
+    /// An embedded descriptor set does not decode (a build defect).
+    pub fn client_routes(&self) -> Result<Routes, ServeError> {
+        Ok(self.client_services(Routes::builder())?.routes())
+    }
+
+    /// The peer port's services: the raft transport, ClusterAdmin (calls
+    /// forwarded to the leader) and PeerRelay. Mount them only where a
+    /// caller must be one of this cluster's gateways (module doc).
+    pub fn peer_routes(&self) -> Routes {
+        let mut routes = Routes::builder();
+        routes
+            .add_service(self.node.transport_service())
+            .add_service(self.cluster_admin())
+            .add_service(self.relay());
+        routes.routes()
+    }
+
+    /// An `--insecure` gateway's one port: the client and the peer services
+    /// together (ClusterAdmin once, with its token check).
+    ///
+    /// # Errors
+    /// As [`Gateway::client_routes`].
+    pub fn single_port_routes(&self) -> Result<Routes, ServeError> {
+        let mut routes = self.client_services(Routes::builder())?;
+        routes
+            .add_service(self.node.transport_service())
+            .add_service(self.relay());
+        Ok(routes.routes())
+    }
+
+    /// A tonic server with the gateway's limits, one tracing span per call
+    /// ([`crate::logs::RpcLayer`]) and per-call metrics
+    /// ([`crate::rpc_metrics`]).
+    pub fn server_builder(&self) -> crate::server::GatewayServer {
+        crate::server::server(&self.config, &self.metrics)
+    }
+
+    /// The client port's TLS (this gateway's certificate), unless
+    /// `--insecure` without TLS files.
+    pub fn client_tls(&self) -> Option<proto::tls::ServerTls> {
+        self.config.tls.as_ref().map(|t| t.client_port.clone())
+    }
+
+    /// The peer port's TLS: a client certificate this cluster's CA signed is
+    /// required.
+    pub fn peer_tls(&self) -> Option<proto::tls::ServerTls> {
+        self.config.tls.as_ref().map(|t| t.peer_port.clone())
+    }
+
+    /// `/healthz`, `/readyz` and `/metrics` ([`crate::http`]).
+    pub fn http_router(&self) -> axum::Router {
+        crate::http::router(
+            self.node.clone(),
+            self.hub.clone(),
+            self.metrics.clone(),
+            self.health.clone(),
+        )
+    }
+
+    /// Liveness and readiness.
+    pub fn health(&self) -> &Health {
+        &self.health
+    }
+
+    /// The raft node.
+    pub fn node(&self) -> &RaftNode<GatewayState> {
+        &self.node
+    }
+
+    /// The configuration it runs with.
+    pub fn config(&self) -> &GatewayConfig {
+        &self.config
+    }
+
+    /// Stops within [`STOP_BOUND`]: turns not ready (`/readyz` 503, gRPC
+    /// health NOT_SERVING, new supervisor streams refused), hands leadership
+    /// over (a leader, within [`HANDOVER_BOUND`]), tells every attached
+    /// supervisor to move, then awaits `drain` (the host stops its servers
+    /// and waits for the calls in flight) until the bound less a second
+    /// kept for raft, then stops raft. Returns `drain`'s output, or `None`
+    /// if it did not finish within the bound.
+    pub async fn stop<T>(self, drain: impl Future<Output = T>) -> Option<T> {
+        let started = tokio::time::Instant::now();
+        let deadline = started + STOP_BOUND;
+        self.health.set_leaving();
+        self.hub.begin_leaving();
+        tracing::info!(
+            bound_ms = STOP_BOUND.as_millis() as u64,
+            "stopping: /readyz answers 503, new supervisor streams are refused"
+        );
+        hand_over_leadership(&self.node).await;
+        let moved = self.hub.move_supervisors();
+        tracing::info!(
+            moved,
+            "told the attached supervisors to move to another gateway"
+        );
+        let drained = tokio::time::timeout_at(deadline - RAFT_SHUTDOWN_BOUND, drain)
+            .await
+            .ok();
+        let raft_bound = deadline
+            .saturating_duration_since(tokio::time::Instant::now())
+            .max(Duration::from_millis(100));
+        if tokio::time::timeout(raft_bound, self.node.shutdown())
+            .await
+            .is_err()
+        {
+            tracing::warn!("raft did not stop within the bound; exiting anyway");
+        }
+        tracing::info!(
+            took_ms = started.elapsed().as_millis() as u64,
+            "gateway stopped"
+        );
+        drained
+    }
+
+    /// The client services added to `routes`.
+    fn client_services(&self, mut routes: RoutesBuilder) -> Result<RoutesBuilder, ServeError> {
+        let config = &self.config;
+        let (reflection_v1, reflection_v1alpha) =
+            proto::discovery::reflection(&crate::grpc_health::CLIENT_SERVICES)?;
+        let health = proto::discovery::health_service(self.health_reporter.clone());
+        routes
+            .add_service(authenticated(
+                &config.auth,
+                &self.metrics,
+                "cluster_admin",
+                self.cluster_admin(),
+            ))
+            .add_service(authenticated(
+                &config.auth,
+                &self.metrics,
+                "object_store",
+                ObjectStoreServer::new(ObjectStoreService::new(
+                    self.node.clone(),
+                    config.auth.clone(),
+                    self.metrics.clone(),
+                ))
+                .max_decoding_message_size(MAX_REQUEST_BYTES),
+            ))
+            .add_service(
+                SupervisorHostServer::new(SupervisorHostService::new(self.hub.clone()))
+                    .max_decoding_message_size(MAX_REQUEST_BYTES),
+            )
+            .add_service(authenticated(
+                &config.auth,
+                &self.metrics,
+                "pool_admin",
+                PoolAdminServer::new(PoolAdminService::new(self.hub.clone(), config.auth.clone()))
+                    .max_decoding_message_size(MAX_REQUEST_BYTES),
+            ))
+            .add_service(health)
+            .add_service(authenticated(
+                &config.auth,
+                &self.metrics,
+                "reflection",
+                reflection_v1,
+            ))
+            .add_service(authenticated(
+                &config.auth,
+                &self.metrics,
+                "reflection",
+                reflection_v1alpha,
+            ));
+        Ok(routes)
+    }
+
+    /// ClusterAdmin: on the client port, and on the peer port for calls
+    /// another gateway forwards to the leader.
+    fn cluster_admin(&self) -> ClusterAdminServer<ClusterAdminService> {
+        ClusterAdminServer::new(ClusterAdminService::new(
+            self.node.clone(),
+            self.config.auth.clone(),
+            self.metrics.clone(),
+        ))
+        .max_encoding_message_size(64 * 1024 * 1024)
+        .max_decoding_message_size(MAX_REQUEST_BYTES)
+    }
+
+    /// PeerRelay (an exec relayed to the gateway holding the owner's
+    /// stream): peer port only, since relays go to membership (peer)
+    /// addresses.
+    fn relay(
+        &self,
+    ) -> proto::gateway::peer_relay_server::PeerRelayServer<
+        crate::peer_relay_service::PeerRelayService,
+    > {
+        crate::peer_relay_service::service(self.hub.clone(), self.config.auth.clone())
+    }
+}
+
+/// A leader moves leadership to the most caught-up voter (at most
+/// [`HANDOVER_MAX_LAG`] entries behind), within [`HANDOVER_BOUND`], so the
+/// cluster does not wait for an election timeout after it leaves. Skipped
+/// when this node does not lead or no voter is caught up.
+async fn hand_over_leadership(node: &RaftNode<GatewayState>) {
+    let status = node.status();
+    if !node.is_leader() {
+        return;
+    }
+    let target = status
+        .nodes
+        .iter()
+        .filter(|n| n.voter && n.id != status.node_id)
+        .filter_map(|n| n.lag.map(|lag| (lag, n.id)))
+        .filter(|(lag, _)| *lag <= HANDOVER_MAX_LAG)
+        .min();
+    let Some((lag, to)) = target else {
+        tracing::warn!("leading, but no voter is caught up: leaving without a hand-over");
+        return;
+    };
+    tracing::info!(to, lag, "leading: handing leadership over before stopping");
+    match tokio::time::timeout(HANDOVER_BOUND, node.transfer_leader(Some(to))).await {
+        Ok(Ok((leader, term))) => {
+            tracing::info!(leader, term, "handed leadership over")
+        }
+        Ok(Err(e)) => tracing::warn!(to, error = %e, "leadership hand-over failed"),
+        Err(_) => tracing::warn!(
+            to,
+            bound_ms = HANDOVER_BOUND.as_millis() as u64,
+            "leadership hand-over did not finish within its bound"
+        ),
+    }
+}
+
+/// Starts the sandbox launcher (it acts only while this node leads), or
+/// says that this gateway launches nothing.
+fn spawn_launcher(
+    driver: Option<Arc<dyn sandbox_driver::SandboxDriver>>,
+    hub: &Arc<Hub>,
+    config: &GatewayConfig,
+) -> Option<tokio::task::AbortHandle> {
+    let Some(driver) = driver else {
+        tracing::warn!(
+            "no sandbox driver (--sandbox-driver none): this gateway launches no runtimes when it leads"
+        );
+        return None;
+    };
+    let launcher = crate::launcher::Launcher::new(
+        hub.clone(),
+        driver,
+        config.launcher.runtime_trusted_keys_file.clone(),
+    );
+    Some(tokio::spawn(launcher.run()).abort_handle())
+}
+
+/// The node listed first (lowest id) among the initial voters bootstraps the
+/// cluster if its log is empty; the others wait to be contacted.
+fn bootstrap(node: &RaftNode<GatewayState>, config: &GatewayConfig) {
+    let voters = config.initial_voters.clone();
+    let lowest = voters.iter().map(|(id, _)| *id).min();
+    if lowest != Some(node.id()) {
+        return;
+    }
+    let node = node.clone();
+    tokio::spawn(async move {
+        match node.raft().is_initialized().await {
+            Ok(true) => return,
+            Ok(false) => {}
+            Err(e) => {
+                tracing::error!(error = %e, "cannot tell whether raft is initialized");
+                return;
+            }
+        }
+        for attempt in 1..=10 {
+            match node.initialize(voters.clone()).await {
+                Ok(_) => {
+                    tracing::info!(?voters, "bootstrapped a new cluster");
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(attempt, error = %e, "bootstrap failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
+    });
+}
+
+/// Aborts the background tasks when the gateway is dropped.
+struct AbortOnDrop(Vec<tokio::task::AbortHandle>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
+}

@@ -137,7 +137,8 @@ where
         let labels = LABELS.get();
         let term = TERM.load(Ordering::Relaxed);
         let mut line = String::new();
-        self.inner.format_event(ctx, Writer::new(&mut line), event)?;
+        self.inner
+            .format_event(ctx, Writer::new(&mut line), event)?;
         if !self.json {
             // The labels close the line: the timestamp stays first.
             let body = line.strip_suffix('\n').unwrap_or(&line);

@@ -104,7 +104,16 @@ pub enum Command {
 #[derive(Subcommand, Debug)]
 pub enum RaftCommand {
     /// Leader, term, commit and applied index, voters, learners, lag.
-    Status,
+    Status {
+        /// Re-run every --interval until Ctrl-C: a redrawn table on a
+        /// terminal, tables after `--- <unix ms>` lines when piped, one JSON
+        /// document per line with `-o json`.
+        #[arg(long)]
+        watch: bool,
+        /// The --watch interval in ms (default 2000, at least 250).
+        #[arg(long, value_name = "MS")]
+        interval: Option<u64>,
+    },
     /// Add a gateway as a non-voting learner. Refused (nothing changes)
     /// unless the gateway at ADDR answers as node ID within 5 s; then waits
     /// up to 30 s until it caught up (exit 1 if it did not: it stays a
@@ -146,7 +155,16 @@ pub enum RaftCommand {
 #[derive(Subcommand, Debug)]
 pub enum PoolCommand {
     /// Members, sandboxes and operations.
-    Status,
+    Status {
+        /// Re-run every --interval until Ctrl-C: a redrawn table on a
+        /// terminal, tables after `--- <unix ms>` lines when piped, one JSON
+        /// document per line with `-o json`.
+        #[arg(long)]
+        watch: bool,
+        /// The --watch interval in ms (default 2000, at least 250).
+        #[arg(long, value_name = "MS")]
+        interval: Option<u64>,
+    },
     /// Drain a member: move its sandboxes away; it takes no new work.
     Drain {
         /// The member id.
@@ -154,7 +172,8 @@ pub enum PoolCommand {
         /// Moves in flight at once, 1..=8.
         #[arg(long, default_value_t = 1)]
         max_parallel: u32,
-        /// Show progress until the operation ends.
+        /// Show progress until the operation ends (a progress bar on a
+        /// terminal, one line per change when stderr is piped).
         #[arg(long)]
         wait: bool,
     },
@@ -163,7 +182,8 @@ pub enum PoolCommand {
         /// Moves in flight at once, 1..=8.
         #[arg(long, default_value_t = 1)]
         max_parallel: u32,
-        /// Show progress until the operation ends.
+        /// Show progress until the operation ends (a progress bar on a
+        /// terminal, one line per change when stderr is piped).
         #[arg(long)]
         wait: bool,
     },

@@ -11,7 +11,6 @@ use std::time::Duration;
 use proto::client::{self, ClientConfig, Role};
 use proto::metadata::{LEADER_ADDR, NO_QUORUM};
 use proto::tls::ClientTls;
-use tonic::metadata::AsciiMetadataValue;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 use tonic::{Code, Status};
@@ -92,20 +91,8 @@ impl From<Status> for CliError {
     }
 }
 
-/// Adds the bearer token to every call.
-#[derive(Clone)]
-pub struct Bearer(Option<AsciiMetadataValue>);
-
-impl tonic::service::Interceptor for Bearer {
-    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
-        if let Some(token) = &self.0 {
-            request
-                .metadata_mut()
-                .insert("authorization", token.clone());
-        }
-        Ok(request)
-    }
-}
+/// Adds the bearer token to every call (shared with the client crate).
+pub use proto::client::Bearer;
 
 /// An authenticated channel to one gateway.
 pub type Authed = InterceptedService<Channel, Bearer>;
@@ -135,15 +122,8 @@ impl std::fmt::Debug for Gateway {
 
 impl Gateway {
     fn bearer(&self) -> Result<Bearer, CliError> {
-        match &self.token {
-            None => Ok(Bearer(None)),
-            Some(t) => format!("Bearer {t}")
-                .parse()
-                .map(|v| Bearer(Some(v)))
-                .map_err(|_| {
-                    CliError::Local("--token holds characters a header cannot carry".into())
-                }),
-        }
+        Bearer::new(self.token.as_deref())
+            .map_err(|_| CliError::Local("--token holds characters a header cannot carry".into()))
     }
 
     /// An eager channel to `addr` with the CLI's deadlines

@@ -82,6 +82,7 @@ async fn ids_outside_the_rule_are_refused_and_never_become_paths() -> TestResult
         let r = admin
             .delete_sandbox(DeleteSandboxRequest {
                 sandbox_id: id.into(),
+                request_id: String::new(),
             })
             .await;
         invalid(r.map(|_| ()), "delete", "sandbox_id");
@@ -109,6 +110,7 @@ async fn ids_outside_the_rule_are_refused_and_never_become_paths() -> TestResult
             sandbox_id: "sb-big".into(),
             launch_id: String::new(),
             material_ref: big,
+            request_id: String::new(),
         })
         .await;
     let status = r.err().ok_or("a 64 KiB workload command was admitted")?;

@@ -31,6 +31,7 @@ fn put_request(object_type: &str, id: &str) -> PutRequest {
         precondition: Some(Precondition {
             kind: Some(precondition::Kind::Unconditional(true)),
         }),
+        request_id: String::new(),
     }
 }
 
@@ -71,6 +72,7 @@ async fn object_keys_outside_the_rule_are_refused() -> TestResult {
                     r#type: object_type.into(),
                     id: id.into(),
                     precondition: None,
+                    request_id: String::new(),
                 })
                 .await;
             invalid(r.map(|_| ()), "delete");
@@ -87,6 +89,7 @@ async fn object_keys_outside_the_rule_are_refused() -> TestResult {
             command: Some(log_command::Command::Objects(ObjectCommand {
                 op: Some(object_command::Op::Put(put_request("test", key))),
             })),
+            request_id: String::new(),
         };
         let refused = raft
             .forward(ForwardRequest {

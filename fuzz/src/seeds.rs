@@ -128,6 +128,7 @@ pub fn commands() -> Vec<Vec<u8>> {
             precondition: Some(Precondition {
                 kind: Some(precondition::Kind::Unconditional(true)),
             }),
+            request_id: String::new(),
         })),
     }));
     out
@@ -149,6 +150,7 @@ fn put(id: &str, scope: &str) -> ObjectCommand {
             precondition: Some(Precondition {
                 kind: Some(precondition::Kind::MustCreate(true)),
             }),
+            request_id: String::new(),
         })),
     }
 }

@@ -233,6 +233,7 @@ async fn smoke(addr: SocketAddr) -> anyhow::Result<Smoke> {
             precondition: Some(Precondition {
                 kind: Some(precondition::Kind::Unconditional(true)),
             }),
+            ..Default::default()
         })
         .await
         .context("ObjectStore/Put")?

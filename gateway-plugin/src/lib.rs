@@ -11,7 +11,9 @@
 //!   nothing).
 //! - [`state`]: [`state::GatewayState`], the state machine the raft log drives:
 //!   the object store and the supervisor pool in one log, plus the journal of
-//!   sandboxes each pool command touched (`pool::visibility::ChangeLog`).
+//!   sandboxes each pool command touched (`pool::visibility::ChangeLog`);
+//!   [`requests`]: its request-id table, which answers a retried write
+//!   with its first outcome instead of applying it twice.
 //! - [`hub`]: the supervision hub, one module per concern:
 //!   [`hub::streams`] (attached supervisor streams: attach, detach,
 //!   is_current, touch), [`hub::heartbeats`] (the per-tick heartbeat batch),
@@ -96,6 +98,7 @@ pub mod peer_relay_service;
 pub mod pool_admin_service;
 pub mod pool_tally;
 pub mod ports;
+pub mod requests;
 pub mod rpc_metrics;
 pub mod server;
 pub mod state;

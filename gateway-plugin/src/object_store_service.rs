@@ -13,6 +13,12 @@
 //! `FAILED_PRECONDITION` (resource version mismatch); the current resource
 //! version travels in `x-openshell-resource-version`. These are certain
 //! failures: nothing changed. `UNKNOWN` means the outcome is unknown.
+//!
+//! A put or delete may carry a client `request_id` ([`crate::requests`]):
+//! apply answers a retry of it with the first attempt's outcome
+//! (`replayed` set) instead of applying it twice, so the write is safe to
+//! resend, and this gateway itself resends it across a leader change
+//! (`RaftNode::write_idempotent`) instead of answering `UNKNOWN` at once.
 
 use proto::objects::object_store_server::ObjectStore;
 use proto::objects::{
@@ -51,25 +57,34 @@ impl ObjectStoreService {
             .require(request.metadata(), role, "object_store", &self.metrics)
     }
 
-    /// Proposes one write; returns its result and the log index of the
-    /// entry that carried it.
+    /// Proposes one write; returns its result, the log index of the
+    /// entry that carried it, and whether the result is a replay of an
+    /// earlier attempt with the same request id.
     async fn propose(
         &self,
         op: object_command::Op,
-    ) -> Result<(object_result::Result, u64), Status> {
+        request_id: &str,
+    ) -> Result<(object_result::Result, u64, bool), Status> {
+        crate::requests::check_request_id(request_id).map_err(Status::invalid_argument)?;
         let command = ObjectCommand { op: Some(op) };
         raft_store::objects::Objects::validate_command(&command)
             .map_err(Status::invalid_argument)?;
-        let applied = self
-            .node
-            .write(GatewayState::object_command(command))
-            .await
-            .map_err(status::write)?;
+        let command = GatewayState::object_command(command);
+        let applied = if request_id.is_empty() {
+            self.node.write(command).await
+        } else {
+            let timeout = self.node.config().write_timeout;
+            self.node.write_idempotent(command, timeout).await
+        }
+        .map_err(status::write)?;
+        let replayed = GatewayState::replayed(&applied.response).map_err(Status::internal)?;
         let result = GatewayState::object_result(&applied.response)
             .map_err(Status::internal)?
             .result
             .ok_or_else(|| Status::internal("empty object-store result"))?;
-        Ok((result, applied.log_index))
+        // A replay answers with the index that applied the write.
+        let log_index = replayed.unwrap_or(applied.log_index);
+        Ok((result, log_index, replayed.is_some()))
     }
 }
 
@@ -78,16 +93,21 @@ impl ObjectStore for ObjectStoreService {
     #[tracing::instrument(level = "debug", skip_all)]
     async fn put(&self, request: Request<PutRequest>) -> Result<Response<PutResponse>, Status> {
         self.allow(&request, Role::PlatformAdmin)?;
+        let request = request.into_inner();
+        let request_id = request.request_id.clone();
         match self
-            .propose(object_command::Op::Put(request.into_inner()))
+            .propose(object_command::Op::Put(request), &request_id)
             .await?
         {
-            (object_result::Result::Put(object), log_index) => Ok(Response::new(PutResponse {
-                object: Some(object),
-                log_index,
-            })),
-            (object_result::Result::Rejected(r), _) => Err(status::object_rejection(r)),
-            (object_result::Result::Deleted(_), _) => {
+            (object_result::Result::Put(object), log_index, replayed) => {
+                Ok(Response::new(PutResponse {
+                    object: Some(object),
+                    log_index,
+                    replayed,
+                }))
+            }
+            (object_result::Result::Rejected(r), ..) => Err(status::object_rejection(r)),
+            (object_result::Result::Deleted(_), ..) => {
                 Err(Status::internal("put answered as a delete"))
             }
         }
@@ -99,13 +119,19 @@ impl ObjectStore for ObjectStoreService {
         request: Request<DeleteRequest>,
     ) -> Result<Response<DeleteResponse>, Status> {
         self.allow(&request, Role::PlatformAdmin)?;
+        let request = request.into_inner();
+        let request_id = request.request_id.clone();
         match self
-            .propose(object_command::Op::Delete(request.into_inner()))
+            .propose(object_command::Op::Delete(request), &request_id)
             .await?
         {
-            (object_result::Result::Deleted(d), _) => Ok(Response::new(d)),
-            (object_result::Result::Rejected(r), _) => Err(status::object_rejection(r)),
-            (object_result::Result::Put(_), _) => Err(Status::internal("delete answered as a put")),
+            (object_result::Result::Deleted(d), _, replayed) => {
+                Ok(Response::new(DeleteResponse { replayed, ..d }))
+            }
+            (object_result::Result::Rejected(r), ..) => Err(status::object_rejection(r)),
+            (object_result::Result::Put(_), ..) => {
+                Err(Status::internal("delete answered as a put"))
+            }
         }
     }
 

@@ -59,10 +59,22 @@ impl PoolAdminService {
         }
     }
 
-    async fn apply(&self, command: Command) -> Result<pool::Effect, Status> {
-        match self.hub.propose(&command).await? {
-            Outcome::Applied(effect) => Ok(effect),
-            Outcome::Rejected(reason) => Err(rejection(&reason)),
+    /// Proposes `command` with the client request id `request_id` (empty:
+    /// none); a rejection becomes its status.
+    async fn apply(&self, command: Command, request_id: &str) -> Result<pool::Effect, Status> {
+        Ok(self.apply_replayed(command, request_id).await?.0)
+    }
+
+    /// [`PoolAdminService::apply`], also saying whether the outcome is a
+    /// replay of an earlier attempt with the same request id.
+    async fn apply_replayed(
+        &self,
+        command: Command,
+        request_id: &str,
+    ) -> Result<(pool::Effect, bool), Status> {
+        match self.hub.propose_with_id(&command, request_id).await? {
+            (Outcome::Applied(effect), replayed) => Ok((effect, replayed)),
+            (Outcome::Rejected(reason), _) => Err(rejection(&reason)),
         }
     }
 }
@@ -284,7 +296,7 @@ impl PoolAdminService {
         let node = self.hub.node().id();
         let (id, command) =
             from_proto::start_operation(request.into_inner(), || fresh_id("op", node))?;
-        self.apply(command).await?;
+        self.apply(command, "").await?;
         let view = self
             .read(false, |s, _| {
                 s.pool.operations().get(&id).map(to_proto::operation)
@@ -304,9 +316,12 @@ impl PoolAdminService {
         if id.is_empty() {
             return Err(Status::invalid_argument("operation_id is required"));
         }
-        self.apply(Command::CancelOperation(pool::CancelOperation {
-            operation_id: id.clone(),
-        }))
+        self.apply(
+            Command::CancelOperation(pool::CancelOperation {
+                operation_id: id.clone(),
+            }),
+            "",
+        )
         .await?;
         let view = self
             .read(false, |s, _| {
@@ -330,17 +345,24 @@ impl PoolAdminService {
             status::check_id("sandbox_id", &request.sandbox_id)?;
         }
         check_material(&request.material_ref)?;
+        crate::requests::check_request_id(&request.request_id).map_err(Status::invalid_argument)?;
+        let request_id = request.request_id.clone();
         let launch = from_proto::launch(request, || fresh_id("sb", node));
-        let sandbox = launch.sandbox.clone();
-        match self.apply(Command::Launch(launch)).await? {
+        // The admitted sandbox, as the outcome names it: a replayed
+        // outcome names the one the first attempt admitted (which, for a
+        // request without a sandbox id, another fresh id than this one).
+        let (effect, replayed) = self
+            .apply_replayed(Command::Launch(launch), &request_id)
+            .await?;
+        let sandbox = match effect {
             pool::Effect::LaunchRefused(reason) => return Err(rejection(&reason)),
-            pool::Effect::Admitted { .. } => {}
+            pool::Effect::Admitted { assignment, .. } => assignment.sandbox,
             other => {
                 return Err(Status::internal(format!(
                     "unexpected launch effect {other:?}"
                 )))
             }
-        }
+        };
         let view = self
             .read(false, |s, _| {
                 s.pool
@@ -349,7 +371,7 @@ impl PoolAdminService {
             })
             .await?
             .ok_or_else(|| Status::internal("sandbox admitted but not found"))?;
-        Ok(Response::new(view))
+        Ok(replied(view, replayed))
     }
 
     /// `delete_sandbox` without its audit record.
@@ -358,25 +380,44 @@ impl PoolAdminService {
         request: Request<DeleteSandboxRequest>,
     ) -> Result<Response<Sandbox>, Status> {
         self.allow(&request, Role::PlatformAdmin)?;
-        let id = request.into_inner().sandbox_id;
+        let request = request.into_inner();
+        let (id, request_id) = (request.sandbox_id, request.request_id);
         status::check_id("sandbox_id", &id)?;
+        crate::requests::check_request_id(&request_id).map_err(Status::invalid_argument)?;
         let generation = self
             .read(false, |s, _| s.pool.sandbox(&id).map(|sb| sb.generation))
             .await?
             .ok_or_else(|| Status::not_found(format!("sandbox {id} does not exist")))?;
-        self.apply(Command::Delete(pool::Delete {
-            sandbox: id.clone(),
-            generation,
-        }))
-        .await?;
+        let (_, replayed) = self
+            .apply_replayed(
+                Command::Delete(pool::Delete {
+                    sandbox: id.clone(),
+                    generation,
+                }),
+                &request_id,
+            )
+            .await?;
         let view = self
             .read(false, |s, _| {
                 s.pool.sandbox(&id).map(|sb| to_proto::sandbox(&s.pool, sb))
             })
             .await?
             .ok_or_else(|| Status::internal("sandbox deleted but not found"))?;
-        Ok(Response::new(view))
+        Ok(replied(view, replayed))
     }
+}
+
+/// The reply `view`, marked [`proto::metadata::REPLAYED`] when it answers a
+/// retried request id with the first attempt's outcome.
+fn replied(view: Sandbox, replayed: bool) -> Response<Sandbox> {
+    let mut response = Response::new(view);
+    if replayed {
+        response.metadata_mut().insert(
+            proto::metadata::REPLAYED,
+            tonic::metadata::MetadataValue::from_static("1"),
+        );
+    }
+    response
 }
 
 /// Largest launch material (the workload command as JSON, or a reference),

@@ -6,12 +6,20 @@
 //! and the pool snapshot table are in the `pool` crate's own protobuf format;
 //! a pool command's result travels back to its proposer as JSON of
 //! [`pool::Outcome`] (a response, never stored).
+//!
+//! A command may carry a client request id (`LogCommand.request_id`): apply
+//! remembers its outcome in [`RequestTable`] (part of the snapshot, FIFO by
+//! apply order) and answers a later command with the same id with that
+//! outcome, `replayed` set, changing nothing. So a client may retry a write
+//! whose outcome it does not know without applying it twice.
 
 use prost::Message;
 use proto::gateway::{log_command, log_result, LogCommand, LogResult, LogSnapshot};
-use proto::objects::{ObjectCommand, ObjectResult};
+use proto::objects::{object_command, object_result, Object, ObjectCommand, ObjectResult};
 use raft_store::objects::Objects;
 use raft_store::{InvalidCommand, SnapshotError, StateMachine};
+
+use crate::requests::{check_request_id, RequestTable, REQUEST_TABLE_CAPACITY};
 
 /// Everything the gateway replicates.
 #[derive(Clone, Debug, Default)]
@@ -30,23 +38,58 @@ pub struct GatewayState {
     /// replicated state either: never read by apply, not in the snapshot,
     /// zero after a restore.
     pub pool_tally: crate::pool_tally::PoolTally,
+    /// The outcomes of recent writes that carried a client request id.
+    pub requests: RequestTable,
 }
 
 impl GatewayState {
-    /// Encodes an object-store command as a log command.
+    /// An empty state whose request table remembers `capacity` ids (tests;
+    /// the gateway uses [`REQUEST_TABLE_CAPACITY`]).
+    pub fn with_request_capacity(capacity: usize) -> Self {
+        GatewayState {
+            requests: RequestTable::with_capacity(capacity),
+            ..GatewayState::default()
+        }
+    }
+
+    /// Encodes an object-store command as a log command, carrying the put's
+    /// or delete's `request_id` (if any) as the log command's.
     pub fn object_command(command: ObjectCommand) -> Vec<u8> {
+        let request_id = match &command.op {
+            Some(object_command::Op::Put(put)) => put.request_id.clone(),
+            Some(object_command::Op::Delete(delete)) => delete.request_id.clone(),
+            None => String::new(),
+        };
         LogCommand {
             command: Some(log_command::Command::Objects(command)),
+            request_id,
         }
         .encode_to_vec()
     }
 
     /// Encodes a pool command as a log command.
     pub fn pool_command(command: &pool::Command) -> Vec<u8> {
+        Self::pool_command_with_id(command, "")
+    }
+
+    /// Encodes a pool command as a log command carrying the client request
+    /// id `request_id` (empty: none).
+    pub fn pool_command_with_id(command: &pool::Command, request_id: &str) -> Vec<u8> {
         LogCommand {
             command: Some(log_command::Command::Pool(command.encode_to_vec())),
+            request_id: request_id.to_string(),
         }
         .encode_to_vec()
+    }
+
+    /// Whether a log result is a replayed outcome and, if so, the log
+    /// index that applied the write: `None` for a fresh outcome.
+    ///
+    /// # Errors
+    /// When the bytes are not a log result.
+    pub fn replayed(bytes: &[u8]) -> Result<Option<u64>, String> {
+        let result = LogResult::decode(bytes).map_err(|e| e.to_string())?;
+        Ok(result.replayed.then_some(result.replayed_index))
     }
 
     /// Decodes the result of an object-store command.
@@ -78,6 +121,7 @@ impl StateMachine for GatewayState {
     fn validate(command: &[u8]) -> Result<(), InvalidCommand> {
         let command = LogCommand::decode(command)
             .map_err(|e| InvalidCommand::new(format!("not a LogCommand: {e}")))?;
+        check_request_id(&command.request_id).map_err(InvalidCommand::new)?;
         match command.command {
             Some(log_command::Command::Objects(c)) => {
                 Objects::validate_command(&c).map_err(InvalidCommand::new)
@@ -90,18 +134,22 @@ impl StateMachine for GatewayState {
         }
     }
 
-    /// One arm per table; each hands off to that table's apply.
+    /// A remembered request id answers with its first outcome; otherwise
+    /// one arm per table, each handing off to that table's apply.
     fn apply(&mut self, index: u64, command: &[u8]) -> Vec<u8> {
         let command = match LogCommand::decode(command) {
             Ok(c) => c,
             Err(e) => panic!("undecodable log command at index {index}: {e}"),
         };
-        let result = match command.command {
+        if let Some(replay) = self.replay(&command) {
+            return replay.encode_to_vec();
+        }
+        let result = match &command.command {
             Some(log_command::Command::Objects(c)) => {
-                log_result::Result::Objects(self.objects.apply_command(index, &c))
+                log_result::Result::Objects(self.objects.apply_command(index, c))
             }
             Some(log_command::Command::Pool(bytes)) => {
-                let command = match pool::Command::decode(&bytes) {
+                let command = match pool::Command::decode(bytes.as_slice()) {
                     Ok(c) => c,
                     Err(e) => panic!("undecodable pool command at index {index}: {e}"),
                 };
@@ -114,8 +162,13 @@ impl StateMachine for GatewayState {
             }
             None => panic!("empty log command at index {index} passed validation"),
         };
+        if !command.request_id.is_empty() {
+            self.requests
+                .record(&command.request_id, index, remembered(&result));
+        }
         LogResult {
             result: Some(result),
+            ..LogResult::default()
         }
         .encode_to_vec()
     }
@@ -124,6 +177,7 @@ impl StateMachine for GatewayState {
         LogSnapshot {
             objects: Some(self.objects.to_snapshot()),
             pool: self.pool.encode_snapshot(),
+            requests: self.requests.to_records(),
         }
         .encode_to_vec()
     }
@@ -138,12 +192,69 @@ impl StateMachine for GatewayState {
             pool::PoolState::decode_snapshot(&snapshot.pool)
                 .map_err(|e| SnapshotError::new(format!("pool table: {e}")))?
         };
+        let requests = RequestTable::from_records(snapshot.requests, REQUEST_TABLE_CAPACITY)?;
         Ok(GatewayState {
             objects,
             pool,
             pool_changes: pool::visibility::ChangeLog::new(),
             pool_tally: crate::pool_tally::PoolTally::default(),
+            requests,
         })
+    }
+}
+
+impl GatewayState {
+    /// The remembered outcome of `command`'s request id, if any, marked
+    /// replayed. A put's is rebuilt from the retried command's object at
+    /// the remembered version (the table keeps only type, id and version).
+    fn replay(&self, command: &LogCommand) -> Option<LogResult> {
+        if command.request_id.is_empty() {
+            return None;
+        }
+        let (index, remembered) = self.requests.get(&command.request_id)?;
+        let mut result = remembered.clone();
+        result.replayed = true;
+        result.replayed_index = *index;
+        if let (
+            Some(log_result::Result::Objects(ObjectResult {
+                result: Some(object_result::Result::Put(stored)),
+            })),
+            Some(log_command::Command::Objects(ObjectCommand {
+                op: Some(object_command::Op::Put(put)),
+            })),
+        ) = (&mut result.result, &command.command)
+        {
+            if let Some(object) = &put.object {
+                *stored = Object {
+                    resource_version: stored.resource_version,
+                    ..object.clone()
+                };
+            }
+        }
+        Some(result)
+    }
+}
+
+/// What the request table keeps of an outcome: all of it, except a put's
+/// object, of which only (type, id, resource_version) (its payload may be
+/// 32 KiB; the retried command carries it again).
+fn remembered(result: &log_result::Result) -> LogResult {
+    let result = match result {
+        log_result::Result::Objects(ObjectResult {
+            result: Some(object_result::Result::Put(object)),
+        }) => log_result::Result::Objects(ObjectResult {
+            result: Some(object_result::Result::Put(Object {
+                id: object.id.clone(),
+                r#type: object.r#type.clone(),
+                resource_version: object.resource_version,
+                ..Object::default()
+            })),
+        }),
+        other => other.clone(),
+    };
+    LogResult {
+        result: Some(result),
+        ..LogResult::default()
     }
 }
 
@@ -171,5 +282,200 @@ mod tests {
         let restored = GatewayState::restore(&snap).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(restored.snapshot(), snap);
         assert!(GatewayState::validate(&GatewayState::pool_command(&join)[..3]).is_err());
+    }
+
+    fn cas_put(id: &str, value: &str, version: u64, request_id: &str) -> Vec<u8> {
+        use proto::objects::{precondition, Precondition, PutRequest};
+        GatewayState::object_command(ObjectCommand {
+            op: Some(object_command::Op::Put(PutRequest {
+                object: Some(Object {
+                    r#type: "t".into(),
+                    id: id.into(),
+                    payload: value.as_bytes().to_vec(),
+                    ..Object::default()
+                }),
+                precondition: Some(Precondition {
+                    kind: Some(if version == 0 {
+                        precondition::Kind::MustCreate(true)
+                    } else {
+                        precondition::Kind::MatchResourceVersion(version)
+                    }),
+                }),
+                request_id: request_id.into(),
+            })),
+        })
+    }
+
+    fn put_version(reply: &[u8]) -> Option<u64> {
+        match GatewayState::object_result(reply).ok()?.result {
+            Some(object_result::Result::Put(o)) => Some(o.resource_version),
+            _ => None,
+        }
+    }
+
+    fn join(member: &str) -> pool::Command {
+        pool::Command::Join(pool::Join {
+            member: member.into(),
+            uid: format!("uid-{member}"),
+            address: "10.0.0.1".into(),
+            capacity: 4,
+            process_id: 1,
+            ..pool::Join::default()
+        })
+    }
+
+    fn launch(sandbox: &str) -> pool::Command {
+        pool::Command::Launch(pool::Launch {
+            launch_id: sandbox.into(),
+            sandbox: sandbox.into(),
+            material_ref: "demo".into(),
+        })
+    }
+
+    /// A CAS put retried with its request id after it applied is answered
+    /// with the first outcome and changes nothing; the same retry without an
+    /// id would be a conflict (the version moved).
+    #[test]
+    fn a_retried_object_write_with_a_known_id_applies_once_and_replays_its_outcome() {
+        let mut state = GatewayState::default();
+        assert_eq!(
+            put_version(&state.apply(1, &cas_put("a", "v0", 0, ""))),
+            Some(1)
+        );
+        let first = state.apply(2, &cas_put("a", "v1", 1, "req-1"));
+        assert_eq!(put_version(&first), Some(2));
+        assert_eq!(GatewayState::replayed(&first), Ok(None));
+        let before = state.snapshot();
+
+        let retry = state.apply(3, &cas_put("a", "v1", 1, "req-1"));
+        assert_eq!(state.snapshot(), before, "a replay changes nothing");
+        assert_eq!(GatewayState::replayed(&retry), Ok(Some(2)));
+        let replayed = GatewayState::object_result(&retry).expect("object result");
+        assert_eq!(
+            replayed,
+            GatewayState::object_result(&first).expect("object result"),
+            "the same outcome, payload included"
+        );
+        assert_eq!(
+            state.objects.get("t", "a").map(|o| o.payload.clone()),
+            Some(b"v1".to_vec())
+        );
+
+        let unidentified = state.apply(4, &cas_put("a", "v1", 1, ""));
+        assert_eq!(
+            put_version(&unidentified),
+            None,
+            "without an id: a conflict"
+        );
+    }
+
+    /// A pool write retried with its request id is answered with its first
+    /// outcome (not the pool's own "admitted earlier" replay) and changes
+    /// nothing.
+    #[test]
+    fn a_retried_pool_write_with_a_known_id_applies_once_and_replays_its_outcome() {
+        let mut state = GatewayState::default();
+        state.apply(1, &GatewayState::pool_command(&join("m1")));
+        let first = state.apply(
+            2,
+            &GatewayState::pool_command_with_id(&launch("sb1"), "req-9"),
+        );
+        let before = state.snapshot();
+        let retry = state.apply(
+            3,
+            &GatewayState::pool_command_with_id(&launch("sb1"), "req-9"),
+        );
+        assert_eq!(state.snapshot(), before, "a replay changes nothing");
+        assert_eq!(GatewayState::replayed(&retry), Ok(Some(2)));
+        assert_eq!(
+            GatewayState::pool_outcome(&retry),
+            GatewayState::pool_outcome(&first)
+        );
+    }
+
+    /// Once more ids than the window holds have been applied after it, an
+    /// id is forgotten and its retry applies again (the window is FIFO by
+    /// apply order).
+    #[test]
+    fn a_request_id_is_forgotten_after_the_window() {
+        let mut state = GatewayState::with_request_capacity(3);
+        state.apply(1, &cas_put("a", "v", 0, "old"));
+        for (i, id) in ["b", "c", "d"].iter().enumerate() {
+            state.apply(2 + i as u64, &cas_put(id, "v", 0, &format!("id-{id}")));
+        }
+        assert!(state.requests.get("old").is_none());
+        assert!(state.requests.get("id-b").is_some());
+        // The retry of the forgotten write applies again: must-create fails.
+        let retry = state.apply(9, &cas_put("a", "v", 0, "old"));
+        assert_eq!(GatewayState::replayed(&retry), Ok(None));
+        assert_eq!(put_version(&retry), None);
+    }
+
+    /// Two replicas apply the same log (one restarts from a snapshot
+    /// halfway) and reach byte-identical snapshots, request table included.
+    #[test]
+    fn replicas_applying_the_same_log_keep_identical_request_tables() {
+        let mut log = vec![GatewayState::pool_command(&join("m1"))];
+        for i in 0..40u64 {
+            let id = format!("r{}", i % 7);
+            log.push(cas_put(&format!("o{}", i % 5), "v", 0, &id));
+            log.push(GatewayState::pool_command_with_id(
+                &launch(&format!("s{i}")),
+                &format!("p{}", i % 9),
+            ));
+        }
+        let mut a = GatewayState::with_request_capacity(8);
+        let mut b = GatewayState::with_request_capacity(8);
+        for (i, command) in log.iter().enumerate() {
+            let index = i as u64 + 1;
+            assert_eq!(
+                a.apply(index, command),
+                b.apply(index, command),
+                "reply at {index}"
+            );
+            if index == 30 {
+                let restored = GatewayState::restore(&b.snapshot()).expect("restore");
+                b = GatewayState {
+                    requests: RequestTable::from_records(restored.requests.to_records(), 8)
+                        .expect("records"),
+                    ..restored
+                };
+            }
+        }
+        assert_eq!(a.snapshot(), b.snapshot());
+        assert_eq!(a.requests.len(), 8);
+    }
+
+    /// The snapshot carries the request table; a snapshot written before
+    /// request ids existed (no table) still restores, with an empty one.
+    #[test]
+    fn the_request_table_round_trips_and_old_snapshots_restore() {
+        let mut state = GatewayState::default();
+        state.apply(1, &cas_put("a", "v", 0, "req-a"));
+        state.apply(2, &GatewayState::pool_command_with_id(&join("m1"), "req-j"));
+        let bytes = state.snapshot();
+        let restored = GatewayState::restore(&bytes).expect("restore");
+        assert_eq!(restored.requests, state.requests);
+        assert_eq!(restored.snapshot(), bytes);
+
+        let old = LogSnapshot {
+            objects: Some(state.objects.to_snapshot()),
+            pool: state.pool.encode_snapshot(),
+            requests: Vec::new(),
+        }
+        .encode_to_vec();
+        let restored = GatewayState::restore(&old).expect("old snapshot");
+        assert!(restored.requests.is_empty());
+        assert_eq!(restored.objects, state.objects);
+    }
+
+    #[test]
+    fn a_malformed_request_id_is_refused_before_proposal() {
+        let refused = GatewayState::validate(&cas_put("a", "v", 0, "has space"))
+            .expect_err("space")
+            .to_string();
+        assert!(refused.contains("request_id"), "{refused}");
+        assert!(GatewayState::validate(&cas_put("a", "v", 0, &"x".repeat(65))).is_err());
+        assert!(GatewayState::validate(&cas_put("a", "v", 0, &"x".repeat(64))).is_ok());
     }
 }

@@ -10,11 +10,7 @@ use raft_store::{AdminError, ReadError, WriteError};
 use tonic::metadata::MetadataValue;
 use tonic::Status;
 
-pub use proto::metadata::{FORWARDED, LEADER_ADDR, LEADER_ID, NO_QUORUM};
-
-/// Metadata key of the current resource version in an object-store
-/// rejection.
-pub const RESOURCE_VERSION: &str = "x-openshell-resource-version";
+pub use proto::metadata::{FORWARDED, LEADER_ADDR, LEADER_ID, NO_QUORUM, RESOURCE_VERSION};
 
 /// Maps an administration error.
 pub fn admin(e: AdminError) -> Status {

@@ -78,6 +78,7 @@ async fn sandboxes_list_over_pages_as_the_whole_set() -> TestResult {
                             sandbox_id: id.clone(),
                             launch_id: format!("{id}-{tries}"),
                             material_ref: "demo".into(),
+                            request_id: String::new(),
                         })
                         .await;
                     tries += 1;

@@ -63,6 +63,7 @@ fn start_writers(
                             precondition: Some(Precondition {
                                 kind: Some(precondition::Kind::MustCreate(true)),
                             }),
+                            request_id: String::new(),
                         })
                         .await;
                     let outcome = match reply {

@@ -55,6 +55,7 @@ async fn put_on(
             precondition: Some(Precondition {
                 kind: Some(precondition::Kind::Unconditional(true)),
             }),
+            request_id: String::new(),
         })
         .await?;
     reply

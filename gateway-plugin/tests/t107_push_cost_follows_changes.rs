@@ -213,6 +213,7 @@ async fn create_all(node: &Gateway, ids: Vec<String>) -> TestResult {
                             sandbox_id: id.clone(),
                             launch_id: format!("launch-{id}"),
                             material_ref: "t107".into(),
+                            request_id: String::new(),
                         })
                         .await;
                     tries += 1;
@@ -330,6 +331,7 @@ async fn a_batch_touching_one_sandbox_examines_what_changed() -> TestResult {
         client
             .delete_sandbox(DeleteSandboxRequest {
                 sandbox_id: id.clone(),
+                request_id: String::new(),
             })
             .await?;
     }

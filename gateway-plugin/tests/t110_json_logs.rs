@@ -85,6 +85,7 @@ async fn every_line_is_json_and_a_calls_lines_carry_its_request_id() -> TestResu
         precondition: Some(Precondition {
             kind: Some(precondition::Kind::Unconditional(true)),
         }),
+        ..Default::default()
     };
     ObjectStoreClient::new(node.channel().await?)
         .put(with_id(put, "t110-put")?)

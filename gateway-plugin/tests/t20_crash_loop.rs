@@ -50,6 +50,7 @@ async fn acknowledged_writes_survive_repeated_kill9() -> TestResult {
                             precondition: Some(Precondition {
                                 kind: Some(precondition::Kind::MustCreate(true)),
                             }),
+                            request_id: String::new(),
                         })
                         .await?;
                     TestResult::Ok(())

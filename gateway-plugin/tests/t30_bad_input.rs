@@ -294,6 +294,7 @@ async fn malformed_rpcs_get_error_statuses() -> TestResult {
     let no_object = PutRequest {
         object: None,
         precondition: None,
+        request_id: String::new(),
     };
     assert_eq!(
         objects.put(no_object).await.unwrap_err().code(),
@@ -305,6 +306,7 @@ async fn malformed_rpcs_get_error_statuses() -> TestResult {
         .put(PutRequest {
             object: Some(huge),
             precondition: None,
+            request_id: String::new(),
         })
         .await
         .unwrap_err();

@@ -127,6 +127,7 @@ async fn drain_completes_across_leader_kill_without_relaunch() -> TestResult {
                         sandbox_id: id,
                         launch_id: String::new(),
                         material_ref: "demo".into(),
+                        request_id: String::new(),
                     })
                     .await?
                     .into_inner())

@@ -81,6 +81,7 @@ async fn grow_log(cluster: &Cluster, leader: u64, entries: u64) -> TestResult<u6
                         .put(proto::objects::PutRequest {
                             object: Some(object(&format!("k{w}-{}", n % 100), &n.to_string())),
                             precondition: None,
+                            request_id: String::new(),
                         })
                         .await?;
                 }

@@ -51,6 +51,7 @@ async fn write_large(
                     .put(PutRequest {
                         object: Some(o),
                         precondition: None,
+                        request_id: String::new(),
                     })
                     .await?;
                 done += 1;

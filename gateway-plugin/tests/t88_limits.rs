@@ -62,6 +62,7 @@ async fn a_silent_supervisor_stream_is_closed_and_oversized_puts_are_refused() -
             precondition: Some(Precondition {
                 kind: Some(precondition::Kind::Unconditional(true)),
             }),
+            request_id: String::new(),
         })
         .await
         .expect_err("a 3 MiB put must be refused");
@@ -97,6 +98,7 @@ async fn admin_tokens_come_from_files() -> TestResult {
             precondition: Some(Precondition {
                 kind: Some(precondition::Kind::Unconditional(true)),
             }),
+            request_id: String::new(),
         });
         request
             .metadata_mut()

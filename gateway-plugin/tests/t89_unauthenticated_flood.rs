@@ -166,6 +166,7 @@ async fn authenticated_put(node: &Gateway, id: &str) -> TestResult {
         precondition: Some(Precondition {
             kind: Some(precondition::Kind::Unconditional(true)),
         }),
+        request_id: String::new(),
     });
     request.metadata_mut().insert(
         "authorization",

@@ -69,6 +69,7 @@ async fn put(node: &Gateway, id: &str, value: &str) -> TestResult<()> {
         precondition: Some(Precondition {
             kind: Some(precondition::Kind::Unconditional(true)),
         }),
+        request_id: String::new(),
     });
     ObjectStoreClient::new(node.channel().await?)
         .put(request)

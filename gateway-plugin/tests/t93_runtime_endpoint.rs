@@ -262,6 +262,7 @@ async fn recorded_runtime_reaches_the_owner_and_the_operator() -> TestResult {
         .await?
         .delete_sandbox(node.request(DeleteSandboxRequest {
             sandbox_id: "sb1".into(),
+            request_id: String::new(),
         }))
         .await?;
     let snap = snapshot_where(&mut m.inbound, "sb1 released", |s| {

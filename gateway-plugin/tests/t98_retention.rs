@@ -70,6 +70,7 @@ async fn deleted_sandboxes_and_departed_supervisors_are_collected_after_retentio
         admin
             .delete_sandbox(DeleteSandboxRequest {
                 sandbox_id: id.into(),
+                request_id: String::new(),
             })
             .await?;
     }

@@ -38,17 +38,21 @@ pub enum Role {
     Cli,
     /// The Jepsen harness's clients to a gateway under test.
     Jepsen,
+    /// An application's `openshell-client` (the Rust client crate) to a
+    /// gateway: it retries and fails over itself, so each attempt is short.
+    Client,
 }
 
 impl Role {
     /// Every role, for tests and documentation tables.
-    pub const ALL: [Role; 6] = [
+    pub const ALL: [Role; 7] = [
         Role::Peer,
         Role::Forwarding,
         Role::SupervisorToGateway,
         Role::SupervisorToRuntime,
         Role::Cli,
         Role::Jepsen,
+        Role::Client,
     ];
 
     /// The role's name in logs and errors.
@@ -60,6 +64,7 @@ impl Role {
             Role::SupervisorToRuntime => "supervisor-to-runtime",
             Role::Cli => "cli",
             Role::Jepsen => "jepsen",
+            Role::Client => "client",
         }
     }
 }
@@ -143,6 +148,14 @@ impl ClientConfig {
                 lazy: true,
                 ..base
             },
+            // One attempt of a call the client may retry elsewhere: a
+            // write commits within the gateway's write timeout (5 s by
+            // default), so an attempt waits a little longer than that.
+            Role::Client => ClientConfig {
+                connect_timeout: Duration::from_millis(500),
+                request_timeout: Some(Duration::from_secs(6)),
+                ..base
+            },
         }
     }
 
@@ -188,6 +201,57 @@ pub enum ClientError {
         /// What tonic said.
         source: tonic::transport::Error,
     },
+}
+
+/// Adds `authorization: Bearer <token>` to every call (no header without a
+/// token). Shared by the CLI and the client crate.
+#[derive(Clone, Default)]
+pub struct Bearer(Option<tonic::metadata::AsciiMetadataValue>);
+
+impl std::fmt::Debug for Bearer {
+    /// Never the token itself.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Bearer(<redacted>)"
+        } else {
+            "Bearer(none)"
+        })
+    }
+}
+
+/// A token a header cannot carry (a control character or non-ASCII).
+#[derive(Debug, thiserror::Error)]
+#[error("the token holds characters a header cannot carry")]
+pub struct InvalidToken;
+
+impl Bearer {
+    /// The interceptor for `token` (`None`: no header).
+    ///
+    /// # Errors
+    /// [`InvalidToken`] when the token cannot be a header value.
+    pub fn new(token: Option<&str>) -> Result<Self, InvalidToken> {
+        match token {
+            None => Ok(Bearer(None)),
+            Some(t) => format!("Bearer {t}")
+                .parse()
+                .map(|v| Bearer(Some(v)))
+                .map_err(|_| InvalidToken),
+        }
+    }
+}
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(token) = &self.0 {
+            request
+                .metadata_mut()
+                .insert("authorization", token.clone());
+        }
+        Ok(request)
+    }
 }
 
 /// A channel to `addr` (`host:port`) for `role`, configured by `config`.

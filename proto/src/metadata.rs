@@ -12,3 +12,10 @@ pub const FORWARDED: &str = "x-openshell-forwarded";
 /// not commit in time for lack of a quorum: asking another gateway would
 /// reach the same leader, so a client reports it at once.
 pub const NO_QUORUM: &str = "x-openshell-no-quorum";
+/// Set (`1`) on a PoolAdmin `CreateSandbox` / `DeleteSandbox` reply that
+/// answers a retried `request_id` with the first attempt's outcome (the
+/// object store says so in its responses' `replayed` field instead).
+pub const REPLAYED: &str = "x-openshell-replayed";
+/// Metadata key of the current resource version in an object-store
+/// rejection (a failed precondition).
+pub const RESOURCE_VERSION: &str = "x-openshell-resource-version";

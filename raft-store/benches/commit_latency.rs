@@ -289,6 +289,7 @@ fn put_command(writer: usize, seq: u64) -> Vec<u8> {
             precondition: Some(Precondition {
                 kind: Some(precondition::Kind::Unconditional(true)),
             }),
+            request_id: String::new(),
         })),
     }
     .encode_to_vec()

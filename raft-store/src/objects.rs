@@ -288,6 +288,7 @@ impl Objects {
                     deleted_resource_version: old.resource_version,
                     log_index: index,
                     revision: self.write_version(index),
+                    replayed: false,
                 })
             }
             None => object_result::Result::Rejected(Rejection {
@@ -431,6 +432,7 @@ mod tests {
                     ..Default::default()
                 }),
                 precondition: pre.map(|k| Precondition { kind: Some(k) }),
+                request_id: String::new(),
             })),
         }
     }
@@ -441,6 +443,7 @@ mod tests {
                 r#type: "sandbox".into(),
                 id: id.into(),
                 precondition: pre.map(|k| Precondition { kind: Some(k) }),
+                request_id: String::new(),
             })),
         }
     }
@@ -487,7 +490,8 @@ mod tests {
             Some(object_result::Result::Deleted(DeleteResponse {
                 deleted_resource_version: 2,
                 log_index: 12,
-                revision: 3
+                revision: 3,
+                replayed: false,
             }))
         ));
     }
@@ -559,6 +563,7 @@ mod tests {
                 precondition: Some(Precondition {
                     kind: Some(precondition::Kind::MatchResourceVersion(rv)),
                 }),
+                request_id: String::new(),
             })),
         };
         assert_eq!(

@@ -37,6 +37,7 @@ fn put(writer: usize, n: usize) -> Vec<u8> {
                 ..Default::default()
             }),
             precondition: None,
+            request_id: String::new(),
         })),
     }
     .encode_to_vec()

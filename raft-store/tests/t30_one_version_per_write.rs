@@ -35,6 +35,7 @@ fn put(id: &str, writer: usize, precondition: Option<precondition::Kind>) -> Vec
                 ..Default::default()
             }),
             precondition: precondition.map(|kind| Precondition { kind: Some(kind) }),
+            request_id: String::new(),
         })),
     }
     .encode_to_vec()

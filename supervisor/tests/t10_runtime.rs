@@ -851,3 +851,73 @@ async fn a_workload_ignoring_sigterm_is_killed_after_the_grace() {
     let s = status(&mut c).await;
     assert_eq!(s.stop_reason, "released");
 }
+
+/// A plaintext channel to the runtime.
+async fn channel(rt: &Runtime) -> Channel {
+    tonic::transport::Endpoint::from_shared(format!("http://{}", rt.addr))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .connect()
+        .await
+        .unwrap_or_else(|e| panic!("connect {}: {e}", rt.addr))
+}
+
+/// The health of `service` at the runtime.
+async fn health(
+    rt: &Runtime,
+    service: &str,
+) -> tonic_health::pb::health_check_response::ServingStatus {
+    let mut client = tonic_health::pb::health_client::HealthClient::new(channel(rt).await);
+    ok(client
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: service.into(),
+        })
+        .await)
+    .status()
+}
+
+#[tokio::test]
+async fn grpc_health_serves_while_the_workload_runs_and_reflection_lists_the_runtime() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+
+    let mut rt = start(&["--recovery-deadline-ms", "20000"], &[]);
+    let mut c = connect(&mut rt).await;
+    const RUNTIME: &str = "openshell.sandbox_runtime.v1.SandboxRuntime";
+    assert_eq!(health(&rt, "").await, ServingStatus::Serving);
+    assert_eq!(health(&rt, RUNTIME).await, ServingStatus::Serving);
+
+    let mut reflection = ServerReflectionClient::new(channel(&rt).await);
+    let asked = tokio_stream::iter([ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    }]);
+    let mut answers = ok(reflection.server_reflection_info(asked).await);
+    let answer = answers
+        .message()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|| panic!("no reflection answer"));
+    let Some(MessageResponse::ListServicesResponse(list)) = answer.message_response else {
+        panic!("not a service list: {answer:?}");
+    };
+    let names: Vec<&str> = list.service.iter().map(|s| s.name.as_str()).collect();
+    assert!(names.contains(&RUNTIME), "{names:?}");
+    assert!(names.contains(&"grpc.health.v1.Health"), "{names:?}");
+
+    let (_token, _) = activate(&mut c, &grant("m1", 1, 3)).await;
+    let mut release = grant("gw", 0, 3);
+    release.release = true;
+    ok(c.release(ReleaseRequest {
+        grant: signed(&release),
+    })
+    .await);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while health(&rt, RUNTIME).await != ServingStatus::NotServing {
+        assert!(Instant::now() < deadline, "still SERVING after the release");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(health(&rt, "").await, ServingStatus::NotServing);
+}

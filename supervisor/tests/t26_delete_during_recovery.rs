@@ -35,6 +35,7 @@ async fn deleted_sandbox_is_never_revived() -> TestResult {
         .await?
         .delete_sandbox(DeleteSandboxRequest {
             sandbox_id: "d".into(),
+            request_id: String::new(),
         })
         .await?
         .into_inner();

@@ -34,6 +34,7 @@ async fn create_at(addr: String, id: String) {
                     sandbox_id: id,
                     launch_id: String::new(),
                     material_ref: "demo".into(),
+                    request_id: String::new(),
                 })
                 .await?;
             TestResult::Ok(())

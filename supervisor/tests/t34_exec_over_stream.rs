@@ -302,6 +302,7 @@ async fn the_relay_checks_the_forwarded_operator_token() -> TestResult {
             sandbox_id: "sb-1".into(),
             launch_id: String::new(),
             material_ref: "demo".into(),
+            request_id: String::new(),
         };
         let mut admin_a = PoolAdminClient::new(test_channel(&a.addr, 500).await?);
         Ok(admin_a.create_sandbox(bearer(create, "adm-t34")).await?)
@@ -396,6 +397,7 @@ async fn on_a_secure_cluster_the_relay_goes_over_the_peer_port() -> TestResult {
             sandbox_id: "sb-1".into(),
             launch_id: String::new(),
             material_ref: "demo".into(),
+            request_id: String::new(),
         };
         let mut admin_a = PoolAdminClient::new(a.channel().await?);
         Ok(admin_a.create_sandbox(a.request(create)).await?)

@@ -94,6 +94,7 @@ async fn deleted_and_failed_sandboxes_lose_their_runtimes() -> TestResult {
         .await?
         .delete_sandbox(node.request(DeleteSandboxRequest {
             sandbox_id: "del".into(),
+            request_id: String::new(),
         }))
         .await?;
     wait_pool(&cluster, "del deleted", Duration::from_secs(20), |s| {

@@ -491,6 +491,7 @@ pub async fn put_at(addr: &str, id: &str, value: &str) -> TestResult<u64> {
             precondition: Some(Precondition {
                 kind: Some(precondition::Kind::Unconditional(true)),
             }),
+            request_id: String::new(),
         })
         .await?;
     Ok(reply

@@ -323,6 +323,7 @@ pub async fn create_sandbox_running(cluster: &Cluster, id: &str, material: &str)
                 sandbox_id: id.into(),
                 launch_id: String::new(),
                 material_ref: material.into(),
+                request_id: String::new(),
             }))
             .await?
             .into_inner())

@@ -11,6 +11,7 @@ pub mod local_status;
 pub mod pool;
 pub mod raft;
 pub mod sandbox;
+pub mod watch;
 
 use serde_json::Value;
 

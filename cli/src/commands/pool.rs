@@ -75,9 +75,11 @@ async fn pool_status(gw: &Gateway) -> Result<SupervisorPoolStatus, CliError> {
     Ok(whole)
 }
 
-/// Polls an operation until it ends, printing progress on stderr.
+/// Polls an operation until it ends, showing its progress on stderr: a
+/// progress bar (moves done of planned) when stderr is a terminal, else one
+/// line per change.
 async fn wait_operation(gw: &Gateway, id: &str) -> Result<SupervisorPoolOperation, CliError> {
-    let mut last = String::new();
+    let mut progress = Progress::new();
     loop {
         let status = pool_status(gw).await?;
         let op = status
@@ -86,23 +88,73 @@ async fn wait_operation(gw: &Gateway, id: &str) -> Result<SupervisorPoolOperatio
             .find(|o| o.id == id)
             .cloned()
             .ok_or_else(|| CliError::NotFound(format!("operation {id} disappeared")))?;
-        let progress = format!(
-            "{} {}: {} moves {}/{}",
-            op.kind, op.id, op.phase, op.moves_done, op.moves_planned
-        );
-        if progress != last {
-            eprintln!("{progress}");
-            last = progress;
-        }
+        progress.show(&op);
         match op.phase.as_str() {
-            "succeeded" => return Ok(op),
+            "succeeded" => {
+                progress.finish(&op);
+                return Ok(op);
+            }
             "failed" | "cancelled" => {
+                progress.finish(&op);
                 return Err(CliError::Refused(format!(
                     "operation {} {}: {}",
                     op.id, op.phase, op.message
-                )))
+                )));
             }
             _ => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+/// How `--wait` shows an operation's progress.
+enum Progress {
+    /// stderr is a terminal: a bar of moves done out of planned.
+    Bar(indicatif::ProgressBar),
+    /// stderr is piped: the last line printed.
+    Lines(String),
+}
+
+impl Progress {
+    fn new() -> Self {
+        if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+            let bar = indicatif::ProgressBar::new(0);
+            let style = indicatif::ProgressStyle::with_template(
+                "{prefix} [{bar:30}] {pos}/{len} moves {msg} ({elapsed})",
+            )
+            .map(|s| s.progress_chars("=> "))
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+            bar.set_style(style);
+            bar.enable_steady_tick(Duration::from_millis(200));
+            Progress::Bar(bar)
+        } else {
+            Progress::Lines(String::new())
+        }
+    }
+
+    fn show(&mut self, op: &SupervisorPoolOperation) {
+        match self {
+            Progress::Bar(bar) => {
+                bar.set_prefix(format!("{} {}", op.kind, op.id));
+                bar.set_length(op.moves_planned.into());
+                bar.set_position(op.moves_done.into());
+                bar.set_message(op.phase.clone());
+            }
+            Progress::Lines(last) => {
+                let line = format!(
+                    "{} {}: {} moves {}/{}",
+                    op.kind, op.id, op.phase, op.moves_done, op.moves_planned
+                );
+                if line != *last {
+                    eprintln!("{line}");
+                    *last = line;
+                }
+            }
+        }
+    }
+
+    fn finish(&mut self, op: &SupervisorPoolOperation) {
+        if let Progress::Bar(bar) = self {
+            bar.finish_with_message(op.phase.clone());
         }
     }
 }
@@ -168,10 +220,13 @@ pub async fn pool(gw: &Gateway, output: Output, command: PoolCommand) -> Result<
         })
     };
     let op = match command {
-        PoolCommand::Status => {
-            let s = pool_status(gw).await?;
-            emit(output, pool_json(&s), || status_table(&s));
-            return Ok(());
+        PoolCommand::Status { watch, interval } => {
+            let fetch = || async {
+                let s = pool_status(gw).await?;
+                Ok::<_, CliError>((pool_json(&s), status_table(&s)))
+            };
+            return super::watch::once_or_watch("pool status", output, watch, interval, fetch)
+                .await;
         }
         PoolCommand::Drain {
             member,

@@ -126,16 +126,20 @@ fn status_table(s: &ClusterStatus) -> String {
 /// `raft ...`
 pub async fn raft(gw: &Gateway, output: Output, command: RaftCommand) -> Result<(), CliError> {
     match command {
-        RaftCommand::Status => {
-            let s = gw
-                .call(|c| async move {
-                    ClusterAdminClient::new(c)
-                        .status(StatusRequest { local: false })
-                        .await
-                })
-                .await?
-                .into_inner();
-            emit(output, raft_json(&s), || status_table(&s));
+        RaftCommand::Status { watch, interval } => {
+            let fetch = || async {
+                let s = gw
+                    .call(|c| async move {
+                        ClusterAdminClient::new(c)
+                            .status(StatusRequest { local: false })
+                            .await
+                    })
+                    .await?
+                    .into_inner();
+                Ok::<_, CliError>((raft_json(&s), status_table(&s)))
+            };
+            return super::watch::once_or_watch("raft status", output, watch, interval, fetch)
+                .await;
         }
         RaftCommand::AddLearner { id, addr, no_wait } => {
             let r = gw

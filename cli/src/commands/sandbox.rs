@@ -95,6 +95,7 @@ pub async fn sandbox(
                         sandbox_id: id.clone().unwrap_or_default(),
                         launch_id: String::new(),
                         material_ref: material_ref.clone(),
+                        request_id: String::new(),
                     };
                     async move { PoolAdminClient::new(c).create_sandbox(request).await }
                 })
@@ -110,7 +111,10 @@ pub async fn sandbox(
                     let sandbox_id = id.clone();
                     async move {
                         PoolAdminClient::new(c)
-                            .delete_sandbox(DeleteSandboxRequest { sandbox_id })
+                            .delete_sandbox(DeleteSandboxRequest {
+                                sandbox_id,
+                                request_id: String::new(),
+                            })
                             .await
                     }
                 })

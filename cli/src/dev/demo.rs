@@ -96,7 +96,10 @@ async fn launch_one(gw: &Gateway, sandbox_id: &str, launch_id: &str) -> Result<(
             let sandbox_id = sandbox_id.to_string();
             async move {
                 PoolAdminClient::new(c)
-                    .delete_sandbox(DeleteSandboxRequest { sandbox_id })
+                    .delete_sandbox(DeleteSandboxRequest {
+                        sandbox_id,
+                        request_id: String::new(),
+                    })
                     .await
             }
         })
@@ -111,6 +114,7 @@ async fn launch_one(gw: &Gateway, sandbox_id: &str, launch_id: &str) -> Result<(
             sandbox_id: sandbox_id.to_string(),
             launch_id: launch_id.to_string(),
             material_ref: "demo".into(),
+            request_id: String::new(),
         };
         async move { PoolAdminClient::new(c).create_sandbox(request).await }
     })

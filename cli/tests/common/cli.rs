@@ -279,6 +279,7 @@ pub async fn put_object(
             precondition: Some(Precondition {
                 kind: Some(precondition::Kind::Unconditional(true)),
             }),
+            request_id: String::new(),
         },
         security,
     );

@@ -187,11 +187,34 @@ impl Hub {
     /// # Errors
     /// The write error mapped to a status.
     pub async fn propose(&self, command: &Command) -> Result<pool::Outcome, Status> {
-        let applied = self
-            .node
-            .write(GatewayState::pool_command(command))
-            .await
-            .map_err(crate::status::write)?;
-        GatewayState::pool_outcome(&applied.response).map_err(Status::internal)
+        Ok(self.propose_with_id(command, "").await?.0)
+    }
+
+    /// Proposes a pool command carrying the client request id `request_id`
+    /// (empty: none; see [`crate::requests`]) and returns its outcome and
+    /// whether it is replayed: a retry of an applied id gets the first
+    /// attempt's outcome. A command with an id is resent across a leader
+    /// change (it cannot apply twice).
+    ///
+    /// # Errors
+    /// `INVALID_ARGUMENT` naming `request_id` for a malformed id; the write
+    /// error mapped to a status.
+    pub async fn propose_with_id(
+        &self,
+        command: &Command,
+        request_id: &str,
+    ) -> Result<(pool::Outcome, bool), Status> {
+        crate::requests::check_request_id(request_id).map_err(Status::invalid_argument)?;
+        let bytes = GatewayState::pool_command_with_id(command, request_id);
+        let applied = if request_id.is_empty() {
+            self.node.write(bytes).await
+        } else {
+            let timeout = self.node.config().write_timeout;
+            self.node.write_idempotent(bytes, timeout).await
+        }
+        .map_err(crate::status::write)?;
+        let replayed = GatewayState::replayed(&applied.response).map_err(Status::internal)?;
+        let outcome = GatewayState::pool_outcome(&applied.response).map_err(Status::internal)?;
+        Ok((outcome, replayed.is_some()))
     }
 }

@@ -42,6 +42,7 @@ pub fn put_request(key: usize, kind: precondition::Kind) -> PutRequest {
             ..Default::default()
         }),
         precondition: Some(Precondition { kind: Some(kind) }),
+        request_id: String::new(),
     }
 }
 

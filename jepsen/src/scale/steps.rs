@@ -100,6 +100,7 @@ async fn create_ids(
                         sandbox_id: id.clone(),
                         launch_id: format!("launch-{id}"),
                         material_ref: format!("scale-{id}"),
+                        request_id: String::new(),
                     };
                     match node.pool().create_sandbox(request).await {
                         Ok(_) => break,

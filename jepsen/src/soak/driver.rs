@@ -239,6 +239,7 @@ impl Shared {
                 sandbox_id: id.to_string(),
                 launch_id: format!("launch-{id}"),
                 material_ref: format!("soak-{id}"),
+                request_id: String::new(),
             };
             match node.pool().create_sandbox(request).await {
                 Ok(_) => {
@@ -280,6 +281,7 @@ impl Shared {
             };
             let request = DeleteSandboxRequest {
                 sandbox_id: id.to_string(),
+                request_id: String::new(),
             };
             match node.pool().delete_sandbox(request).await {
                 Ok(_) => {

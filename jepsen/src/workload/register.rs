@@ -315,6 +315,7 @@ impl Shared {
                     ..Default::default()
                 }),
                 precondition: Some(Precondition { kind: Some(pre) }),
+                request_id: String::new(),
             })
             .await
             .map(|r| r.into_inner().object.map(|o| o.resource_version))

@@ -214,6 +214,7 @@ impl Shared {
                         sandbox_id: launch.sandbox.clone(),
                         launch_id: launch.launch_id.clone(),
                         material_ref: format!("material-{}", launch.sandbox),
+                        request_id: String::new(),
                     })
                     .await
                 {
@@ -234,6 +235,7 @@ impl Shared {
             Call::Delete(r) => write_outcome(
                 pool.delete_sandbox(DeleteSandboxRequest {
                     sandbox_id: r.sandbox.clone(),
+                    request_id: String::new(),
                 })
                 .await
                 .map(|r| sandbox_value(&r.into_inner())),

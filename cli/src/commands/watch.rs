@@ -1,0 +1,116 @@
+//! `--watch`: a status command re-run every interval until Ctrl-C.
+//!
+//! - on a terminal (`-o table`): the screen is cleared and the table redrawn,
+//!   under a line naming the command, the interval and the time;
+//! - piped (`-o table`): each table follows a `--- <unix ms>` line;
+//! - `-o json`: one compact JSON document per line (NDJSON), each the same
+//!   document `-o json` prints once.
+//!
+//! A failed round (no gateway answers) prints its error on stderr and the
+//! watch goes on; Ctrl-C ends it with exit code 0.
+
+use std::future::Future;
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::{CliError, Output};
+
+/// The shortest interval `--interval` accepts.
+pub const MIN_INTERVAL: Duration = Duration::from_millis(250);
+/// The interval without `--interval`.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Runs `fetch` once and prints it (`watch` false), or watches it.
+///
+/// # Errors
+/// `fetch`'s error (once); `--interval` without `--watch` or below
+/// [`MIN_INTERVAL`].
+pub async fn once_or_watch<F, Fut>(
+    title: &str,
+    output: Output,
+    watch_it: bool,
+    interval_ms: Option<u64>,
+    mut fetch: F,
+) -> Result<(), CliError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(Value, String), CliError>>,
+{
+    if !watch_it {
+        if interval_ms.is_some() {
+            return Err(CliError::Usage(
+                "--interval is the --watch interval: add --watch".into(),
+            ));
+        }
+        let (document, table) = fetch().await?;
+        super::emit(output, document, || table);
+        return Ok(());
+    }
+    let interval = interval_ms.map_or(DEFAULT_INTERVAL, Duration::from_millis);
+    watch(title, output, interval, fetch).await
+}
+
+/// Re-runs `fetch` every `interval` and prints its document and table as the
+/// module doc says, until Ctrl-C.
+///
+/// # Errors
+/// `interval` below [`MIN_INTERVAL`].
+pub async fn watch<F, Fut>(
+    title: &str,
+    output: Output,
+    interval: Duration,
+    mut fetch: F,
+) -> Result<(), CliError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(Value, String), CliError>>,
+{
+    if interval < MIN_INTERVAL {
+        return Err(CliError::Usage(format!(
+            "--interval {} ms: at least {} ms",
+            interval.as_millis(),
+            MIN_INTERVAL.as_millis()
+        )));
+    }
+    let terminal = std::io::stdout().is_terminal();
+    let mut every = tokio::time::interval(interval);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = every.tick() => {}
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+        }
+        let round = tokio::select! {
+            round = fetch() => round,
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+        };
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or_default();
+        let shown = match round {
+            Ok((document, table)) => {
+                let text = match output {
+                    Output::Json => format!("{document}\n"),
+                    Output::Table if terminal => format!(
+                        "\x1b[2J\x1b[H{title} (every {} ms; Ctrl-C stops)\n\n{table}",
+                        interval.as_millis()
+                    ),
+                    Output::Table => format!("--- {now_ms}\n{table}"),
+                };
+                let mut out = std::io::stdout().lock();
+                out.write_all(text.as_bytes()).and_then(|()| out.flush())
+            }
+            Err(e) => {
+                eprintln!("{title}: {e} (retrying)");
+                Ok(())
+            }
+        };
+        // The reader went away (`| head`): the watch is over.
+        if shown.is_err() {
+            return Ok(());
+        }
+    }
+}

@@ -1,0 +1,213 @@
+//! The pool calls: [`Client::create_sandbox`], [`Client::delete_sandbox`]
+//! (writes, with one request id for every attempt), [`Client::get_sandbox`],
+//! [`Client::list_sandboxes`], [`Client::pool_status`].
+
+use proto::pool_admin::pool_admin_client::PoolAdminClient;
+use proto::pool_admin::{
+    CreateSandboxRequest, DeleteSandboxRequest, GetSandboxRequest, GetSupervisorPoolStatusRequest,
+    ListSandboxesRequest, Sandbox, SupervisorPoolStatus,
+};
+use tonic::{Code, Response, Status};
+
+use crate::error::{Error, Result};
+use crate::{new_request_id, Client, Written};
+
+/// The most pages a whole-list call follows (500 records each by default).
+const MAX_PAGES: usize = 1000;
+
+/// The sandbox of a write's reply and whether the gateway marked it a
+/// replay of an earlier attempt.
+fn sandbox_reply(reply: Response<Sandbox>) -> (Sandbox, bool) {
+    let replayed = reply.metadata().contains_key(proto::metadata::REPLAYED);
+    (reply.into_inner(), replayed)
+}
+
+fn too_many_pages(what: &str) -> Error {
+    Error::Refused {
+        endpoint: String::new(),
+        code: Code::OutOfRange,
+        message: format!("the {what} did not end within {MAX_PAGES} pages"),
+    }
+}
+
+impl Client {
+    /// Creates a sandbox. `request.request_id` is set to a fresh id when
+    /// empty; every attempt carries the same one. Naming the sandbox
+    /// (`sandbox_id`) is recommended: the gateway names it otherwise.
+    ///
+    /// # Errors
+    /// [`Error::AlreadyExists`], [`Error::Refused`] (`RESOURCE_EXHAUSTED`:
+    /// no capacity), [`Error::DeadlineExceeded`], ...
+    pub async fn create_sandbox(
+        &self,
+        mut request: CreateSandboxRequest,
+    ) -> Result<Written<Sandbox>> {
+        if request.request_id.is_empty() {
+            request.request_id = new_request_id()?;
+        }
+        let request_id = request.request_id.clone();
+        let done = self
+            .endpoints
+            .call("create_sandbox", |channel| {
+                let request = request.clone();
+                async move {
+                    Ok(sandbox_reply(
+                        PoolAdminClient::new(channel)
+                            .create_sandbox(request)
+                            .await?,
+                    ))
+                }
+            })
+            .await?;
+        let (value, replayed) = done.value;
+        Ok(Written {
+            value,
+            request_id,
+            attempts: done.attempts,
+            replayed,
+            endpoint: done.endpoint,
+        })
+    }
+
+    /// Deletes the sandbox `sandbox_id`, with one request id for every
+    /// attempt.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`], [`Error::DeadlineExceeded`], ...
+    pub async fn delete_sandbox(&self, sandbox_id: &str) -> Result<Written<Sandbox>> {
+        let request = DeleteSandboxRequest {
+            sandbox_id: sandbox_id.to_string(),
+            request_id: new_request_id()?,
+        };
+        let request_id = request.request_id.clone();
+        let done = self
+            .endpoints
+            .call("delete_sandbox", |channel| {
+                let request = request.clone();
+                async move {
+                    Ok(sandbox_reply(
+                        PoolAdminClient::new(channel)
+                            .delete_sandbox(request)
+                            .await?,
+                    ))
+                }
+            })
+            .await?;
+        let (value, replayed) = done.value;
+        Ok(Written {
+            value,
+            request_id,
+            attempts: done.attempts,
+            replayed,
+            endpoint: done.endpoint,
+        })
+    }
+
+    /// The sandbox `sandbox_id`, or `None` when it does not exist.
+    ///
+    /// # Errors
+    /// [`Error`] (`NOT_FOUND` is `Ok(None)`).
+    pub async fn get_sandbox(&self, sandbox_id: &str) -> Result<Option<Sandbox>> {
+        let request = GetSandboxRequest {
+            sandbox_id: sandbox_id.to_string(),
+            stale: false,
+        };
+        let got = self
+            .endpoints
+            .call("get_sandbox", |channel| {
+                let request = request.clone();
+                async move {
+                    match PoolAdminClient::new(channel).get_sandbox(request).await {
+                        Ok(reply) => Ok(Some(reply.into_inner())),
+                        Err(status) if status.code() == Code::NotFound => Ok(None),
+                        Err(status) => Err::<_, Status>(status),
+                    }
+                }
+            })
+            .await?;
+        Ok(got.value)
+    }
+
+    /// Every sandbox, by id, page by page.
+    ///
+    /// # Errors
+    /// [`Error`]; [`Error::Refused`] past 1000 pages.
+    pub async fn list_sandboxes(&self) -> Result<Vec<Sandbox>> {
+        let mut sandboxes = Vec::new();
+        let mut token = String::new();
+        for _ in 0..MAX_PAGES {
+            let request = ListSandboxesRequest {
+                stale: false,
+                page_size: 0,
+                page_token: token.clone(),
+            };
+            let page = self
+                .endpoints
+                .call("list_sandboxes", |channel| {
+                    let request = request.clone();
+                    async move {
+                        Ok(PoolAdminClient::new(channel)
+                            .list_sandboxes(request)
+                            .await?
+                            .into_inner())
+                    }
+                })
+                .await?
+                .value;
+            sandboxes.extend(page.sandboxes);
+            if page.next_page_token.is_empty() {
+                return Ok(sandboxes);
+            }
+            token = page.next_page_token;
+        }
+        Err(too_many_pages("sandbox list"))
+    }
+
+    /// The pool's status: every member, operation and sandbox (all pages
+    /// merged into one; the counts and ticks are the first page's).
+    ///
+    /// # Errors
+    /// [`Error`]; [`Error::Refused`] past 1000 pages.
+    pub async fn pool_status(&self) -> Result<SupervisorPoolStatus> {
+        let mut status: Option<SupervisorPoolStatus> = None;
+        let mut token = String::new();
+        for _ in 0..MAX_PAGES {
+            let request = GetSupervisorPoolStatusRequest {
+                stale: false,
+                page_size: 0,
+                page_token: token.clone(),
+            };
+            let page = self
+                .endpoints
+                .call("pool_status", |channel| {
+                    let request = request.clone();
+                    async move {
+                        Ok(PoolAdminClient::new(channel)
+                            .get_supervisor_pool_status(request)
+                            .await?
+                            .into_inner())
+                    }
+                })
+                .await?
+                .value;
+            token = page.next_page_token.clone();
+            match &mut status {
+                None => status = Some(page),
+                Some(merged) => {
+                    merged.members.extend(page.members);
+                    merged.operations.extend(page.operations);
+                    merged.sandboxes.extend(page.sandboxes);
+                }
+            }
+            if token.is_empty() {
+                return Ok(status
+                    .map(|s| SupervisorPoolStatus {
+                        next_page_token: String::new(),
+                        ..s
+                    })
+                    .unwrap_or_default());
+            }
+        }
+        Err(too_many_pages("pool status"))
+    }
+}

@@ -35,8 +35,8 @@ const PHASES: [Phase; 6] = [
 ];
 
 /// Buckets of a drain's duration, seconds.
-const DRAIN_BUCKETS: [f64; 11] = [
-    1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0,
+const DRAIN_BUCKETS: [f64; 14] = [
+    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
 ];
 
 /// The totals of [`PoolTally`] last exported.

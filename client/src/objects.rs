@@ -82,26 +82,21 @@ impl Client {
             precondition: Some(condition.to_proto()),
             request_id: new_request_id()?,
         };
-        let request_id = request.request_id.clone();
-        let done = self
-            .endpoints
-            .call("put", |channel| {
-                let request = request.clone();
-                async move {
-                    Ok(ObjectStoreClient::new(channel)
+        self.endpoints
+            .write(
+                "put",
+                request.request_id.clone(),
+                request,
+                |channel, request| async move {
+                    let answer = ObjectStoreClient::new(channel)
                         .put(request)
                         .await?
-                        .into_inner())
-                }
-            })
-            .await?;
-        Ok(Written {
-            replayed: done.value.replayed,
-            value: done.value,
-            request_id,
-            attempts: done.attempts,
-            endpoint: done.endpoint,
-        })
+                        .into_inner();
+                    let replayed = answer.replayed;
+                    Ok((answer, replayed))
+                },
+            )
+            .await
     }
 
     /// Deletes `(object_type, id)` if `condition` holds, with one request id
@@ -122,26 +117,21 @@ impl Client {
             precondition: Some(condition.to_proto()),
             request_id: new_request_id()?,
         };
-        let request_id = request.request_id.clone();
-        let done = self
-            .endpoints
-            .call("delete", |channel| {
-                let request = request.clone();
-                async move {
-                    Ok(ObjectStoreClient::new(channel)
+        self.endpoints
+            .write(
+                "delete",
+                request.request_id.clone(),
+                request,
+                |channel, request| async move {
+                    let answer = ObjectStoreClient::new(channel)
                         .delete(request)
                         .await?
-                        .into_inner())
-                }
-            })
-            .await?;
-        Ok(Written {
-            replayed: done.value.replayed,
-            value: done.value,
-            request_id,
-            attempts: done.attempts,
-            endpoint: done.endpoint,
-        })
+                        .into_inner();
+                    let replayed = answer.replayed;
+                    Ok((answer, replayed))
+                },
+            )
+            .await
     }
 
     /// One page of the objects of `object_type` (and `scope`, unless

@@ -45,28 +45,20 @@ impl Client {
         if request.request_id.is_empty() {
             request.request_id = new_request_id()?;
         }
-        let request_id = request.request_id.clone();
-        let done = self
-            .endpoints
-            .call("create_sandbox", |channel| {
-                let request = request.clone();
-                async move {
+        self.endpoints
+            .write(
+                "create_sandbox",
+                request.request_id.clone(),
+                request,
+                |channel, request| async move {
                     Ok(sandbox_reply(
                         PoolAdminClient::new(channel)
                             .create_sandbox(request)
                             .await?,
                     ))
-                }
-            })
-            .await?;
-        let (value, replayed) = done.value;
-        Ok(Written {
-            value,
-            request_id,
-            attempts: done.attempts,
-            replayed,
-            endpoint: done.endpoint,
-        })
+                },
+            )
+            .await
     }
 
     /// Deletes the sandbox `sandbox_id`, with one request id for every
@@ -79,28 +71,20 @@ impl Client {
             sandbox_id: sandbox_id.to_string(),
             request_id: new_request_id()?,
         };
-        let request_id = request.request_id.clone();
-        let done = self
-            .endpoints
-            .call("delete_sandbox", |channel| {
-                let request = request.clone();
-                async move {
+        self.endpoints
+            .write(
+                "delete_sandbox",
+                request.request_id.clone(),
+                request,
+                |channel, request| async move {
                     Ok(sandbox_reply(
                         PoolAdminClient::new(channel)
                             .delete_sandbox(request)
                             .await?,
                     ))
-                }
-            })
-            .await?;
-        let (value, replayed) = done.value;
-        Ok(Written {
-            value,
-            request_id,
-            attempts: done.attempts,
-            replayed,
-            endpoint: done.endpoint,
-        })
+                },
+            )
+            .await
     }
 
     /// The sandbox `sandbox_id`, or `None` when it does not exist.

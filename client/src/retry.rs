@@ -132,6 +132,33 @@ impl Endpoints {
         Ok(channel)
     }
 
+    /// A write: `request` (which carries `request_id`) sent with `call` on
+    /// every attempt, answered as (value, replayed).
+    pub(crate) async fn write<R, T, F, Fut>(
+        &self,
+        operation: &'static str,
+        request_id: String,
+        request: R,
+        mut call: F,
+    ) -> Result<crate::Written<T>>
+    where
+        R: Clone,
+        F: FnMut(Authed, R) -> Fut,
+        Fut: Future<Output = std::result::Result<(T, bool), Status>>,
+    {
+        let done = self
+            .call(operation, |channel| call(channel, request.clone()))
+            .await?;
+        let (value, replayed) = done.value;
+        Ok(crate::Written {
+            value,
+            request_id,
+            attempts: done.attempts,
+            replayed,
+            endpoint: done.endpoint,
+        })
+    }
+
     /// Runs `call` until an attempt answers or the deadline passes, trying
     /// the endpoints in turn.
     ///

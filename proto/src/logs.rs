@@ -46,6 +46,22 @@ impl std::str::FromStr for LogFormat {
     }
 }
 
+/// `--log-format text|json` (`OPENSHELL_LOG_FORMAT`), the flag every binary
+/// takes: `#[command(flatten)]` it into the binary's arguments.
+#[derive(Clone, Copy, Debug, Default, clap::Args)]
+pub struct LogArgs {
+    /// Log lines on stderr: `text` or `json` (one object per line, with
+    /// this process's labels and, in a gateway, the raft term and each
+    /// call's method and request_id).
+    #[arg(
+        long,
+        env = "OPENSHELL_LOG_FORMAT",
+        default_value = "text",
+        value_name = "FORMAT"
+    )]
+    pub log_format: LogFormat,
+}
+
 /// The raft term lines carry; 0 = none reported yet (no term is 0 once a
 /// node started).
 static TERM: AtomicU64 = AtomicU64::new(0);

@@ -43,15 +43,8 @@ struct Args {
     /// port, creates no directory, contacts nothing.
     #[arg(long)]
     check_config: bool,
-    /// Log lines on stderr: `text` or `json` (one object per line, with
-    /// node_id, term and, inside a call, its method and request_id).
-    #[arg(
-        long,
-        env = "OPENSHELL_LOG_FORMAT",
-        default_value = "text",
-        value_name = "FORMAT"
-    )]
-    log_format: proto::logs::LogFormat,
+    #[command(flatten)]
+    logs: proto::logs::LogArgs,
     /// This gateway's raft node id (>= 1).
     #[arg(long, env = "OPENSHELL_NODE_ID")]
     node_id: Option<u64>,
@@ -471,7 +464,7 @@ fn run() -> anyhow::Result<()> {
         return offline(command);
     }
     let check_only = args.check_config;
-    let log_format = args.log_format;
+    let log_format = args.logs.log_format;
     let file = match &args.config {
         Some(path) => config::read_file(path)?,
         None => GatewaySection::default(),

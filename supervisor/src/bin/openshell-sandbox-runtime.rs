@@ -41,15 +41,8 @@ struct Cli {
 
 #[derive(Debug, Args)]
 struct RunArgs {
-    /// Log lines on stderr: `text` or `json` (one object per line, with
-    /// the sandbox and generation).
-    #[arg(
-        long,
-        env = "OPENSHELL_LOG_FORMAT",
-        default_value = "text",
-        value_name = "FORMAT"
-    )]
-    log_format: proto::logs::LogFormat,
+    #[command(flatten)]
+    logs: proto::logs::LogArgs,
     /// The sandbox this runtime holds; grants must name it.
     #[arg(long, env = "OPENSHELL_SANDBOX_ID", required = true)]
     sandbox_id: Option<String>,
@@ -204,7 +197,7 @@ async fn shutdown_signal() {
 }
 
 fn serve(args: RunArgs) -> anyhow::Result<()> {
-    let log_format = args.log_format;
+    let log_format = args.logs.log_format;
     let config = config(args)?;
     proto::logs::init(
         log_format,

@@ -16,15 +16,8 @@ struct Args {
     /// Pool member id (stable across restarts, e.g. the Pod name).
     #[arg(long, env = "OPENSHELL_POOL_MEMBER_ID")]
     pool_member_id: Option<String>,
-    /// Log lines on stderr: `text` or `json` (one object per line, with
-    /// the member id).
-    #[arg(
-        long,
-        env = "OPENSHELL_LOG_FORMAT",
-        default_value = "text",
-        value_name = "FORMAT"
-    )]
-    log_format: proto::logs::LogFormat,
+    #[command(flatten)]
+    logs: proto::logs::LogArgs,
     /// Pool member uid (e.g. the Pod uid).
     #[arg(long, env = "OPENSHELL_POOL_MEMBER_UID")]
     pool_member_uid: Option<String>,
@@ -110,7 +103,7 @@ fn main() {
 fn run() -> anyhow::Result<()> {
     let args = Args::parse();
     let member = args.pool_member_id.clone().unwrap_or_default();
-    proto::logs::init(args.log_format, "info", &[("member", member.into())])
+    proto::logs::init(args.logs.log_format, "info", &[("member", member.into())])
         .map_err(anyhow::Error::msg)?;
     if args.listen.is_some() && !args.check_config {
         tracing::warn!("--listen is ignored: the supervisor opens no gRPC port (exec travels on its stream to the gateway)");

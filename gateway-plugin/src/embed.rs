@@ -29,8 +29,9 @@
 //!   required) or, `--insecure`, on a private network. The TLS acceptor is
 //!   [`proto::tls::incoming`] (it reloads rotated certificates).
 //! - **Limits**: [`Gateway::server_builder`] is a server with the gateway's
-//!   limits (concurrent streams, keepalive, call deadline) and one tracing
-//!   span per call; a host that uses its own builder keeps its own limits.
+//!   limits (concurrent streams, keepalive, call deadline), one tracing
+//!   span per call and the per-call metrics; a host that uses its own
+//!   builder keeps its own limits and gets neither.
 //! - **Background tasks** (raft, heartbeats, assignment pushes, the
 //!   coordinator, the launcher, the autopilot, certificate reloads, health):
 //!   the gateway's, aborted when it is dropped; [`Gateway::stop`] first

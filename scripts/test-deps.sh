@@ -16,7 +16,9 @@
 #   venv at /opt/openshell-test-venv (Debian 12 refuses a system pip install);
 # - the Helm chart tests (helm/chart-tests) render and lint the chart with
 #   Helm's own library, `helm-python-sdk` (PyPI; no helm binary exists in
-#   Debian or on PyPI), in the same venv.
+#   Debian or on PyPI), in the same venv;
+# - the import-cycle check (scripts/check-cycles.sh, run by .ci/run):
+#   cargo-cycles (crates.io), built by `cargo install`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -64,6 +66,14 @@ HELM_PYTHON_VERSION=0.2.2
 if ! "$KUBE_VALIDATE_VENV/bin/python" -c "import helm_python, sys; sys.exit(helm_python.__version__ != '$HELM_PYTHON_VERSION')" 2>/dev/null; then
   echo "scripts/test-deps.sh: installing helm-python-sdk $HELM_PYTHON_VERSION in $KUBE_VALIDATE_VENV"
   "$KUBE_VALIDATE_VENV/bin/pip" install -q "helm-python-sdk==$HELM_PYTHON_VERSION"
+fi
+
+# cargo-cycles, pinned: import cycles between the modules (files) of every
+# workspace crate. Built from source once; a later run finds it.
+CARGO_CYCLES_VERSION=0.2.0
+if ! cargo-cycles --version 2>/dev/null | grep -q "$CARGO_CYCLES_VERSION"; then
+  echo "scripts/test-deps.sh: installing cargo-cycles $CARGO_CYCLES_VERSION"
+  CARGO_INCREMENTAL=0 cargo install --locked --quiet cargo-cycles --version "$CARGO_CYCLES_VERSION"
 fi
 
 bash jepsen/ci-deps.sh

@@ -25,12 +25,13 @@ cargo test --workspace
 # Proofs that the checkers bite: a gateway with the stale-reads fault on
 # must be reported non-linearizable, one with shared-resource-version must be
 # reported giving two writes one resource version (the register workload's
-# own-version cas mode), one with skip-i4 must be reported violating I4. The
-# three share one gateway built with every fault-* feature into
+# own-version cas mode), one with skip-i4 must be reported violating I4, one
+# with stale-runtime-list must be reported killing healthy workloads. The
+# four share one gateway built with every fault-* feature into
 # target/jepsen-fault; each turns on only its own fault (OPENSHELL_FAULT).
 # `--workspace`, not `-p jepsen`: the same feature resolution as the command
 # above, so nothing is compiled twice.
-cargo test --workspace --test t50_stale_reads_detected --test t55_shared_versions_detected --test t60_skip_i4_detected -- --ignored
+cargo test --workspace --test t50_stale_reads_detected --test t55_shared_versions_detected --test t60_skip_i4_detected --test t62_killed_workloads_detected -- --ignored
 
 skipped="$(sort -u "$skip_log" | grep -c . || true)"
 echo "scripts/test.sh: ${skipped} test(s) skipped for lack of root$( [ "$skipped" -gt 0 ] && printf ': %s' "$(sort -u "$skip_log" | tr '\n' ' ')")"

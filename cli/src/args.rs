@@ -260,11 +260,8 @@ mod tests {
         let shown = format!("{cli:?}");
         assert!(!shown.contains("s3cret"), "{shown}");
         assert!(shown.contains("<redacted>"), "{shown}");
-        let gateway = crate::Gateway {
-            endpoints: cli.endpoints.clone(),
-            token: cli.token.clone(),
-            tls: None,
-        };
+        let gateway = crate::Gateway::new(cli.endpoints.clone(), cli.token.clone(), None)
+            .unwrap_or_else(|e| panic!("{e}"));
         let shown = format!("{gateway:?}");
         assert!(!shown.contains("s3cret"), "{shown}");
     }

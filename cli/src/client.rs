@@ -1,5 +1,7 @@
-//! Connecting to any gateway, transport security, bearer tokens, leader
-//! hints, and the errors a user sees.
+//! The gateways the CLI talks to, through `openshell-client` (its one
+//! failover and retry policy: any gateway, leader hints followed, one round
+//! over `--endpoints`; request ids on its writes), and the errors a user
+//! sees.
 //!
 //! Every channel speaks TLS verifying the gateway against the CA of
 //! `--ca-file`, unless the user chose `--insecure` (plaintext, for a gateway
@@ -8,11 +10,9 @@
 
 use std::time::Duration;
 
-use proto::client::{self, ClientConfig, Role};
-use proto::metadata::{LEADER_ADDR, NO_QUORUM};
+use openshell_client::{Cause, Client, Failure, Role};
+use proto::metadata::NO_QUORUM;
 use proto::tls::ClientTls;
-use tonic::service::interceptor::InterceptedService;
-use tonic::transport::Channel;
 use tonic::{Code, Status};
 
 use crate::transport;
@@ -91,22 +91,23 @@ impl From<Status> for CliError {
     }
 }
 
-/// Adds the bearer token to every call (shared with the client crate).
-pub use proto::client::Bearer;
+/// The longest one call to a gateway may take (the CLI's request deadline,
+/// [`proto::client::ClientConfig::for_role`]`(`[`Role::Cli`]`)`).
+const CALL_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// An authenticated channel to one gateway.
-pub type Authed = InterceptedService<Channel, Bearer>;
-
-/// The gateways the CLI talks to.
+/// The gateways the CLI talks to: `openshell-client` configured for an
+/// operator (role [`Role::Cli`], one round over the endpoints, each call
+/// bounded by `CALL_TIMEOUT`, 60 s).
 #[derive(Clone)]
 pub struct Gateway {
     /// host:port of each gateway.
-    pub endpoints: Vec<String>,
+    endpoints: Vec<String>,
     /// Bearer token.
-    pub token: Option<String>,
-    /// TLS to the gateways, verifying them against the CA of `--ca-file`
-    /// (`None`: plaintext, `--insecure`).
-    pub tls: Option<ClientTls>,
+    token: Option<String>,
+    /// TLS to the gateways (`None`: plaintext, `--insecure`).
+    tls: Option<ClientTls>,
+    /// The client every command calls through.
+    client: Client,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -121,121 +122,142 @@ impl std::fmt::Debug for Gateway {
 }
 
 impl Gateway {
-    fn bearer(&self) -> Result<Bearer, CliError> {
-        Bearer::new(self.token.as_deref())
-            .map_err(|_| CliError::Local("--token holds characters a header cannot carry".into()))
-    }
-
-    /// An eager channel to `addr` with the CLI's deadlines
-    /// ([`ClientConfig::for_role`]`(`[`Role::Cli`]`)`) and its transport
-    /// security, the request deadline replaced by `deadline` when given.
+    /// The gateways at `endpoints` with `token`, over TLS verifying them
+    /// against `tls` (`None`: plaintext, `--insecure`).
     ///
     /// # Errors
-    /// [`CliError::Tls`] when the TLS handshake failed (one line naming the
-    /// gateway and the cause), else [`CliError::Unreachable`].
-    async fn connect(&self, addr: &str, deadline: Option<Duration>) -> Result<Channel, CliError> {
-        let mut config = ClientConfig::for_role(Role::Cli).with_tls(self.tls.clone());
-        if let Some(deadline) = deadline {
-            config = config.with_request_timeout(deadline);
-        }
-        client::connect(Role::Cli, addr, &config)
-            .await
-            .map_err(|e| transport::connect_error(addr, self.tls.as_ref(), &e))
+    /// [`CliError::Usage`] without an endpoint, [`CliError::Local`] for a
+    /// token a header cannot carry.
+    pub fn new(
+        endpoints: Vec<String>,
+        token: Option<String>,
+        tls: Option<ClientTls>,
+    ) -> Result<Gateway, CliError> {
+        let client = build(&endpoints, &token, tls.as_ref(), CALL_TIMEOUT)?;
+        Ok(Gateway {
+            endpoints,
+            token,
+            tls,
+            client,
+        })
     }
 
-    /// A channel to the first endpoint that answers.
-    ///
-    /// # Errors
-    /// [`CliError::Unreachable`] when none does.
-    pub async fn channel(&self) -> Result<InterceptedService<Channel, Bearer>, CliError> {
-        let mut tls_error = None;
-        for addr in &self.endpoints {
-            match self.connect(addr, None).await {
-                Ok(channel) => return Ok(InterceptedService::new(channel, self.bearer()?)),
-                Err(e @ CliError::Tls(_)) => tls_error = tls_error.or(Some(e)),
-                Err(_) => {}
-            }
-        }
-        Err(tls_error.unwrap_or_else(|| CliError::Unreachable(self.endpoints.join(","))))
+    /// The client every command calls through.
+    pub fn client(&self) -> &Client {
+        &self.client
     }
 
-    /// Runs `call` on the first gateway that answers. A gateway that
-    /// answers "not the leader" with a hint is followed to the leader once; a
-    /// gateway that is up but has no leader (cut off, or removed from the
-    /// cluster) is skipped for the next endpoint.
+    /// A client whose calls may each take `timeout` instead of the CLI's
+    /// default (`sandbox exec`: its own timeout plus a margin, so the CLI
+    /// never gives up before the command's timeout).
     ///
     /// # Errors
-    /// The last error, mapped for the user.
-    pub async fn call<T, F, Fut>(&self, call: F) -> Result<T, CliError>
-    where
-        F: Fn(Authed) -> Fut,
-        Fut: std::future::Future<Output = Result<T, Status>>,
-    {
-        self.call_within(None, call).await
+    /// As [`Gateway::new`].
+    pub fn client_within(&self, timeout: Duration) -> Result<Client, CliError> {
+        build(&self.endpoints, &self.token, self.tls.as_ref(), timeout)
     }
 
-    /// [`Gateway::call`] with a request deadline of `deadline` instead of
-    /// the CLI's default (`sandbox exec`: its own timeout plus a margin, so
-    /// the CLI never gives up before the command's timeout).
+    /// Awaits `call` and maps its error for the user.
     ///
     /// # Errors
-    /// The last error, mapped for the user.
-    pub async fn call_within<T, F, Fut>(
+    /// What the call failed on ([`Gateway::explain`]).
+    pub async fn ask<T>(
         &self,
-        deadline: Option<Duration>,
-        call: F,
-    ) -> Result<T, CliError>
-    where
-        F: Fn(Authed) -> Fut,
-        Fut: std::future::Future<Output = Result<T, Status>>,
-    {
-        let mut last: Option<CliError> = None;
-        // A TLS failure says more than "unreachable": it wins at the end.
-        let mut tls_error: Option<CliError> = None;
-        for addr in &self.endpoints {
-            let channel = match self.connect(addr, deadline).await {
-                Ok(channel) => channel,
-                Err(e @ CliError::Tls(_)) => {
-                    tls_error = tls_error.or(Some(e));
-                    continue;
-                }
-                Err(_) => continue,
-            };
-            let status = match call(InterceptedService::new(channel, self.bearer()?)).await {
-                Ok(v) => return Ok(v),
-                Err(status) => status,
-            };
-            // The connection broke before any answer: with --insecure, most
-            // likely a TLS gateway.
-            if let Some(e) = transport::plaintext_refused(addr, self.tls.as_ref(), &status) {
-                tls_error = tls_error.or(Some(e));
-                continue;
+        call: impl std::future::Future<Output = openshell_client::Result<T>>,
+    ) -> Result<T, CliError> {
+        call.await.map_err(|e| self.explain(e))
+    }
+
+    /// What a failed call means for the user: the answer a gateway gave,
+    /// or, when none answered, the most telling failure (a TLS handshake
+    /// that failed, or a TLS gateway cut off a plaintext call, names the
+    /// gateway and the cause; else the last gateway's status; else "no
+    /// gateway reachable").
+    pub fn explain(&self, e: openshell_client::Error) -> CliError {
+        use openshell_client::Error;
+        match e {
+            Error::NotFound(m) => CliError::NotFound(m),
+            Error::Unauthorized { message, .. } => CliError::Unauthorized(message),
+            Error::NoQuorum(m) => CliError::NoQuorum(m),
+            Error::AlreadyExists(m) | Error::InvalidArgument(m) => CliError::Refused(m),
+            Error::Conflict { message, .. }
+            | Error::RequestIdReused { message, .. }
+            | Error::Refused { message, .. } => CliError::Refused(message),
+            Error::DeadlineExceeded { failures, .. } | Error::Unanswered { failures, .. } => {
+                self.unanswered(&failures)
             }
-            match status.code() {
-                Code::FailedPrecondition => {
-                    let hint = status
-                        .metadata()
-                        .get(LEADER_ADDR)
-                        .and_then(|v| v.to_str().ok())
-                        .map(str::to_string);
-                    let Some(leader) = hint else {
-                        return Err(status.into());
-                    };
-                    match self.connect(&leader, deadline).await {
-                        Ok(channel) => {
-                            return Ok(call(InterceptedService::new(channel, self.bearer()?)).await?)
-                        }
-                        Err(e) => last = Some(e),
-                    }
-                }
-                // No quorum: every gateway would reach the same leader.
-                _ if status.metadata().contains_key(NO_QUORUM) => return Err(status.into()),
-                Code::Unavailable => last = Some(status.into()),
-                _ => return Err(status.into()),
-            }
+            setup => setup_error(setup),
         }
-        Err(tls_error
-            .or(last)
-            .unwrap_or_else(|| CliError::Unreachable(self.endpoints.join(","))))
+    }
+
+    /// [`Gateway::explain`] when no gateway answered.
+    fn unanswered(&self, failures: &[Failure]) -> CliError {
+        let tls = self.tls.as_ref();
+        // A TLS failure says more than "unreachable": the first one wins.
+        let handshake = failures.iter().find_map(|f| match &f.cause {
+            Cause::Connect(e) => Some(transport::connect_error(&f.endpoint, tls, e))
+                .filter(|e| matches!(e, CliError::Tls(_))),
+            Cause::Status(status) => transport::plaintext_refused(&f.endpoint, tls, status),
+            Cause::TimedOut(_) => None,
+        });
+        if let Some(e) = handshake {
+            return e;
+        }
+        // The last gateway that said why (a leader hint is not a reason).
+        let last = failures.iter().rev().find_map(|f| match &f.cause {
+            Cause::Status(status) if status.code() != Code::FailedPrecondition => {
+                Some(CliError::from(status.clone()))
+            }
+            Cause::TimedOut(after) => Some(CliError::Refused(format!(
+                "gateway {}: no answer within {} s",
+                f.endpoint,
+                after.as_secs()
+            ))),
+            _ => None,
+        });
+        last.unwrap_or_else(|| CliError::Unreachable(self.endpoints.join(",")))
+    }
+}
+
+/// The CLI's client of `endpoints`: role [`Role::Cli`], one round over the
+/// endpoints, each attempt bounded by `timeout`.
+fn build(
+    endpoints: &[String],
+    token: &Option<String>,
+    tls: Option<&ClientTls>,
+    timeout: Duration,
+) -> Result<Client, CliError> {
+    let builder = Client::builder()
+        .endpoints(endpoints.iter().cloned())
+        .role(Role::Cli)
+        .token_opt(token.clone())
+        .max_rounds(1)
+        .attempt_timeout(timeout)
+        // One round plus a leader hint, each attempt its whole timeout.
+        .deadline(
+            timeout.saturating_mul(
+                u32::try_from(endpoints.len())
+                    .unwrap_or(u32::MAX)
+                    .saturating_add(2),
+            ),
+        )
+        .backoff(Duration::from_millis(20), Duration::from_millis(100));
+    let builder = match tls {
+        Some(tls) => builder.tls(tls.clone()),
+        None => builder.insecure(),
+    };
+    builder.build().map_err(setup_error)
+}
+
+/// A client that could not be set up, in the flags' words.
+fn setup_error(e: openshell_client::Error) -> CliError {
+    use openshell_client::Error;
+    match e {
+        Error::NoEndpoints => CliError::Usage("--endpoints names no gateway".into()),
+        Error::NoSecurity => CliError::Usage(transport::NO_SECURITY.into()),
+        Error::InvalidToken => {
+            CliError::Local("--token holds characters a header cannot carry".into())
+        }
+        other => CliError::Local(other.to_string()),
     }
 }

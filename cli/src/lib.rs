@@ -1,20 +1,21 @@
 //! `openshell-pool`: the operator CLI of the OpenShell supervisor-pool store.
 //!
-//! Every command talks to any gateway of `--endpoints` (the first that
-//! answers; the gateways forward to the leader, and the CLI follows a leader
-//! hint once). Output is a table or, with `-o json`, one JSON document.
+//! Every command talks to any gateway of `--endpoints` through
+//! `openshell-client` (the first that answers, one round over the
+//! endpoints; the gateways forward to the leader, and the client follows a
+//! leader hint; its writes carry request ids). Output is a table or, with `-o json`, one JSON document.
 //! Failures print one line on stderr saying what failed and what to do, and
 //! exit non-zero (see [`CliError::exit_code`]).
 //!
-//! The CLI talks to gateways only over gRPC (the `proto` crate); it shares
-//! no code with `gateway-plugin`, so a gateway that embeds that library does
+//! The CLI talks to gateways only over gRPC (`openshell-client` and the
+//! `proto` crate); it shares no code with `gateway-plugin`, so a gateway that embeds that library does
 //! not carry the CLI. `local-status` reads a data directory through
 //! `raft-store`, the storage layer, without a gateway.
 //!
 //! # Layout
 //! - [`args`]: the flags and commands ([`Cli`]).
-//! - [`client`]: connecting to any gateway, bearer tokens, leader hints, and
-//!   [`CliError`] with its exit codes.
+//! - [`client`]: the gateways ([`Gateway`]: an `openshell-client` set up
+//!   from the flags) and [`CliError`] with its exit codes.
 //! - [`transport`]: TLS (`--ca-file`) or plaintext (`--insecure`), and a
 //!   failed handshake as one line.
 //! - [`commands`]: `raft`, `pool`, `sandbox` and `backup`, one module each,
@@ -53,11 +54,7 @@ pub fn gateway(cli: &Cli) -> Result<Gateway, CliError> {
         ),
         None => cli.token.clone(),
     };
-    Ok(Gateway {
-        endpoints: cli.endpoints.clone(),
-        token,
-        tls,
-    })
+    Gateway::new(cli.endpoints.clone(), token, tls)
 }
 
 /// Runs one parsed command line to its end.

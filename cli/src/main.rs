@@ -22,6 +22,8 @@ fn main() {
                 .next()
                 .unwrap_or("invalid arguments")
                 .trim_start_matches("error: ");
+            // clap quotes the value it refused: escaped like every output.
+            let first = proto::text::escaped(first);
             eprintln!("openshell-pool: {first} (see `openshell-pool --help`)");
             std::process::exit(2);
         }
@@ -35,7 +37,9 @@ fn main() {
     };
     if let Err(e) = runtime.block_on(run(cli)) {
         if !matches!(e, CliError::ExitStatus(_)) {
-            eprintln!("openshell-pool: {e}");
+            // One line, whatever a gateway's message held (it may echo
+            // what the user typed, or a field a supervisor sent).
+            eprintln!("openshell-pool: {}", proto::text::escaped(&e.to_string()));
         }
         std::process::exit(e.exit_code());
     }

@@ -1,7 +1,9 @@
 //! Transport security of the CLI: TLS or plaintext from the flags
 //! ([`security`]), and a failed handshake as one line naming the gateway and
-//! the cause ([`connect_error`], [`plaintext_refused`]) instead of a
-//! transport error chain.
+//! the cause ([`connect_error`], [`plaintext_refused`]: a certificate, a
+//! plaintext gateway, a handshake that timed out, the gateway's
+//! per-address handshake limit) instead of a transport error chain or "no
+//! gateway reachable".
 
 use std::error::Error as _;
 use std::path::Path;
@@ -53,6 +55,27 @@ fn rustls_cause<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a ru
     None
 }
 
+/// The handshake timeout, if any, in the source chain of `err`.
+fn handshake_timed_out<'a>(
+    err: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a proto::tls::HandshakeTimedOut> {
+    let mut next = Some(err);
+    while let Some(e) = next {
+        if let Some(t) = e.downcast_ref::<proto::tls::HandshakeTimedOut>() {
+            return Some(t);
+        }
+        if let Some(t) = e
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .and_then(|inner| inner.downcast_ref::<proto::tls::HandshakeTimedOut>())
+        {
+            return Some(t);
+        }
+        next = e.source();
+    }
+    None
+}
+
 /// True when the chain of `err` holds an I/O error of `kind`.
 fn has_io_kind(err: &(dyn std::error::Error + 'static), kind: std::io::ErrorKind) -> bool {
     let mut next = Some(err);
@@ -88,6 +111,12 @@ fn explain(cause: &rustls::Error, tls: &ClientTls) -> String {
             "the gateway does not speak TLS (started with --insecure? then pass --insecure instead of --ca-file)"
                 .to_string()
         }
+        e if proto::tls::refused_for_limit(e) => format!(
+            "the gateway refused the handshake: too many handshakes in progress from this address \
+             (its limit is {} per address); retry shortly, or look for a client on this host holding \
+             connections open",
+            proto::tls::MAX_PENDING_PER_ADDRESS
+        ),
         rustls::Error::AlertReceived(alert) => {
             format!("the gateway refused the handshake ({alert:?})")
         }
@@ -104,6 +133,15 @@ pub fn connect_error(addr: &str, tls: Option<&ClientTls>, err: &ClientError) -> 
     };
     if let Some(cause) = rustls_cause(err) {
         return CliError::Tls(format!("gateway {addr}: TLS: {}", explain(cause, tls)));
+    }
+    if let Some(timed_out) = handshake_timed_out(err) {
+        return CliError::Tls(format!(
+            "gateway {addr}: TLS: the handshake timed out after {} ms: the gateway accepted the \
+             connection but did not answer (stopped or overloaded, or its {} handshake slots are \
+             full)",
+            timed_out.after.as_millis(),
+            proto::tls::MAX_HANDSHAKES
+        ));
     }
     // The server closed the connection in the middle of the handshake: a
     // plaintext gateway reading a ClientHello as HTTP/2 does that.

@@ -90,6 +90,7 @@ async fn object_keys_outside_the_rule_are_refused() -> TestResult {
                 op: Some(object_command::Op::Put(put_request("test", key))),
             })),
             request_id: String::new(),
+            request_fingerprint: Vec::new(),
         };
         let refused = raft
             .forward(ForwardRequest {

@@ -17,18 +17,26 @@
 //!   the pool calls ([`Client::create_sandbox`], [`Client::delete_sandbox`],
 //!   [`Client::get_sandbox`], [`Client::list_sandboxes`],
 //!   [`Client::pool_status`]) in [`pool`](mod@pool).
+//! - [`admin`](mod@admin): the cluster administration calls and the pool's
+//!   operator calls (operations, `exec`) the `openshell-pool` CLI makes.
 //! - [`retry`]: the retry loop ([`RetryPolicy`]: which failures are retried,
-//!   backoff, the deadline).
+//!   backoff, the deadline, the rounds; leader hints; [`Repeat`]).
 //! - [`error`]: [`Error`], typed (a conflict is not a lost connection).
 //!
 //! # Retry rules
 //! An attempt that ends in `UNAVAILABLE`, `UNKNOWN`, `ABORTED`,
 //! `DEADLINE_EXCEEDED`, a transport error or the attempt's own timeout is
 //! retried on the next endpoint after a pause (50 ms, doubling, at most
-//! 1 s) until the call's deadline (30 s by default). Any other status is an
-//! answer and is returned at once: `INVALID_ARGUMENT`,
-//! `FAILED_PRECONDITION` (a failed compare-and-swap is
-//! [`Error::Conflict`]), `PERMISSION_DENIED`, `NOT_FOUND`, ...
+//! 1 s) until the call's deadline (30 s by default) or, with
+//! [`ClientBuilder::max_rounds`], until every endpoint failed that many
+//! times ([`Error::Unanswered`]). A gateway that names the leader
+//! (`FAILED_PRECONDITION` with a leader address) sends the next attempt
+//! there. Any other status is an answer and is returned at once:
+//! `INVALID_ARGUMENT`, `FAILED_PRECONDITION` (a failed compare-and-swap is
+//! [`Error::Conflict`]; a request id already used for another write is
+//! [`Error::RequestIdReused`]), `PERMISSION_DENIED`, `NOT_FOUND`, no quorum
+//! ([`Error::NoQuorum`]), ... A call that must not run twice
+//! ([`Repeat::Once`]) is retried only where the gateway surely did not act.
 //!
 //! # Example
 //! ```no_run
@@ -60,19 +68,22 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use proto::client::{Bearer, ClientConfig, Role};
+use proto::client::{Bearer, ClientConfig};
 use proto::tls::ClientTls;
 
+pub mod admin;
 pub mod error;
 pub mod objects;
 pub mod pool;
 pub mod retry;
 
+pub use error::{Cause, Failure};
 pub use error::{Error, Result};
 pub use objects::Condition;
+pub use proto::client::Role;
 pub use proto::objects::{DeleteResponse, Object, PutResponse};
 pub use proto::pool_admin::{CreateSandboxRequest, Sandbox, SupervisorPoolStatus};
-pub use retry::RetryPolicy;
+pub use retry::{Repeat, RetryPolicy};
 
 /// A write's outcome and how it was reached.
 #[derive(Clone, Debug)]
@@ -137,6 +148,7 @@ pub struct ClientBuilder {
     token: Option<String>,
     policy: RetryPolicy,
     connect_timeout: Option<Duration>,
+    role: Option<Role>,
 }
 
 impl ClientBuilder {
@@ -171,6 +183,27 @@ impl ClientBuilder {
     /// The bearer token sent with every call (writes need `platform_admin`).
     pub fn token(mut self, token: impl Into<String>) -> Self {
         self.token = Some(token.into());
+        self
+    }
+
+    /// The bearer token, when there is one (`None` sends no header).
+    pub fn token_opt(mut self, token: Option<String>) -> Self {
+        self.token = token;
+        self
+    }
+
+    /// Who the client is: the channels' connect timeout and keepalive
+    /// follow [`ClientConfig::for_role`] (default [`Role::Client`]; the CLI
+    /// passes [`Role::Cli`]).
+    pub fn role(mut self, role: Role) -> Self {
+        self.role = Some(role);
+        self
+    }
+
+    /// At most `rounds` passes over the endpoints, then
+    /// [`Error::Unanswered`] (default: until the deadline).
+    pub fn max_rounds(mut self, rounds: u32) -> Self {
+        self.policy.max_rounds = Some(rounds.max(1));
         self
     }
 
@@ -218,7 +251,8 @@ impl ClientBuilder {
                     .map_err(|e| Error::Tls(format!("CA file {}: {e}", path.display())))?,
             ),
         };
-        let mut config = ClientConfig::for_role(Role::Client)
+        let role = self.role.unwrap_or(Role::Client);
+        let mut config = ClientConfig::for_role(role)
             .with_tls(tls)
             .with_request_timeout(self.policy.attempt_timeout);
         if let Some(timeout) = self.connect_timeout {
@@ -228,6 +262,7 @@ impl ClientBuilder {
         Ok(Client {
             endpoints: Arc::new(retry::Endpoints::new(
                 self.endpoints,
+                role,
                 config,
                 bearer,
                 self.policy,
@@ -305,5 +340,42 @@ mod tests {
             other => panic!("{other}"),
         }
         assert!(took < Duration::from_secs(3), "{took:?}");
+    }
+
+    /// One round (the CLI's policy): each dead gateway is tried once, and
+    /// the error keeps every failed attempt with its connect cause, well
+    /// before the deadline.
+    #[tokio::test]
+    async fn one_round_over_dead_gateways_ends_unanswered_naming_each() {
+        let client = Client::builder()
+            .endpoints(["127.0.0.1:9", "127.0.0.1:10"])
+            .insecure()
+            .max_rounds(1)
+            .deadline(Duration::from_secs(30))
+            .build()
+            .expect("client");
+        let started = std::time::Instant::now();
+        let err = client
+            .cluster_status(false)
+            .await
+            .expect_err("nothing listens");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        match err {
+            Error::Unanswered {
+                attempts, failures, ..
+            } => {
+                assert_eq!(attempts, 2);
+                let tried: Vec<&str> = failures.iter().map(|f| f.endpoint.as_str()).collect();
+                assert_eq!(tried, ["127.0.0.1:9", "127.0.0.1:10"]);
+                assert!(failures
+                    .iter()
+                    .all(|f| matches!(f.cause, error::Cause::Connect(_))));
+            }
+            other => panic!("{other}"),
+        }
     }
 }

@@ -12,6 +12,7 @@ use proto::objects::{
 use tonic::Code;
 
 use crate::error::{Error, Result};
+use crate::retry::Repeat;
 use crate::{new_request_id, Client, Written};
 
 /// The precondition of a put or delete.
@@ -54,7 +55,7 @@ impl Client {
         };
         let got = self
             .endpoints
-            .call("get", |channel| {
+            .call("get", Repeat::Safe, |channel| {
                 let request = request.clone();
                 async move {
                     match ObjectStoreClient::new(channel).get(request).await {
@@ -155,7 +156,7 @@ impl Client {
         };
         let page = self
             .endpoints
-            .call("list", |channel| {
+            .call("list", Repeat::Safe, |channel| {
                 let request = request.clone();
                 async move {
                     Ok(ObjectStoreClient::new(channel)

@@ -10,6 +10,7 @@ use proto::pool_admin::{
 use tonic::{Code, Response, Status};
 
 use crate::error::{Error, Result};
+use crate::retry::Repeat;
 use crate::{new_request_id, Client, Written};
 
 /// The most pages a whole-list call follows (500 records each by default).
@@ -37,7 +38,9 @@ impl Client {
     ///
     /// # Errors
     /// [`Error::AlreadyExists`], [`Error::Refused`] (`RESOURCE_EXHAUSTED`:
-    /// no capacity), [`Error::DeadlineExceeded`], ...
+    /// no capacity), [`Error::RequestIdReused`] (the caller's
+    /// `request_id` was used for another write), [`Error::DeadlineExceeded`],
+    /// ...
     pub async fn create_sandbox(
         &self,
         mut request: CreateSandboxRequest,
@@ -98,7 +101,7 @@ impl Client {
         };
         let got = self
             .endpoints
-            .call("get_sandbox", |channel| {
+            .call("get_sandbox", Repeat::Safe, |channel| {
                 let request = request.clone();
                 async move {
                     match PoolAdminClient::new(channel).get_sandbox(request).await {
@@ -127,7 +130,7 @@ impl Client {
             };
             let page = self
                 .endpoints
-                .call("list_sandboxes", |channel| {
+                .call("list_sandboxes", Repeat::Safe, |channel| {
                     let request = request.clone();
                     async move {
                         Ok(PoolAdminClient::new(channel)
@@ -163,7 +166,7 @@ impl Client {
             };
             let page = self
                 .endpoints
-                .call("pool_status", |channel| {
+                .call("pool_status", Repeat::Safe, |channel| {
                     let request = request.clone();
                     async move {
                         Ok(PoolAdminClient::new(channel)

@@ -75,6 +75,7 @@ pub fn commands() -> Vec<Vec<u8>> {
         join("m1", 11),
         join("m2", 12),
         C::Tick(pool::Tick {
+            raft_term: 0,
             expected_now_tick: 0,
         }),
         C::Heartbeat(pool::Heartbeat {
@@ -94,6 +95,7 @@ pub fn commands() -> Vec<Vec<u8>> {
             status: "ready".into(),
         }),
         C::RecordRuntime(pool::RecordRuntime {
+            raft_term: 0,
             sandbox: "sb-1".into(),
             generation: 1,
             name: "rt-1".into(),
@@ -110,10 +112,12 @@ pub fn commands() -> Vec<Vec<u8>> {
             generation: 1,
         }),
         C::Delete(pool::Delete {
+            raft_term: 0,
             sandbox: "sb-2".into(),
             generation: 1,
         }),
         C::Tick(pool::Tick {
+            raft_term: 0,
             expected_now_tick: 1,
         }),
     ];

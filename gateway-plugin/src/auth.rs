@@ -77,23 +77,27 @@ impl Auth {
     ///
     /// # Errors
     /// `UNAUTHENTICATED` for a missing or unknown token, `PERMISSION_DENIED`
-    /// for a token without the role; both counted in metrics.
+    /// for a token without the role; both counted in metrics, and logged
+    /// at most [`crate::log_limit::LINES_PER_WINDOW`] times per window per
+    /// service and reason (a caller can send refused calls at will).
     pub fn require(
         &self,
         metadata: &MetadataMap,
         needed: Role,
-        service: &str,
+        service: &'static str,
         metrics: &Metrics,
     ) -> Result<(), Status> {
         if !self.enabled() {
             return Ok(());
         }
-        let fail = |reason: &str, status: Status| {
+        let fail = |reason: &'static str, status: Status| {
             metrics
                 .auth_failures
                 .with_label_values(&[service, reason])
                 .inc();
-            tracing::warn!(service, reason, "request refused");
+            if let Some(suppressed) = crate::log_limit::REFUSALS.allow((service, reason)) {
+                tracing::warn!(service, reason, suppressed, "request refused");
+            }
             Err(status)
         };
         if !metadata.contains_key("authorization") {

@@ -60,42 +60,10 @@ use std::time::Duration;
 use raft_store::{codec, NodeConfig};
 use serde::Deserialize;
 
-pub use crate::config_pool::SupervisorPoolSection;
-pub use crate::config_tls::{GatewayTls, TlsSection};
-
-/// A configuration value that is missing, malformed or out of range.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum ConfigError {
-    /// The file cannot be read or parsed.
-    #[error("config file {path}: {problem}")]
-    File {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong.
-        problem: String,
-    },
-    /// A required key is missing.
-    #[error("{key} is required (set it in the config file, or with {flag})")]
-    Missing {
-        /// The key, e.g. `openshell.gateway.node_id`.
-        key: &'static str,
-        /// The flag that sets it.
-        flag: &'static str,
-    },
-    /// Secure mode lacks what it needs (each `(key, flag)` missing).
-    #[error("{}", crate::config_tls::not_secured(.0))]
-    NotSecured(Vec<(&'static str, &'static str)>),
-    /// A value is invalid.
-    #[error("{key} = {value}: {problem}")]
-    Invalid {
-        /// The key.
-        key: &'static str,
-        /// The value given.
-        value: String,
-        /// What is wrong, with the allowed range.
-        problem: String,
-    },
-}
+use crate::config_error::in_range;
+pub use crate::config_error::ConfigError;
+pub use crate::config_pool::{PoolSettings, SupervisorPoolSection};
+pub use crate::config_tls::{AuthSection, GatewayTls, TlsSection};
 
 /// `[openshell.gateway.raft]`.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -120,32 +88,6 @@ pub struct RaftSection {
     pub max_snapshot_bytes: Option<u64>,
     /// Largest raft message, bytes (256 KiB..=64 MiB, default 64 MiB).
     pub max_message_bytes: Option<u64>,
-}
-
-/// `[openshell.gateway.auth]`.
-#[derive(Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AuthSection {
-    /// Bearer tokens with the `platform_admin` role.
-    pub admin_tokens: Option<Vec<String>>,
-    /// Bearer tokens that may only read.
-    pub viewer_tokens: Option<Vec<String>>,
-}
-
-impl std::fmt::Debug for AuthSection {
-    /// Prints every field but the secrets, which show as `<redacted>`.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AuthSection")
-            .field(
-                "admin_tokens",
-                &proto::secret::redact_opt(&self.admin_tokens),
-            )
-            .field(
-                "viewer_tokens",
-                &proto::secret::redact_opt(&self.viewer_tokens),
-            )
-            .finish()
-    }
 }
 
 /// `[openshell.gateway]`.
@@ -333,7 +275,7 @@ pub struct GatewayConfig {
     /// Voters of a new cluster (empty: join an existing one as a learner).
     pub initial_voters: Vec<(u64, String)>,
     /// Pool timing and supervisor credential.
-    pub pool: crate::hub::PoolSettings,
+    pub pool: PoolSettings,
     /// Signs takeover grants.
     pub signer: proto::grant::GrantSigner,
     /// True when the signer is the insecure development key.
@@ -347,23 +289,6 @@ pub struct GatewayConfig {
     pub launcher: crate::config_driver::LauncherConfig,
     /// The voter autopilot, if configured.
     pub autopilot: Option<crate::config_statefulset::AutopilotConfig>,
-}
-
-pub(crate) fn in_range(
-    key: &'static str,
-    value: u64,
-    lo: u64,
-    hi: u64,
-) -> Result<u64, ConfigError> {
-    if (lo..=hi).contains(&value) {
-        Ok(value)
-    } else {
-        Err(ConfigError::Invalid {
-            key,
-            value: value.to_string(),
-            problem: format!("must be within {lo}..={hi}"),
-        })
-    }
 }
 
 /// Parses a raft node, `id=host:port`.
@@ -414,11 +339,14 @@ impl GatewaySection {
             flag: "--data-dir",
         })?;
         let cluster_id = self.cluster_id.unwrap_or_else(|| "openshell".to_string());
-        if cluster_id.is_empty() || cluster_id.len() > 128 {
+        // The identifier rule, as a backup's header is checked against it.
+        if let Some(rule) = proto::ids::id_rule(&cluster_id) {
             return Err(ConfigError::Invalid {
                 key: "openshell.gateway.cluster_id",
-                value: cluster_id,
-                problem: "must be 1 to 128 characters".into(),
+                value: cluster_id.escape_debug().to_string(),
+                problem: format!(
+                    "{rule} (1 to 128 of [A-Za-z0-9._-], not starting with '.' or '-')"
+                ),
             });
         }
         let mut initial_voters = Vec::new();
@@ -687,6 +615,17 @@ mod tests {
             .map(|e| e.to_string())
             .unwrap_or_default();
         assert!(e.contains("openshell.gateway.initial_voters"), "{e}");
+        for bad in ["../../x\0", "", "-x", "a b"] {
+            let mut s = base();
+            s.cluster_id = Some(bad.into());
+            let e = s
+                .validate()
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(e.contains("openshell.gateway.cluster_id"), "{bad:?}: {e}");
+            assert!(!e.contains('\0'), "{e}");
+        }
     }
 
     #[test]

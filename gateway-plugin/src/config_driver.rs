@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::config::ConfigError;
+use crate::config_error::ConfigError;
 
 /// The section as read (file and flags).
 #[derive(Clone, Debug, Default, Deserialize)]

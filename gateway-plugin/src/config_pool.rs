@@ -1,7 +1,7 @@
 //! `[openshell.gateway.supervisor_pool]`: the section's keys and their
-//! validation into the hub's [`crate::hub::PoolSettings`] (pool timing,
-//! retention, supervisor credentials). Moved out of `config.rs`, which
-//! keeps the other sections and the overlay of flags over the file.
+//! validation into [`PoolSettings`], what the hub runs on (pool timing,
+//! retention, supervisor credentials and identity). `config.rs` keeps the
+//! overlay of flags over the file and the other sections' assembly.
 //!
 //! ```toml
 //! [openshell.gateway.supervisor_pool]
@@ -12,13 +12,30 @@
 //! status_interval_ms = 250
 //! retention_ticks = 14400    # --retention-ticks; one hour at 250 ms ticks
 //! ```
+//!
+//! The supervisor identity keys of the same section: `member_identity`
+//! (`--member-identity`), `member_identity_audience`
+//! (`--member-identity-audience`) and `member_identity_service_account`
+//! (`--member-identity-service-account`), validated into a
+//! [`KubernetesIdentity`] ([`crate::member_identity`]).
+//!
+//! ```toml
+//! [openshell.gateway.supervisor_pool]
+//! member_identity = "kubernetes"                      # or "none" (default)
+//! member_identity_audience = "openshell-gateway"      # default
+//! member_identity_service_account = "openshell:rel-openshell-supervisor"
+//! ```
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::config::{in_range, ConfigError};
+use std::sync::Arc;
+
+use crate::config_error::{in_range, ConfigError};
+use crate::member_credentials::MemberCredentialsFile;
+use crate::member_identity::{IdentitySettings, KubernetesIdentity};
 
 /// `[openshell.gateway.supervisor_pool]`.
 #[derive(Clone, Default, Deserialize)]
@@ -47,7 +64,7 @@ pub struct SupervisorPoolSection {
     /// File of `member_id credential` lines (format:
     /// [`crate::member_credentials`]); re-read when it changes.
     pub member_credentials_file: Option<PathBuf>,
-    /// `none` or `kubernetes` ([`crate::config_identity`]).
+    /// `none` or `kubernetes` ([`validate_identity`]).
     pub member_identity: Option<String>,
     /// Audience of supervisor tokens (default `openshell-gateway`).
     pub member_identity_audience: Option<String>,
@@ -80,10 +97,84 @@ impl std::fmt::Debug for SupervisorPoolSection {
     }
 }
 
-pub(crate) fn validate_pool(
-    section: SupervisorPoolSection,
-) -> Result<crate::hub::PoolSettings, ConfigError> {
-    let (supervisor_token, member_credentials) = crate::member_credentials::from_section(&section)?;
+/// Pool timing, from `[openshell.gateway.supervisor_pool]`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PoolSettings {
+    /// The leader appends a `Tick` this often (its monotonic clock).
+    pub tick_interval: Duration,
+    /// A member expires after this many ticks without a heartbeat.
+    pub heartbeat_ttl_ticks: u64,
+    /// A recovering sandbox fails after this many ticks without an owner.
+    pub recovery_deadline_ticks: u64,
+    /// A maintenance operation fails after this many ticks.
+    pub operation_deadline_ticks: u64,
+    /// Finished pool records are garbage-collected this many ticks after
+    /// they finished (`retention_ticks`).
+    pub retention_ticks: u64,
+    /// Supervisors send `HostStatus` this often.
+    pub status_interval: Duration,
+    /// DEPRECATED shared credential: any supervisor holding it may join as
+    /// any member id not listed in `member_credentials` (None: none).
+    pub supervisor_token: Option<String>,
+    /// The credential of each member id (`member_credentials_file`): a
+    /// listed member must present its own; re-read on change.
+    pub member_credentials: Option<MemberCredentialsFile>,
+    /// `--member-identity kubernetes`: members not in the file prove their
+    /// Pod name by TokenReview ([`crate::member_identity`]).
+    pub member_identity: Option<Arc<KubernetesIdentity>>,
+}
+
+impl std::fmt::Debug for PoolSettings {
+    /// Prints every field but the secrets, which show as `<redacted>`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PoolSettings")
+            .field("tick_interval", &self.tick_interval)
+            .field("heartbeat_ttl_ticks", &self.heartbeat_ttl_ticks)
+            .field("recovery_deadline_ticks", &self.recovery_deadline_ticks)
+            .field("operation_deadline_ticks", &self.operation_deadline_ticks)
+            .field("retention_ticks", &self.retention_ticks)
+            .field("status_interval", &self.status_interval)
+            .field(
+                "supervisor_token",
+                &proto::secret::redact_opt(&self.supervisor_token),
+            )
+            .field("member_credentials", &self.member_credentials)
+            .field("member_identity", &self.member_identity)
+            .finish()
+    }
+}
+
+impl Default for PoolSettings {
+    fn default() -> Self {
+        PoolSettings {
+            tick_interval: Duration::from_millis(250),
+            heartbeat_ttl_ticks: 8,
+            recovery_deadline_ticks: 240,
+            operation_deadline_ticks: 2400,
+            retention_ticks: pool::DEFAULT_RETENTION_TICKS,
+            status_interval: Duration::from_millis(250),
+            supervisor_token: None,
+            member_credentials: None,
+            member_identity: None,
+        }
+    }
+}
+
+impl PoolSettings {
+    /// The pool config these settings ask for.
+    pub fn pool_config(&self) -> pool::Configure {
+        pool::Configure {
+            raft_term: 0,
+            heartbeat_ttl_ticks: self.heartbeat_ttl_ticks,
+            recovery_deadline_ticks: self.recovery_deadline_ticks,
+            operation_deadline_ticks: self.operation_deadline_ticks,
+            retention_ticks: self.retention_ticks,
+        }
+    }
+}
+
+pub(crate) fn validate_pool(section: SupervisorPoolSection) -> Result<PoolSettings, ConfigError> {
+    let (supervisor_token, member_credentials) = credentials_from_section(&section)?;
     let tick = in_range(
         "openshell.gateway.supervisor_pool.tick_interval_ms",
         section.tick_interval_ms.unwrap_or(250),
@@ -132,7 +223,7 @@ pub(crate) fn validate_pool(
             ),
         });
     }
-    Ok(crate::hub::PoolSettings {
+    Ok(PoolSettings {
         tick_interval: Duration::from_millis(tick),
         heartbeat_ttl_ticks: ticks(ttl),
         recovery_deadline_ticks: ticks(recovery),
@@ -141,8 +232,150 @@ pub(crate) fn validate_pool(
         status_interval: Duration::from_millis(status),
         supervisor_token,
         member_credentials,
-        member_identity: crate::config_identity::validate(&section)?,
+        member_identity: validate_identity(&section)?,
     })
+}
+
+/// The supervisor credentials of `[openshell.gateway.supervisor_pool]`:
+/// the member credentials file (read now: a bad file stops the start) and
+/// the deprecated shared token, with a warning.
+///
+/// # Errors
+/// [`ConfigError::Invalid`] naming the key, the file and the line.
+fn credentials_from_section(
+    section: &SupervisorPoolSection,
+) -> Result<
+    (
+        Option<String>,
+        Option<crate::member_credentials::MemberCredentialsFile>,
+    ),
+    ConfigError,
+> {
+    let member_credentials = section
+        .member_credentials_file
+        .as_deref()
+        .map(|path| {
+            crate::member_credentials::load(path).map_err(|problem| ConfigError::Invalid {
+                key: "openshell.gateway.supervisor_pool.member_credentials_file",
+                value: path.display().to_string(),
+                problem,
+            })
+        })
+        .transpose()?;
+    let supervisor_token = section.supervisor_token.clone().filter(|t| !t.is_empty());
+    if supervisor_token.is_some() {
+        tracing::warn!(
+            "supervisor_token (--supervisor-token) is DEPRECATED: any supervisor holding it can join as any \
+             member{}; give each member its own credential in member_credentials_file \
+             (--member-credentials-file)",
+            if member_credentials.is_some() {
+                " not listed in the member credentials file"
+            } else {
+                ""
+            }
+        );
+    }
+    Ok((supervisor_token, member_credentials))
+}
+
+/// The audience supervisor tokens must carry unless configured otherwise.
+pub const DEFAULT_AUDIENCE: &str = "openshell-gateway";
+
+const KEY_IDENTITY: &str = "openshell.gateway.supervisor_pool.member_identity";
+const KEY_AUDIENCE: &str = "openshell.gateway.supervisor_pool.member_identity_audience";
+const KEY_ACCOUNT: &str = "openshell.gateway.supervisor_pool.member_identity_service_account";
+
+/// Validates the identity keys of `section` (`None`: identity off).
+///
+/// # Errors
+/// [`ConfigError`] naming the key: an unknown kind, a missing or malformed
+/// ServiceAccount, an empty audience, or either of those set without
+/// `member_identity = "kubernetes"`.
+pub fn validate_identity(
+    section: &SupervisorPoolSection,
+) -> Result<Option<Arc<KubernetesIdentity>>, ConfigError> {
+    let kind = section.member_identity.as_deref().unwrap_or("none");
+    match kind {
+        "kubernetes" => {}
+        "none" | "" => {
+            for (key, set) in [
+                (KEY_AUDIENCE, &section.member_identity_audience),
+                (KEY_ACCOUNT, &section.member_identity_service_account),
+            ] {
+                if let Some(value) = set {
+                    return Err(ConfigError::Invalid {
+                        key,
+                        value: value.clone(),
+                        problem: "is used only with member_identity = \"kubernetes\" \
+                                  (--member-identity kubernetes)"
+                            .into(),
+                    });
+                }
+            }
+            return Ok(None);
+        }
+        other => {
+            return Err(ConfigError::Invalid {
+                key: KEY_IDENTITY,
+                value: other.to_string(),
+                problem: "must be \"none\" or \"kubernetes\"".into(),
+            })
+        }
+    }
+    let account = section
+        .member_identity_service_account
+        .as_deref()
+        .ok_or(ConfigError::Missing {
+            key: KEY_ACCOUNT,
+            flag: "--member-identity-service-account <namespace>:<name>, required with --member-identity kubernetes",
+        })?;
+    let (namespace, service_account) =
+        parse_account(account).map_err(|problem| ConfigError::Invalid {
+            key: KEY_ACCOUNT,
+            value: account.to_string(),
+            problem,
+        })?;
+    let audience = section
+        .member_identity_audience
+        .clone()
+        .unwrap_or_else(|| DEFAULT_AUDIENCE.to_string());
+    if audience.is_empty() || audience.len() > 256 || audience.chars().any(char::is_whitespace) {
+        return Err(ConfigError::Invalid {
+            key: KEY_AUDIENCE,
+            value: audience,
+            problem: "must be 1 to 256 characters without spaces".into(),
+        });
+    }
+    Ok(Some(Arc::new(KubernetesIdentity::new(IdentitySettings {
+        audience,
+        namespace,
+        service_account,
+    }))))
+}
+
+/// Parses `<namespace>:<name>` (a DNS label and a DNS subdomain).
+fn parse_account(text: &str) -> Result<(String, String), String> {
+    let Some((namespace, name)) = text.split_once(':') else {
+        return Err("must be <namespace>:<name>, e.g. openshell:rel-openshell-supervisor".into());
+    };
+    let dns = |s: &str, max: usize, dots: bool| {
+        !s.is_empty()
+            && s.len() <= max
+            && s.chars().all(|c| {
+                c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || (dots && c == '.')
+            })
+            && !s.starts_with(['-', '.'])
+            && !s.ends_with(['-', '.'])
+    };
+    if !dns(namespace, 63, false) {
+        return Err(format!(
+            "namespace {namespace:?} is not a Kubernetes namespace name"
+        ));
+    }
+    if !dns(name, 253, true) {
+        return Err(format!("{name:?} is not a Kubernetes service account name"));
+    }
+    Ok((namespace.to_string(), name.to_string()))
 }
 
 #[cfg(test)]
@@ -170,5 +403,59 @@ mod tests {
         })
         .expect("in range");
         assert_eq!(settings.pool_config().retention_ticks, 20);
+    }
+}
+
+#[cfg(test)]
+mod identity_tests {
+    use super::*;
+
+    fn section(kind: Option<&str>, account: Option<&str>) -> SupervisorPoolSection {
+        SupervisorPoolSection {
+            member_identity: kind.map(String::from),
+            member_identity_service_account: account.map(String::from),
+            ..Default::default()
+        }
+    }
+
+    fn error(s: &SupervisorPoolSection) -> String {
+        validate_identity(s)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn kubernetes_needs_a_service_account_and_defaults_the_audience() {
+        assert_eq!(validate_identity(&section(None, None)), Ok(None));
+        let ok = validate_identity(&section(Some("kubernetes"), Some("ns:sup")))
+            .ok()
+            .flatten()
+            .map(|i| i.settings().clone());
+        assert_eq!(
+            ok,
+            Some(IdentitySettings {
+                audience: DEFAULT_AUDIENCE.into(),
+                namespace: "ns".into(),
+                service_account: "sup".into(),
+            })
+        );
+        let e = error(&section(Some("kubernetes"), None));
+        assert!(
+            e.contains("member_identity_service_account is required"),
+            "{e}"
+        );
+        assert!(e.contains("--member-identity-service-account"), "{e}");
+        let e = error(&section(Some("kubernetes"), Some("sup")));
+        assert!(e.contains("<namespace>:<name>"), "{e}");
+        let e = error(&section(Some("kubernetes"), Some("NS:sup")));
+        assert!(e.contains("namespace \"NS\""), "{e}");
+        let e = error(&section(Some("vault"), None));
+        assert!(e.contains("member_identity = vault"), "{e}");
+        let e = error(&section(None, Some("ns:sup")));
+        assert!(e.contains("only with member_identity"), "{e}");
+        let mut s = section(Some("kubernetes"), Some("ns:sup"));
+        s.member_identity_audience = Some(String::new());
+        assert!(error(&s).contains("member_identity_audience"));
     }
 }

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use crate::config::ConfigError;
+use crate::config_error::ConfigError;
 
 /// The key of `--autopilot-replicas`.
 pub const REPLICAS_KEY: &str = "openshell.gateway.autopilot.replicas";

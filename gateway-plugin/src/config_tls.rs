@@ -2,26 +2,40 @@
 //! gRPC ports and the advertised (membership) address, `[openshell.gateway.tls]`,
 //! and secure mode: without `insecure`, every missing piece (signing key,
 //! TLS files, peer port, admin token) is named in one
-//! [`ConfigError::NotSecured`].
+//! [`ConfigError::NotSecured`]; `[openshell.gateway.auth]`, whose admin
+//! token secure mode needs, is here too.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use crate::config::{AuthSection, ConfigError};
+use crate::config_error::ConfigError;
 
-/// The one line of [`ConfigError::NotSecured`].
-pub(crate) fn not_secured(missing: &[(&'static str, &'static str)]) -> String {
-    let list = missing
-        .iter()
-        .map(|(key, flag)| format!("{flag} ({key})"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    format!(
-        "refusing to start without transport security and authentication: missing {list}; \
-         provide them, or pass --insecure for a plaintext, open development gateway"
-    )
+/// `[openshell.gateway.auth]`.
+#[derive(Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthSection {
+    /// Bearer tokens with the `platform_admin` role.
+    pub admin_tokens: Option<Vec<String>>,
+    /// Bearer tokens that may only read.
+    pub viewer_tokens: Option<Vec<String>>,
+}
+
+impl std::fmt::Debug for AuthSection {
+    /// Prints every field but the secrets, which show as `<redacted>`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthSection")
+            .field(
+                "admin_tokens",
+                &proto::secret::redact_opt(&self.admin_tokens),
+            )
+            .field(
+                "viewer_tokens",
+                &proto::secret::redact_opt(&self.viewer_tokens),
+            )
+            .finish()
+    }
 }
 
 /// `[openshell.gateway.tls]`: this gateway's certificate, its key and the

@@ -59,7 +59,7 @@ use crate::hub::Hub;
 use crate::metrics::Metrics;
 use crate::object_store_service::ObjectStoreService;
 use crate::pool_admin_service::PoolAdminService;
-use crate::server::{ServeError, MAX_REQUEST_BYTES};
+use crate::ports::{ServeError, MAX_REQUEST_BYTES};
 use crate::state::GatewayState;
 use crate::supervisor_host_service::SupervisorHostService;
 
@@ -96,6 +96,20 @@ impl Gateway {
     /// directory, a foreign cluster's data).
     pub async fn start(config: GatewayConfig) -> Result<Self, ServeError> {
         let driver = crate::launcher::driver::build(&config.launcher.driver).await?;
+        Self::start_with_driver(config, driver).await
+    }
+
+    /// [`Gateway::start`] with the host's own sandbox driver instead of the
+    /// one `config.launcher.driver` names (None: launches nothing): a host
+    /// that runs workloads its own way, or a test that scripts the world
+    /// the launcher observes.
+    ///
+    /// # Errors
+    /// The node cannot start (bad data directory, a foreign cluster's data).
+    pub async fn start_with_driver(
+        config: GatewayConfig,
+        driver: Option<Arc<dyn sandbox_driver::SandboxDriver>>,
+    ) -> Result<Self, ServeError> {
         let metrics = Metrics::new();
         // The node reports log fsyncs, batches, snapshots and leader
         // changes to the metrics.
@@ -110,7 +124,7 @@ impl Gateway {
                     node_id: config.node.node_id,
                     source,
                 })?;
-        crate::server::announce(&config);
+        crate::ports::announce(&config);
         bootstrap(&node, &config);
         let commit_at_start = node.status().commit_index;
         tracing::info!(
@@ -201,8 +215,8 @@ impl Gateway {
     /// A tonic server with the gateway's limits, one tracing span per call
     /// ([`crate::logs::RpcLayer`]) and per-call metrics
     /// ([`crate::rpc_metrics`]).
-    pub fn server_builder(&self) -> crate::server::GatewayServer {
-        crate::server::server(&self.config, &self.metrics)
+    pub fn server_builder(&self) -> crate::ports::GatewayServer {
+        crate::ports::server(&self.config, &self.metrics)
     }
 
     /// The client port's TLS (this gateway's certificate), unless
@@ -379,16 +393,61 @@ async fn hand_over_leadership(node: &RaftNode<GatewayState>) {
         return;
     };
     tracing::info!(to, lag, "leading: handing leadership over before stopping");
-    match tokio::time::timeout(HANDOVER_BOUND, node.transfer_leader(Some(to))).await {
-        Ok(Ok((leader, term))) => {
-            tracing::info!(leader, term, "handed leadership over")
-        }
-        Ok(Err(e)) => tracing::warn!(to, error = %e, "leadership hand-over failed"),
-        Err(_) => tracing::warn!(
+    let silence = target_silence(node.config());
+    tokio::select! {
+        biased;
+        outcome = tokio::time::timeout(HANDOVER_BOUND, node.transfer_leader(Some(to))) => match outcome {
+            Ok(Ok((leader, term))) => {
+                tracing::info!(leader, term, "handed leadership over")
+            }
+            Ok(Err(e)) => tracing::warn!(to, error = %e, "leadership hand-over failed"),
+            Err(_) => tracing::warn!(
+                to,
+                bound_ms = HANDOVER_BOUND.as_millis() as u64,
+                "leadership hand-over did not finish within its bound"
+            ),
+        },
+        () = went_silent(node, to, silence) => tracing::warn!(
             to,
-            bound_ms = HANDOVER_BOUND.as_millis() as u64,
-            "leadership hand-over did not finish within its bound"
+            silent_ms = silence.as_millis() as u64,
+            "leadership hand-over abandoned: the target stopped answering (stopping too?); \
+             leaving without a hand-over"
         ),
+    }
+}
+
+/// How long a hand-over target may go without acknowledging an append
+/// before it counts as gone: twice the longest a live one is silent
+/// (its heartbeat interval, or the 1.5 election timeouts a transfer's slow
+/// path pauses heartbeats for), at least a second. A whole cluster stopped
+/// at once (`openshell-pool dev` on Ctrl-C, a deleted StatefulSet) stops
+/// the target while the leader hands over to it: without this the leader
+/// waited out [`HANDOVER_BOUND`] before telling its supervisors to move.
+fn target_silence(config: &raft_store::config::NodeConfig) -> Duration {
+    let live = config
+        .heartbeat_interval
+        .max(config.election_timeout_max * 3 / 2);
+    (live * 2).max(Duration::from_secs(1))
+}
+
+/// Completes once `to` has acknowledged no append for `silence` while this
+/// node still leads (once it does not, the transfer itself finishes).
+async fn went_silent(node: &RaftNode<GatewayState>, to: u64, silence: Duration) {
+    loop {
+        if !node.is_leader() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        }
+        let since = node
+            .status()
+            .nodes
+            .iter()
+            .find(|n| n.id == to)
+            .and_then(|n| n.last_ack_ms);
+        if since.is_none_or(|ms| Duration::from_millis(ms) >= silence) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

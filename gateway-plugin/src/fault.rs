@@ -4,7 +4,8 @@
 //! The faults are compiled in only by the `fault-*` features (never on by
 //! default), and even then stay off until the gateway turns them on at
 //! start-up from `OPENSHELL_FAULT` (a comma-separated list of
-//! `stale-reads`, `skip-i4`, `shared-resource-version`), so one fault build
+//! `stale-reads`, `skip-i4`, `shared-resource-version`,
+//! `stale-runtime-list`), so one fault build
 //! serves every proof. A build without the features ignores the variable.
 
 /// The environment variable naming the faults to turn on.
@@ -26,9 +27,27 @@ pub const fn stale_reads() -> bool {
     false
 }
 
+#[cfg(feature = "fault-stale-runtime-list")]
+static STALE_RUNTIME_LIST: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// True while the stale-runtime-list fault is on: every gateway that does
+/// not lead runs a deposed leader's launcher passes as they were before
+/// issue 27 (`launcher/fault.rs`), so that race happens on most launches.
+#[cfg(feature = "fault-stale-runtime-list")]
+pub fn stale_runtime_list() -> bool {
+    STALE_RUNTIME_LIST.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// Always false: this build has no fault injection.
+#[cfg(not(feature = "fault-stale-runtime-list"))]
+pub const fn stale_runtime_list() -> bool {
+    false
+}
+
 /// A name in `OPENSHELL_FAULT` this build cannot turn on.
 #[derive(Debug, thiserror::Error)]
-#[error("{FAULT_ENV}: fault {0:?} is unknown or not compiled into this build (features fault-stale-reads, fault-skip-i4, fault-shared-resource-version)")]
+#[error("{FAULT_ENV}: fault {0:?} is unknown or not compiled into this build (features fault-stale-reads, fault-skip-i4, fault-shared-resource-version, fault-stale-runtime-list)")]
 pub struct UnknownFault(pub String);
 
 /// Turns on the faults `OPENSHELL_FAULT` names; returns their names. A build
@@ -37,7 +56,8 @@ pub fn enable_from_env() -> Result<Vec<String>, UnknownFault> {
     let any = cfg!(any(
         feature = "fault-stale-reads",
         feature = "fault-skip-i4",
-        feature = "fault-shared-resource-version"
+        feature = "fault-shared-resource-version",
+        feature = "fault-stale-runtime-list"
     ));
     let Some(list) = std::env::var_os(FAULT_ENV).filter(|_| any) else {
         return Ok(Vec::new());
@@ -72,6 +92,11 @@ fn enable(name: &str) -> Result<(), UnknownFault> {
             raft_store::fault::set_shared_resource_version(true);
             Ok(())
         }
+        #[cfg(feature = "fault-stale-runtime-list")]
+        "stale-runtime-list" => {
+            STALE_RUNTIME_LIST.store(true, std::sync::atomic::Ordering::SeqCst);
+            Ok(())
+        }
         other => Err(UnknownFault(other.to_string())),
     }
 }
@@ -99,6 +124,7 @@ mod tests {
             assert!(!stale_reads());
             assert!(!pool::fault::skip_i4());
             assert!(!raft_store::fault::shared_resource_version());
+            assert!(!stale_runtime_list());
         }
     }
 }

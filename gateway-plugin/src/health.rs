@@ -216,7 +216,7 @@ impl Health {
             let fatal = node.fatal_error();
             let leader_commit = if fatal.is_none() {
                 let wait = CHECK_INTERVAL.max(Duration::from_secs(1));
-                let deadline = Instant::now() + wait;
+                let deadline = tokio::time::Instant::now() + wait;
                 // Bounded twice over: the verdict must never stick because
                 // one call did not return.
                 tokio::time::timeout(wait * 2, node.leader_read_index(deadline))

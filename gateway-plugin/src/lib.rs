@@ -6,8 +6,12 @@
 //!
 //! # Layout
 //! - [`config`]: the gateway configuration (TOML file, flags, environment) and
-//!   its validation ([`config_pool`]: the `supervisor_pool` section, timing
-//!   and retention); [`config_check`] is `--check-config` (validate, start
+//!   its validation, one module per section below it ([`config_pool`]: the
+//!   `supervisor_pool` section into [`config_pool::PoolSettings`], timing,
+//!   retention, supervisor credentials and identity; [`config_tls`]: ports,
+//!   TLS, auth and secure mode; [`config_driver`], [`config_statefulset`]),
+//!   all reporting [`config_error::ConfigError`]; none of them imports
+//!   `config`; [`config_check`] is `--check-config` (validate, start
 //!   nothing).
 //! - [`state`]: [`state::GatewayState`], the state machine the raft log drives:
 //!   the object store and the supervisor pool in one log, plus the journal of
@@ -39,12 +43,14 @@
 //!   to the gateway holding the owner's supervisor stream).
 //! - [`auth`]: bearer tokens, the `platform_admin` role, and the interceptor
 //!   that refuses a call without a valid token before its body is read.
+//! - [`log_limit`]: the rate limit of log lines a caller can cause at will
+//!   (refused tokens and supervisor hellos).
 //! - [`audit`]: the audit record (target `audit`) of every administrative
 //!   call: action, outcome, caller (role, token fingerprint, peer), objects.
 //! - [`member_credentials`]: the member credentials file (one credential
 //!   per supervisor member id), re-read on change; [`member_identity`]:
 //!   supervisor Pods proving their Pod name by Kubernetes TokenReview
-//!   (configured by [`config_identity`]).
+//!   (configured in [`config_pool`]).
 //! - [`fault`]: Jepsen-only fault injection, compiled in only by the
 //!   `fault-*` features and chosen at start-up by `OPENSHELL_FAULT`.
 //! - [`metrics`], [`http`]: Prometheus metrics, `/healthz`, `/readyz`,
@@ -77,7 +83,7 @@ pub mod cluster_admin_service;
 pub mod config;
 pub mod config_check;
 pub mod config_driver;
-pub mod config_identity;
+pub mod config_error;
 pub mod config_pool;
 pub mod config_statefulset;
 pub mod config_tls;
@@ -89,6 +95,7 @@ pub mod health;
 pub mod http;
 pub mod hub;
 pub mod launcher;
+pub mod log_limit;
 pub mod logs;
 pub mod member_credentials;
 pub mod member_identity;

@@ -133,42 +133,6 @@ pub fn current(file: &MemberCredentialsFile) -> std::sync::Arc<MemberCredentials
     file.current()
 }
 
-/// The supervisor credentials of `[openshell.gateway.supervisor_pool]`:
-/// the member credentials file (read now: a bad file stops the start) and
-/// the deprecated shared token, with a warning.
-///
-/// # Errors
-/// [`crate::config::ConfigError::Invalid`] naming the key, the file and the line.
-pub fn from_section(
-    section: &crate::config::SupervisorPoolSection,
-) -> Result<(Option<String>, Option<MemberCredentialsFile>), crate::config::ConfigError> {
-    let member_credentials = section
-        .member_credentials_file
-        .as_deref()
-        .map(|path| {
-            load(path).map_err(|problem| crate::config::ConfigError::Invalid {
-                key: "openshell.gateway.supervisor_pool.member_credentials_file",
-                value: path.display().to_string(),
-                problem,
-            })
-        })
-        .transpose()?;
-    let supervisor_token = section.supervisor_token.clone().filter(|t| !t.is_empty());
-    if supervisor_token.is_some() {
-        tracing::warn!(
-            "supervisor_token (--supervisor-token) is DEPRECATED: any supervisor holding it can join as any \
-             member{}; give each member its own credential in member_credentials_file \
-             (--member-credentials-file)",
-            if member_credentials.is_some() {
-                " not listed in the member credentials file"
-            } else {
-                ""
-            }
-        );
-    }
-    Ok((supervisor_token, member_credentials))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -50,7 +50,7 @@ const CACHE_MAX: usize = 4096;
 const MAX_TOKEN_BYTES: usize = 16 * 1024;
 
 /// What `--member-identity kubernetes` accepts (from
-/// [`crate::config_identity`]).
+/// [`crate::config_pool::validate_identity`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IdentitySettings {
     /// The audience the tokens must carry (`--member-identity-audience`).
@@ -202,7 +202,13 @@ impl KubernetesIdentity {
         if judged.is_ok() {
             self.remember(key, member);
         } else if !reviewed.error.is_empty() {
-            tracing::warn!(member, error = %reviewed.error, "TokenReview refused the supervisor's token");
+            // Any caller can present a token: rate-limited (crate::log_limit).
+            if let Some(suppressed) =
+                crate::log_limit::REFUSALS.allow(("supervisor_host", "token_review"))
+            {
+                tracing::warn!(member = %proto::text::escaped(member), error = %proto::text::escaped(&reviewed.error),
+                    suppressed, "TokenReview refused the supervisor's token");
+            }
         }
         judged
     }

@@ -19,6 +19,9 @@
 //! (`replayed` set) instead of applying it twice, so the write is safe to
 //! resend, and this gateway itself resends it across a leader change
 //! (`RaftNode::write_idempotent`) instead of answering `UNKNOWN` at once.
+//! The id names one write: another put or delete under a remembered id is
+//! refused with `FAILED_PRECONDITION` carrying
+//! [`status::REQUEST_ID_REUSED`], and nothing is written.
 
 use proto::objects::object_store_server::ObjectStore;
 use proto::objects::{
@@ -77,11 +80,19 @@ impl ObjectStoreService {
             self.node.write_idempotent(command, timeout).await
         }
         .map_err(status::write)?;
+        if let Some(first) = GatewayState::reused(&applied.response).map_err(Status::internal)? {
+            return Err(status::request_id_reused(request_id, first));
+        }
         let replayed = GatewayState::replayed(&applied.response).map_err(Status::internal)?;
-        let result = GatewayState::object_result(&applied.response)
-            .map_err(Status::internal)?
-            .result
-            .ok_or_else(|| Status::internal("empty object-store result"))?;
+        let result = match (GatewayState::object_result(&applied.response), replayed) {
+            (Ok(result), _) => result
+                .result
+                .ok_or_else(|| Status::internal("empty object-store result"))?,
+            // A replayed pool outcome: the id's record predates
+            // fingerprints, but it was another write all the same.
+            (Err(_), Some(first)) => return Err(status::request_id_reused(request_id, first)),
+            (Err(e), None) => return Err(Status::internal(e)),
+        };
         // A replay answers with the index that applied the write.
         let log_index = replayed.unwrap_or(applied.log_index);
         Ok((result, log_index, replayed.is_some()))
@@ -107,7 +118,12 @@ impl ObjectStore for ObjectStoreService {
                 }))
             }
             (object_result::Result::Rejected(r), ..) => Err(status::object_rejection(r)),
-            (object_result::Result::Deleted(_), ..) => {
+            // A replayed delete: the id's record predates fingerprints,
+            // but it was another write all the same.
+            (object_result::Result::Deleted(_), first, true) => {
+                Err(status::request_id_reused(&request_id, first))
+            }
+            (object_result::Result::Deleted(_), _, false) => {
                 Err(Status::internal("put answered as a delete"))
             }
         }
@@ -129,7 +145,11 @@ impl ObjectStore for ObjectStoreService {
                 Ok(Response::new(DeleteResponse { replayed, ..d }))
             }
             (object_result::Result::Rejected(r), ..) => Err(status::object_rejection(r)),
-            (object_result::Result::Put(_), ..) => {
+            // As in put: a replayed put is a reused id.
+            (object_result::Result::Put(_), first, true) => {
+                Err(status::request_id_reused(&request_id, first))
+            }
+            (object_result::Result::Put(_), _, false) => {
                 Err(Status::internal("delete answered as a put"))
             }
         }

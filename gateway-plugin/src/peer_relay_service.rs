@@ -37,7 +37,7 @@ pub struct PeerRelayService {
 /// limit as the client services).
 pub fn service(hub: Arc<Hub>, auth: Auth) -> PeerRelayServer<PeerRelayService> {
     PeerRelayServer::new(PeerRelayService { hub, auth })
-        .max_decoding_message_size(crate::server::MAX_REQUEST_BYTES)
+        .max_decoding_message_size(crate::ports::MAX_REQUEST_BYTES)
 }
 
 #[tonic::async_trait]

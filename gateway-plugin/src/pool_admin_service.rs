@@ -59,20 +59,27 @@ impl PoolAdminService {
         }
     }
 
-    /// Proposes `command` with the client request id `request_id` (empty:
-    /// none); a rejection becomes its status.
-    async fn apply(&self, command: Command, request_id: &str) -> Result<pool::Effect, Status> {
-        Ok(self.apply_replayed(command, request_id).await?.0)
+    /// Proposes `command` (no client request id); a rejection becomes its
+    /// status.
+    async fn apply(&self, command: Command) -> Result<pool::Effect, Status> {
+        Ok(self.apply_replayed(command, "", &[]).await?.0)
     }
 
-    /// [`PoolAdminService::apply`], also saying whether the outcome is a
+    /// Proposes `command` with the client request id `request_id` (empty:
+    /// none) and the `fingerprint` of the request it was made from
+    /// ([`crate::requests::fingerprint`]); says whether the outcome is a
     /// replay of an earlier attempt with the same request id.
     async fn apply_replayed(
         &self,
         command: Command,
         request_id: &str,
+        fingerprint: &[u8],
     ) -> Result<(pool::Effect, bool), Status> {
-        match self.hub.propose_with_id(&command, request_id).await? {
+        match self
+            .hub
+            .propose_with_id(&command, request_id, fingerprint)
+            .await?
+        {
             (Outcome::Applied(effect), replayed) => Ok((effect, replayed)),
             (Outcome::Rejected(reason), _) => Err(rejection(&reason)),
         }
@@ -296,7 +303,7 @@ impl PoolAdminService {
         let node = self.hub.node().id();
         let (id, command) =
             from_proto::start_operation(request.into_inner(), || fresh_id("op", node))?;
-        self.apply(command, "").await?;
+        self.apply(command).await?;
         let view = self
             .read(false, |s, _| {
                 s.pool.operations().get(&id).map(to_proto::operation)
@@ -316,12 +323,14 @@ impl PoolAdminService {
         if id.is_empty() {
             return Err(Status::invalid_argument("operation_id is required"));
         }
-        self.apply(
-            Command::CancelOperation(pool::CancelOperation {
-                operation_id: id.clone(),
-            }),
-            "",
-        )
+        // Printable and within the proposal bound, not the identifier rule:
+        // an operation an older version admitted under a longer id stays
+        // cancellable (new ones are identifiers: `from_proto::start_operation`).
+        proto::text::check_printable("operation_id", &id, pool::validate::MAX_SHORT_LEN)
+            .map_err(Status::invalid_argument)?;
+        self.apply(Command::CancelOperation(pool::CancelOperation {
+            operation_id: id.clone(),
+        }))
         .await?;
         let view = self
             .read(false, |s, _| {
@@ -347,12 +356,16 @@ impl PoolAdminService {
         check_material(&request.material_ref)?;
         crate::requests::check_request_id(&request.request_id).map_err(Status::invalid_argument)?;
         let request_id = request.request_id.clone();
+        let fingerprint =
+            crate::requests::fingerprint_of("pool_admin.CreateSandbox", &request, |r| {
+                r.request_id.clear()
+            });
         let launch = from_proto::launch(request, || fresh_id("sb", node));
         // The admitted sandbox, as the outcome names it: a replayed
         // outcome names the one the first attempt admitted (which, for a
         // request without a sandbox id, another fresh id than this one).
         let (effect, replayed) = self
-            .apply_replayed(Command::Launch(launch), &request_id)
+            .apply_replayed(Command::Launch(launch), &request_id, &fingerprint)
             .await?;
         let sandbox = match effect {
             pool::Effect::LaunchRefused(reason) => return Err(rejection(&reason)),
@@ -381,6 +394,10 @@ impl PoolAdminService {
     ) -> Result<Response<Sandbox>, Status> {
         self.allow(&request, Role::PlatformAdmin)?;
         let request = request.into_inner();
+        let fingerprint =
+            crate::requests::fingerprint_of("pool_admin.DeleteSandbox", &request, |r| {
+                r.request_id.clear()
+            });
         let (id, request_id) = (request.sandbox_id, request.request_id);
         status::check_id("sandbox_id", &id)?;
         crate::requests::check_request_id(&request_id).map_err(Status::invalid_argument)?;
@@ -391,10 +408,14 @@ impl PoolAdminService {
         let (_, replayed) = self
             .apply_replayed(
                 Command::Delete(pool::Delete {
+                    // A client's intention, not a leader's decision: not
+                    // fenced (pool::fence).
+                    raft_term: 0,
                     sandbox: id.clone(),
                     generation,
                 }),
                 &request_id,
+                &fingerprint,
             )
             .await?;
         let view = self
@@ -421,11 +442,13 @@ fn replied(view: Sandbox, replayed: bool) -> Response<Sandbox> {
 }
 
 /// Largest launch material (the workload command as JSON, or a reference),
-/// in bytes. It is kept in the sandbox record while the sandbox lives and
-/// becomes the runtime's argv (a process's or a Pod's), which the kernel and
-/// the Kubernetes API bound far below the 2 MiB request limit: a larger one
-/// could only fail its launch, again and again.
-pub const MAX_MATERIAL_BYTES: usize = 64 * 1024;
+/// in bytes: the one limit of `material_ref` ([`pool::validate::MAX_MATERIAL_LEN`],
+/// which proposal validation applies too). It is kept in the sandbox record
+/// while the sandbox lives and becomes the runtime's argv (a process's or a
+/// Pod's), which the kernel and the Kubernetes API bound far below the 2 MiB
+/// request limit: a larger one could only fail its launch, again and again.
+/// It fits, with the launch's other fields, in one command (64 KiB).
+pub const MAX_MATERIAL_BYTES: usize = pool::validate::MAX_MATERIAL_LEN;
 
 /// Refuses launch material over [`MAX_MATERIAL_BYTES`], naming the field.
 fn check_material(material: &str) -> Result<(), Status> {

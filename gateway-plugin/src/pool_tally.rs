@@ -49,6 +49,10 @@ pub struct PoolTally {
     pub drains_finished: [u64; 3],
     /// Reports refused as stale, by [`STALE_REASONS`].
     pub stale_reports_refused: [u64; 3],
+    /// Leader-planned commands refused as fenced (planned in another raft
+    /// term than the applied one: `pool::fence`), by
+    /// [`pool::fence::FENCED_COMMANDS`].
+    pub fenced_refused: [u64; pool::fence::FENCED_COMMANDS.len()],
     /// The last [`DRAINS_KEPT`] finished drains, oldest first.
     pub finished: VecDeque<FinishedDrain>,
     /// Drains started here and not finished: operation id -> start tick.
@@ -70,6 +74,12 @@ impl PoolTally {
                 self.drains_started += 1;
                 self.running
                     .insert(c.operation_id.clone(), state.now_tick());
+            }
+            (_, Outcome::Rejected(Reason::FencedRaftTerm { .. })) => {
+                let name = command.name();
+                if let Some(i) = pool::fence::FENCED_COMMANDS.iter().position(|c| *c == name) {
+                    self.fenced_refused[i] += 1;
+                }
             }
             (Command::Report(_), Outcome::Rejected(reason)) => {
                 if let Some(i) = stale_reason(reason) {

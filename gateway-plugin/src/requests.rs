@@ -14,11 +14,20 @@
 //! (viewer, platform_admin), not a caller, so there is no caller identity to
 //! scope by; a client chooses 128 random bits (the `openshell-client` crate
 //! does), which no two writers share.
+//!
+//! Each outcome is kept with the [`fingerprint`] of the request that
+//! produced it, so that an id reused for a *different* write is told from
+//! a retry: the retry (same fingerprint) replays, the other write is
+//! refused (`RequestIdReused`, [`crate::state`]) and changes nothing, never
+//! acknowledged as if it had been written (issue 32). A record written
+//! before fingerprints existed has none: its id matches any command, as it
+//! did then (those records leave the table within its window).
 
 use std::collections::{BTreeMap, VecDeque};
 
 use proto::gateway::{LogResult, RequestRecord};
 use raft_store::SnapshotError;
+use sha2::Digest;
 
 /// How many request ids the table remembers. Part of apply's semantics:
 /// every replica of one cluster must use the same value (changing it is a
@@ -48,11 +57,82 @@ pub fn check_request_id(id: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Length of a request [`fingerprint`], in bytes.
+pub const FINGERPRINT_BYTES: usize = 16;
+
+/// The fingerprint of a client request: the first [`FINGERPRINT_BYTES`]
+/// bytes of the SHA-256 of `rpc` (the call: `objects.Put`,
+/// `pool_admin.CreateSandbox`, ...), a zero byte, and `request`, the
+/// request's protobuf encoding **with its `request_id` cleared**. The RPC
+/// is part of it because two requests of different calls may encode alike
+/// (a `CreateSandboxRequest` and a `DeleteSandboxRequest` naming only a
+/// sandbox id). Computed where the command is made, from what the client
+/// sent, so that a retry (the same request again) has the same one even
+/// when the command made from it differs (a sandbox the gateway names).
+/// 128 bits: only the owner of an id (who chose it at random) could try to
+/// make two of its own writes collide, and gains nothing by it.
+pub fn fingerprint(rpc: &str, request: &[u8]) -> Vec<u8> {
+    let mut hash = sha2::Sha256::new();
+    hash.update(rpc.as_bytes());
+    hash.update([0u8]);
+    hash.update(request);
+    hash.finalize()[..FINGERPRINT_BYTES].to_vec()
+}
+
+/// The [`fingerprint`] of `request`, a request of `rpc`, once `clear_id`
+/// has emptied its `request_id` (on a copy).
+pub fn fingerprint_of<M: prost::Message + Clone>(
+    rpc: &str,
+    request: &M,
+    clear_id: impl FnOnce(&mut M),
+) -> Vec<u8> {
+    let mut request = request.clone();
+    clear_id(&mut request);
+    fingerprint(rpc, &request.encode_to_vec())
+}
+
+/// Checks a fingerprint from a log command or a snapshot record: empty
+/// (none: written before fingerprints existed) or [`FINGERPRINT_BYTES`].
+///
+/// # Errors
+/// Its length, in words.
+pub fn check_fingerprint(fingerprint: &[u8]) -> Result<(), String> {
+    if fingerprint.is_empty() || fingerprint.len() == FINGERPRINT_BYTES {
+        return Ok(());
+    }
+    Err(format!(
+        "request fingerprint is {} bytes; it must be empty or {FINGERPRINT_BYTES}",
+        fingerprint.len()
+    ))
+}
+
+/// One remembered write.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Remembered {
+    /// The log index that applied it.
+    pub log_index: u64,
+    /// Its outcome (see [`crate::state`] for what is kept of a put).
+    pub result: LogResult,
+    /// The [`fingerprint`] of its request; empty for a write proposed
+    /// before fingerprints existed.
+    pub fingerprint: Vec<u8>,
+}
+
+impl Remembered {
+    /// Whether a command with `fingerprint` and this record's id is another
+    /// write than the one remembered. Only two fingerprints can say so: a
+    /// missing one (an old record, or a command from an older gateway)
+    /// matches, as every command with the id did before fingerprints.
+    pub fn is_other_write(&self, fingerprint: &[u8]) -> bool {
+        !self.fingerprint.is_empty() && !fingerprint.is_empty() && self.fingerprint != fingerprint
+    }
+}
+
 /// The remembered outcomes, oldest first.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RequestTable {
-    /// Request id -> (log index that applied it, its outcome).
-    by_id: BTreeMap<String, (u64, LogResult)>,
+    /// Request id -> what its write did.
+    by_id: BTreeMap<String, Remembered>,
     /// Ids in apply order: the front is evicted first.
     order: VecDeque<String>,
     /// At most this many ids.
@@ -76,8 +156,8 @@ impl RequestTable {
         }
     }
 
-    /// The remembered (log index, outcome) of `id`.
-    pub fn get(&self, id: &str) -> Option<&(u64, LogResult)> {
+    /// What `id`'s write did, if remembered.
+    pub fn get(&self, id: &str) -> Option<&Remembered> {
         self.by_id.get(id)
     }
 
@@ -91,14 +171,14 @@ impl RequestTable {
         self.order.is_empty()
     }
 
-    /// Remembers the outcome of `id`, applied at `log_index`, forgetting the
-    /// oldest ids beyond the capacity. An id already remembered keeps its
-    /// first outcome (apply never records one twice: it replays instead).
-    pub fn record(&mut self, id: &str, log_index: u64, result: LogResult) {
+    /// Remembers `write` under `id`, forgetting the oldest ids beyond the
+    /// capacity. An id already remembered keeps its first write (apply
+    /// never records one twice: it replays or refuses instead).
+    pub fn record(&mut self, id: &str, write: Remembered) {
         if self.by_id.contains_key(id) {
             return;
         }
-        self.by_id.insert(id.to_string(), (log_index, result));
+        self.by_id.insert(id.to_string(), write);
         self.order.push_back(id.to_string());
         self.evict();
     }
@@ -116,10 +196,11 @@ impl RequestTable {
         self.order
             .iter()
             .filter_map(|id| {
-                self.by_id.get(id).map(|(log_index, result)| RequestRecord {
+                self.by_id.get(id).map(|write| RequestRecord {
                     request_id: id.clone(),
-                    log_index: *log_index,
-                    result: Some(result.clone()),
+                    log_index: write.log_index,
+                    result: Some(write.result.clone()),
+                    fingerprint: write.fingerprint.clone(),
                 })
             })
             .collect()
@@ -129,7 +210,9 @@ impl RequestTable {
     /// newest `capacity` of them.
     ///
     /// # Errors
-    /// A record without an id or an outcome, or an id twice.
+    /// A record without an id or an outcome, an id twice, or a fingerprint
+    /// of another length than [`FINGERPRINT_BYTES`] (none is fine: a
+    /// record written before fingerprints existed).
     pub fn from_records(
         records: Vec<RequestRecord>,
         capacity: usize,
@@ -148,7 +231,17 @@ impl RequestTable {
                     record.request_id
                 )));
             }
-            table.record(&record.request_id, record.log_index, result);
+            check_fingerprint(&record.fingerprint).map_err(|e| {
+                SnapshotError::new(format!("request record {:?}: {e}", record.request_id))
+            })?;
+            table.record(
+                &record.request_id,
+                Remembered {
+                    log_index: record.log_index,
+                    result,
+                    fingerprint: record.fingerprint,
+                },
+            );
         }
         Ok(table)
     }
@@ -163,6 +256,14 @@ mod tests {
         LogResult {
             result: Some(log_result::Result::Pool(vec![n])),
             ..LogResult::default()
+        }
+    }
+
+    fn write(log_index: u64, n: u8) -> Remembered {
+        Remembered {
+            log_index,
+            result: outcome(n),
+            fingerprint: fingerprint("test", &[n]),
         }
     }
 
@@ -184,15 +285,15 @@ mod tests {
     fn the_oldest_id_is_forgotten_first_once_the_table_is_full() {
         let mut table = RequestTable::with_capacity(3);
         for (i, id) in ["a", "b", "c", "d"].iter().enumerate() {
-            table.record(id, i as u64 + 1, outcome(i as u8));
+            table.record(id, write(i as u64 + 1, i as u8));
         }
         assert_eq!(table.len(), 3);
         assert!(table.get("a").is_none(), "a is the oldest");
-        assert_eq!(table.get("b").map(|r| r.0), Some(2));
+        assert_eq!(table.get("b").map(|r| r.log_index), Some(2));
         // Recording a remembered id keeps its first outcome and its place.
-        table.record("b", 9, outcome(9));
-        assert_eq!(table.get("b"), Some(&(2, outcome(1))));
-        table.record("e", 5, outcome(5));
+        table.record("b", write(9, 9));
+        assert_eq!(table.get("b"), Some(&write(2, 1)));
+        table.record("e", write(5, 5));
         assert!(table.get("b").is_none(), "b is now the oldest");
     }
 
@@ -200,7 +301,7 @@ mod tests {
     fn the_table_round_trips_through_its_records_in_apply_order() {
         let mut table = RequestTable::with_capacity(10);
         for (i, id) in ["z", "a", "m"].iter().enumerate() {
-            table.record(id, i as u64 + 1, outcome(i as u8));
+            table.record(id, write(i as u64 + 1, i as u8));
         }
         let records = table.to_records();
         assert_eq!(
@@ -215,8 +316,69 @@ mod tests {
         // A smaller capacity keeps the newest.
         let smaller = RequestTable::from_records(records.clone(), 2).expect("restore");
         assert!(smaller.get("z").is_none() && smaller.get("m").is_some());
-        let mut twice = records;
+        let mut twice = records.clone();
         twice.push(twice[0].clone());
         assert!(RequestTable::from_records(twice, 10).is_err());
+        let mut bad = records;
+        bad[1].fingerprint = vec![1; 5];
+        let e = RequestTable::from_records(bad, 10).unwrap_err().to_string();
+        assert!(e.contains("fingerprint") && e.contains("\"a\""), "{e}");
+    }
+
+    #[test]
+    fn fingerprints_tell_the_call_and_the_request_apart() {
+        let a = fingerprint("objects.Put", b"x");
+        assert_eq!(a.len(), FINGERPRINT_BYTES);
+        assert_eq!(a, fingerprint("objects.Put", b"x"), "deterministic");
+        assert_ne!(a, fingerprint("objects.Put", b"y"));
+        assert_ne!(a, fingerprint("objects.Delete", b"x"));
+        // The separator keeps (rpc, request) pairs apart.
+        assert_ne!(fingerprint("ab", b"c"), fingerprint("a", b"bc"));
+    }
+
+    #[test]
+    fn only_two_known_fingerprints_that_differ_make_another_write() {
+        let known = write(1, 1);
+        assert!(!known.is_other_write(&known.fingerprint), "a retry");
+        assert!(known.is_other_write(&fingerprint("test", &[2])));
+        assert!(
+            !known.is_other_write(&[]),
+            "a command from an older gateway"
+        );
+        let old = Remembered {
+            fingerprint: Vec::new(),
+            ..known
+        };
+        assert!(
+            !old.is_other_write(&fingerprint("test", &[2])),
+            "an old record"
+        );
+        assert!(check_fingerprint(&[]).is_ok());
+        assert!(check_fingerprint(&[0; FINGERPRINT_BYTES]).is_ok());
+        assert!(check_fingerprint(&[0; 32]).is_err());
+    }
+
+    /// A snapshot's request record from before fingerprints (no field 4)
+    /// loads as a record without one, and encodes back to the same bytes.
+    #[test]
+    fn an_old_record_without_a_fingerprint_loads_and_encodes_unchanged() {
+        use prost::Message;
+        let old = RequestRecord {
+            request_id: "req-old".into(),
+            log_index: 7,
+            result: Some(outcome(3)),
+            fingerprint: Vec::new(),
+        };
+        let bytes = old.encode_to_vec();
+        let table = RequestTable::from_records(
+            vec![RequestRecord::decode(bytes.as_slice()).expect("decode")],
+            10,
+        )
+        .expect("old record");
+        assert_eq!(
+            table.get("req-old").map(|r| r.fingerprint.is_empty()),
+            Some(true)
+        );
+        assert_eq!(table.to_records()[0].encode_to_vec(), bytes);
     }
 }

@@ -11,15 +11,27 @@
 //! remembers its outcome in [`RequestTable`] (part of the snapshot, FIFO by
 //! apply order) and answers a later command with the same id with that
 //! outcome, `replayed` set, changing nothing. So a client may retry a write
-//! whose outcome it does not know without applying it twice.
+//! whose outcome it does not know without applying it twice. The command
+//! also carries the fingerprint of the client's request
+//! (`LogCommand.request_fingerprint`, [`crate::requests::fingerprint`]),
+//! kept next to the outcome: a command whose id is remembered with another
+//! fingerprint is another write reusing the id, and is answered
+//! `RequestIdReused` (nothing applied, nothing recorded). Entries and
+//! snapshot records from before fingerprints have none and match by id
+//! alone, so an old log replays to the same state as before.
 
 use prost::Message;
-use proto::gateway::{log_command, log_result, LogCommand, LogResult, LogSnapshot};
+use proto::gateway::{
+    log_command, log_result, LogCommand, LogResult, LogSnapshot, RequestIdReused,
+};
 use proto::objects::{object_command, object_result, Object, ObjectCommand, ObjectResult};
 use raft_store::objects::Objects;
 use raft_store::{InvalidCommand, SnapshotError, StateMachine};
 
-use crate::requests::{check_request_id, RequestTable, REQUEST_TABLE_CAPACITY};
+use crate::requests::{
+    check_fingerprint, check_request_id, fingerprint_of, Remembered, RequestTable,
+    REQUEST_TABLE_CAPACITY,
+};
 
 /// Everything the gateway replicates.
 #[derive(Clone, Debug, Default)]
@@ -53,33 +65,65 @@ impl GatewayState {
     }
 
     /// Encodes an object-store command as a log command, carrying the put's
-    /// or delete's `request_id` (if any) as the log command's.
+    /// or delete's `request_id` (if any) as the log command's, with the
+    /// fingerprint of the put or delete request (the client's own request:
+    /// the command is made of it).
     pub fn object_command(command: ObjectCommand) -> Vec<u8> {
-        let request_id = match &command.op {
-            Some(object_command::Op::Put(put)) => put.request_id.clone(),
-            Some(object_command::Op::Delete(delete)) => delete.request_id.clone(),
-            None => String::new(),
+        let (request_id, request_fingerprint) = match &command.op {
+            Some(object_command::Op::Put(put)) if !put.request_id.is_empty() => (
+                put.request_id.clone(),
+                fingerprint_of("objects.Put", put, |p| p.request_id.clear()),
+            ),
+            Some(object_command::Op::Delete(delete)) if !delete.request_id.is_empty() => (
+                delete.request_id.clone(),
+                fingerprint_of("objects.Delete", delete, |d| d.request_id.clear()),
+            ),
+            _ => (String::new(), Vec::new()),
         };
         LogCommand {
             command: Some(log_command::Command::Objects(command)),
             request_id,
+            request_fingerprint,
         }
         .encode_to_vec()
     }
 
     /// Encodes a pool command as a log command.
     pub fn pool_command(command: &pool::Command) -> Vec<u8> {
-        Self::pool_command_with_id(command, "")
+        Self::pool_command_with_id(command, "", &[])
     }
 
     /// Encodes a pool command as a log command carrying the client request
-    /// id `request_id` (empty: none).
-    pub fn pool_command_with_id(command: &pool::Command, request_id: &str) -> Vec<u8> {
+    /// id `request_id` (empty: none) and the [`fingerprint`] of the
+    /// client's request the command was made from (empty without an id).
+    pub fn pool_command_with_id(
+        command: &pool::Command,
+        request_id: &str,
+        request_fingerprint: &[u8],
+    ) -> Vec<u8> {
         LogCommand {
             command: Some(log_command::Command::Pool(command.encode_to_vec())),
             request_id: request_id.to_string(),
+            request_fingerprint: if request_id.is_empty() {
+                Vec::new()
+            } else {
+                request_fingerprint.to_vec()
+            },
         }
         .encode_to_vec()
+    }
+
+    /// Whether a log result refuses its command because the command's
+    /// request id was first used for another write; if so, the log index
+    /// that applied that write.
+    ///
+    /// # Errors
+    /// When the bytes are not a log result.
+    pub fn reused(bytes: &[u8]) -> Result<Option<u64>, String> {
+        match LogResult::decode(bytes).map_err(|e| e.to_string())?.result {
+            Some(log_result::Result::RequestIdReused(r)) => Ok(Some(r.log_index)),
+            _ => Ok(None),
+        }
     }
 
     /// Whether a log result is a replayed outcome and, if so, the log
@@ -122,6 +166,12 @@ impl StateMachine for GatewayState {
         let command = LogCommand::decode(command)
             .map_err(|e| InvalidCommand::new(format!("not a LogCommand: {e}")))?;
         check_request_id(&command.request_id).map_err(InvalidCommand::new)?;
+        check_fingerprint(&command.request_fingerprint).map_err(InvalidCommand::new)?;
+        if command.request_id.is_empty() && !command.request_fingerprint.is_empty() {
+            return Err(InvalidCommand::new(
+                "a request fingerprint without a request_id",
+            ));
+        }
         match command.command {
             Some(log_command::Command::Objects(c)) => {
                 Objects::validate_command(&c).map_err(InvalidCommand::new)
@@ -163,8 +213,12 @@ impl StateMachine for GatewayState {
             None => panic!("empty log command at index {index} passed validation"),
         };
         if !command.request_id.is_empty() {
-            self.requests
-                .record(&command.request_id, index, remembered(&result));
+            let write = Remembered {
+                log_index: index,
+                result: remembered(&result),
+                fingerprint: command.request_fingerprint.clone(),
+            };
+            self.requests.record(&command.request_id, write);
         }
         LogResult {
             result: Some(result),
@@ -201,20 +255,44 @@ impl StateMachine for GatewayState {
             requests,
         })
     }
+
+    /// The reports' and operations' log indexes and the remembered
+    /// requests'.
+    fn highest_recorded_index(&self) -> u64 {
+        let reports = self
+            .pool
+            .sandboxes()
+            .values()
+            .filter_map(|s| s.last_report.as_ref().map(|r| r.index));
+        let operations = self.pool.operations().values().map(|o| o.created_index);
+        let requests = self.requests.to_records().into_iter().map(|r| r.log_index);
+        reports.chain(operations).chain(requests).max().unwrap_or(0)
+    }
 }
 
 impl GatewayState {
-    /// The remembered outcome of `command`'s request id, if any, marked
-    /// replayed. A put's is rebuilt from the retried command's object at
-    /// the remembered version (the table keeps only type, id and version).
+    /// The answer to a command whose request id is remembered: the
+    /// remembered outcome, marked replayed, for a retry; `RequestIdReused`
+    /// for another write under the id ([`Remembered::is_other_write`]).
+    /// Either changes nothing. A put's outcome is rebuilt from the retried
+    /// command's object at the remembered version (the table keeps only
+    /// type, id and version).
     fn replay(&self, command: &LogCommand) -> Option<LogResult> {
         if command.request_id.is_empty() {
             return None;
         }
-        let (index, remembered) = self.requests.get(&command.request_id)?;
-        let mut result = remembered.clone();
+        let write = self.requests.get(&command.request_id)?;
+        if write.is_other_write(&command.request_fingerprint) {
+            return Some(LogResult {
+                result: Some(log_result::Result::RequestIdReused(RequestIdReused {
+                    log_index: write.log_index,
+                })),
+                ..LogResult::default()
+            });
+        }
+        let mut result = write.result.clone();
         result.replayed = true;
-        result.replayed_index = *index;
+        result.replayed_index = write.log_index;
         if let (
             Some(log_result::Result::Objects(ObjectResult {
                 result: Some(object_result::Result::Put(stored)),
@@ -261,6 +339,7 @@ fn remembered(result: &log_result::Result) -> LogResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::requests::fingerprint;
 
     #[test]
     fn one_log_drives_both_tables_and_snapshots_round_trip() {
@@ -324,6 +403,22 @@ mod tests {
         })
     }
 
+    /// A fingerprint of a request naming `what`.
+    fn print(what: &str) -> Vec<u8> {
+        fingerprint("test.Create", what.as_bytes())
+    }
+
+    fn delete(id: &str, request_id: &str) -> Vec<u8> {
+        GatewayState::object_command(ObjectCommand {
+            op: Some(object_command::Op::Delete(proto::objects::DeleteRequest {
+                r#type: "t".into(),
+                id: id.into(),
+                precondition: None,
+                request_id: request_id.into(),
+            })),
+        })
+    }
+
     fn launch(sandbox: &str) -> pool::Command {
         pool::Command::Launch(pool::Launch {
             launch_id: sandbox.into(),
@@ -378,12 +473,12 @@ mod tests {
         state.apply(1, &GatewayState::pool_command(&join("m1")));
         let first = state.apply(
             2,
-            &GatewayState::pool_command_with_id(&launch("sb1"), "req-9"),
+            &GatewayState::pool_command_with_id(&launch("sb1"), "req-9", &print("sb1")),
         );
         let before = state.snapshot();
         let retry = state.apply(
             3,
-            &GatewayState::pool_command_with_id(&launch("sb1"), "req-9"),
+            &GatewayState::pool_command_with_id(&launch("sb1"), "req-9", &print("sb1")),
         );
         assert_eq!(state.snapshot(), before, "a replay changes nothing");
         assert_eq!(GatewayState::replayed(&retry), Ok(Some(2)));
@@ -422,6 +517,7 @@ mod tests {
             log.push(GatewayState::pool_command_with_id(
                 &launch(&format!("s{i}")),
                 &format!("p{}", i % 9),
+                &print(&format!("s{i}")),
             ));
         }
         let mut a = GatewayState::with_request_capacity(8);
@@ -452,7 +548,10 @@ mod tests {
     fn the_request_table_round_trips_and_old_snapshots_restore() {
         let mut state = GatewayState::default();
         state.apply(1, &cas_put("a", "v", 0, "req-a"));
-        state.apply(2, &GatewayState::pool_command_with_id(&join("m1"), "req-j"));
+        state.apply(
+            2,
+            &GatewayState::pool_command_with_id(&join("m1"), "req-j", &print("j")),
+        );
         let bytes = state.snapshot();
         let restored = GatewayState::restore(&bytes).expect("restore");
         assert_eq!(restored.requests, state.requests);
@@ -467,6 +566,97 @@ mod tests {
         let restored = GatewayState::restore(&old).expect("old snapshot");
         assert!(restored.requests.is_empty());
         assert_eq!(restored.objects, state.objects);
+    }
+
+    /// Another write under a remembered id (another object, a delete, a
+    /// pool command) is answered `RequestIdReused` naming the first
+    /// write's index, changes nothing and is not remembered; the retry of
+    /// the first write still replays.
+    #[test]
+    fn another_write_under_a_remembered_id_is_refused_and_changes_nothing() {
+        let mut state = GatewayState::default();
+        let first = state.apply(1, &cas_put("a", "v", 0, "R"));
+        assert_eq!(put_version(&first), Some(1));
+        let before = state.snapshot();
+        for (index, command) in [
+            (2, cas_put("b", "v", 0, "R")),
+            (3, cas_put("a", "other", 0, "R")),
+            (4, delete("a", "R")),
+            (
+                5,
+                GatewayState::pool_command_with_id(&launch("sb1"), "R", &print("sb1")),
+            ),
+        ] {
+            let reply = state.apply(index, &command);
+            assert_eq!(GatewayState::reused(&reply), Ok(Some(1)), "at {index}");
+            assert_eq!(GatewayState::replayed(&reply), Ok(None));
+            assert!(GatewayState::object_result(&reply).is_err());
+            assert_eq!(state.snapshot(), before, "nothing changed at {index}");
+        }
+        assert!(state.objects.get("t", "b").is_none(), "b never written");
+        let retry = state.apply(6, &cas_put("a", "v", 0, "R"));
+        assert_eq!(GatewayState::replayed(&retry), Ok(Some(1)));
+        assert_eq!(GatewayState::reused(&retry), Ok(None));
+        assert_eq!(put_version(&retry), Some(1));
+    }
+
+    /// A log written before fingerprints (commands without one) replays to
+    /// the same state and snapshot bytes as it did then: a command with a
+    /// remembered id replays the first outcome, whatever it asks; and a
+    /// fingerprinted command meeting a record without one (a write from
+    /// before the upgrade) replays too: a missing fingerprint is unknown,
+    /// never a mismatch.
+    #[test]
+    fn old_entries_without_fingerprints_replay_as_before() {
+        let old = |bytes: Vec<u8>| {
+            let mut command = LogCommand::decode(bytes.as_slice()).expect("decode");
+            command.request_fingerprint.clear();
+            command.encode_to_vec()
+        };
+        let log = [
+            old(cas_put("a", "v", 0, "R")),
+            old(cas_put("b", "v", 0, "R")),
+            old(cas_put("c", "v", 0, "S")),
+        ];
+        let mut state = GatewayState::default();
+        let replies: Vec<Vec<u8>> = log
+            .iter()
+            .enumerate()
+            .map(|(i, c)| state.apply(i as u64 + 1, c))
+            .collect();
+        // As before fingerprints: b's put replays a's outcome.
+        assert_eq!(GatewayState::replayed(&replies[1]), Ok(Some(1)));
+        assert!(state.objects.get("t", "b").is_none());
+        assert!(state
+            .requests
+            .to_records()
+            .iter()
+            .all(|r| r.fingerprint.is_empty()));
+        // The snapshot holds no fingerprint: byte-identical to one written
+        // before the field existed.
+        let bytes = state.snapshot();
+        let restored = GatewayState::restore(&bytes).expect("restore");
+        assert_eq!(restored.snapshot(), bytes);
+        // A new command meets the old record: replayed, not refused.
+        let mut state = restored;
+        let reply = state.apply(4, &cas_put("d", "v", 0, "S"));
+        assert_eq!(GatewayState::replayed(&reply), Ok(Some(3)));
+        assert_eq!(GatewayState::reused(&reply), Ok(None));
+    }
+
+    #[test]
+    fn a_fingerprint_is_bounded_and_needs_a_request_id() {
+        let mut command = LogCommand::decode(cas_put("a", "v", 0, "R").as_slice()).expect("decode");
+        assert_eq!(command.request_fingerprint.len(), 16);
+        command.request_fingerprint = vec![0; 17];
+        assert!(GatewayState::validate(&command.encode_to_vec()).is_err());
+        let mut command = LogCommand::decode(cas_put("a", "v", 0, "").as_slice()).expect("decode");
+        assert!(
+            command.request_fingerprint.is_empty(),
+            "no id, no fingerprint"
+        );
+        command.request_fingerprint = vec![0; 16];
+        assert!(GatewayState::validate(&command.encode_to_vec()).is_err());
     }
 
     #[test]

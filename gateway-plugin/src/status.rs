@@ -10,7 +10,9 @@ use raft_store::{AdminError, ReadError, WriteError};
 use tonic::metadata::MetadataValue;
 use tonic::Status;
 
-pub use proto::metadata::{FORWARDED, LEADER_ADDR, LEADER_ID, NO_QUORUM, RESOURCE_VERSION};
+pub use proto::metadata::{
+    FORWARDED, LEADER_ADDR, LEADER_ID, NO_QUORUM, REQUEST_ID_REUSED, RESOURCE_VERSION,
+};
 
 /// Maps an administration error.
 pub fn admin(e: AdminError) -> Status {
@@ -71,6 +73,23 @@ pub fn read(e: ReadError) -> Status {
 /// ([`pool::ids`]): `INVALID_ARGUMENT` naming the field and the rule broken.
 pub fn check_id(field: &str, id: &str) -> Result<(), Status> {
     pool::ids::check_id(field, id).map_err(|e| Status::invalid_argument(e.to_string()))
+}
+
+/// The refusal of a write whose `request_id` was first used for another
+/// write, applied at log index `first` ([`crate::requests`]): nothing was
+/// applied. `FAILED_PRECONDITION` (the request is well-formed; the state,
+/// an id already taken, refuses it), with `first` in
+/// [`REQUEST_ID_REUSED`] so that a client tells it from a failed
+/// compare-and-swap. Not retryable: the same request gets the same answer.
+pub fn request_id_reused(request_id: &str, first: u64) -> Status {
+    let mut status = Status::failed_precondition(format!(
+        "request_id {request_id:?} was already used for another write (applied at log index {first}); \
+         nothing was written: use a fresh request_id for every new write, and the same one only to retry the same request"
+    ));
+    if let Ok(v) = MetadataValue::try_from(first.to_string()) {
+        status.metadata_mut().insert(REQUEST_ID_REUSED, v);
+    }
+    status
 }
 
 /// Maps a pool rejection (a failed precondition: nothing changed).

@@ -44,7 +44,8 @@ use crate::convert::to_proto;
 use crate::hub::streams::StopPhase;
 use crate::hub::Hub;
 
-/// Longest member id, uid or address.
+/// Longest member uid or address (the member id is an identifier, at most
+/// [`pool::ids::MAX_ID_LEN`]).
 const MAX_ID_BYTES: usize = 256;
 /// How long a new stream may take to send its `HostHello`; a stream that
 /// sends nothing is closed after it (`DEADLINE_EXCEEDED`).
@@ -96,7 +97,13 @@ impl SupervisorHostService {
                 .auth_failures
                 .with_label_values(&["supervisor_host", reason])
                 .inc();
-            tracing::warn!(member = %hello.member_id, %status, "supervisor hello refused");
+            // A caller can send refused hellos at will: logged at most
+            // LINES_PER_WINDOW times per window per reason.
+            if let Some(suppressed) = crate::log_limit::REFUSALS.allow(("supervisor_host", reason))
+            {
+                tracing::warn!(member = %proto::text::escaped(&hello.member_id), reason,
+                    suppressed, %status, "supervisor hello refused");
+            }
             return Err(status);
         }
         if hello.process_id == 0 {
@@ -161,20 +168,20 @@ fn check_credential(
     }
 }
 
-/// Checks a hello's fields.
+/// Checks a hello's fields: the member id is an identifier
+/// ([`pool::ids`]); its uid and address are printable (1 to
+/// [`MAX_ID_BYTES`] bytes of printable ASCII without spaces,
+/// [`proto::text::check_printable`]): they are kept in the member record
+/// and shown in `pool status`, so no control character may reach them.
 fn check_hello(hello: &HostHello) -> Result<(), Status> {
-    for (field, value) in [
-        ("member_id", &hello.member_id),
-        ("member_uid", &hello.member_uid),
-        ("advertise_address", &hello.advertise_address),
-    ] {
-        if value.is_empty() || value.len() > MAX_ID_BYTES {
-            return Err(Status::invalid_argument(format!(
-                "HostHello.{field} must be 1..={MAX_ID_BYTES} bytes"
-            )));
-        }
-    }
     crate::status::check_id("HostHello.member_id", &hello.member_id)?;
+    for (field, value) in [
+        ("HostHello.member_uid", &hello.member_uid),
+        ("HostHello.advertise_address", &hello.advertise_address),
+    ] {
+        proto::text::check_printable(field, value, MAX_ID_BYTES)
+            .map_err(Status::invalid_argument)?;
+    }
     if hello.capacity == 0 {
         return Err(Status::invalid_argument(
             "HostHello.capacity must be at least 1",
@@ -206,10 +213,14 @@ impl SupervisorHost for SupervisorHostService {
         let first = tokio::time::timeout(HELLO_DEADLINE, inbound.message())
             .await
             .map_err(|_| {
-                tracing::warn!(
-                    deadline_ms = HELLO_DEADLINE.as_millis() as u64,
-                    "supervisor stream sent no HostHello in time: closed"
-                );
+                let key = ("supervisor_host", "no_hello");
+                if let Some(suppressed) = crate::log_limit::REFUSALS.allow(key) {
+                    tracing::warn!(
+                        deadline_ms = HELLO_DEADLINE.as_millis() as u64,
+                        suppressed,
+                        "supervisor stream sent no HostHello in time: closed"
+                    );
+                }
                 Status::deadline_exceeded(format!(
                     "no HostHello within {} ms of opening the stream",
                     HELLO_DEADLINE.as_millis()

@@ -5,9 +5,10 @@
 //! - when: the leader is paused (`kill -STOP`) and a client puts through a
 //!   follower at once
 //! - then: the follower abandons the forward as soon as the new leader is
-//!   elected and answers `UNKNOWN` ("abandoned when leadership moved"), well
-//!   before the 5 s write timeout; it does not resend the put behind the
-//!   client's back. After the leader resumes, writes through every node
+//!   elected ("abandoned when leadership moved") or its channel to the
+//!   paused leader misses its HTTP/2 keepalive (500 ms + 500 ms, whichever
+//!   comes first) and answers `UNKNOWN`, well before the 5 s write timeout;
+//!   it does not resend the put behind the client's back. After the leader resumes, writes through every node
 //!   succeed and the nodes agree.
 
 use std::time::{Duration, Instant};
@@ -61,8 +62,11 @@ async fn a_forward_to_a_paused_leader_is_abandoned_with_an_unknown_outcome() -> 
         }
     };
     assert_eq!(status.code(), tonic::Code::Unknown, "{status:?}");
+    // Which of the two notices the paused leader first depends on the
+    // election's random timeout; both leave the outcome unknown.
     assert!(
-        status.message().contains("abandoned when leadership moved"),
+        status.message().contains("abandoned when leadership moved")
+            || status.message().contains("KeepAliveTimedOut"),
         "{status:?}"
     );
     assert!(

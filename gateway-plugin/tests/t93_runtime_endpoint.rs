@@ -88,6 +88,7 @@ fn with_runtime(state: &[u8]) -> Vec<u8> {
                     name: expected().name,
                     address: expected().address,
                     ca_pem: expected().ca_pem,
+                    recorded_index: 0,
                 });
                 found = true;
             }

@@ -33,8 +33,9 @@ use proto::objects::ListRequest;
 use proto::pool_admin::pool_admin_client::PoolAdminClient;
 use tonic::service::interceptor::InterceptedService;
 
-use crate::checker::ReplicaDump;
+use crate::checker::verdict::ReplicaDump;
 use crate::net::Net;
+use crate::power::Disks;
 use crate::process::{in_namespace, log_to, ChildProcess};
 use crate::security::{Authed, Bearer, Credentials, Security};
 
@@ -245,7 +246,7 @@ pub struct Cluster {
     pub options: GatewayOptions,
     /// The nodes' lazyfs mounts (power-cut runs; dropped, i.e. cut, after
     /// the processes are killed).
-    pub disks: Option<crate::power::Disks>,
+    pub disks: Option<Disks>,
     /// The network (dropped after the processes are killed).
     pub net: Net,
 }

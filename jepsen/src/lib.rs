@@ -33,6 +33,8 @@
 //! - [`report`]: `results.json` and `index.html`.
 //! - [`recovery`]: per fault, the time until writes through the majority
 //!   side succeed again after it starts and after it heals.
+//! - [`lag`]: every node's view sampled through the run; per healed fault,
+//!   how long until the replicas agreed on a leader and caught up.
 //! - [`run`]: one run end to end; [`matrix`]: every nemesis in turn.
 //! - [`soak`]: the long soak (sandbox and member churn; memory, snapshot
 //!   and disk sampled, judged flat or not, plotted).
@@ -57,6 +59,7 @@ pub mod bench;
 pub mod checker;
 pub mod cluster;
 pub mod history;
+pub mod lag;
 pub mod matrix;
 pub mod members;
 pub mod nemesis;
@@ -69,6 +72,7 @@ pub mod report;
 pub mod run;
 pub mod scale;
 pub mod security;
+pub mod security_probe;
 pub mod soak;
 pub mod workload;
 

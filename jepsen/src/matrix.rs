@@ -23,6 +23,9 @@ pub struct Row {
     pub ops: String,
     /// Checkers valid / checkers run.
     pub checkers: (usize, usize),
+    /// How long followers stayed behind after a heal ([`crate::lag`]): the
+    /// longest, and how many heals they never caught up after in time.
+    pub lag: String,
     /// `valid`, or every checker that was not valid with its verdict, or
     /// why the row has no results.
     pub verdict: String,
@@ -69,6 +72,7 @@ pub async fn run_matrix(base: &RunOptions, root: &Path, only: &[String]) -> Vec<
                 faults: String::new(),
                 ops: String::new(),
                 checkers: (0, 0),
+                lag: String::new(),
                 verdict: format!("error: {e:#}"),
             },
         };
@@ -97,6 +101,7 @@ pub fn read_row(name: &str, dir: &Path) -> Row {
         faults: String::new(),
         ops: String::new(),
         checkers: (0, 0),
+        lag: String::new(),
         verdict: String::new(),
     };
     let results = std::fs::read_to_string(dir.join("results.json"))
@@ -135,9 +140,23 @@ pub fn read_row(name: &str, dir: &Path) -> Row {
         }
     }
     row.ops = ops.join("; ");
+    row.lag = lag_summary(&results["lag"]["all"]);
     let events = crate::history::read_jsonl(&dir.join("history.jsonl")).unwrap_or_default();
     row.faults = fault_summary(&events);
     row
+}
+
+/// `max 1.20 s` (and `, 2 never` when followers were still behind after
+/// some heal when the next fault started), from `results.json`'s
+/// `lag.all`; `-` when there is none (an older run, no healed fault).
+fn lag_summary(all: &serde_json::Value) -> String {
+    let never = all["never"].as_u64().unwrap_or(0);
+    match (all["max_s"].as_f64(), never) {
+        (None, 0) => "-".into(),
+        (None, n) => format!("{n} never"),
+        (Some(max), 0) => format!("max {max:.2} s"),
+        (Some(max), n) => format!("max {max:.2} s, {n} never"),
+    }
 }
 
 /// `N (kind n, ...)`: nemesis events, by kind, heals left out of the list.
@@ -174,11 +193,11 @@ pub fn table(rows: &[Row], base: Option<&RunOptions>) -> String {
             },
         ));
     }
-    out.push_str("| nemesis | nemesis events | operations ok/fail/info | checkers | verdict |\n| --- | --- | --- | --- | --- |\n");
+    out.push_str("| nemesis | nemesis events | operations ok/fail/info | followers behind after a heal | checkers | verdict |\n| --- | --- | --- | --- | --- | --- |\n");
     for r in rows {
         out.push_str(&format!(
-            "| {} | {} | {} | {}/{} valid | **{}** |\n",
-            r.name, r.faults, r.ops, r.checkers.0, r.checkers.1, r.verdict
+            "| {} | {} | {} | {} | {}/{} valid | **{}** |\n",
+            r.name, r.faults, r.ops, r.lag, r.checkers.0, r.checkers.1, r.verdict
         ));
     }
     out
@@ -198,6 +217,7 @@ mod tests {
         let results = serde_json::json!({
             "checkers": checkers,
             "stats": {"read": {"ok": 5, "fail": 1}, "nemesis": {"events": 2}},
+            "lag": {"all": {"count": 1, "never": 0, "max_s": 0.4, "p50_s": 0.4}},
         });
         std::fs::write(dir.join("results.json"), results.to_string())
             .unwrap_or_else(|e| panic!("{e}"));
@@ -207,6 +227,17 @@ mod tests {
         ]
         .join("\n");
         std::fs::write(dir.join("history.jsonl"), history).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// The row the docs publish combines every fault, packet loss and
+    /// clock bumps included (issue 33's stuck follower came after both).
+    #[test]
+    fn all_combined_has_every_fault_drop_and_clock_bump_included() {
+        let sets = sets();
+        let (name, faults) = sets.last().expect("sets");
+        assert_eq!(name, "all-combined");
+        assert_eq!(faults.as_slice(), Fault::ALL.as_slice());
+        assert!(faults.contains(&Fault::Drop) && faults.contains(&Fault::ClockBump));
     }
 
     #[test]
@@ -233,7 +264,9 @@ mod tests {
         assert_eq!(rows[1].ops, "read 5/1/0");
         let table = table(&rows, None);
         assert!(
-            table.contains("| kill | 2 (kill 1) | read 5/1/0 | 1/1 valid | **valid** |"),
+            table.contains(
+                "| kill | 2 (kill 1) | read 5/1/0 | max 0.40 s | 1/1 valid | **valid** |"
+            ),
             "{table}"
         );
     }

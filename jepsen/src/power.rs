@@ -20,8 +20,6 @@ use anyhow::Context;
 use lazyfs::mount::LazyMount;
 use serde_json::json;
 
-use crate::cluster::Node;
-
 /// How many nodes one power cut takes down at once.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum CutNodes {
@@ -121,12 +119,13 @@ pub struct Disks {
 }
 
 impl Disks {
-    /// Mounts a lazyfs at every node's data directory, backed by
-    /// `<run>/n<i>-disk`, logging to `<run>/n<i>-lazyfs.log`.
+    /// Mounts a lazyfs at every node's data directory (`nodes`: id and
+    /// data directory), backed by `<run>/n<i>-disk`, logging to
+    /// `<run>/n<i>-lazyfs.log`.
     ///
     /// # Errors
     /// When the binary is missing or a mount does not appear.
-    pub fn mount(dir: &Path, nodes: &[Node], bin: &Path) -> anyhow::Result<Disks> {
+    pub fn mount(dir: &Path, nodes: &[(usize, &Path)], bin: &Path) -> anyhow::Result<Disks> {
         if !bin.is_file() {
             anyhow::bail!(
                 "lazyfs binary {} not found; build it first: cargo build -p lazyfs --bin openshell-lazyfs",
@@ -134,15 +133,15 @@ impl Disks {
             );
         }
         let mut mounts = BTreeMap::new();
-        for n in nodes {
+        for &(id, data_dir) in nodes {
             let m = LazyMount::start(
                 bin,
-                &dir.join(format!("n{}-disk", n.id)),
-                &n.data_dir,
-                &dir.join(format!("n{}-lazyfs.log", n.id)),
+                &dir.join(format!("n{id}-disk")),
+                data_dir,
+                &dir.join(format!("n{id}-lazyfs.log")),
             )
-            .with_context(|| format!("mounting lazyfs for {}", n.name))?;
-            mounts.insert(n.id, m);
+            .with_context(|| format!("mounting lazyfs for node {id} ({})", data_dir.display()))?;
+            mounts.insert(id, m);
         }
         Ok(Disks {
             mounts: Mutex::new(mounts),

@@ -57,6 +57,9 @@ pub struct FaultRecovery {
     /// The same from the heal (majority side: the nodes this fault and any
     /// fault still active after the heal left alone).
     pub from_heal_s: Option<f64>,
+    /// The nodes other faults, still active at the heal, affect (empty
+    /// while not healed): the nodes that cannot be expected to catch up.
+    pub others_at_heal: Vec<String>,
 }
 
 /// Max and median of some recovery times.
@@ -208,6 +211,13 @@ fn effect(e: &Event, n: usize) -> Effect {
             let group = value.split("lost power").next().unwrap_or_default();
             Effect::Start("power-cut".into(), nodes_in(group))
         }
+        // The heal settled a removal whose reply left its outcome unknown
+        // (nemesis/membership.rs): still a voter heals it; removed after
+        // all, it already started at the unknown reply.
+        "remove" if value.contains("did not take effect") => {
+            one().map_or(Effect::None, |i| Effect::HealNode(&["membership"], i))
+        }
+        "remove" if value.contains("took effect after") => Effect::None,
         "remove" if !value.contains("refused") => match one() {
             Some(i) => Effect::Start("membership".into(), BTreeSet::from([i])),
             None => Effect::None,
@@ -234,6 +244,11 @@ struct Tracked {
     heal_ns: Option<u64>,
     /// Majority side at the heal.
     heal_side: BTreeSet<usize>,
+    /// Nodes other still active faults affect at the heal.
+    others_at_heal: BTreeSet<usize>,
+    /// The node a clock fault skews: it cuts nobody off (not in
+    /// `affected`), but only that node's `clock-reset` heals it.
+    clock_of: Option<usize>,
 }
 
 fn names(nodes: &BTreeSet<usize>) -> Vec<String> {
@@ -274,6 +289,7 @@ fn faults(history: &[Event], n: usize) -> Vec<Tracked> {
                     }
                 }
                 let majority = side(&tracked, &affected);
+                let kind_is_clock = kind.starts_with("clock-");
                 tracked.push(Tracked {
                     record: FaultRecovery {
                         fault: kind,
@@ -285,17 +301,28 @@ fn faults(history: &[Event], n: usize) -> Vec<Tracked> {
                         majority_side: names(&majority),
                         from_start_s: None,
                         from_heal_s: None,
+                        others_at_heal: Vec::new(),
                     },
                     affected,
                     start_ns: e.time,
                     heal_ns: None,
                     heal_side: BTreeSet::new(),
+                    others_at_heal: BTreeSet::new(),
+                    clock_of: if kind_is_clock {
+                        value_text(e)
+                            .split_whitespace()
+                            .next()
+                            .and_then(node_number)
+                    } else {
+                        None
+                    },
                 });
                 continue;
             }
             Effect::HealNet => open(&tracked, |t| NET.contains(&t.record.fault.as_str())),
             Effect::HealNode(kinds, i) => open(&tracked, |t| {
-                kinds.contains(&t.record.fault.as_str()) && t.affected.contains(&i)
+                kinds.contains(&t.record.fault.as_str())
+                    && (t.affected.contains(&i) || t.clock_of == Some(i))
             }),
             Effect::HealAll => open(&tracked, |_| true),
             Effect::None => continue,
@@ -306,6 +333,11 @@ fn faults(history: &[Event], n: usize) -> Vec<Tracked> {
         for &k in &healed {
             let affected = tracked[k].affected.clone();
             tracked[k].heal_side = side(&tracked, &affected);
+            let others: BTreeSet<usize> = all
+                .difference(&side(&tracked, &BTreeSet::new()))
+                .copied()
+                .collect();
+            tracked[k].others_at_heal = others;
         }
     }
     tracked
@@ -377,6 +409,7 @@ pub fn measure(history: &[Event], n: usize) -> Recovery {
             if let Some(heal) = t.heal_ns {
                 r.heal_s = Some(secs(heal));
                 r.from_heal_s = first_write(&writes, heal, &t.heal_side);
+                r.others_at_heal = names(&t.others_at_heal);
             }
             r
         })
@@ -587,8 +620,33 @@ mod tests {
         // The isolate healed while n1 was still down: n3 only, then nothing
         // through n3 any more.
         assert_eq!(isolate.from_heal_s, None);
+        assert_eq!(isolate.others_at_heal, vec!["n1"], "n1 still down");
+        assert!(kill.others_at_heal.is_empty());
         assert!(close(kill.from_heal_s, 0.19));
         assert_eq!(r.from_heal.unrecovered, 1);
+    }
+
+    /// A clock fault cuts nobody off, and its node's `clock-reset` heals
+    /// it (before, only the run's final heal did, so its lag and recovery
+    /// from heal were measured from there).
+    #[test]
+    fn a_clock_reset_heals_the_clock_fault_of_its_node() {
+        let mut h = H(Vec::new());
+        h.nemesis("clock-bump", "n2 +184s", 1000)
+            .nemesis("clock-strobe", "n3 \u{b1}227s every 460 ms", 1000)
+            .nemesis("clock-reset", "n2", 3000)
+            .write(0, 1, 3100, 3200, OpType::Ok)
+            .nemesis("clock-reset", "n3", 4000)
+            .write(1, 1, 4100, 4300, OpType::Ok)
+            .nemesis("recover", "all faults healed before final reads", 9000);
+        let r = measure(&h.0, 3);
+        let (bump, strobe) = (&r.faults[0], &r.faults[1]);
+        assert!(bump.affected.is_empty() && strobe.affected.is_empty());
+        assert_eq!(bump.majority_side, vec!["n1", "n2", "n3"]);
+        assert!(close(bump.heal_s, 3.0), "{bump:?}");
+        assert!(close(strobe.heal_s, 4.0), "{strobe:?}");
+        assert!(close(bump.from_heal_s, 0.2), "{bump:?}");
+        assert!(close(strobe.from_heal_s, 0.3), "{strobe:?}");
     }
 
     #[test]
@@ -609,6 +667,41 @@ mod tests {
         assert_eq!(r.faults[0].majority_side.len(), 3);
         assert!(close(r.faults[0].from_start_s, 0.02));
         assert_eq!(r.faults[0].from_heal_s, None);
+    }
+
+    #[test]
+    fn a_removal_of_unknown_outcome_is_healed_by_its_settlement() {
+        let mut h = H(Vec::new());
+        h.nemesis(
+            "remove",
+            "n2 via n2: outcome unknown (Unavailable: no quorum)",
+            0,
+        )
+        .nemesis(
+            "remove",
+            "n3 via n1: outcome unknown (Unavailable: no quorum)",
+            0,
+        )
+        .nemesis("recover", "network healed", 100)
+        .nemesis(
+            "remove",
+            "n2: the removal did not take effect (voters [1, 2, 3])",
+            200,
+        )
+        .nemesis(
+            "remove",
+            "n3: the removal took effect after its reply (voters [1, 2]); wiping n3 to add it back",
+            300,
+        )
+        .nemesis("add-learner", "n3 via n1", 400)
+        .nemesis("promote", "n3 via n1", 500);
+        let r = measure(&h.0, 3);
+        assert_eq!(r.faults.len(), 2, "{:?}", r.faults);
+        assert_eq!(r.faults[0].affected, vec!["n2"]);
+        assert!(close(r.faults[0].heal_s, 0.2), "{:?}", r.faults[0]);
+        assert_eq!(r.faults[1].affected, vec!["n3"]);
+        assert!(close(r.faults[1].heal_s, 0.5), "{:?}", r.faults[1]);
+        assert!(r.faults[1].others_at_heal.is_empty());
     }
 
     #[test]

@@ -26,6 +26,9 @@ pub struct Results {
     /// Per fault: time until writes through the majority side succeed
     /// again after it starts and after it heals ([`crate::recovery`]).
     pub recovery: crate::recovery::Recovery,
+    /// Per healed fault: how long until every node agreed on a leader and
+    /// applied the commit index of the heal ([`crate::lag`]).
+    pub lag: crate::lag::Lag,
 }
 
 /// Counts ops by `f` and completion type.
@@ -208,6 +211,7 @@ fn html(results: &Results, history: &[Event]) -> String {
     }
     let offending = offending_sections(results, history);
     let recovery = escape(&results.recovery.table());
+    let lag = escape(&results.lag.table());
     let run = escape(&serde_json::to_string_pretty(&results.run).unwrap_or_default());
     let verdict = if results.valid {
         "<span class=ok>VALID</span>"
@@ -229,6 +233,8 @@ table.offending tr{{background:#fee}} table.offending td{{font-size:12px}}
 <details><summary>run parameters</summary><pre>{run}</pre></details>
 <h2>Write recovery per fault</h2>
 <pre>{recovery}</pre>
+<h2>Follower lag after each heal</h2>
+<pre>{lag}</pre>
 <p>Timeline: one lane per process; green ok, grey fail, orange info (unknown), red outline = offending. Shaded: nemesis windows (hover for the events). Files: <a href="history.jsonl">history.jsonl</a>, <a href="results.json">results.json</a>, node logs n*.log.</p>
 <div id="timeline"></div>
 <h2>Latency over time</h2>
@@ -315,6 +321,7 @@ mod tests {
             }],
             stats: json!({}),
             recovery: crate::recovery::Recovery::default(),
+            lag: crate::lag::Lag::default(),
         }
     }
 

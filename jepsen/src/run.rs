@@ -13,6 +13,7 @@ use rand::SeedableRng;
 use serde_json::json;
 
 use crate::checker::convergence::ReplicasIdentical;
+use crate::checker::liveness::{self, Liveness};
 use crate::checker::{CheckResult, Checker, FinalState, Validity};
 use crate::cluster::{Cluster, GatewayOptions};
 use crate::history::Recorder;
@@ -67,6 +68,8 @@ pub struct Outcome {
     pub valid: bool,
     /// Per fault: time until majority-side writes succeed again.
     pub recovery: crate::recovery::Recovery,
+    /// Per healed fault: how long the followers stayed behind.
+    pub lag: crate::lag::Lag,
 }
 
 /// Refuses to run as non-root or with leftovers of an earlier run (a run
@@ -210,7 +213,13 @@ fn mount_disks(
         return Ok(false);
     }
     let bin = options.power.bin(&options.gateway_bin);
-    cluster.disks = Some(Disks::mount(dir, &cluster.nodes, &bin)?);
+    let data_dirs: Vec<(usize, &std::path::Path)> = cluster
+        .nodes
+        .iter()
+        .map(|n| (n.id, n.data_dir.as_path()))
+        .collect();
+    let disks = Disks::mount(dir, &data_dirs, &bin)?;
+    cluster.disks = Some(disks);
     Ok(true)
 }
 
@@ -229,6 +238,37 @@ fn nemesis(
         options.schedule,
     )
     .with_power(options.power.clone(), power_stats.clone())
+}
+
+/// The final phase, after the heal: leader, final reads, convergence,
+/// every replica's objects and digests. Returns the checkers to run (the
+/// workload's, `replicas-identical`, `liveness` over `live`), what they
+/// check against, and notes of what went wrong.
+async fn final_phase(
+    cluster: &Cluster,
+    running: &mut crate::workload::Running,
+    live: liveness::Observation,
+) -> (Vec<Box<dyn Checker>>, FinalState, Vec<String>) {
+    let mut notes = Vec::new();
+    if let Err(e) = cluster
+        .wait_leader(Duration::from_secs(60), "after healing")
+        .await
+    {
+        notes.push(format!("after healing: {e:#}"));
+    }
+    let mut checkers: Vec<Box<dyn Checker>> = running.final_reads(Duration::from_secs(60)).await;
+    checkers.push(Box::new(ReplicasIdentical));
+    checkers.push(Box::new(Liveness(live)));
+    let mut state = FinalState::default();
+    match cluster.wait_converged(Duration::from_secs(60)).await {
+        Ok(commit) => state.commit_index = commit,
+        Err(e) => notes.push(format!("convergence: {e:#}")),
+    }
+    for n in &cluster.nodes {
+        state.replicas.push(cluster.dump(n.id).await);
+    }
+    state.digests = sample_digests(cluster, Duration::from_secs(10)).await;
+    (checkers, state, notes)
 }
 
 async fn run_inner(
@@ -263,10 +303,15 @@ async fn run_inner(
         .context("the cluster did not elect a leader; see the node logs")?;
     tracing::info!(leader, dir = %dir.display(), "cluster up");
     // Secure runs: operate what TLS promises before the workload starts.
-    let transport = crate::security::probe(&cluster, leader).await;
+    let transport = crate::security_probe::probe(&cluster, leader).await;
     tracing::info!(?transport, "transport checked");
 
     let history = Recorder::new(Some(&dir.join("history.jsonl")))?;
+    let sampler = crate::lag::Sampler::start(
+        cluster.clone(),
+        history.clone(),
+        Some(&dir.join("replicas.jsonl")),
+    );
     let started = Instant::now();
     let until = started + options.duration;
     let mut running = workload.start(cluster.clone(), history.clone(), options.seed)?;
@@ -279,27 +324,11 @@ async fn run_inner(
     }
     running.stop().await;
     nemesis.heal_all().await;
-    history.nemesis("recover", "all faults healed before final reads");
-
-    // Final phase: leader, final reads, convergence.
-    let mut notes = Vec::new();
-    if let Err(e) = cluster
-        .wait_leader(Duration::from_secs(60), "after healing")
-        .await
-    {
-        notes.push(format!("after healing: {e:#}"));
-    }
-    let mut checkers: Vec<Box<dyn Checker>> = running.final_reads(Duration::from_secs(60)).await;
-    checkers.push(Box::new(ReplicasIdentical));
-    let mut state = FinalState::default();
-    match cluster.wait_converged(Duration::from_secs(60)).await {
-        Ok(commit) => state.commit_index = commit,
-        Err(e) => notes.push(format!("convergence: {e:#}")),
-    }
-    for n in &cluster.nodes {
-        state.replicas.push(cluster.dump(n.id).await);
-    }
-    state.digests = sample_digests(&cluster, Duration::from_secs(10)).await;
+    let healed = history.nemesis("recover", "all faults healed before final reads");
+    let live = liveness::observe(&cluster, &history, healed.index, liveness::GIVE_UP).await;
+    tracing::info!(agreed_after_s = ?live.agreed_after_s, "liveness after the final heal");
+    let (checkers, state, notes) = final_phase(&cluster, &mut running, live).await;
+    let rounds = sampler.stop().await;
     let events = history.snapshot();
     let checked_at = Instant::now();
     let mut results: Vec<CheckResult> = checkers.iter().map(|c| c.check(&events, &state)).collect();
@@ -307,6 +336,7 @@ async fn run_inner(
     let valid = results.iter().all(|r| r.valid == Validity::Valid);
     let membership = final_membership(&cluster).await;
     let recovery = crate::recovery::measure(&events, options.nodes);
+    let lag = crate::lag::measure(&rounds, &recovery, options.nodes);
     let report = Results {
         valid,
         run: run_json(
@@ -325,6 +355,7 @@ async fn run_inner(
         checkers: results.clone(),
         stats: report::stats(&events),
         recovery: recovery.clone(),
+        lag: lag.clone(),
     };
     report::write(dir, &report, &events)?;
     drop(nemesis);
@@ -336,6 +367,7 @@ async fn run_inner(
         results,
         valid,
         recovery,
+        lag,
     })
 }
 

@@ -65,7 +65,7 @@ async fn harness_clusters_speak_tls_and_rejoin_at_peer_addresses() {
     let (cluster, leader, lock) = start_cluster("s", Security::Tls).await;
 
     eprintln!("--- step: the harness checks the leader's transport");
-    let transport = jepsen::security::probe(&cluster, leader)
+    let transport = jepsen::security_probe::probe(&cluster, leader)
         .await
         .unwrap_or_else(|| panic!("a secure run probes its transport"));
     eprintln!("transport: {transport}");
@@ -163,7 +163,9 @@ async fn harness_clusters_speak_tls_and_rejoin_at_peer_addresses() {
 
     eprintln!("--- step: the same cluster --insecure, for comparison");
     let (plain, leader, lock) = start_cluster("i", Security::Insecure).await;
-    assert!(jepsen::security::probe(&plain, leader).await.is_none());
+    assert!(jepsen::security_probe::probe(&plain, leader)
+        .await
+        .is_none());
     let n = plain.node(leader).unwrap_or_else(|e| panic!("{e:#}"));
     assert_eq!(n.addr, n.peer_addr, "--insecure: one port");
     n.status()

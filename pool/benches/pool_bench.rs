@@ -93,6 +93,7 @@ fn main() {
         apply(
             &mut st,
             &Command::Tick(Tick {
+                raft_term: 0,
                 expected_now_tick: round,
             }),
         );

@@ -26,6 +26,13 @@
 //! | 21 | `RecordRuntime` | 22 | `FailLaunch` |
 //!
 //! Retired tags: none yet.
+//!
+//! # Fencing
+//!
+//! A command a leader plans from its reads or its observations of the world
+//! outside the log carries the raft term it was planned in
+//! ([`Command::planned_raft_term`]); apply refuses it once another
+//! leader's term has been applied ([`crate::fence`]).
 
 use prost::Message;
 
@@ -75,6 +82,11 @@ pub struct Tick {
     /// interval: time may stretch, never shrink.
     #[prost(uint64, tag = "1")]
     pub expected_now_tick: u64,
+    /// The raft term of the leader that planned this command: a fencing
+    /// token (see [`Command::planned_raft_term`]). 0: unfenced (a command
+    /// written before fencing existed).
+    #[prost(uint64, tag = "2")]
+    pub raft_term: u64,
 }
 
 /// Sets the tick-counted timeouts. Each must be > 0 (apply refuses 0) and
@@ -96,6 +108,11 @@ pub struct Configure {
     /// unless a `Configure` set it, so old logs replay to the same state.
     #[prost(uint64, tag = "4")]
     pub retention_ticks: u64,
+    /// The raft term of the leader that planned this command: a fencing
+    /// token (see [`Command::planned_raft_term`]). 0: unfenced (a command
+    /// written before fencing existed).
+    #[prost(uint64, tag = "5")]
+    pub raft_term: u64,
 }
 
 /// The first command a new leader proposes: every non-expired member gets a
@@ -183,6 +200,11 @@ pub struct Expire {
     /// Precondition: the last heartbeat tick the proposer read.
     #[prost(uint64, tag = "3")]
     pub last_heartbeat_tick: u64,
+    /// The raft term of the leader that planned this command: a fencing
+    /// token (see [`Command::planned_raft_term`]). 0: unfenced (a command
+    /// written before fencing existed).
+    #[prost(uint64, tag = "4")]
+    pub raft_term: u64,
 }
 
 /// Admits (or refuses) a sandbox launch. Idempotent by `launch_id`.
@@ -220,6 +242,11 @@ pub struct Takeover {
     /// Precondition: current ownership term.
     #[prost(uint64, tag = "5")]
     pub expected_term: u64,
+    /// The raft term of the leader that planned this command: a fencing
+    /// token (see [`Command::planned_raft_term`]). 0: unfenced (a command
+    /// written before fencing existed).
+    #[prost(uint64, tag = "6")]
+    pub raft_term: u64,
 }
 
 /// The owner acknowledges its term; only then do its reports count (I3).
@@ -286,6 +313,11 @@ pub struct Delete {
     /// Sandbox generation.
     #[prost(uint64, tag = "2")]
     pub generation: u64,
+    /// The raft term of the leader that planned this command: a fencing
+    /// token (see [`Command::planned_raft_term`]). 0: unfenced (a command
+    /// written before fencing existed, or a client's delete).
+    #[prost(uint64, tag = "3")]
+    pub raft_term: u64,
 }
 
 /// Fails a sandbox whose recovery deadline passed (`SupervisorRecoveryFailed`).
@@ -300,6 +332,11 @@ pub struct FailRecovery {
     /// Precondition: ownership term.
     #[prost(uint64, tag = "3")]
     pub expected_term: u64,
+    /// The raft term of the leader that planned this command: a fencing
+    /// token (see [`Command::planned_raft_term`]). 0: unfenced (a command
+    /// written before fencing existed).
+    #[prost(uint64, tag = "4")]
+    pub raft_term: u64,
 }
 
 /// Starts (or queues) a drain of one member.
@@ -352,6 +389,11 @@ pub struct Move {
     /// Target member; if absent the ring picks one (excluding the owner).
     #[prost(string, optional, tag = "7")]
     pub to: Option<String>,
+    /// The raft term of the leader that planned this command: a fencing
+    /// token (see [`Command::planned_raft_term`]). 0: unfenced (a command
+    /// written before fencing existed).
+    #[prost(uint64, tag = "8")]
+    pub raft_term: u64,
 }
 
 /// Completes the running operation (apply checks it is done).
@@ -360,6 +402,11 @@ pub struct CompleteOperation {
     /// Operation id.
     #[prost(string, tag = "1")]
     pub operation_id: String,
+    /// The raft term of the leader that planned this command: a fencing
+    /// token (see [`Command::planned_raft_term`]). 0: unfenced (a command
+    /// written before fencing existed).
+    #[prost(uint64, tag = "2")]
+    pub raft_term: u64,
 }
 
 /// Fails the running operation once its deadline passed.
@@ -368,6 +415,11 @@ pub struct FailOperation {
     /// Operation id.
     #[prost(string, tag = "1")]
     pub operation_id: String,
+    /// The raft term of the leader that planned this command: a fencing
+    /// token (see [`Command::planned_raft_term`]). 0: unfenced (a command
+    /// written before fencing existed).
+    #[prost(uint64, tag = "2")]
+    pub raft_term: u64,
 }
 
 /// Cancels an operation; a drained member returns to service.
@@ -398,6 +450,11 @@ pub struct RecordRuntime {
     /// PEM of the runtime's CA certificate, at most 16 KiB.
     #[prost(string, tag = "5")]
     pub ca_pem: String,
+    /// The raft term of the leader that planned this command: a fencing
+    /// token (see [`Command::planned_raft_term`]). 0: unfenced (a command
+    /// written before fencing existed).
+    #[prost(uint64, tag = "6")]
+    pub raft_term: u64,
 }
 
 /// Fails a live sandbox generation whose runtime could not be launched
@@ -415,6 +472,11 @@ pub struct FailLaunch {
     /// `RuntimeLost: `, at most 1024 bytes.
     #[prost(string, tag = "3")]
     pub reason: String,
+    /// The raft term of the leader that planned this command: a fencing
+    /// token (see [`Command::planned_raft_term`]). 0: unfenced (a command
+    /// written before fencing existed).
+    #[prost(uint64, tag = "4")]
+    pub raft_term: u64,
 }
 
 /// A pool command: one raft log entry's payload. The oneof tags are the wire

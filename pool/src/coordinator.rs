@@ -84,13 +84,15 @@ impl Coordinator {
             .retain(|_, (t, _)| now < t.saturating_add(retry));
 
         let mut out = Vec::new();
-        if self.tick_due {
-            self.tick_due = false;
-            out.push(Command::Tick(Tick {
-                expected_now_tick: now,
-            }));
+        if state.raft_term() > self.cfg.raft_term {
+            // A newer leader's term is applied: this one is deposed, and
+            // apply would refuse whatever it planned (crate::fence).
+            return out;
         }
         if state.raft_term() < self.cfg.raft_term {
+            // Nothing else until the grace is applied: every other command
+            // is fenced by this term, which apply knows only from then on
+            // (a due tick waits; time stretches, never shrinks).
             self.offer(
                 &mut out,
                 now,
@@ -99,6 +101,13 @@ impl Coordinator {
                 }),
             );
             return out;
+        }
+        if self.tick_due {
+            self.tick_due = false;
+            out.push(Command::Tick(Tick {
+                expected_now_tick: now,
+                raft_term: self.cfg.raft_term,
+            }));
         }
         for c in plan(state, self.pending_moves()) {
             self.offer(&mut out, now, c);
@@ -123,13 +132,17 @@ impl Coordinator {
 
 /// The commands the state calls for, without duplicate suppression: a pure
 /// function of the state (plus the number of moves already proposed but not
-/// yet applied).
+/// yet applied). Each is planned in the state's raft term (the term of its
+/// last applied `LeaderChanged`, which is the coordinator's own when it
+/// plans): apply refuses it once another term is applied (crate::fence).
 pub fn plan(state: &PoolState, pending_moves: u32) -> Vec<Command> {
+    let raft_term = state.raft_term();
     let now = state.now_tick();
     let mut out = Vec::new();
     for m in state.members().values() {
         if matches!(m.state, MemberState::Active | MemberState::Draining) && state.is_overdue(m) {
             out.push(Command::Expire(Expire {
+                raft_term,
                 member: m.id.clone(),
                 incarnation: m.incarnation,
                 last_heartbeat_tick: m.last_heartbeat_tick,
@@ -140,6 +153,7 @@ pub fn plan(state: &PoolState, pending_moves: u32) -> Vec<Command> {
         let dead = state.owner_is_dead(&s.owner);
         if s.phase == Phase::Stopping && dead {
             out.push(Command::Delete(Delete {
+                raft_term,
                 sandbox: s.id.clone(),
                 generation: s.generation,
             }));
@@ -152,12 +166,14 @@ pub fn plan(state: &PoolState, pending_moves: u32) -> Vec<Command> {
         let orphan_late = state.orphan_deadline(s).is_some_and(|d| now >= d);
         if recovery_late || orphan_late {
             out.push(Command::FailRecovery(FailRecovery {
+                raft_term,
                 sandbox: s.id.clone(),
                 generation: s.generation,
                 expected_term: s.owner.term,
             }));
         } else if dead {
             out.push(Command::Takeover(Takeover {
+                raft_term,
                 sandbox: s.id.clone(),
                 generation: s.generation,
                 expected_owner: s.owner.member.clone(),
@@ -174,8 +190,10 @@ pub fn plan(state: &PoolState, pending_moves: u32) -> Vec<Command> {
 
 fn plan_operation(state: &PoolState, op: &Operation, pending_moves: u32, out: &mut Vec<Command>) {
     let now = state.now_tick();
+    let raft_term = state.raft_term();
     if op.deadline_tick.is_some_and(|d| now >= d) {
         out.push(Command::FailOperation(FailOperation {
+            raft_term,
             operation_id: op.id.clone(),
         }));
         return;
@@ -184,6 +202,7 @@ fn plan_operation(state: &PoolState, op: &Operation, pending_moves: u32, out: &m
     let mut slots = op.max_parallel.saturating_sub(in_flight) as usize;
     let mv = |s: &Sandbox, to: Option<String>| {
         Command::Move(Move {
+            raft_term,
             operation_id: op.id.clone(),
             sandbox: s.id.clone(),
             generation: s.generation,
@@ -199,6 +218,7 @@ fn plan_operation(state: &PoolState, op: &Operation, pending_moves: u32, out: &m
                 && state.moves_in_flight(&op.id) == 0
             {
                 out.push(Command::CompleteOperation(CompleteOperation {
+                    raft_term,
                     operation_id: op.id.clone(),
                 }));
                 return;
@@ -220,6 +240,7 @@ fn plan_operation(state: &PoolState, op: &Operation, pending_moves: u32, out: &m
             let candidates = state.rebalance_candidates();
             if candidates.is_empty() && state.moves_in_flight(&op.id) == 0 {
                 out.push(Command::CompleteOperation(CompleteOperation {
+                    raft_term,
                     operation_id: op.id.clone(),
                 }));
                 return;

@@ -14,6 +14,8 @@
 //! * [`outcome`] — [`Outcome`], [`Effect`] and the typed rejection [`Reason`].
 //! * [`state`] — the [`PoolState`] (members, sandboxes, operations, launches)
 //!   and its read helpers (`observed_status`, `assignment`, `status`).
+//! * [`member_state`] — [`MemberState`], the one definition, with its
+//!   number on every wire (snapshot and API).
 //! * `apply`: `PoolState::apply`, one exhaustive match, one `apply_<variant>`
 //!   per command.
 //! * [`validate`] — proposal-time bounds of every command field
@@ -24,9 +26,12 @@
 //!   checked against the invariants before it is returned.
 //! * [`hash`] — FNV-1a 64 and the consistent-hash ring.
 //! * [`coordinator`] — the leader-side proposer, driven by the gateway.
+//! * [`fence`] — leader-side commands carry the raft term they were
+//!   planned in; apply refuses them once a newer leader's term is applied.
 //! * [`fault`] — the Jepsen-only skip-I4 switch (constant off unless built
 //!   with the `fault-skip-i4` feature and turned on at start-up).
-//! * [`invariants`] — I1–I6/I8 checks on one state and across steps.
+//! * [`invariants`] — I1–I6/I8 checks on one state; [`invariant_tracker`]
+//!   — the same across steps (a command and the state it left).
 //! * [`visibility`] — what each attached supervisor incarnation may see
 //!   (its assignment view, when it is pushed, when its stream closes) and
 //!   the journal of changed sandboxes that lets a push cost what changed.
@@ -68,9 +73,12 @@ mod apply;
 pub mod command;
 pub mod coordinator;
 pub mod fault;
+pub mod fence;
 pub mod hash;
 pub mod ids;
+pub mod invariant_tracker;
 pub mod invariants;
+pub mod member_state;
 pub mod outcome;
 pub mod snapshot;
 pub mod state;
@@ -79,7 +87,8 @@ pub mod visibility;
 
 pub use command::*;
 pub use coordinator::{plan, Coordinator, CoordinatorConfig};
-pub use invariants::{InvariantTracker, InvariantViolation};
+pub use invariant_tracker::InvariantTracker;
+pub use invariants::InvariantViolation;
 pub use outcome::*;
 pub use state::*;
 pub use validate::InvalidCommand;

@@ -58,6 +58,18 @@ pub enum Reason {
         /// The raft term of the last applied LeaderChanged.
         current: u64,
     },
+    /// A command a leader planned (see [`crate::fence`]) in a raft term
+    /// other than the one of the last applied `LeaderChanged`: its leader
+    /// was deposed (or had not yet taken office) at this log position.
+    #[error(
+        "fenced: planned by the leader of raft term {planned}, but the pool is in raft term {current}"
+    )]
+    FencedRaftTerm {
+        /// The raft term the command was planned in.
+        planned: u64,
+        /// The raft term of the last applied `LeaderChanged`.
+        current: u64,
+    },
     /// `Expire` precondition: the heartbeat tick changed since the read.
     #[error("heartbeat moved: command read {expected}, now {current}")]
     StaleHeartbeat {

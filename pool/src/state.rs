@@ -63,18 +63,7 @@ impl Default for Config {
     }
 }
 
-/// A member's lifecycle state.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum MemberState {
-    /// In service.
-    Active,
-    /// Being drained (or drained): receives no new sandboxes.
-    Draining,
-    /// Left gracefully; its sandboxes are taken over.
-    Leaving,
-    /// Missed heartbeats for the TTL; its sandboxes are taken over.
-    Expired,
-}
+pub use crate::member_state::MemberState;
 
 /// A supervisor pool member. The record is removed only by garbage
 /// collection, once it departed (leaving or expired) a retention ago and no
@@ -209,6 +198,11 @@ pub struct Runtime {
     pub address: String,
     /// PEM of the CA certificate that signed the runtime's certificate.
     pub ca_pem: String,
+    /// The raft log index that recorded it (0: recorded before the index
+    /// was kept). The launcher counts a runtime as lost only when a list
+    /// it took after this index misses it: a list taken before the record
+    /// (a deposed leader's, a slow driver call's) says nothing about it.
+    pub recorded_index: u64,
 }
 
 /// A sandbox generation.
@@ -466,24 +460,6 @@ impl PoolState {
     /// One sandbox.
     pub fn sandbox(&self, id: &str) -> Option<&Sandbox> {
         self.sandboxes.get(id)
-    }
-
-    /// Whether applying `c` could change nothing: the sandbox's owner is
-    /// already `c`'s member incarnation, acknowledged in `c`'s generation
-    /// and term. Terms only grow and an acknowledged term stays
-    /// acknowledged until the owner changes (which bumps the term, I1), so
-    /// an older applied state that shows this is right too: a gateway may
-    /// skip such an ack without writing it (a supervisor resends acks it
-    /// still sees unacknowledged, and each duplicate would cost a raft
-    /// write).
-    pub fn already_acknowledged(&self, c: &crate::command::Acknowledge) -> bool {
-        self.sandboxes.get(&c.sandbox).is_some_and(|s| {
-            s.generation == c.generation
-                && s.owner.member == c.member
-                && s.owner.incarnation == c.incarnation
-                && s.owner.term == c.term
-                && s.owner.acknowledged
-        })
     }
 
     /// The running operation, if any (at most one, I6).

@@ -17,6 +17,7 @@
 //! | legacy `Join.incarnation` | ..=[`MAX_COUNTER`] |
 //! | member and sandbox ids | [`crate::ids`] |
 //! | other ids and short strings | ..=[`MAX_SHORT_LEN`] bytes |
+//! | `Launch.material_ref` | ..=[`MAX_MATERIAL_LEN`] bytes |
 //! | `Report.status` | ..=[`MAX_STATUS_LEN`] bytes |
 //! | `Heartbeat.beats` | ..=[`MAX_BEATS`] entries |
 
@@ -24,9 +25,15 @@ use crate::command::*;
 use crate::ids::{check_id, InvalidId};
 use crate::state::{MAX_CONFIG_TICKS, MAX_COUNTER, MAX_PARALLEL_LIMIT};
 
-/// Longest operation id, launch id, uid, address, material reference or
-/// expected-owner field, in bytes.
+/// Longest operation id, launch id, uid, address or expected-owner field,
+/// in bytes.
 pub const MAX_SHORT_LEN: usize = 1024;
+/// Longest launch material (`Launch.material_ref`: the workload command as
+/// JSON, or a reference), in bytes. The gateway's CreateSandbox refuses a
+/// longer one before proposing, naming the field; this bound only keeps
+/// the same limit for a command that reaches proposal another way. It fits,
+/// with the launch's other fields, in one command (64 KiB encoded).
+pub const MAX_MATERIAL_LEN: usize = 32 * 1024;
 /// Longest report status, in bytes.
 pub const MAX_STATUS_LEN: usize = 64 * 1024;
 /// Most heartbeats in one batch.
@@ -165,7 +172,7 @@ impl Command {
             Command::Launch(c) => {
                 check_id("sandbox_id", &c.sandbox)?;
                 short("Launch.launch_id", &c.launch_id)?;
-                short("Launch.material_ref", &c.material_ref)
+                len("Launch.material_ref", &c.material_ref, MAX_MATERIAL_LEN)
             }
             Command::Takeover(c) => {
                 short("Takeover.sandbox", &c.sandbox)?;

@@ -812,6 +812,7 @@ mod tests {
     fn released_views_shrink_when_garbage_collection_removes_deleted_sandboxes() {
         let mut pool = Pool::new();
         let configured = pool.apply(Command::Configure(crate::command::Configure {
+            raft_term: 0,
             heartbeat_ttl_ticks: 100,
             recovery_deadline_ticks: 100,
             operation_deadline_ticks: 100,
@@ -821,6 +822,7 @@ mod tests {
         let (member, incarnation) = pool.launch("s1");
         let (_, _) = pool.launch("s2");
         pool.apply(Command::Delete(Delete {
+            raft_term: 0,
             sandbox: "s1".into(),
             generation: 1,
         }));
@@ -832,6 +834,7 @@ mod tests {
         for _ in 0..3 {
             let now = pool.state.now_tick();
             pool.apply(Command::Tick(Tick {
+                raft_term: 0,
                 expected_now_tick: now,
             }));
         }
@@ -901,11 +904,13 @@ mod tests {
         for _ in 0..20 {
             let now = pool.state.now_tick();
             pool.apply(Command::Tick(Tick {
+                raft_term: 0,
                 expected_now_tick: now,
             }));
         }
         let last = pool.state.member("b").map(|m| m.last_heartbeat_tick);
         let outcome = pool.apply(Command::Expire(Expire {
+            raft_term: 0,
             member: "b".into(),
             incarnation: 1,
             last_heartbeat_tick: last.unwrap_or(0),
@@ -944,6 +949,7 @@ mod tests {
             }],
         }));
         pool.apply(Command::Tick(Tick {
+            raft_term: 0,
             expected_now_tick: pool.state.now_tick(),
         }));
         let viewers = [viewer("a", 1, Some(&a)), viewer("b", 1, Some(&b))];
@@ -1010,6 +1016,7 @@ mod tests {
         }));
         assert!(!outcome.is_rejected(), "{outcome:?}");
         pool.apply(Command::Delete(Delete {
+            raft_term: 0,
             sandbox: "s2".into(),
             generation: 1,
         }));
@@ -1137,6 +1144,7 @@ mod tests {
                 term: s.map(|s| s.owner.term).unwrap_or(1),
             }),
             3 => Command::Expire(Expire {
+                raft_term: 0,
                 member: member.clone(),
                 incarnation,
                 last_heartbeat_tick: state
@@ -1145,6 +1153,7 @@ mod tests {
                     .unwrap_or(0),
             }),
             4 => Command::Takeover(crate::Takeover {
+                raft_term: 0,
                 sandbox,
                 generation,
                 expected_owner: s.map(|s| s.owner.member.clone()).unwrap_or(member),
@@ -1152,6 +1161,7 @@ mod tests {
                 expected_term: s.map(|s| s.owner.term).unwrap_or(1),
             }),
             5 => Command::Delete(Delete {
+                raft_term: 0,
                 sandbox,
                 generation,
             }),
@@ -1173,6 +1183,7 @@ mod tests {
                     .unwrap_or_default(),
             }),
             _ => Command::Tick(Tick {
+                raft_term: 0,
                 expected_now_tick: state.now_tick(),
             }),
         }

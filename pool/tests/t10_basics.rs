@@ -113,6 +113,7 @@ fn bad_input_rejected_with_typed_reason() {
     );
     assert_eq!(
         h.rejected(Command::Delete(Delete {
+            raft_term: 0,
             sandbox: "nope".into(),
             generation: 1
         })),
@@ -130,6 +131,7 @@ fn bad_input_rejected_with_typed_reason() {
     );
     assert_eq!(
         h.rejected(Command::Tick(Tick {
+            raft_term: 0,
             expected_now_tick: 7
         })),
         Reason::StaleTick {
@@ -139,6 +141,7 @@ fn bad_input_rejected_with_typed_reason() {
     );
     assert_eq!(
         h.rejected(Command::Configure(Configure {
+            raft_term: 0,
             heartbeat_ttl_ticks: 0,
             recovery_deadline_ticks: 1,
             operation_deadline_ticks: 1,
@@ -152,6 +155,7 @@ fn bad_input_rejected_with_typed_reason() {
     let o = h.owner("s1");
     assert_eq!(
         h.rejected(Command::Takeover(Takeover {
+            raft_term: 0,
             sandbox: "s1".into(),
             generation: 1,
             expected_owner: o.member.clone(),
@@ -166,6 +170,7 @@ fn bad_input_rejected_with_typed_reason() {
     assert_eq!(h.rejected(takeover_of(&h.st, "s1")), Reason::OwnerAlive);
     assert_eq!(
         h.rejected(Command::Takeover(Takeover {
+            raft_term: 0,
             sandbox: "s1".into(),
             generation: 2,
             expected_owner: o.member.clone(),
@@ -186,6 +191,7 @@ fn bad_input_rejected_with_typed_reason() {
     );
     assert_eq!(
         h.rejected(Command::Expire(Expire {
+            raft_term: 0,
             member: "a".into(),
             incarnation: 2,
             last_heartbeat_tick: 0
@@ -194,6 +200,7 @@ fn bad_input_rejected_with_typed_reason() {
     );
     assert_eq!(
         h.rejected(Command::FailRecovery(FailRecovery {
+            raft_term: 0,
             sandbox: "s1".into(),
             generation: 1,
             expected_term: 1
@@ -238,9 +245,11 @@ fn heartbeat_batch_skips_bad_entries() {
 fn command_wire_round_trip() {
     let cmds = vec![
         Command::Tick(Tick {
+            raft_term: 0,
             expected_now_tick: 3,
         }),
         Command::Configure(Configure {
+            raft_term: 0,
             heartbeat_ttl_ticks: 1,
             recovery_deadline_ticks: 2,
             operation_deadline_ticks: 3,
@@ -259,6 +268,7 @@ fn command_wire_round_trip() {
             incarnation: 1,
         }),
         Command::Expire(Expire {
+            raft_term: 0,
             member: "a".into(),
             incarnation: 1,
             last_heartbeat_tick: 4,
@@ -281,6 +291,7 @@ fn command_wire_round_trip() {
         Command::FailOperation(FailOperation::default()),
         Command::CancelOperation(CancelOperation::default()),
         Command::RecordRuntime(RecordRuntime {
+            raft_term: 0,
             sandbox: "s".into(),
             generation: 2,
             name: "sb-s-g2".into(),
@@ -289,6 +300,7 @@ fn command_wire_round_trip() {
         }),
         Command::RecordRuntime(RecordRuntime::default()),
         Command::FailLaunch(FailLaunch {
+            raft_term: 0,
             sandbox: "s".into(),
             generation: 2,
             reason: "LaunchFailed: Unschedulable: 0/3 nodes are available".into(),
@@ -339,6 +351,7 @@ fn sample_state() -> H {
         max_parallel: 2,
     }));
     h.ok(Command::Delete(Delete {
+        raft_term: 0,
         sandbox: "s3".into(),
         generation: 1,
     }));

@@ -81,6 +81,7 @@ fn earlier_term_report_reads_pending_after_owner_returns() {
     }));
     let o = h.owner(&sb);
     h.ok(Command::Move(Move {
+        raft_term: 0,
         operation_id: "d1".into(),
         sandbox: sb.clone(),
         generation: 1,
@@ -101,6 +102,7 @@ fn earlier_term_report_reads_pending_after_owner_returns() {
     }));
     let o = h.owner(&sb);
     h.ok(Command::Move(Move {
+        raft_term: 0,
         operation_id: "r1".into(),
         sandbox: sb.clone(),
         generation: 1,
@@ -159,6 +161,7 @@ fn refused_launch_leaves_nothing_behind() {
     ));
     // --- step: free the capacity, retry the refused launch id
     h.ok(Command::Delete(Delete {
+        raft_term: 0,
         sandbox: "s1".into(),
         generation: 1,
     }));
@@ -191,6 +194,7 @@ fn delete_wins_over_recovery() {
     assert_eq!(h.st.sandbox("s1").unwrap().phase, Phase::Recovering);
     assert_eq!(
         h.ok(Command::Delete(Delete {
+            raft_term: 0,
             sandbox: "s1".into(),
             generation: 1
         })),
@@ -281,6 +285,7 @@ fn drain_completes_only_after_every_move_is_acknowledged() {
     assert_eq!(h.owner("b").member, "s2");
     h.ack("a");
     let complete = Command::CompleteOperation(CompleteOperation {
+        raft_term: 0,
         operation_id: "d".into(),
     });
     assert_eq!(h.rejected(complete.clone()), Reason::OperationNotComplete);

@@ -155,6 +155,7 @@ fn report_cmd(st: &PoolState, sb: &str, n: u64) -> Option<Command> {
 fn run(actions: Vec<Action>) {
     let mut h = H::new();
     h.ok(Command::Configure(Configure {
+        raft_term: 0,
         heartbeat_ttl_ticks: 3,
         recovery_deadline_ticks: 6,
         operation_deadline_ticks: 25,
@@ -194,6 +195,7 @@ fn run(actions: Vec<Action>) {
             Action::Delete { sb } => {
                 let g = h.st.sandbox(&sbid(sb)).map(|s| s.generation).unwrap_or(1);
                 h.apply(Command::Delete(Delete {
+                    raft_term: 0,
                     sandbox: sbid(sb),
                     generation: g,
                 }));
@@ -283,6 +285,7 @@ fn run(actions: Vec<Action>) {
                 let g = h.st.sandbox(&sbid(sb)).map(|s| s.generation).unwrap_or(1);
                 let generation = if stale { g.saturating_sub(1).max(1) } else { g };
                 h.apply(Command::RecordRuntime(RecordRuntime {
+                    raft_term: 0,
                     sandbox: sbid(sb),
                     generation,
                     name: format!("rt-{sb}-g{generation}-v{variant}"),
@@ -298,6 +301,7 @@ fn run(actions: Vec<Action>) {
                     "LaunchFailed: Unschedulable".to_string()
                 };
                 h.apply(Command::FailLaunch(FailLaunch {
+                    raft_term: 0,
                     sandbox: sbid(sb),
                     generation: g,
                     reason,

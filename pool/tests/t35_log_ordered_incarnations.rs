@@ -30,6 +30,7 @@ fn expire(h: &mut H, m: &str) {
     h.ticks(DEFAULT_HEARTBEAT_TTL_TICKS + 1);
     let rec = h.st.member(m).expect("member").clone();
     h.ok(Command::Expire(Expire {
+        raft_term: 0,
         member: m.into(),
         incarnation: rec.incarnation,
         last_heartbeat_tick: rec.last_heartbeat_tick,

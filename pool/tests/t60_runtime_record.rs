@@ -16,6 +16,7 @@ const CA: &str = "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIU\n-----END CE
 
 fn record(sb: &str, generation: u64, name: &str, address: &str, ca_pem: &str) -> Command {
     Command::RecordRuntime(RecordRuntime {
+        raft_term: 0,
         sandbox: sb.to_string(),
         generation,
         name: name.to_string(),
@@ -36,6 +37,7 @@ fn good(sb: &str, generation: u64) -> Command {
 
 fn fail_launch(sb: &str, generation: u64, reason: &str) -> Command {
     Command::FailLaunch(FailLaunch {
+        raft_term: 0,
         sandbox: sb.to_string(),
         generation,
         reason: reason.to_string(),
@@ -71,6 +73,7 @@ fn runtime_is_recorded_on_every_live_phase_and_reaches_the_owners_view() {
         name: "s1-g1".into(),
         address: "10.1.0.5:7400".into(),
         ca_pem: CA.into(),
+        recorded_index: h.idx,
     };
     assert_eq!(after.runtime, Some(expected.clone()));
     assert_eq!(
@@ -151,6 +154,7 @@ fn record_on_a_terminal_unknown_or_other_generation_is_refused() {
     let mut h = pool_with_one_sandbox();
     h.ok(launch("l2", "s2"));
     h.ok(Command::Delete(Delete {
+        raft_term: 0,
         sandbox: "s1".into(),
         generation: 1,
     }));
@@ -316,6 +320,7 @@ fn fail_launch_on_a_terminal_or_stale_generation_is_refused() {
         Some("LaunchFailed: first")
     );
     h.ok(Command::Delete(Delete {
+        raft_term: 0,
         sandbox: "s2".into(),
         generation: 1,
     }));
@@ -379,6 +384,7 @@ fn a_new_generation_starts_without_a_runtime() {
     let mut h = pool_with_one_sandbox();
     h.ok(good("s1", 1));
     h.ok(Command::Delete(Delete {
+        raft_term: 0,
         sandbox: "s1".into(),
         generation: 1,
     }));

@@ -18,6 +18,7 @@ const RETENTION: u64 = 5;
 fn harness() -> H {
     let mut h = H::new();
     h.ok(Command::Configure(Configure {
+        raft_term: 0,
         heartbeat_ttl_ticks: 1000,
         recovery_deadline_ticks: 1000,
         operation_deadline_ticks: 1000,
@@ -29,6 +30,7 @@ fn harness() -> H {
 fn delete(h: &mut H, sb: &str) {
     let generation = h.st.sandbox(sb).expect("sandbox").generation;
     h.ok(Command::Delete(Delete {
+        raft_term: 0,
         sandbox: sb.into(),
         generation,
     }));
@@ -44,6 +46,7 @@ fn collected(e: Effect) -> Collected {
 fn tick(h: &mut H) -> Collected {
     let now = h.st.now_tick();
     collected(h.ok(Command::Tick(Tick {
+        raft_term: 0,
         expected_now_tick: now,
     })))
 }
@@ -170,6 +173,7 @@ fn finished_operations_go_but_a_succeeded_drain_holds_while_its_member_drains() 
         max_parallel: 1,
     }));
     h.ok(Command::CompleteOperation(CompleteOperation {
+        raft_term: 0,
         operation_id: "op1".into(),
     }));
     h.ok(Command::StartRebalance(StartRebalance {
@@ -177,6 +181,7 @@ fn finished_operations_go_but_a_succeeded_drain_holds_while_its_member_drains() 
         max_parallel: 1,
     }));
     h.ok(Command::CompleteOperation(CompleteOperation {
+        raft_term: 0,
         operation_id: "op2".into(),
     }));
     h.ticks(RETENTION - 1);
@@ -224,6 +229,7 @@ fn one_tick_removes_at_most_gc_batch_records() {
 fn configure_without_retention_keeps_the_current_one() {
     let mut h = harness();
     h.ok(Command::Configure(Configure {
+        raft_term: 0,
         heartbeat_ttl_ticks: 7,
         recovery_deadline_ticks: 7,
         operation_deadline_ticks: 7,
@@ -321,6 +327,7 @@ fn a_snapshot_breaking_an_invariant_is_refused() {
 fn validation_bounds_every_range() {
     let cfg = |retention_ticks, ttl| {
         Command::Configure(Configure {
+            raft_term: 0,
             heartbeat_ttl_ticks: ttl,
             recovery_deadline_ticks: 1,
             operation_deadline_ticks: 1,

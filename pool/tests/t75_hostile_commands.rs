@@ -54,10 +54,12 @@ fn id() -> impl Strategy<Value = String> {
 fn raw_command() -> impl Strategy<Value = Command> {
     prop_oneof![
         small_u64().prop_map(|t| Command::Tick(Tick {
+            raft_term: 0,
             expected_now_tick: t
         })),
         (hostile_u64(), hostile_u64(), hostile_u64(), hostile_u64()).prop_map(|(a, b, c, d)| {
             Command::Configure(Configure {
+                raft_term: 0,
                 heartbeat_ttl_ticks: a,
                 recovery_deadline_ticks: b,
                 operation_deadline_ticks: c,
@@ -102,6 +104,7 @@ fn raw_command() -> impl Strategy<Value = Command> {
         }),
         (id(), small_u64(), small_u64()).prop_map(|(member, incarnation, t)| {
             Command::Expire(Expire {
+                raft_term: 0,
                 member,
                 incarnation,
                 last_heartbeat_tick: t,
@@ -116,6 +119,7 @@ fn raw_command() -> impl Strategy<Value = Command> {
         }),
         (id(), small_u64(), id(), small_u64(), small_u64()).prop_map(|(s, g, o, i, t)| {
             Command::Takeover(Takeover {
+                raft_term: 0,
                 sandbox: s,
                 generation: g,
                 expected_owner: o,
@@ -140,11 +144,13 @@ fn raw_command() -> impl Strategy<Value = Command> {
             generation: g
         })),
         (id(), small_u64()).prop_map(|(s, g)| Command::Delete(Delete {
+            raft_term: 0,
             sandbox: s,
             generation: g
         })),
         (id(), small_u64(), small_u64()).prop_map(|(s, g, t)| {
             Command::FailRecovery(FailRecovery {
+                raft_term: 0,
                 sandbox: s,
                 generation: g,
                 expected_term: t,
@@ -161,6 +167,7 @@ fn raw_command() -> impl Strategy<Value = Command> {
         })),
         (id(), id(), small_u64(), id(), prop::option::of(id())).prop_map(|(o, s, g, m, to)| {
             Command::Move(Move {
+                raft_term: 0,
                 operation_id: o,
                 sandbox: s,
                 generation: g,
@@ -170,10 +177,17 @@ fn raw_command() -> impl Strategy<Value = Command> {
                 to,
             })
         }),
-        id().prop_map(|o| Command::CompleteOperation(CompleteOperation { operation_id: o })),
-        id().prop_map(|o| Command::FailOperation(FailOperation { operation_id: o })),
+        id().prop_map(|o| Command::CompleteOperation(CompleteOperation {
+            raft_term: 0,
+            operation_id: o
+        })),
+        id().prop_map(|o| Command::FailOperation(FailOperation {
+            raft_term: 0,
+            operation_id: o
+        })),
         id().prop_map(|o| Command::CancelOperation(CancelOperation { operation_id: o })),
         (id(), small_u64(), id()).prop_map(|(s, g, r)| Command::FailLaunch(FailLaunch {
+            raft_term: 0,
             sandbox: s,
             generation: g,
             reason: format!("LaunchFailed: {r}"),
@@ -213,9 +227,11 @@ fn command(st: &PoolState, step: &Step) -> Command {
     match step {
         Step::Raw(c) => c.clone(),
         Step::Tick => Command::Tick(Tick {
+            raft_term: 0,
             expected_now_tick: st.now_tick(),
         }),
         Step::Retention(r) => Command::Configure(Configure {
+            raft_term: 0,
             heartbeat_ttl_ticks: 3,
             recovery_deadline_ticks: 4,
             operation_deadline_ticks: 5,
@@ -235,6 +251,7 @@ fn command(st: &PoolState, step: &Step) -> Command {
                     term: o.term,
                 }),
                 Step::Takeover(_) => Command::Takeover(Takeover {
+                    raft_term: 0,
                     sandbox: s.id,
                     generation: s.generation,
                     expected_owner: o.member,
@@ -242,6 +259,7 @@ fn command(st: &PoolState, step: &Step) -> Command {
                     expected_term: o.term,
                 }),
                 Step::Delete(_) => Command::Delete(Delete {
+                    raft_term: 0,
                     sandbox: s.id,
                     generation: s.generation,
                 }),

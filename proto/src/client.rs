@@ -23,6 +23,15 @@ use std::time::Duration;
 
 use tonic::transport::{Channel, Endpoint};
 
+/// How long a peer or forwarding connection may go without a frame read
+/// (while a call is in flight) before it is pinged.
+pub const PEER_KEEPALIVE_INTERVAL: Duration = Duration::from_millis(500);
+
+/// How long that ping may go unanswered before the connection is closed:
+/// a dead peer connection is noticed within
+/// `PEER_KEEPALIVE_INTERVAL + PEER_KEEPALIVE_TIMEOUT` (1 s).
+pub const PEER_KEEPALIVE_TIMEOUT: Duration = Duration::from_millis(500);
+
 /// Who opens a channel, and so which defaults apply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Role {
@@ -112,11 +121,17 @@ impl ClientConfig {
         };
         match role {
             // Raft RPCs carry their own deadline (openraft's heartbeat and
-            // install-snapshot timeouts); pings find a dead peer between
-            // them.
+            // install-snapshot timeouts). A connection that died without
+            // closing (TCP in retransmission backoff after heavy loss, a
+            // flow a middlebox dropped) fails nothing, every call on it just
+            // times out: a ping after 500 ms without a frame read, unanswered
+            // for 500 ms more, closes it within a second, and the next call
+            // dials a new one (issue 33: with pings every 10 s a follower
+            // stayed cut off for seconds after the loss stopped).
             Role::Peer | Role::Forwarding => ClientConfig {
                 connect_timeout: Duration::from_millis(500),
-                keepalive_interval: Some(Duration::from_secs(10)),
+                keepalive_interval: Some(PEER_KEEPALIVE_INTERVAL),
+                keepalive_timeout: PEER_KEEPALIVE_TIMEOUT,
                 lazy: true,
                 ..base
             },
@@ -271,13 +286,83 @@ pub async fn connect(
     addr: &str,
     config: &ClientConfig,
 ) -> Result<Channel, ClientError> {
+    let endpoint = endpoint(role, addr, config)?;
+    let connected = match (&config.tls, config.lazy) {
+        (Some(tls), true) => {
+            let connector = tls.connector().with_timeout(config.connect_timeout);
+            return Ok(endpoint.connect_with_connector_lazy(connector));
+        }
+        (None, true) => return Ok(endpoint.connect_lazy()),
+        (Some(tls), false) => {
+            let connector = tls.connector().with_timeout(config.connect_timeout);
+            endpoint.connect_with_connector(connector).await
+        }
+        (None, false) => endpoint.connect().await,
+    };
+    connected.map_err(|source| ClientError::Unreachable {
+        role,
+        addr: addr.to_string(),
+        source,
+    })
+}
+
+/// A byte stream a [`Dialer`] opened: what a TCP connection is to
+/// [`connect`].
+pub trait Conn: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static {}
+
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static> Conn for T {}
+
+/// Opens a connection to a channel's address (the URI's authority) in place
+/// of TCP: the deterministic simulation (the `sim` crate) dials over its
+/// simulated network with one. A gateway never has one.
+pub type Dialer = tower::util::BoxCloneSyncService<
+    tonic::codegen::http::Uri,
+    hyper_util::rt::TokioIo<Box<dyn Conn>>,
+    std::io::Error,
+>;
+
+/// [`connect`] over the connections `dialer` opens instead of TCP, with
+/// `config`'s timeouts and keepalive. Plaintext: `config.tls` is not
+/// applied (the simulation's peers run as with `--insecure`), so only a
+/// caller that was given a dialer (the simulation) reaches this.
+///
+/// # Errors
+/// As [`connect`].
+pub async fn connect_via(
+    role: Role,
+    addr: &str,
+    config: &ClientConfig,
+    dialer: &Dialer,
+) -> Result<Channel, ClientError> {
+    let endpoint = endpoint(role, addr, config)?;
+    if config.lazy {
+        return Ok(endpoint.connect_with_connector_lazy(dialer.clone()));
+    }
+    endpoint
+        .connect_with_connector(dialer.clone())
+        .await
+        .map_err(|source| ClientError::Unreachable {
+            role,
+            addr: addr.to_string(),
+            source,
+        })
+}
+
+/// The endpoint of `addr` with `config`'s timeouts and keepalive.
+fn endpoint(role: Role, addr: &str, config: &ClientConfig) -> Result<Endpoint, ClientError> {
     let mut endpoint = Endpoint::from_shared(format!("http://{addr}"))
         .map_err(|source| ClientError::InvalidAddress {
             role,
             addr: addr.to_string(),
             source,
         })?
-        .connect_timeout(config.connect_timeout)
+        .connect_timeout(match &config.tls {
+            // The connector bounds the TCP connect and the handshake apart
+            // (so a caller can tell a handshake that timed out); this is
+            // only the backstop over both.
+            Some(_) => config.connect_timeout * 2 + Duration::from_millis(200),
+            None => config.connect_timeout,
+        })
         .tcp_nodelay(true);
     if let Some(timeout) = config.request_timeout {
         endpoint = endpoint.timeout(timeout);
@@ -287,17 +372,7 @@ pub async fn connect(
             .http2_keep_alive_interval(interval)
             .keep_alive_timeout(config.keepalive_timeout);
     }
-    let connected = match (&config.tls, config.lazy) {
-        (Some(tls), true) => return Ok(endpoint.connect_with_connector_lazy(tls.connector())),
-        (None, true) => return Ok(endpoint.connect_lazy()),
-        (Some(tls), false) => endpoint.connect_with_connector(tls.connector()).await,
-        (None, false) => endpoint.connect().await,
-    };
-    connected.map_err(|source| ClientError::Unreachable {
-        role,
-        addr: addr.to_string(),
-        source,
-    })
+    Ok(endpoint)
 }
 
 #[cfg(test)]
@@ -394,6 +469,18 @@ mod tests {
             .await
             .expect_err("bad address");
         assert!(matches!(err, ClientError::InvalidAddress { .. }), "{err}");
+    }
+
+    #[test]
+    fn peer_and_forwarding_channels_notice_a_dead_connection_within_a_second() {
+        for role in [Role::Peer, Role::Forwarding] {
+            let config = ClientConfig::for_role(role);
+            let interval = config.keepalive_interval.expect("pings");
+            assert!(
+                interval + config.keepalive_timeout <= Duration::from_secs(1),
+                "{role}"
+            );
+        }
     }
 
     #[test]

@@ -28,6 +28,8 @@
 //!   reading a token from a file.
 //! - [`watched_file`]: a small config file re-read when it changes (trusted
 //!   grant keys, member credentials), keeping the old contents on a bad one.
+//! - [`text`]: free-form text from the network: the "printable" rule of
+//!   a supervisor's address and uid, and escaping for terminals.
 //! - [`backup`]: the backup file format (`openshell-pool backup save` writes
 //!   it, `openshell-gateway restore` reads it).
 //!
@@ -122,6 +124,7 @@ pub mod logs;
 pub mod metadata;
 pub mod names;
 pub mod secret;
+pub mod text;
 pub mod tls;
 pub mod watched_file;
 

@@ -19,3 +19,7 @@ pub const REPLAYED: &str = "x-openshell-replayed";
 /// Metadata key of the current resource version in an object-store
 /// rejection (a failed precondition).
 pub const RESOURCE_VERSION: &str = "x-openshell-resource-version";
+/// Set on the `FAILED_PRECONDITION` reply to a write whose `request_id` was
+/// already used for a different write: the log index that applied that
+/// first write. Nothing was applied; a new write needs a fresh id.
+pub const REQUEST_ID_REUSED: &str = "x-openshell-request-id-reused";

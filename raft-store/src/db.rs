@@ -36,6 +36,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::codec;
 use crate::error::{Error, Result};
+use crate::modes;
 use crate::types::NodeId;
 
 pub use crate::durability::Durability;
@@ -114,26 +115,27 @@ impl DataDir {
             cluster_id: cluster_id.to_string(),
             node_id,
         };
-        if fresh {
-            std::fs::create_dir_all(path).map_err(|source| Error::Io {
-                path: path.to_path_buf(),
+        let private_dir = |p: &Path| {
+            modes::create_private_dir_all(p).map_err(|source| Error::Io {
+                path: p.to_path_buf(),
                 source,
-            })?;
+            })
+        };
+        if fresh {
+            private_dir(path)?;
+            // An empty directory made beforehand keeps its mode.
+            modes::warn_if_open(path);
             Watermark::create(&watermark_path)?;
         } else {
+            modes::warn_if_open(path);
             let recorded = Watermark::read(&watermark_path)?;
             verify_on_copy(path, &expected, recorded, cache_capacity)?;
         }
-        std::fs::create_dir_all(&raft_dir).map_err(|source| Error::Io {
-            path: raft_dir.clone(),
-            source,
-        })?;
-        std::fs::create_dir_all(path.join("snapshots")).map_err(|source| Error::Io {
-            path: path.join("snapshots"),
-            source,
-        })?;
+        private_dir(&raft_dir)?;
+        private_dir(&path.join("snapshots"))?;
 
         let db = open_sled(&raft_dir, cache_capacity)?;
+        restrict_owned(path)?;
         let sled_err = |source| Error::Sled {
             path: raft_dir.clone(),
             source,
@@ -389,8 +391,32 @@ fn rename_path(e: Error, original: &Path) -> Error {
     }
 }
 
+/// Brings what the node owns in its data directory `path` (`raft/` with
+/// the files sled created under the umask, `snapshots/`, the watermark) to
+/// `0700`/`0600` ([`modes`]); logs how many modes it changed.
+fn restrict_owned(path: &Path) -> Result<()> {
+    let mut changed = 0;
+    for owned in ["raft", "snapshots", WATERMARK_FILE] {
+        let owned = path.join(owned);
+        changed += modes::restrict(&owned).map_err(|source| Error::Io {
+            path: owned.clone(),
+            source,
+        })?;
+    }
+    if changed > 0 {
+        tracing::info!(
+            path = %path.display(),
+            changed,
+            "made the node's files private (directories 0700, files 0600)"
+        );
+    }
+    Ok(())
+}
+
+/// Copies the directory `from` to `to` (created `0700`: a scratch copy
+/// holds the whole log).
 pub(crate) fn copy_dir(from: &Path, to: &Path) -> io::Result<()> {
-    std::fs::create_dir_all(to)?;
+    modes::create_private_dir_all(to)?;
     for entry in std::fs::read_dir(from)? {
         let entry = entry?;
         let target = to.join(entry.file_name());

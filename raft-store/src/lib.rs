@@ -9,6 +9,8 @@
 //! # Layout
 //! Listed from the bottom up: each module imports only modules above it in
 //! this list (never one that imports it back).
+//! - [`runtime`]: the async runtime openraft runs on (tokio, with an
+//!   election-timeout generator a simulation can seed).
 //! - [`types`]: the openraft type configuration ([`TypeConfig`]), the batch
 //!   command and reply, and [`Applied`], the outcome of a write.
 //! - [`error`]: typed errors of each boundary, and the [`InvalidCommand`] /
@@ -29,6 +31,9 @@
 //! - [`log_store`]: openraft's `RaftLogStorage` over sled (group commit).
 //! - [`state_machine`]: the [`StateMachine`] trait and openraft's
 //!   `RaftStateMachine` over it, with checksummed snapshot files.
+//! - [`store`]: the storage a node runs on, as two traits ([`NodeLog`],
+//!   [`NodeMachine`]) that the sled log and the snapshot-file state
+//!   machine implement, and the simulation's in-memory stores too.
 //! - [`page_token`]: the one page-token codec of every keyset-paginated
 //!   read (object lists, pool status, sandbox lists).
 //! - [`objects`]: the generic object store state machine (its list tokens
@@ -57,7 +62,9 @@
 //!   write (forwarded to the leader; its child module `node/write.rs`
 //!   abandons a forward when leadership moves and resends only idempotent
 //!   commands, [`node::Resend`]), linearizable read (read-index),
-//!   membership admin, leadership transfer and status.
+//!   membership admin, leadership transfer and status; `node/leading.rs`:
+//!   reads and proposals of a leader-side actor bound to one raft term,
+//!   never served by or forwarded to another node ([`Leading`]).
 //! - `bench` (feature `bench`, benchmarks only): the file limit (also
 //!   `benches/commit_latency.rs`'s) and the in-process three-node group
 //!   that `openshell-jepsen bench` measures against.
@@ -90,20 +97,24 @@ pub mod leadership;
 pub mod local_status;
 pub mod log_store;
 pub mod membership;
+pub mod modes;
 pub mod network;
 pub mod node;
 pub mod objects;
 pub mod observe;
 pub mod page_token;
+pub mod runtime;
 pub mod seed;
 pub mod state_machine;
+pub mod store;
 pub mod types;
 pub mod watermark;
 
 pub use config::{LogSync, NodeConfig};
 pub use error::{AdminError, Error, InvalidCommand, ReadError, SnapshotError, WriteError};
 pub use membership::MembershipChange;
-pub use node::{ClusterStatus, NodeStatus, RaftNode};
+pub use node::{ClusterStatus, Leading, NodeStatus, RaftNode};
 pub use observe::Observer;
 pub use state_machine::StateMachine;
+pub use store::{NodeLog, NodeMachine};
 pub use types::{Applied, NodeId, TypeConfig};

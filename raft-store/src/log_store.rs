@@ -169,21 +169,14 @@ impl LogStore {
     /// # Errors
     /// The vote cannot be read, written or synced.
     pub(crate) fn forget_leadership(&self, me: u64) -> Result<(), StorageError<u64>> {
-        if let Some(vote) = self.read_meta(&VOTE)? {
-            // Only this node's own leadership: a follower's committed vote
-            // for another leader restores it as a follower, which is safe,
-            // and rewriting it kept a restarted cluster that had lost its
-            // leader from electing a new one (cli t60's resume).
-            if vote.committed && vote.leader_id().voted_for() == Some(me) {
-                let plain = Vote {
-                    committed: false,
-                    ..vote
-                };
-                self.write_meta(&VOTE, &plain)?;
-                self.durability
-                    .sync_blocking()
-                    .map_err(|e| StorageIOError::write_vote(&e))?;
-            }
+        if let Some(plain) = self
+            .read_meta(&VOTE)?
+            .and_then(|vote| vote_after_restart(vote, me))
+        {
+            self.write_meta(&VOTE, &plain)?;
+            self.durability
+                .sync_blocking()
+                .map_err(|e| StorageIOError::write_vote(&e))?;
         }
         Ok(())
     }
@@ -198,6 +191,22 @@ impl LogStore {
             }
         }
     }
+}
+
+/// The vote node `me` must restart from in place of its stored `vote`, if
+/// another: this node's own committed vote, uncommitted (see
+/// `LogStore::forget_leadership`, which writes it durably before raft
+/// starts; the simulation's in-memory log applies the same rule).
+///
+/// Only this node's own leadership: a follower's committed vote for another
+/// leader restores it as a follower, which is safe, and rewriting it kept a
+/// restarted cluster that had lost its leader from electing a new one (cli
+/// t60's resume).
+pub fn vote_after_restart(vote: Vote, me: u64) -> Option<Vote> {
+    (vote.committed && vote.leader_id().voted_for() == Some(me)).then_some(Vote {
+        committed: false,
+        ..vote
+    })
 }
 
 /// The sled key of a log index.

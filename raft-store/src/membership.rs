@@ -22,10 +22,11 @@
 //!   remove (or add-learner) before it proposes its own change.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use openraft::error::{ChangeMembershipError, ClientWriteError, InitializeError, RaftError};
 use openraft::{BasicNode, ChangeMembers};
+use tokio::time::Instant;
 
 use crate::error::AdminError;
 use crate::network::client::{AppendAcks, Channels, PeerCallError};

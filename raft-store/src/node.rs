@@ -27,11 +27,12 @@
 //! authenticator, the proposer and the election hold.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use openraft::error::RaftError;
 use openraft::ServerState;
 use proto::raft::raft_transport_server::RaftTransportServer;
+use tokio::time::Instant;
 
 use crate::batcher::Proposer;
 use crate::db::DataDir;
@@ -43,10 +44,14 @@ use crate::network::client::{Channels, NetworkFactory};
 use crate::network::forward_batch::{ForwardBatcher, ForwardStats};
 use crate::network::server::{PeerAuthenticator, TransportService};
 use crate::state_machine::{Applied as AppliedState, StateMachine, StateMachineStore};
+use crate::store::{NodeLog, NodeMachine};
 use crate::types::typ::Raft;
 use crate::types::NodeId;
 
+mod leading;
 mod write;
+
+pub use leading::Leading;
 
 // The types of this API that now live below it keep their `node::` paths.
 pub use crate::batcher::Proposed;
@@ -118,13 +123,15 @@ impl ClusterStatus {
     }
 }
 
-struct Inner<SM: StateMachine> {
+struct Inner<SM: StateMachine, L, M> {
     config: NodeConfig,
     raft: Raft,
     /// Local proposals (this node's writes and forwarded ones), batched.
     proposer: Proposer,
-    log: LogStore,
-    state_machine: StateMachineStore<SM>,
+    log: L,
+    state_machine: M,
+    /// The state machine type `M` applies.
+    machine: std::marker::PhantomData<fn() -> SM>,
     /// Channels to peers: forwarding, remote read-index, transfer calls.
     channels: Channels,
     /// Forwarded writes, batched per leader.
@@ -138,11 +145,15 @@ struct Inner<SM: StateMachine> {
 }
 
 /// One replica of the raft group. Cloning shares it.
-pub struct RaftNode<SM: StateMachine> {
-    inner: Arc<Inner<SM>>,
+///
+/// It runs on sled and snapshot files ([`RaftNode::start`]) unless started
+/// on other storage ([`RaftNode::start_on`], the simulation's in-memory
+/// stores): `L` is its raft log, `M` its applied state.
+pub struct RaftNode<SM: StateMachine, L = LogStore, M = StateMachineStore<SM>> {
+    inner: Arc<Inner<SM, L, M>>,
 }
 
-impl<SM: StateMachine> Clone for RaftNode<SM> {
+impl<SM: StateMachine, L, M> Clone for RaftNode<SM, L, M> {
     fn clone(&self) -> Self {
         RaftNode {
             inner: self.inner.clone(),
@@ -200,14 +211,38 @@ impl<SM: StateMachine> RaftNode<SM> {
     /// [`Error::Config`] for invalid settings, [`Error::DataDir`] for a data
     /// directory that is damaged or belongs to another cluster or node.
     pub async fn start(config: NodeConfig) -> Result<Self> {
-        let raft_config = Arc::new(config.raft_config()?);
+        // Checked before the data directory is touched.
+        config.raft_config()?;
         let open_config = config.clone();
         let (log, state_machine) =
             tokio::task::spawn_blocking(move || open_storage::<SM>(&open_config))
                 .await
                 .map_err(|e| Error::Raft(format!("start-up task failed: {e}")))??;
-        let channels = Channels::new(&config.cluster_id, config.peer_tls.clone())
+        Self::start_on(config, log, state_machine, None).await
+    }
+}
+
+impl<SM: StateMachine, L: NodeLog, M: NodeMachine<SM>> RaftNode<SM, L, M> {
+    /// Starts raft over `log` and `state_machine`, already opened, dialling
+    /// peers through `dialer` (`None`: TCP, with `config.peer_tls`). The
+    /// deterministic simulation starts its nodes here, over in-memory
+    /// storage and its simulated network; [`RaftNode::start`] opens sled.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for invalid settings; [`Error::Raft`] when raft
+    /// cannot start over the storage.
+    pub async fn start_on(
+        config: NodeConfig,
+        log: L,
+        state_machine: M,
+        dialer: Option<proto::client::Dialer>,
+    ) -> Result<Self> {
+        let raft_config = Arc::new(config.raft_config()?);
+        let mut channels = Channels::new(&config.cluster_id, config.peer_tls.clone())
             .with_max_message_bytes(config.max_message_bytes);
+        if let Some(dialer) = dialer {
+            channels = channels.with_dialer(dialer);
+        }
         let raft = Raft::new(
             config.node_id,
             raft_config,
@@ -249,6 +284,7 @@ impl<SM: StateMachine> RaftNode<SM> {
                 proposer,
                 log,
                 state_machine,
+                machine: std::marker::PhantomData,
                 channels,
                 forwards: ForwardBatcher::default(),
                 hold,
@@ -318,7 +354,7 @@ impl<SM: StateMachine> RaftNode<SM> {
     /// Runs `f` on this node's applied state (no consistency guarantee beyond
     /// "some applied prefix of the log"); see [`RaftNode::read_index`].
     pub fn read_local<T>(&self, f: impl FnOnce(&SM, u64) -> T) -> T {
-        self.inner.state_machine.read(|a: &AppliedState<SM>| {
+        NodeMachine::read(&self.inner.state_machine, |a: &AppliedState<SM>| {
             f(&a.machine, a.last_applied.map(|l| l.index).unwrap_or(0))
         })
     }
@@ -623,7 +659,7 @@ impl<SM: StateMachine> RaftNode<SM> {
     /// [`ReadError`] when no leader confirms a read index.
     pub async fn backup(&self) -> Result<(u64, u64, Vec<u8>), ReadError> {
         self.read_index().await?;
-        Ok(self.inner.state_machine.read(|a| {
+        Ok(NodeMachine::read(&self.inner.state_machine, |a| {
             let (term, index) = a
                 .last_applied
                 .map(|l| (l.leader_id.term, l.index))

@@ -117,7 +117,8 @@ fn install(
 ///
 /// # Errors
 /// [`Error::DataDir`] when the node id is 0, the address is not host:port,
-/// the directory is not empty or the state does not decode as `SM`;
+/// the directory is not empty, the state does not decode as `SM` or
+/// records a log index above `index`;
 /// [`Error::InUse`] when another process holds the directory.
 pub fn seed_single_voter<SM: StateMachine>(
     data_dir: &Path,
@@ -140,10 +141,20 @@ pub fn seed_single_voter<SM: StateMachine>(
                 .into(),
         });
     }
-    SM::restore(state).map_err(|problem| Error::DataDir {
+    let machine = SM::restore(state).map_err(|problem| Error::DataDir {
         path: data_dir.to_path_buf(),
         problem: format!("the backup's state does not decode ({problem}); nothing was written"),
     })?;
+    let recorded = machine.highest_recorded_index();
+    if recorded > index {
+        return Err(Error::DataDir {
+            path: data_dir.to_path_buf(),
+            problem: format!(
+                "the backup's header says index {index}, but its state records log index {recorded}: \
+                 the header does not belong to this state; nothing was written"
+            ),
+        });
+    }
     let dir = DataDir::open(data_dir, cluster_id, node_id, 8 * 1024 * 1024)?;
     let last = LogId::new(CommittedLeaderId::new(term, node_id), index);
     // Terms never go back: the first election after a restore runs at a term

@@ -16,7 +16,6 @@
 //! magic "OSSNAP01" | u32 LE meta length | meta (codec v1) | u64 LE data length | data | u32 LE crc32 of all before
 //! ```
 
-use std::fs::File;
 use std::io::{Cursor, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -60,6 +59,15 @@ pub trait StateMachine: Clone + Default + Send + Sync + 'static {
     /// # Errors
     /// [`SnapshotError`] saying what is damaged.
     fn restore(bytes: &[u8]) -> std::result::Result<Self, SnapshotError>;
+
+    /// The highest log index the state itself records (a log index kept
+    /// in a record: a report's, a remembered request's), 0 when it records
+    /// none. A state taken at log index `I` records none above `I`: a
+    /// restore ([`crate::seed::seed_single_voter`]) refuses a backup whose
+    /// header claims less.
+    fn highest_recorded_index(&self) -> u64 {
+        0
+    }
 }
 
 /// The applied state: the machine plus what raft needs to know about it.
@@ -71,6 +79,33 @@ pub struct Applied<SM> {
     pub last_applied: Option<LogId>,
     /// The last membership applied.
     pub membership: StoredMembership,
+}
+
+impl<SM: StateMachine> Applied<SM> {
+    /// Applies committed entries in order; one reply per entry, one
+    /// response per command of a normal entry. Every state-machine store
+    /// applies through it (the snapshot-file store here, the simulation's
+    /// in-memory one), so both reach the same state from the same log.
+    pub fn apply_entries(&mut self, entries: Vec<Entry>) -> Vec<Reply> {
+        let mut replies = Vec::with_capacity(entries.len());
+        for entry in entries {
+            self.last_applied = Some(entry.log_id);
+            let reply = match entry.payload {
+                EntryPayload::Blank => Vec::new(),
+                EntryPayload::Normal(batch) => batch
+                    .0
+                    .iter()
+                    .map(|command| self.machine.apply(entry.log_id.index, command))
+                    .collect(),
+                EntryPayload::Membership(membership) => {
+                    self.membership = StoredMembership::new(Some(entry.log_id), membership);
+                    Vec::new()
+                }
+            };
+            replies.push(Reply(reply));
+        }
+        replies
+    }
 }
 
 /// The state-machine storage of one node. Cloning shares it.
@@ -262,26 +297,7 @@ impl<SM: StateMachine> StateMachineStore<SM> {
     /// Applies committed entries in order under the lock; one reply per
     /// entry, one response per command of a normal entry.
     fn apply_entries(&self, entries: Vec<Entry>) -> Vec<Reply> {
-        self.write(|applied| {
-            let mut replies = Vec::with_capacity(entries.len());
-            for entry in entries {
-                applied.last_applied = Some(entry.log_id);
-                let reply = match entry.payload {
-                    EntryPayload::Blank => Vec::new(),
-                    EntryPayload::Normal(batch) => batch
-                        .0
-                        .iter()
-                        .map(|command| applied.machine.apply(entry.log_id.index, command))
-                        .collect(),
-                    EntryPayload::Membership(membership) => {
-                        applied.membership = StoredMembership::new(Some(entry.log_id), membership);
-                        Vec::new()
-                    }
-                };
-                replies.push(Reply(reply));
-            }
-            replies
-        })
+        self.write(|applied| applied.apply_entries(entries))
     }
 
     /// Installs a received snapshot: the file first (the commit point),
@@ -338,7 +354,7 @@ impl SnapshotDir {
     /// Opens the snapshot directory, removing temporary files of an
     /// interrupted write.
     pub fn open(dir: PathBuf) -> Result<Self> {
-        std::fs::create_dir_all(&dir).map_err(|source| Error::Io {
+        crate::modes::create_private_dir_all(&dir).map_err(|source| Error::Io {
             path: dir.clone(),
             source,
         })?;
@@ -385,7 +401,7 @@ impl SnapshotDir {
             let path = path.to_path_buf();
             move |source| Error::Io { path, source }
         };
-        let mut file = File::create(&tmp).map_err(io(&tmp))?;
+        let mut file = crate::modes::create_private_file(&tmp).map_err(io(&tmp))?;
         file.write_all(&bytes).map_err(io(&tmp))?;
         file.sync_all().map_err(io(&tmp))?;
         let current = self.current_path();

@@ -66,6 +66,7 @@ openraft::declare_raft_types!(
         NodeId = NodeId,
         Node = openraft::BasicNode,
         SnapshotData = Cursor<Vec<u8>>,
+        AsyncRuntime = crate::runtime::Runtime,
 );
 
 /// Aliases that keep signatures short.

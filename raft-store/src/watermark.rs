@@ -56,7 +56,7 @@ impl Watermark {
             path: path.to_path_buf(),
             source,
         };
-        let mut file = File::create(path).map_err(io)?;
+        let mut file = crate::modes::create_private_file(path).map_err(io)?;
         std::io::Write::write_all(&mut file, &Self::encode(Marks::default())).map_err(io)?;
         file.sync_all().map_err(io)
     }

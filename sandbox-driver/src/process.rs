@@ -45,6 +45,7 @@ pub mod netns;
 
 use std::ffi::OsString;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -339,6 +340,8 @@ impl ProcessDriver {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
+            // Only the driver's user reads what the workload printed.
+            .mode(0o600)
             .open(&log_path)
             .map_err(|e| unavailable(format!("{}: {e}", log_path.display())))?;
         let log_err = log

@@ -38,7 +38,8 @@ fn check_config_validates_files_without_binding_or_dialling() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let material = Material::generate(dir.path());
     let signer =
-        proto::grant::GrantSigner::from_seed_hex(&random_hex()).unwrap_or_else(|e| panic!("{e}"));
+        proto::grant::GrantSigner::from_seed_hex(&random_hex().unwrap_or_else(|e| panic!("{e}")))
+            .unwrap_or_else(|e| panic!("{e}"));
     let keys = dir.path().join("trusted-grant-keys");
     std::fs::write(
         &keys,

@@ -1,11 +1,11 @@
 //! `backup ...`: a consistent snapshot from the leader, streamed
 //! (`ClusterAdmin.BackupStream`) and written chunk by chunk in the backup
 //! file format of [`proto::backup`], so memory is bounded by one chunk
-//! (at most [`proto::backup::CHUNK_BYTES`]), not by the state.
+//! (at most [`proto::backup::CHUNK_BYTES`]), not by the state. The file is
+//! created 0600 as `<file>.tmp`, renamed once complete; a failed save
+//! leaves neither.
 
 use proto::backup::{BackupHeader, BackupWriter};
-use proto::cluster::cluster_admin_client::ClusterAdminClient;
-use proto::cluster::BackupRequest;
 use serde_json::json;
 
 use super::emit;
@@ -14,15 +14,10 @@ use crate::{BackupCommand, CliError, Gateway, Output};
 /// `backup ...`
 pub async fn backup(gw: &Gateway, output: Output, command: BackupCommand) -> Result<(), CliError> {
     let BackupCommand::Save { file } = command;
-    let mut stream = gw
-        .call(|c| async move {
-            ClusterAdminClient::new(c)
-                .backup_stream(BackupRequest {})
-                .await
-        })
-        .await?
-        .into_inner();
     let local = |e: proto::backup::BackupError| CliError::Local(e.to_string());
+    // Before the gateway is asked: a directory cannot become the file.
+    proto::backup::check_target(&file).map_err(local)?;
+    let mut stream = gw.ask(gw.client().backup_stream()).await?;
     let first = stream
         .message()
         .await?

@@ -3,12 +3,8 @@
 
 use std::time::Duration;
 
-use proto::pool_admin::pool_admin_client::PoolAdminClient;
-use proto::pool_admin::{
-    start_supervisor_pool_operation_request, CancelSupervisorPoolOperationRequest,
-    GetSupervisorPoolStatusRequest, StartSupervisorPoolOperationRequest, SupervisorPoolOperation,
-    SupervisorPoolStatus,
-};
+use openshell_client::admin::OperationKind;
+use proto::pool_admin::{SupervisorPoolOperation, SupervisorPoolStatus};
 use proto::pool_types::MemberState;
 use serde_json::{json, Value};
 
@@ -34,45 +30,11 @@ fn pool_json(s: &SupervisorPoolStatus) -> Value {
     })
 }
 
-/// The whole pool status: every page, followed to the last
-/// (`next_page_token` empty). The header (tick, applied index) is the first
+/// The whole pool status: every page, followed to the last (merged by
+/// `openshell-client`). The header (tick, applied index) is the first
 /// page's; each page is its own linearizable read.
 async fn pool_status(gw: &Gateway) -> Result<SupervisorPoolStatus, CliError> {
-    let mut whole: Option<SupervisorPoolStatus> = None;
-    let mut token = String::new();
-    loop {
-        let page_token = token.clone();
-        let page = gw
-            .call(|c| {
-                let page_token = page_token.clone();
-                async move {
-                    PoolAdminClient::new(c)
-                        .get_supervisor_pool_status(GetSupervisorPoolStatusRequest {
-                            stale: false,
-                            page_size: 0,
-                            page_token,
-                        })
-                        .await
-                }
-            })
-            .await?
-            .into_inner();
-        token = page.next_page_token.clone();
-        match whole.as_mut() {
-            None => whole = Some(page),
-            Some(w) => {
-                w.members.extend(page.members);
-                w.operations.extend(page.operations);
-                w.sandboxes.extend(page.sandboxes);
-            }
-        }
-        if token.is_empty() {
-            break;
-        }
-    }
-    let mut whole = whole.unwrap_or_default();
-    whole.next_page_token.clear();
-    Ok(whole)
+    gw.ask(gw.client().pool_status()).await
 }
 
 /// Polls an operation until it ends, showing its progress on stderr: a
@@ -131,18 +93,25 @@ impl Progress {
         }
     }
 
+    /// Shows `op`'s progress; its words come from a gateway, so they are
+    /// escaped ([`proto::text::escaped`]) before they reach the terminal.
     fn show(&mut self, op: &SupervisorPoolOperation) {
+        use proto::text::escaped;
         match self {
             Progress::Bar(bar) => {
-                bar.set_prefix(format!("{} {}", op.kind, op.id));
+                bar.set_prefix(format!("{} {}", escaped(&op.kind), escaped(&op.id)));
                 bar.set_length(op.moves_planned.into());
                 bar.set_position(op.moves_done.into());
-                bar.set_message(op.phase.clone());
+                bar.set_message(escaped(&op.phase).into_owned());
             }
             Progress::Lines(last) => {
                 let line = format!(
                     "{} {}: {} moves {}/{}",
-                    op.kind, op.id, op.phase, op.moves_done, op.moves_planned
+                    escaped(&op.kind),
+                    escaped(&op.id),
+                    escaped(&op.phase),
+                    op.moves_done,
+                    op.moves_planned
                 );
                 if line != *last {
                     eprintln!("{line}");
@@ -154,7 +123,7 @@ impl Progress {
 
     fn finish(&mut self, op: &SupervisorPoolOperation) {
         if let Progress::Bar(bar) = self {
-            bar.finish_with_message(op.phase.clone());
+            bar.finish_with_message(proto::text::escaped(&op.phase).into_owned());
         }
     }
 }
@@ -205,20 +174,9 @@ fn status_table(s: &SupervisorPoolStatus) -> String {
 
 /// `pool ...`
 pub async fn pool(gw: &Gateway, output: Output, command: PoolCommand) -> Result<(), CliError> {
-    let start = |kind: start_supervisor_pool_operation_request::Kind, max_parallel: u32| {
-        gw.call(move |c| {
-            let kind = kind.clone();
-            async move {
-                PoolAdminClient::new(c)
-                    .start_supervisor_pool_operation(StartSupervisorPoolOperationRequest {
-                        operation_id: String::new(),
-                        kind: Some(kind),
-                        max_parallel,
-                    })
-                    .await
-            }
-        })
-    };
+    let client = gw.client();
+    let start =
+        |kind: OperationKind, max_parallel: u32| gw.ask(client.start_operation(kind, max_parallel));
     let op = match command {
         PoolCommand::Status { watch, interval } => {
             let fetch = || async {
@@ -233,37 +191,15 @@ pub async fn pool(gw: &Gateway, output: Output, command: PoolCommand) -> Result<
             max_parallel,
             wait,
         } => {
-            let op = start(
-                start_supervisor_pool_operation_request::Kind::DrainMember(member),
-                max_parallel,
-            )
-            .await?
-            .into_inner();
+            let op = start(OperationKind::DrainMember(member), max_parallel).await?;
             (op, wait)
         }
         PoolCommand::Rebalance { max_parallel, wait } => {
-            let op = start(
-                start_supervisor_pool_operation_request::Kind::Rebalance(true),
-                max_parallel,
-            )
-            .await?
-            .into_inner();
+            let op = start(OperationKind::Rebalance(true), max_parallel).await?;
             (op, wait)
         }
         PoolCommand::Cancel { operation } => {
-            let op = gw
-                .call(|c| {
-                    let operation_id = operation.clone();
-                    async move {
-                        PoolAdminClient::new(c)
-                            .cancel_supervisor_pool_operation(
-                                CancelSupervisorPoolOperationRequest { operation_id },
-                            )
-                            .await
-                    }
-                })
-                .await?
-                .into_inner();
+            let op = gw.ask(client.cancel_operation(&operation)).await?;
             (op, false)
         }
     };

@@ -1,11 +1,7 @@
 //! `raft ...`: the gateways' raft group (status, membership, leadership,
 //! snapshots) through `openshell.cluster.v1.ClusterAdmin`.
 
-use proto::cluster::cluster_admin_client::ClusterAdminClient;
-use proto::cluster::{
-    AddLearnerRequest, ClusterStatus, MembershipReply, Node, PromoteRequest, RemoveRequest,
-    StatusRequest, TransferLeaderRequest, TriggerSnapshotRequest,
-};
+use proto::cluster::{ClusterStatus, MembershipReply, Node};
 use serde_json::{json, Value};
 
 use super::{emit, table};
@@ -125,17 +121,11 @@ fn status_table(s: &ClusterStatus) -> String {
 
 /// `raft ...`
 pub async fn raft(gw: &Gateway, output: Output, command: RaftCommand) -> Result<(), CliError> {
+    let client = gw.client();
     match command {
         RaftCommand::Status { watch, interval } => {
             let fetch = || async {
-                let s = gw
-                    .call(|c| async move {
-                        ClusterAdminClient::new(c)
-                            .status(StatusRequest { local: false })
-                            .await
-                    })
-                    .await?
-                    .into_inner();
+                let s = gw.ask(client.cluster_status(false)).await?;
                 Ok::<_, CliError>((raft_json(&s), status_table(&s)))
             };
             return super::watch::once_or_watch("raft status", output, watch, interval, fetch)
@@ -143,56 +133,20 @@ pub async fn raft(gw: &Gateway, output: Output, command: RaftCommand) -> Result<
         }
         RaftCommand::AddLearner { id, addr, no_wait } => {
             let r = gw
-                .call(|c| {
-                    let node = Some(Node {
-                        id,
-                        addr: addr.clone(),
-                    });
-                    async move {
-                        ClusterAdminClient::new(c)
-                            .add_learner(AddLearnerRequest {
-                                node,
-                                blocking: !no_wait,
-                            })
-                            .await
-                    }
-                })
-                .await?
-                .into_inner();
+                .ask(client.add_learner(Node { id, addr }, !no_wait))
+                .await?;
             emit(output, membership_json(&r), || membership_table(&r));
         }
         RaftCommand::Promote { id, force } => {
-            let r = gw
-                .call(|c| async move {
-                    ClusterAdminClient::new(c)
-                        .promote(PromoteRequest { id, force })
-                        .await
-                })
-                .await?
-                .into_inner();
+            let r = gw.ask(client.promote(id, force)).await?;
             emit(output, membership_json(&r), || membership_table(&r));
         }
         RaftCommand::Remove { id } => {
-            let r = gw
-                .call(|c| async move {
-                    ClusterAdminClient::new(c)
-                        .remove(RemoveRequest { id })
-                        .await
-                })
-                .await?
-                .into_inner();
+            let r = gw.ask(client.remove(id)).await?;
             emit(output, membership_json(&r), || membership_table(&r));
         }
         RaftCommand::TransferLeader { id } => {
-            let to = id.unwrap_or(0);
-            let r = gw
-                .call(|c| async move {
-                    ClusterAdminClient::new(c)
-                        .transfer_leader(TransferLeaderRequest { to })
-                        .await
-                })
-                .await?
-                .into_inner();
+            let r = gw.ask(client.transfer_leader(id.unwrap_or(0))).await?;
             emit(
                 output,
                 json!({"leader": r.leader_id, "term": r.term}),
@@ -200,14 +154,7 @@ pub async fn raft(gw: &Gateway, output: Output, command: RaftCommand) -> Result<
             );
         }
         RaftCommand::Snapshot => {
-            let r = gw
-                .call(|c| async move {
-                    ClusterAdminClient::new(c)
-                        .trigger_snapshot(TriggerSnapshotRequest {})
-                        .await
-                })
-                .await?
-                .into_inner();
+            let r = gw.ask(client.trigger_snapshot()).await?;
             emit(output, json!({"snapshot_index": r.snapshot_index}), || {
                 format!("snapshot at index {}\n", r.snapshot_index)
             });

@@ -2,11 +2,7 @@
 //! `openshell.pool_admin.v1.PoolAdmin`, and the sandbox rows `pool status`
 //! shares.
 
-use proto::pool_admin::pool_admin_client::PoolAdminClient;
-use proto::pool_admin::{
-    CreateSandboxRequest, DeleteSandboxRequest, ExecSandboxRequest, GetSandboxRequest,
-    ListSandboxesRequest, Sandbox,
-};
+use proto::pool_admin::{CreateSandboxRequest, Sandbox};
 use proto::pool_types::SandboxPhase;
 use serde_json::{json, Value};
 
@@ -76,6 +72,7 @@ pub async fn sandbox(
     output: Output,
     command: SandboxCommand,
 ) -> Result<(), CliError> {
+    let client = gw.client();
     match command {
         SandboxCommand::Create { id, command } => {
             // The wire's empty id means "name it for me": an explicit
@@ -89,62 +86,35 @@ pub async fn sandbox(
             } else {
                 serde_json::to_string(&command).map_err(|e| CliError::Local(e.to_string()))?
             };
-            let s = gw
-                .call(|c| {
-                    let request = CreateSandboxRequest {
-                        sandbox_id: id.clone().unwrap_or_default(),
-                        launch_id: String::new(),
-                        material_ref: material_ref.clone(),
-                        request_id: String::new(),
-                    };
-                    async move { PoolAdminClient::new(c).create_sandbox(request).await }
-                })
-                .await?
-                .into_inner();
+            let request = CreateSandboxRequest {
+                sandbox_id: id.unwrap_or_default(),
+                launch_id: String::new(),
+                material_ref,
+                // Drawn by the client: one id on every attempt.
+                request_id: String::new(),
+            };
+            let s = gw.ask(client.create_sandbox(request)).await?.value;
             emit(output, sandbox_json(&s), || {
                 sandbox_rows(std::slice::from_ref(&s))
             });
         }
         SandboxCommand::Delete { id } => {
-            let s = gw
-                .call(|c| {
-                    let sandbox_id = id.clone();
-                    async move {
-                        PoolAdminClient::new(c)
-                            .delete_sandbox(DeleteSandboxRequest {
-                                sandbox_id,
-                                request_id: String::new(),
-                            })
-                            .await
-                    }
-                })
-                .await?
-                .into_inner();
+            let s = gw.ask(client.delete_sandbox(&id)).await?.value;
             emit(output, sandbox_json(&s), || {
                 sandbox_rows(std::slice::from_ref(&s))
             });
         }
         SandboxCommand::Get { id } => {
             let s = gw
-                .call(|c| {
-                    let sandbox_id = id.clone();
-                    async move {
-                        PoolAdminClient::new(c)
-                            .get_sandbox(GetSandboxRequest {
-                                sandbox_id,
-                                stale: false,
-                            })
-                            .await
-                    }
-                })
+                .ask(client.get_sandbox(&id))
                 .await?
-                .into_inner();
+                .ok_or_else(|| CliError::NotFound(format!("sandbox {id} does not exist")))?;
             emit(output, sandbox_json(&s), || {
                 sandbox_rows(std::slice::from_ref(&s))
             });
         }
         SandboxCommand::List => {
-            let list = list_all(gw).await?;
+            let list = gw.ask(client.list_sandboxes()).await?;
             emit(
                 output,
                 Value::Array(list.iter().map(sandbox_json).collect()),
@@ -172,16 +142,12 @@ async fn exec(
     // The CLI's own deadline outlasts the command's timeout.
     let deadline = std::time::Duration::from_millis(timeout_ms + 15_000);
     let r = gw
-        .call_within(Some(deadline), |c| {
-            let request = ExecSandboxRequest {
-                sandbox_id: id.clone(),
-                argv: command.clone(),
-                timeout_ms,
-            };
-            async move { PoolAdminClient::new(c).exec_sandbox(request).await }
-        })
-        .await?
-        .into_inner();
+        .ask(gw.client_within(deadline)?.exec_sandbox(
+            &id,
+            &command,
+            std::time::Duration::from_millis(timeout_ms),
+        ))
+        .await?;
     match output {
         Output::Json => emit(
             output,
@@ -213,34 +179,4 @@ async fn exec(
         return Err(CliError::ExitStatus(r.exit_code));
     }
     Ok(())
-}
-
-/// Every sandbox: the pages of `ListSandboxes` followed to the last
-/// (`next_page_token` empty), so the output is the whole list.
-async fn list_all(gw: &Gateway) -> Result<Vec<Sandbox>, CliError> {
-    let mut all = Vec::new();
-    let mut token = String::new();
-    loop {
-        let page_token = token.clone();
-        let page = gw
-            .call(|c| {
-                let page_token = page_token.clone();
-                async move {
-                    PoolAdminClient::new(c)
-                        .list_sandboxes(ListSandboxesRequest {
-                            stale: false,
-                            page_size: 0,
-                            page_token,
-                        })
-                        .await
-                }
-            })
-            .await?
-            .into_inner();
-        all.extend(page.sandboxes);
-        if page.next_page_token.is_empty() {
-            return Ok(all);
-        }
-        token = page.next_page_token;
-    }
 }

@@ -7,7 +7,9 @@
 //!   document `-o json` prints once.
 //!
 //! A failed round (no gateway answers) prints its error on stderr and the
-//! watch goes on; Ctrl-C ends it with exit code 0.
+//! watch goes on; Ctrl-C ends it with exit code 0. What a gateway sent is
+//! escaped as in every other output ([`super`]): only the watch's own
+//! clear-screen sequence reaches the terminal.
 
 use std::future::Future;
 use std::io::{IsTerminal, Write};
@@ -92,8 +94,9 @@ where
             .unwrap_or_default();
         let shown = match round {
             Ok((document, table)) => {
+                let table = proto::text::escaped_lines(&table);
                 let text = match output {
-                    Output::Json => format!("{document}\n"),
+                    Output::Json => format!("{}\n", super::json_text(&document, false)),
                     Output::Table if terminal => format!(
                         "\x1b[2J\x1b[H{title} (every {} ms; Ctrl-C stops)\n\n{table}",
                         interval.as_millis()
@@ -104,7 +107,10 @@ where
                 out.write_all(text.as_bytes()).and_then(|()| out.flush())
             }
             Err(e) => {
-                eprintln!("{title}: {e} (retrying)");
+                eprintln!(
+                    "{title}: {} (retrying)",
+                    proto::text::escaped(&e.to_string())
+                );
                 Ok(())
             }
         };

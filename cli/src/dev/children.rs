@@ -11,8 +11,10 @@
 //! cluster runs, [`Children::report_exits`] reaps those that exit.
 //!
 //! [`Children::stop`] then, in order:
-//! 1. sends SIGTERM to every process `dev` spawned, by pid; waits up to
-//!    [`STOP_GRACE`] for each; SIGKILLs and reaps those still running;
+//! 1. sends SIGTERM to every process `dev` spawned, by pid (each runs in a
+//!    process group of its own, so a terminal's Ctrl-C reaches `dev` alone
+//!    and this is the one stop they get); waits up to [`STOP_GRACE`] for
+//!    each; SIGKILLs and reaps those still running;
 //! 2. deletes every runtime of the driver directory through the process
 //!    driver ([`super::runtimes::delete_all`]: SIGTERM to its group, which
 //!    stops its workload first, SIGKILL after 3 s, its network namespace and
@@ -23,6 +25,7 @@
 //!    waits up to [`ADOPTED_GRACE`]; SIGKILLs and reaps those still
 //!    running; and repeats while any is left.
 
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
@@ -33,8 +36,14 @@ use tokio::time::Instant;
 use super::runtimes::{self, Runtimes};
 use crate::CliError;
 
-/// How long a gateway or supervisor gets to exit after SIGTERM.
-pub const STOP_GRACE: Duration = Duration::from_secs(3);
+/// How long a gateway or supervisor gets to exit after SIGTERM: a
+/// gateway's own bounded stop (`gateway_plugin::server::STOP_BOUND`, 9 s)
+/// and a second. Normally all are gone within about 2 s: the leader's
+/// hand-over to a follower that stops at the same moment is abandoned once
+/// that follower falls silent (1 s), and each supervisor exits a second
+/// after its last gateway left. A process still running at this bound
+/// missed its own bound and is SIGKILLed ("killed NAME").
+pub const STOP_GRACE: Duration = Duration::from_secs(10);
 
 /// How long a runtime gets to exit after SIGTERM: it stops its workload
 /// first (SIGTERM to the workload's group, SIGKILL 2 s later).
@@ -101,6 +110,7 @@ impl Children {
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
+            .mode(0o600)
             .open(log)
             .map_err(|e| CliError::Local(format!("log file {}: {e}", log.display())))?;
         let err = file
@@ -108,6 +118,12 @@ impl Children {
             .map_err(|e| CliError::Local(e.to_string()))?;
         let child = Command::new(bin)
             .args(args)
+            // A group of its own: a terminal's Ctrl-C reaches `dev` alone,
+            // which stops its processes in order with one SIGTERM each
+            // (in dev's group they got the SIGINT too, then dev's SIGTERM
+            // as a second signal, and exited at once, skipping their
+            // bounded stop).
+            .process_group(0)
             .stdin(Stdio::null())
             .stdout(file)
             .stderr(err)

@@ -29,8 +29,6 @@ pub mod secure;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use proto::cluster::cluster_admin_client::ClusterAdminClient;
-use proto::cluster::StatusRequest;
 use proto::pool_types::MemberState;
 
 use crate::{CliError, Gateway};
@@ -124,7 +122,7 @@ async fn shutdown_signal() {
 /// When a binary is missing, a port is taken, or the cluster does not come up.
 pub async fn run(args: DevArgs) -> Result<(), CliError> {
     let bins = Bins::locate()?;
-    std::fs::create_dir_all(&args.data_dir)
+    raft_store::modes::create_private_dir_all(&args.data_dir)
         .map_err(|e| CliError::Local(format!("creating {}: {e}", args.data_dir.display())))?;
     let dir = args
         .data_dir
@@ -141,6 +139,15 @@ pub async fn run(args: DevArgs) -> Result<(), CliError> {
             args.data_dir.display(),
             args.data_dir.display()
         )));
+    }
+    // Once it is known to be a directory dev runs on (not refused above).
+    if let Some(mode) = raft_store::modes::open_to_others(&dir) {
+        eprintln!(
+            "warning: {} is mode {mode:04o}: other local users can read its logs and the gateways' \
+             data; run `chmod 700 {}`",
+            dir.display(),
+            dir.display()
+        );
     }
     let secrets = secure::prepare(&dir.join("tls"), 3, &MEMBERS)?;
     let endpoints: Vec<String> = (0..3).map(|i| port(&args, i)).collect();
@@ -229,18 +236,6 @@ fn start_gateways(
             dir.join(format!("gateway-{id}")).display().to_string(),
             "--cluster-id".into(),
             "openshell-dev".into(),
-            "--tls-cert-file".into(),
-            path(&issued.cert),
-            "--tls-key-file".into(),
-            path(&issued.key),
-            "--tls-ca-file".into(),
-            path(&secrets.ca),
-            "--signing-key-file".into(),
-            path(&secrets.signing_key),
-            "--admin-token-file".into(),
-            path(&secrets.admin_token),
-            "--member-credentials-file".into(),
-            path(&secrets.member_credentials),
             "--sandbox-driver".into(),
             "process".into(),
             "--process-driver-dir".into(),
@@ -254,6 +249,7 @@ fn start_gateways(
             "--runtime-trusted-grant-keys-file".into(),
             path(&secrets.trusted_keys),
         ];
+        gw_args.extend(secrets.gateway_flags(issued));
         if first_run {
             gw_args.extend(["--initial-voters".to_string(), voters.clone()]);
         }
@@ -327,20 +323,10 @@ async fn bring_up(
         .map_err(|e| CliError::Local(e.to_string()))?;
     let token = proto::secret::read_secret_file("--token-file", &secrets.admin_token)
         .map_err(|e| CliError::Local(e.to_string()))?;
-    let gw = Gateway {
-        endpoints: endpoints.to_vec(),
-        token: Some(token),
-        tls: Some(tls),
-    };
+    let gw = Gateway::new(endpoints.to_vec(), Some(token), Some(tls))?;
     wait_until("a gateway leader", Duration::from_secs(30), || async {
-        let s = gw
-            .call(|c| async move {
-                ClusterAdminClient::new(c)
-                    .status(StatusRequest { local: false })
-                    .await
-            })
-            .await;
-        matches!(s, Ok(r) if r.get_ref().leader_id != 0)
+        let s = gw.client().cluster_status(false).await;
+        matches!(s, Ok(r) if r.leader_id != 0)
     })
     .await?;
     start_supervisors(args, dir, endpoints, secrets, bins, children)?;
@@ -349,15 +335,24 @@ async fn bring_up(
             .filter(|m| m.ticks_since_heartbeat <= 2).count() >= 2)
     })
     .await?;
-    demo::launch_sandboxes(&gw, args.sandboxes).await?;
-    wait_until(
-        "demo sandboxes running",
-        Duration::from_secs(60),
-        || async {
-            matches!(demo::pool_status(&gw).await, Ok(s) if demo::all_running(&s, args.sandboxes))
-        },
-    )
-    .await
+    let launched = demo::launch_sandboxes(&gw, args.sandboxes).await?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        // A demo sandbox that failed can never run: say which and why at
+        // once rather than wait out the minute.
+        if let Ok(status) = demo::pool_status(&gw).await {
+            if demo::all_running(&status, &launched)? {
+                return Ok(());
+            }
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(CliError::Local(
+                "timed out waiting for the demo sandboxes to run; see the logs in the data directory"
+                    .into(),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// Starts supervisors `s1` and `s2`, attached to every gateway over TLS,
@@ -374,7 +369,7 @@ fn start_supervisors(
 ) -> Result<(), CliError> {
     for (i, member) in (0..2u16).zip(MEMBERS) {
         let member = member.to_string();
-        let sup_args = vec![
+        let mut sup_args = vec![
             "--gateways".to_string(),
             endpoints.join(","),
             "--pool-member-id".into(),
@@ -385,13 +380,8 @@ fn start_supervisors(
             "127.0.0.1".into(),
             "--http-listen".into(),
             port(args, 200 + i),
-            "--tls-ca-file".into(),
-            secrets.ca.display().to_string(),
-            "--credential-file".into(),
-            secrets.credential(&member).display().to_string(),
-            "--trusted-grant-keys-file".into(),
-            secrets.trusted_keys.display().to_string(),
         ];
+        sup_args.extend(secrets.supervisor_flags(&member));
         children.spawn(
             format!("supervisor {member}"),
             &bins.supervisor,

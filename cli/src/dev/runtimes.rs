@@ -25,6 +25,7 @@
 //! stop never deletes the runtimes of the first.
 
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -52,6 +53,7 @@ impl DevLock {
             .create(true)
             .truncate(false)
             .write(true)
+            .mode(0o600)
             .open(&path)
             .map_err(|e| CliError::Local(format!("{}: {e}", path.display())))?;
         // SAFETY: flock on a descriptor this function owns.

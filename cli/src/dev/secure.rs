@@ -9,9 +9,10 @@
 //! the operator's admin token (`admin.token`), a credential per supervisor
 //! (`<member>.credential`) and the gateways' member credentials file
 //! (`member-credentials`: `member_id credential` lines). Keys and secrets
-//! are mode 0600. Generated on the first run, reused after ([`Ca::load`]);
-//! anything missing is generated again, and the two derived files are
-//! written afresh from what they derive from.
+//! are mode 0600. Generated on the first run, reused after; anything
+//! missing is generated again, and the two derived files are written
+//! afresh from what they derive from (all by the `local-cluster` library,
+//! which `testkit` and the Jepsen harness use too).
 //!
 //! Also `<data dir>/env`, which points the CLI at the cluster
 //! (`source openshell-dev/env`).
@@ -19,10 +20,10 @@
 //! Throwaway material for a laptop: real deployments bring their own CA and
 //! keys (docs/security.md).
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use proto::tls::generate::{Ca, Issued, Usage};
+use local_cluster::secrets::{loopback_names, Members, Secrets as LocalSecrets};
+use proto::tls::generate::Issued;
 
 use crate::CliError;
 
@@ -40,15 +41,26 @@ pub struct Secrets {
     pub member_credentials: PathBuf,
     /// The trusted grant keys file of supervisors (and their runtimes).
     pub trusted_keys: PathBuf,
-    /// Where the credential files of members live (`<member>.credential`).
-    dir: PathBuf,
+    /// What the cluster library generated (the flags are spelled there).
+    local: LocalSecrets,
 }
 
 impl Secrets {
     /// The file holding `member`'s credential (what its supervisor
     /// presents with `--credential-file`).
     pub fn credential(&self, member: &str) -> PathBuf {
-        self.dir.join(format!("{member}.credential"))
+        self.local.credential_file(member)
+    }
+
+    /// The secret-file flags of the gateway holding `issued` (only dev's
+    /// members may join).
+    pub fn gateway_flags(&self, issued: &Issued) -> Vec<String> {
+        self.local.gateway_flags(issued, Members::Listed)
+    }
+
+    /// The secret-file flags of `member`'s supervisor.
+    pub fn supervisor_flags(&self, member: &str) -> Vec<String> {
+        self.local.supervisor_flags(member)
     }
 }
 
@@ -70,109 +82,30 @@ fn local(what: &str) -> impl FnOnce(std::io::Error) -> CliError + '_ {
     move |e| CliError::Local(format!("{what}: {e}"))
 }
 
-/// 32 random bytes from the OS, as 64 hex characters.
-fn random_hex() -> Result<String, CliError> {
-    let mut bytes = [0u8; 32];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
-        .map_err(local("/dev/urandom"))?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
-}
-
-/// Writes `text` to `path` with mode 0600 from creation (no window in which
-/// another user may read it), unless the file exists.
-fn secret_file(
-    path: &Path,
-    text: impl FnOnce() -> Result<String, CliError>,
-) -> Result<(), CliError> {
-    if path.exists() {
-        return Ok(());
-    }
-    write_private(path, &text()?)
-}
-
-/// Writes `text` to `path` afresh, mode 0600 from creation.
-fn write_private(path: &Path, text: &str) -> Result<(), CliError> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let what = path.display().to_string();
-    let _ = std::fs::remove_file(path);
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(local(&what))?;
-    file.write_all(text.as_bytes()).map_err(local(&what))?;
-    file.sync_all().map_err(local(&what))
-}
-
 /// The CA, certificates and secrets of a dev cluster of `gateways` nodes
 /// and the supervisors `members` under `tls_dir`: loaded when present,
-/// generated when not.
+/// generated when not (the cluster library's [`LocalSecrets::prepare`];
+/// dev's policy is the names: `gateway-N` on loopback).
 ///
 /// # Errors
 /// [`CliError::Local`] naming the file that could not be read or written.
 pub fn prepare(tls_dir: &Path, gateways: u16, members: &[&str]) -> Result<Secrets, CliError> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(tls_dir)
-        .map_err(local(&tls_dir.display().to_string()))?;
-    let generate = |e: proto::tls::generate::GenerateError| CliError::Local(e.to_string());
-    let ca = if tls_dir.join("ca.crt").exists() {
-        Ca::load(tls_dir).map_err(generate)?
-    } else {
-        Ca::create(tls_dir, "openshell-dev throwaway CA").map_err(generate)?
-    };
-    let names = ["127.0.0.1".to_string(), "localhost".to_string()];
-    let mut issued = Vec::new();
-    for id in 1..=gateways {
-        let stem = format!("gateway-{id}");
-        let files = Issued {
-            cert: tls_dir.join(format!("{stem}.crt")),
-            key: tls_dir.join(format!("{stem}.key")),
-        };
-        if files.cert.exists() && files.key.exists() {
-            issued.push(files);
-        } else {
-            issued.push(
-                ca.issue(tls_dir, &stem, &names, Usage::ServerAndClient)
-                    .map_err(generate)?,
-            );
-        }
-    }
-    let secrets = Secrets {
-        ca: ca.cert.clone(),
+    let local = |e: local_cluster::secrets::SecretsError| CliError::Local(e.to_string());
+    let secrets =
+        LocalSecrets::prepare(tls_dir, "openshell-dev throwaway CA", members).map_err(local)?;
+    let issued = (1..=gateways)
+        .map(|id| secrets.gateway_cert(&format!("gateway-{id}"), &loopback_names()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(local)?;
+    Ok(Secrets {
+        ca: secrets.ca_file().to_path_buf(),
         gateways: issued,
-        signing_key: tls_dir.join("signing.key"),
-        admin_token: tls_dir.join("admin.token"),
-        member_credentials: tls_dir.join("member-credentials"),
-        trusted_keys: tls_dir.join("trusted-grant-keys"),
-        dir: tls_dir.to_path_buf(),
-    };
-    secret_file(&secrets.signing_key, random_hex)?;
-    secret_file(&secrets.admin_token, random_hex)?;
-    let mut lines = String::from("# member_id  credential (written by openshell-pool dev)\n");
-    for member in members {
-        let file = secrets.credential(member);
-        secret_file(&file, random_hex)?;
-        let credential = proto::secret::read_secret_file("--credential-file", &file)
-            .map_err(|e| CliError::Local(e.to_string()))?;
-        lines.push_str(&format!("{member} {credential}\n"));
-    }
-    write_private(&secrets.member_credentials, &lines)?;
-    let seed = proto::secret::read_secret_file("--signing-key-file", &secrets.signing_key)
-        .map_err(|e| CliError::Local(e.to_string()))?;
-    let public = proto::grant::GrantSigner::from_seed_hex(&seed)
-        .map_err(|e| CliError::Local(format!("{}: {e}", secrets.signing_key.display())))?
-        .public_key_hex();
-    std::fs::write(
-        &secrets.trusted_keys,
-        format!("# the public key of signing.key (written by openshell-pool dev)\n{public}\n"),
-    )
-    .map_err(local(&secrets.trusted_keys.display().to_string()))?;
-    Ok(secrets)
+        signing_key: secrets.signing_key.clone(),
+        admin_token: secrets.admin_token_file.clone(),
+        member_credentials: secrets.member_credentials.clone(),
+        trusted_keys: secrets.trusted_keys.clone(),
+        local: secrets,
+    })
 }
 
 /// `text` quoted for a POSIX shell (single quotes).
@@ -195,7 +128,9 @@ pub fn write_env(env: &Path, secrets: &Secrets, endpoints: &[String]) -> Result<
         shell_quote(&secrets.admin_token.display().to_string()),
         shell_quote(&endpoints.join(",")),
     );
-    std::fs::write(env, text).map_err(local(&env.display().to_string()))
+    let mut file =
+        raft_store::modes::create_private_file(env).map_err(local(&env.display().to_string()))?;
+    std::io::Write::write_all(&mut file, text.as_bytes()).map_err(local(&env.display().to_string()))
 }
 
 #[cfg(test)]
@@ -224,6 +159,8 @@ mod tests {
         ] {
             assert_eq!(mode(secret), 0o600, "{}", secret.display());
         }
+        assert_eq!(first.gateways[2].cert, tls.join("gateway-3.crt"));
+        assert_eq!(first.member_credentials, tls.join("member-credentials"));
         let key = std::fs::read_to_string(&first.signing_key).unwrap_or_default();
         assert!(
             key.len() == 64 && key.chars().all(|c| c.is_ascii_hexdigit()),

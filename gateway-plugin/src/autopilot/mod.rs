@@ -15,7 +15,16 @@
 //!
 //! The decision is the pure [`plan::plan`]; this module reads the view,
 //! carries the step out, logs it at INFO with its reason and writes an
-//! audit record (`autopilot.*`). [`wait_removed`] holds the stop of a
+//! audit record (`autopilot.*`).
+//!
+//! A pass acts for the leader of one raft term: the replica count it read
+//! is an observation of the world outside the log, so it acts only while
+//! this node still leads the term it started in (checked after the read and
+//! again before the change), and every change is proposed by this node's
+//! own raft (openraft's membership change never leaves its leader, and an
+//! entry of a deposed leader's term can commit only where it was
+//! replicated before the next leader took over, i.e. before that leader
+//! acted on anything). [`wait_removed`] holds the stop of a
 //! gateway being scaled away until it no longer votes.
 
 pub mod plan;
@@ -79,8 +88,9 @@ impl Autopilot {
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             every.tick().await;
-            if self.node.is_leader() {
-                self.pass().await;
+            let term = self.node.raft().metrics().borrow().current_term;
+            if self.node.check_leading(term).is_ok() {
+                self.pass(term).await;
             } else {
                 self.unfinished_passes = 0;
             }
@@ -95,8 +105,9 @@ impl Autopilot {
         }
     }
 
-    /// One reconciliation: at most one membership change.
-    async fn pass(&mut self) {
+    /// One reconciliation for the leader of raft `term`: at most one
+    /// membership change.
+    async fn pass(&mut self, term: u64) {
         let desired = match self.replicas.read().await {
             Ok(0) => {
                 self.warn_once(format!(
@@ -111,7 +122,9 @@ impl Autopilot {
                 return;
             }
         };
-        if !self.node.is_leader() {
+        // The read may have taken seconds (a Kubernetes API call): act only
+        // for the term it was taken in.
+        if self.node.check_leading(term).is_err() {
             return;
         }
         let view = self.view(desired);

@@ -277,6 +277,10 @@ enum Offline {
         /// Cluster id of the new cluster (default: the backup's).
         #[arg(long)]
         cluster_id: Option<String>,
+        /// Read a format-1 backup (written before format 2): its header is
+        /// not covered by a checksum, so check it by eye first.
+        #[arg(long)]
+        accept_format_1: bool,
     },
     /// Disaster recovery when quorum is lost for good: turns this surviving
     /// member into a one-voter cluster with every entry in its log. Start the
@@ -309,9 +313,17 @@ fn offline(command: Offline) -> anyhow::Result<()> {
             node_id,
             advertise,
             cluster_id,
+            accept_format_1,
         } => {
-            let (header, state) = proto::backup::read(&from)?;
+            let (header, state) = if accept_format_1 {
+                proto::backup::read_format_1(&from)?
+            } else {
+                proto::backup::read(&from)?
+            };
             let cluster_id = cluster_id.unwrap_or_else(|| header.cluster_id.clone());
+            proto::ids::check_id("cluster_id", &cluster_id).map_err(|e| {
+                anyhow::anyhow!("--cluster-id {cluster_id:?}: {e}; nothing was written")
+            })?;
             let seeded = raft_store::seed::seed_single_voter::<GatewayState>(
                 &data_dir,
                 &cluster_id,

@@ -101,7 +101,9 @@ pub fn stream_input(
 /// (`fresh_id` when the request names none).
 ///
 /// # Errors
-/// `INVALID_ARGUMENT` when the request names no kind.
+/// `INVALID_ARGUMENT` when the request names no kind, or an operation id
+/// or member that is not an identifier ([`pool::ids`]: an operation id is
+/// kept in the pool state and shown in `pool status`).
 pub fn start_operation(
     request: StartSupervisorPoolOperationRequest,
     fresh_id: impl FnOnce() -> String,
@@ -109,6 +111,7 @@ pub fn start_operation(
     let id = if request.operation_id.is_empty() {
         fresh_id()
     } else {
+        crate::status::check_id("operation_id", &request.operation_id)?;
         request.operation_id
     };
     let max_parallel = if request.max_parallel == 0 {

@@ -23,7 +23,7 @@ use proto::supervisor_host::{
 };
 use raft_store::node::MembershipChange;
 
-use crate::hub::PoolSettings;
+use crate::config_pool::PoolSettings;
 
 /// The wire enum of a sandbox phase (its lowercase name is
 /// [`proto::pool_types::SandboxPhase::name`]).
@@ -40,13 +40,11 @@ pub fn sandbox_phase(phase: Phase) -> SandboxPhase {
 
 /// The wire enum of a member state (its lowercase name is
 /// [`proto::pool_types::MemberState::name`]).
+///
+/// The numbers are [`MemberState::tag`]'s (the pool's one definition); the
+/// proto enum spells the same numbers, checked by a unit test below.
 pub fn member_state(state: MemberState) -> PbMemberState {
-    match state {
-        MemberState::Active => PbMemberState::Active,
-        MemberState::Draining => PbMemberState::Draining,
-        MemberState::Leaving => PbMemberState::Leaving,
-        MemberState::Expired => PbMemberState::Expired,
-    }
+    PbMemberState::try_from(state.tag()).unwrap_or(PbMemberState::Unspecified)
 }
 
 /// The wire name of an operation phase.
@@ -383,6 +381,22 @@ mod tests {
 
     const CA: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
 
+    /// The API's enum spells the pool's member states with the same
+    /// numbers and names: no state maps to UNSPECIFIED or another state.
+    #[test]
+    fn every_member_state_keeps_its_number_and_name_on_the_api() {
+        for state in MemberState::ALL {
+            let pb = member_state(state);
+            assert_eq!(pb as i32, state.tag(), "{state:?}");
+            assert_eq!(
+                pb.name(),
+                format!("{state:?}").to_lowercase(),
+                "{state:?} is {pb:?} on the API"
+            );
+        }
+        assert_eq!(MemberState::from_tag(0), None, "0 is never a state");
+    }
+
     /// One member `m` owning `sb` generation 1; with its runtime recorded
     /// when `runtime`.
     fn state(runtime: bool) -> PoolState {
@@ -415,6 +429,7 @@ mod tests {
             apply(
                 &mut st,
                 Command::RecordRuntime(RecordRuntime {
+                    raft_term: 0,
                     sandbox: "sb".into(),
                     generation: 1,
                     name: "sb-g1".into(),
@@ -472,6 +487,7 @@ mod tests {
     fn released_entry_keeps_the_runtime() {
         let mut st = state(true);
         let c = Command::Delete(Delete {
+            raft_term: 0,
             sandbox: "sb".into(),
             generation: 1,
         });
@@ -500,6 +516,7 @@ mod tests {
     fn launch_failure_reason_shows_as_the_failure() {
         let mut st = state(true);
         let c = Command::FailLaunch(pool::FailLaunch {
+            raft_term: 0,
             sandbox: "sb".into(),
             generation: 1,
             reason: "RuntimeLost: sb-g1 is gone".into(),

@@ -2,8 +2,12 @@
 //! drives `pool::Coordinator` (etcd RawNode-style: tick on the monotonic
 //! clock, step on the applied state, propose what it returns) and proposes
 //! the configured pool timing once the leader-change grace is in the log.
-//! Every proposal carries preconditions, so a deposed leader that still
-//! believes it leads cannot corrupt anything.
+//! Every proposal carries preconditions and the raft term it was planned in
+//! (`pool::fence`), and goes through this node's own raft only
+//! ([`Hub::propose_as_leader`]), so a deposed leader that still believes it
+//! leads cannot corrupt anything: its proposals are never forwarded to its
+//! successor, and apply refuses those already in flight once the
+//! successor's term is applied.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -93,24 +97,28 @@ impl Hub {
             if !configured && state_has_raft_term(&self.node, term) {
                 commands.push(Command::Configure(wanted.clone()));
             }
-            self.propose_all(commands).await;
+            self.propose_all(term, commands).await;
         }
     }
 
-    /// Proposes the coordinator's commands in order; stops at the first
-    /// that could not be written (a rejection is expected and skipped).
-    async fn propose_all(&self, commands: Vec<Command>) {
+    /// Proposes the coordinator's commands of raft `term` in order; stops
+    /// at the first that could not be written (a rejection is expected and
+    /// skipped).
+    async fn propose_all(&self, term: u64, commands: Vec<Command>) {
         for command in commands {
             let span = tracing::debug_span!("coordinator_propose", command = command.name());
-            let proposed = self.propose(&command).instrument(span.clone()).await;
+            let proposed = self
+                .propose_as_leader(term, command)
+                .instrument(span.clone())
+                .await;
             let failed = span.in_scope(|| match proposed {
                 Ok(pool::Outcome::Rejected(reason)) => {
                     tracing::debug!(%reason, "coordinator proposal rejected");
                     false
                 }
                 Ok(pool::Outcome::Applied(_)) => false,
-                Err(status) => {
-                    tracing::debug!(%status, "coordinator proposal failed");
+                Err(error) => {
+                    tracing::debug!(%error, "coordinator proposal failed");
                     true
                 }
             });
@@ -121,8 +129,9 @@ impl Hub {
     }
 }
 
-/// Whether the pool state already recorded `term`'s LeaderChanged (so the
-/// configuration is proposed after the grace command, not before).
+/// Whether the pool state is in raft `term` (its LeaderChanged applied, no
+/// newer one): the configuration is proposed after the grace command, and
+/// never by a deposed leader.
 fn state_has_raft_term(node: &RaftNode<GatewayState>, term: u64) -> bool {
-    node.read_local(|state, _| state.pool.raft_term() >= term)
+    node.read_local(|state, _| state.pool.raft_term() == term)
 }

@@ -1,6 +1,7 @@
 //! The supervision hub of one gateway: the [`Hub`] type that the supervisor
-//! host service, the HTTP endpoints and the background tasks share, the pool
-//! timing it runs on ([`PoolSettings`]), and its proposal path. Each concern
+//! host service, the HTTP endpoints and the background tasks share, and its
+//! proposal path; the pool timing it runs on is [`PoolSettings`]
+//! (`config_pool.rs`). Each concern
 //! lives in its own module:
 //!
 //! - [`streams`]: the registry of attached supervisor streams (attach,
@@ -20,13 +21,13 @@
 //! then judged in ticks inside apply; no wall clock crosses machines.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use pool::Command;
 use proto::grant::GrantSigner;
 use raft_store::RaftNode;
 use tonic::Status;
 
+use crate::config_pool::PoolSettings;
 use crate::metrics::Metrics;
 use crate::state::GatewayState;
 
@@ -38,81 +39,6 @@ pub mod snapshots;
 pub mod streams;
 
 use streams::Streams;
-
-/// Pool timing, from `[openshell.gateway.supervisor_pool]`.
-#[derive(Clone, PartialEq, Eq)]
-pub struct PoolSettings {
-    /// The leader appends a `Tick` this often (its monotonic clock).
-    pub tick_interval: Duration,
-    /// A member expires after this many ticks without a heartbeat.
-    pub heartbeat_ttl_ticks: u64,
-    /// A recovering sandbox fails after this many ticks without an owner.
-    pub recovery_deadline_ticks: u64,
-    /// A maintenance operation fails after this many ticks.
-    pub operation_deadline_ticks: u64,
-    /// Finished pool records are garbage-collected this many ticks after
-    /// they finished (`retention_ticks`).
-    pub retention_ticks: u64,
-    /// Supervisors send `HostStatus` this often.
-    pub status_interval: Duration,
-    /// DEPRECATED shared credential: any supervisor holding it may join as
-    /// any member id not listed in `member_credentials` (None: none).
-    pub supervisor_token: Option<String>,
-    /// The credential of each member id (`member_credentials_file`): a
-    /// listed member must present its own; re-read on change.
-    pub member_credentials: Option<crate::member_credentials::MemberCredentialsFile>,
-    /// `--member-identity kubernetes`: members not in the file prove their
-    /// Pod name by TokenReview ([`crate::member_identity`]).
-    pub member_identity: Option<std::sync::Arc<crate::member_identity::KubernetesIdentity>>,
-}
-
-impl std::fmt::Debug for PoolSettings {
-    /// Prints every field but the secrets, which show as `<redacted>`.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PoolSettings")
-            .field("tick_interval", &self.tick_interval)
-            .field("heartbeat_ttl_ticks", &self.heartbeat_ttl_ticks)
-            .field("recovery_deadline_ticks", &self.recovery_deadline_ticks)
-            .field("operation_deadline_ticks", &self.operation_deadline_ticks)
-            .field("retention_ticks", &self.retention_ticks)
-            .field("status_interval", &self.status_interval)
-            .field(
-                "supervisor_token",
-                &proto::secret::redact_opt(&self.supervisor_token),
-            )
-            .field("member_credentials", &self.member_credentials)
-            .field("member_identity", &self.member_identity)
-            .finish()
-    }
-}
-
-impl Default for PoolSettings {
-    fn default() -> Self {
-        PoolSettings {
-            tick_interval: Duration::from_millis(250),
-            heartbeat_ttl_ticks: 8,
-            recovery_deadline_ticks: 240,
-            operation_deadline_ticks: 2400,
-            retention_ticks: pool::DEFAULT_RETENTION_TICKS,
-            status_interval: Duration::from_millis(250),
-            supervisor_token: None,
-            member_credentials: None,
-            member_identity: None,
-        }
-    }
-}
-
-impl PoolSettings {
-    /// The pool config these settings ask for.
-    pub fn pool_config(&self) -> pool::Configure {
-        pool::Configure {
-            heartbeat_ttl_ticks: self.heartbeat_ttl_ticks,
-            recovery_deadline_ticks: self.recovery_deadline_ticks,
-            operation_deadline_ticks: self.operation_deadline_ticks,
-            retention_ticks: self.retention_ticks,
-        }
-    }
-}
 
 /// The hub. Shared by the supervisor host service and the background tasks
 /// ([`Hub::run_heartbeats`], [`Hub::run_snapshot_pusher`],
@@ -182,30 +108,51 @@ impl Hub {
         }
     }
 
+    /// Proposes a command that a leader-side actor of raft `term` planned
+    /// (the coordinator, the launcher): stamped with `term` (`pool::fence`:
+    /// apply refuses it once another leader's term is applied) and proposed
+    /// through this node's own raft only, never forwarded: a node that no
+    /// longer leads `term` proposes nothing.
+    ///
+    /// # Errors
+    /// [`raft_store::Leading`]: not leading `term`, or the outcome unknown.
+    pub async fn propose_as_leader(
+        &self,
+        term: u64,
+        command: Command,
+    ) -> Result<pool::Outcome, raft_store::Leading> {
+        let bytes = GatewayState::pool_command(&command.planned_in(term));
+        let applied = self.node.propose_as_leader(term, bytes).await?;
+        GatewayState::pool_outcome(&applied.response).map_err(raft_store::Leading::Failed)
+    }
+
     /// Proposes a pool command; returns its outcome.
     ///
     /// # Errors
     /// The write error mapped to a status.
     pub async fn propose(&self, command: &Command) -> Result<pool::Outcome, Status> {
-        Ok(self.propose_with_id(command, "").await?.0)
+        Ok(self.propose_with_id(command, "", &[]).await?.0)
     }
 
     /// Proposes a pool command carrying the client request id `request_id`
-    /// (empty: none; see [`crate::requests`]) and returns its outcome and
+    /// (empty: none; see [`crate::requests`]) and the fingerprint of the
+    /// client's request it was made from, and returns its outcome and
     /// whether it is replayed: a retry of an applied id gets the first
     /// attempt's outcome. A command with an id is resent across a leader
     /// change (it cannot apply twice).
     ///
     /// # Errors
-    /// `INVALID_ARGUMENT` naming `request_id` for a malformed id; the write
-    /// error mapped to a status.
+    /// `INVALID_ARGUMENT` naming `request_id` for a malformed id;
+    /// `FAILED_PRECONDITION` ([`crate::status::request_id_reused`]) when the
+    /// id was used for another write; the write error mapped to a status.
     pub async fn propose_with_id(
         &self,
         command: &Command,
         request_id: &str,
+        fingerprint: &[u8],
     ) -> Result<(pool::Outcome, bool), Status> {
         crate::requests::check_request_id(request_id).map_err(Status::invalid_argument)?;
-        let bytes = GatewayState::pool_command_with_id(command, request_id);
+        let bytes = GatewayState::pool_command_with_id(command, request_id, fingerprint);
         let applied = if request_id.is_empty() {
             self.node.write(bytes).await
         } else {
@@ -213,8 +160,17 @@ impl Hub {
             self.node.write_idempotent(bytes, timeout).await
         }
         .map_err(crate::status::write)?;
-        let replayed = GatewayState::replayed(&applied.response).map_err(Status::internal)?;
-        let outcome = GatewayState::pool_outcome(&applied.response).map_err(Status::internal)?;
-        Ok((outcome, replayed.is_some()))
+        let response = &applied.response;
+        if let Some(first) = GatewayState::reused(response).map_err(Status::internal)? {
+            return Err(crate::status::request_id_reused(request_id, first));
+        }
+        let replayed = GatewayState::replayed(response).map_err(Status::internal)?;
+        match (GatewayState::pool_outcome(response), replayed) {
+            (Ok(outcome), replayed) => Ok((outcome, replayed.is_some())),
+            // A record from before fingerprints, of an object-store write:
+            // the id was reused all the same.
+            (Err(_), Some(first)) => Err(crate::status::request_id_reused(request_id, first)),
+            (Err(e), None) => Err(Status::internal(e)),
+        }
     }
 }

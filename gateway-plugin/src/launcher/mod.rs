@@ -6,12 +6,32 @@
 //! fail generations whose runtime is lost, delete runtimes no live
 //! generation owns.
 //!
-//! Safety against a deposed leader: nothing here is decided on a stale
-//! state. The list is taken first and the state read after it by a
-//! linearizable read (a quorum confirmed this node's leadership), so every
-//! listed runtime's sandbox is in the state read; commands go through raft
-//! with preconditions checked at apply. Ensure is idempotent by runtime
-//! name, so two leaders overlapping for a moment start one runtime.
+//! # A pass is bound to its raft term
+//!
+//! A launcher acts for the leader of one raft term, and only once that
+//! term's `LeaderChanged` is applied (so every other leader's decisions are
+//! fenced out of the log: `pool::fence`). Its list of runtimes is an
+//! observation of the world outside the log, and a deposed leader's list
+//! is stale: another leader may have started and recorded a runtime since.
+//! So, per pass:
+//!
+//! 1. it notes the log index it has applied, then lists: a runtime recorded
+//!    at or below that index existed before the list, and only such a
+//!    runtime counts as lost when the list misses it;
+//! 2. it reads the state as the leader of its term
+//!    ([`raft_store::RaftNode::read_as_leader`]: a read-index confirmed by a
+//!    quorum for this term, served by this node, never by another's
+//!    read-index);
+//! 3. before each driver call and each proposal it checks that it still
+//!    leads its term, and stops the moment it does not;
+//! 4. it proposes through its own raft only, each command stamped with its
+//!    term ([`Hub::propose_as_leader`]); apply refuses one still in flight
+//!    once another leader's term is applied.
+//!
+//! Ensure is idempotent by runtime name, so two leaders overlapping for a
+//! moment start one runtime; a delete names one runtime, whose generation
+//! is terminal (a runtime's name is its sandbox and generation), so a late
+//! delete never removes a live generation's runtime.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -25,6 +45,8 @@ use tracing::Instrument;
 use crate::hub::Hub;
 
 pub mod driver;
+#[cfg(feature = "fault-stale-runtime-list")]
+mod fault;
 pub mod plan;
 
 use plan::{Action, LaunchDefaults};
@@ -88,6 +110,14 @@ impl Launcher {
         let node = self.hub.node().clone();
         let mut metrics = node.raft().metrics();
         tracing::info!(driver = self.driver.kind(), "sandbox launcher ready");
+        #[cfg(feature = "fault-stale-runtime-list")]
+        if crate::fault::stale_runtime_list() {
+            tokio::spawn(fault::deposed_passes(
+                self.hub.clone(),
+                self.driver.clone(),
+                self.defaults(),
+            ));
+        }
         loop {
             let (leader, term) = {
                 let m = metrics.borrow();
@@ -108,28 +138,30 @@ impl Launcher {
         }
     }
 
-    /// Passes for one leadership term.
+    /// Passes for one leadership term, each once the pool state is in that
+    /// term (its `LeaderChanged` applied: the coordinator proposes it first).
     async fn lead(&self, term: u64) {
         let node = self.hub.node().clone();
-        let metrics = node.raft().metrics();
         let mut every = tokio::time::interval(PASS_EVERY);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             every.tick().await;
-            let leading = {
-                let m = metrics.borrow();
-                m.current_leader == Some(node.id()) && m.current_term == term
-            };
-            if !leading {
+            if node.check_leading(term).is_err() {
                 return;
             }
+            if node.read_local(|state, _| state.pool.raft_term()) != term {
+                continue;
+            }
             let span = tracing::debug_span!("launcher_pass", term);
-            self.pass().instrument(span).await;
+            self.pass(term).instrument(span).await;
         }
     }
 
-    /// One pass: list, read, plan, act.
-    async fn pass(&self) {
+    /// One pass for the leader of `term`: list, read, plan, act (see the
+    /// module doc).
+    async fn pass(&self, term: u64) {
+        let node = self.hub.node();
+        let listed_after = node.read_local(|_, applied| applied);
         let listed = match self.driver.list().await {
             Ok(listed) => {
                 self.retried("", None);
@@ -141,20 +173,20 @@ impl Launcher {
             }
         };
         let defaults = self.defaults();
-        let actions = match self
-            .hub
-            .node()
-            .read(|state, _| plan::plan(&state.pool, &listed, &defaults))
+        let actions = match node
+            .read_as_leader(term, |state, _| {
+                plan::plan(&state.pool, &listed, listed_after, &defaults)
+            })
             .await
         {
             Ok(actions) => actions,
             Err(e) => {
-                tracing::debug!(error = %e, "no linearizable read; skipping the pass");
+                tracing::debug!(error = %e, "no read as the leader of this term; skipping the pass");
                 return;
             }
         };
         futures::stream::iter(actions)
-            .for_each_concurrent(CONCURRENT_CALLS, |action| self.act(action))
+            .for_each_concurrent(CONCURRENT_CALLS, |action| self.act(term, action))
             .await;
     }
 
@@ -173,7 +205,13 @@ impl Launcher {
         }
     }
 
-    async fn act(&self, action: Action) {
+    /// Carries out `action` for the leader of `term`, unless this node no
+    /// longer leads it.
+    async fn act(&self, term: u64, action: Action) {
+        if let Err(e) = self.hub.node().check_leading(term) {
+            tracing::debug!(error = %e, ?action, "not acting: leadership moved");
+            return;
+        }
         match action {
             Action::Delete { name } => match self.driver.delete(&name).await {
                 Ok(()) => tracing::info!(runtime = %name, "deleted a runtime no live sandbox owns"),
@@ -185,18 +223,18 @@ impl Launcher {
                 reason,
             } => {
                 tracing::warn!(%sandbox, generation, %reason, "failing the sandbox");
-                self.fail(sandbox, generation, reason).await;
+                self.fail(term, sandbox, generation, reason).await;
             }
-            Action::Ensure(spec) => self.ensure(spec).await,
+            Action::Ensure(spec) => self.ensure(term, spec).await,
             Action::Record {
                 sandbox,
                 generation,
                 endpoint,
-            } => self.record(sandbox, generation, endpoint).await,
+            } => self.record(term, sandbox, generation, endpoint).await,
         }
     }
 
-    async fn record(&self, sandbox: String, generation: u64, endpoint: Endpoint) {
+    async fn record(&self, term: u64, sandbox: String, generation: u64, endpoint: Endpoint) {
         let name = endpoint.name.clone();
         let address = endpoint.address.clone();
         let command = Command::RecordRuntime(RecordRuntime {
@@ -205,8 +243,9 @@ impl Launcher {
             name: endpoint.name,
             address: endpoint.address,
             ca_pem: endpoint.ca_pem,
+            raft_term: term,
         });
-        match self.hub.propose(&command).await {
+        match self.hub.propose_as_leader(term, command).await {
             Ok(pool::Outcome::Applied(_)) => tracing::info!(
                 %sandbox,
                 generation,
@@ -217,13 +256,13 @@ impl Launcher {
             Ok(pool::Outcome::Rejected(reason)) => {
                 tracing::debug!(runtime = %name, %reason, "runtime not recorded");
             }
-            Err(status) => {
-                tracing::debug!(runtime = %name, %status, "recording the runtime failed")
+            Err(error) => {
+                tracing::debug!(runtime = %name, %error, "recording the runtime failed")
             }
         }
     }
 
-    async fn ensure(&self, spec: LaunchSpec) {
+    async fn ensure(&self, term: u64, spec: LaunchSpec) {
         let name = spec.name();
         let ensured = self.driver.ensure(&spec).await;
         if !matches!(ensured, Err(DriverError::Unavailable { .. })) {
@@ -231,7 +270,7 @@ impl Launcher {
         }
         match ensured {
             Ok(RuntimeState::Running(endpoint)) => {
-                self.record(spec.sandbox_id, spec.generation, endpoint)
+                self.record(term, spec.sandbox_id, spec.generation, endpoint)
                     .await;
             }
             Ok(RuntimeState::Pending { detail }) => {
@@ -240,12 +279,14 @@ impl Launcher {
             Ok(RuntimeState::Failed { reason }) => {
                 tracing::warn!(runtime = %name, %reason, "launch failed");
                 let reason = format!("{LAUNCH_FAILED}: {reason}");
-                self.fail(spec.sandbox_id, spec.generation, reason).await;
+                self.fail(term, spec.sandbox_id, spec.generation, reason)
+                    .await;
             }
             Err(DriverError::Refused { message, .. }) => {
                 tracing::warn!(runtime = %name, %message, "launch refused");
                 let reason = format!("{LAUNCH_FAILED}: {message}");
-                self.fail(spec.sandbox_id, spec.generation, reason).await;
+                self.fail(term, spec.sandbox_id, spec.generation, reason)
+                    .await;
             }
             Err(e @ DriverError::Unavailable { .. }) => {
                 self.retried(&name, Some(format!("launch not done: {e}")));
@@ -253,15 +294,22 @@ impl Launcher {
         }
     }
 
-    async fn fail(&self, sandbox: String, generation: u64, reason: String) {
+    async fn fail(&self, term: u64, sandbox: String, generation: u64, reason: String) {
         let reason = bounded(reason);
         let command = Command::FailLaunch(FailLaunch {
             sandbox,
             generation,
             reason,
+            raft_term: term,
         });
-        if let Err(status) = self.hub.propose(&command).await {
-            tracing::debug!(%status, "failing the sandbox not written; retrying next pass");
+        match self.hub.propose_as_leader(term, command).await {
+            Ok(pool::Outcome::Applied(_)) => {}
+            Ok(pool::Outcome::Rejected(reason)) => {
+                tracing::info!(%reason, "failing the sandbox refused");
+            }
+            Err(error) => {
+                tracing::debug!(%error, "failing the sandbox not written; retrying next pass");
+            }
         }
     }
 }

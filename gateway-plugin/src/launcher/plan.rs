@@ -13,7 +13,11 @@
 //!   left alone, since a second runtime would run a second workload.
 //! - **Fail** (`RuntimeLost`) a generation in `Admitting`, `Assigned` or
 //!   `Recovering` whose recorded runtime the list no longer shows, or shows
-//!   failed. Never relaunched. `Stopping` is exempt: its runtime ends on
+//!   failed, but only when the runtime was recorded at or below the log
+//!   index applied before the list was taken (`listed_after`): a list taken
+//!   before the record (a deposed leader's, a slow driver call's) cannot
+//!   show a runtime another leader started meanwhile, and says nothing
+//!   about it. Never relaunched. `Stopping` is exempt: its runtime ends on
 //!   purpose.
 //! - **Delete** a listed runtime whose generation is deleted, failed,
 //!   superseded by a newer generation, or unknown to the state.
@@ -64,8 +68,15 @@ pub struct LaunchDefaults {
     pub trusted_grant_keys_file: Option<String>,
 }
 
-/// The actions for one pass, in order: deletes, fails, ensures.
-pub fn plan(state: &PoolState, listed: &[Observed], defaults: &LaunchDefaults) -> Vec<Action> {
+/// The actions for one pass, in order: deletes, fails, ensures. `listed`
+/// is the driver's list, taken after this node applied log index
+/// `listed_after`; `state` was read after the list.
+pub fn plan(
+    state: &PoolState,
+    listed: &[Observed],
+    listed_after: u64,
+    defaults: &LaunchDefaults,
+) -> Vec<Action> {
     let mut actions = Vec::new();
     for runtime in listed {
         if !owned_by_live_generation(state, runtime) {
@@ -76,6 +87,8 @@ pub fn plan(state: &PoolState, listed: &[Observed], defaults: &LaunchDefaults) -
     }
     for sandbox in state.sandboxes().values() {
         match &sandbox.runtime {
+            // Recorded after the list was taken: the list cannot tell.
+            Some(recorded) if recorded.recorded_index > listed_after => {}
             Some(recorded) if watched(sandbox.phase) => {
                 if let Some(reason) = lost(&recorded.name, listed) {
                     actions.push(Action::Fail {
@@ -226,6 +239,7 @@ mod tests {
         fn record(&mut self, sb: &str) {
             let generation = self.generation(sb);
             self.apply(Command::RecordRuntime(RecordRuntime {
+                raft_term: 0,
                 sandbox: sb.into(),
                 generation,
                 name: runtime_name(sb, generation),
@@ -248,6 +262,7 @@ mod tests {
         fn delete(&mut self, sb: &str) {
             let generation = self.generation(sb);
             self.apply(Command::Delete(Delete {
+                raft_term: 0,
                 sandbox: sb.into(),
                 generation,
             }));
@@ -261,8 +276,9 @@ mod tests {
             self.sandbox(sb).generation
         }
 
+        /// A plan from a list taken now (after every record so far).
         fn plan(&self, listed: &[Observed]) -> Vec<Action> {
-            plan(&self.state, listed, &defaults())
+            plan(&self.state, listed, self.index, &defaults())
         }
     }
 
@@ -392,6 +408,33 @@ mod tests {
         assert!(ensures(&gone).is_empty());
     }
 
+    /// - given: a leader lists the runtimes (none of `b3` yet), then
+    ///   another leader ensures `b3`'s runtime and records it, then the
+    ///   first leader's read returns the state with the record (the t32
+    ///   race: a deposed leader's stale list against a fresh state)
+    /// - then: the plan from that list fails nothing, ensures nothing and
+    ///   deletes nothing; a list taken after the record that misses the
+    ///   runtime does fail it as lost
+    #[test]
+    fn a_runtime_recorded_after_the_list_was_taken_is_not_failed_as_lost() {
+        let mut p = Pool::with("b3");
+        let listed_after = p.index;
+        p.record("b3");
+        p.ack("b3");
+        let stale = plan(&p.state, &[], listed_after, &defaults());
+        assert_eq!(
+            stale,
+            vec![],
+            "a list older than the record decides nothing"
+        );
+        let fresh = p.plan(&[]);
+        assert!(
+            matches!(fresh.as_slice(), [Action::Fail { sandbox, reason, .. }]
+                if sandbox == "b3" && reason.starts_with("RuntimeLost: ")),
+            "{fresh:?}"
+        );
+    }
+
     /// - given: an assigned sandbox with no runtime recorded (launched
     ///   before runtimes were recorded: its runtime is not the driver's)
     /// - then: nothing is created for it (a second workload)
@@ -415,6 +458,7 @@ mod tests {
         p.record("failed");
         let generation = p.generation("failed");
         p.apply(Command::FailLaunch(FailLaunch {
+            raft_term: 0,
             sandbox: "failed".into(),
             generation,
             reason: "RuntimeLost: x".into(),

@@ -178,6 +178,29 @@ pub(crate) fn advance(counter: &IntCounter, seen: &mut u64, now: u64) {
     *seen = now;
 }
 
+/// The per-call families live with their layer ([`crate::rpc_metrics`]),
+/// which knows nothing of this registry; they are registered here with the
+/// rest.
+impl GrpcMetrics {
+    /// Registers the collectors in `reg`.
+    pub(crate) fn new(reg: &Reg<'_>) -> Self {
+        GrpcMetrics {
+            handling: reg.histogram_vec(
+                "grpc_server_handling_seconds",
+                "Time from a gRPC call's arrival to its end (a stream's: its last message), by service, method and status code",
+                &crate::rpc_metrics::LABELS,
+                &LATENCY_BUCKETS,
+            ),
+            handled: reg.counter_vec(
+                "grpc_server_handled_total",
+                "gRPC calls finished on this gateway, by service, method and status code",
+                &crate::rpc_metrics::LABELS,
+            ),
+            known: crate::rpc_metrics::KnownMethods::gateway(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,6 +15,7 @@ use super::{advance, Reg};
 use crate::convert::to_proto;
 use crate::pool_tally::{PoolTally, DRAIN_RESULTS, STALE_REASONS};
 use crate::state::GatewayState;
+use pool::fence::FENCED_COMMANDS;
 
 /// Every member state, for the zero series.
 const MEMBER_STATES: [MemberState; 4] = [
@@ -47,6 +48,7 @@ struct Seen {
     drains_started: u64,
     drains_finished: [u64; 3],
     stale: [u64; 3],
+    fenced: [u64; FENCED_COMMANDS.len()],
     /// The last finished drain observed ([`crate::pool_tally::FinishedDrain::seq`]).
     drain_seq: u64,
 }
@@ -84,6 +86,9 @@ pub struct PoolMetrics {
     pub drain_duration: Histogram,
     /// Reports refused as stale, by what was stale.
     pub stale_reports_refused: IntCounterVec,
+    /// Leader-planned commands refused at apply because another leader's
+    /// raft term was applied (a deposed leader's decisions), by command.
+    pub fenced_commands_refused: IntCounterVec,
     /// What the tally counters were last advanced to.
     seen: Arc<Mutex<Seen>>,
 }
@@ -151,6 +156,11 @@ impl PoolMetrics {
                 "Sandbox reports refused as stale, by what was stale (term, incarnation, generation)",
                 &["reason"],
             ),
+            fenced_commands_refused: reg.counter_vec(
+                "openshell_pool_fenced_commands_refused_total",
+                "Commands a leader planned, refused at apply because they were planned in another raft term than the applied one (a deposed leader's decisions), by command",
+                &["command"],
+            ),
             seen: Arc::default(),
         };
         for state in MEMBER_STATES {
@@ -164,6 +174,9 @@ impl PoolMetrics {
         }
         for reason in STALE_REASONS {
             m.stale_reports_refused.with_label_values(&[reason]);
+        }
+        for command in FENCED_COMMANDS {
+            m.fenced_commands_refused.with_label_values(&[command]);
         }
         m
     }
@@ -217,6 +230,10 @@ impl PoolMetrics {
         for (i, reason) in STALE_REASONS.iter().enumerate() {
             let c = self.stale_reports_refused.with_label_values(&[reason]);
             advance(&c, &mut seen.stale[i], tally.stale_reports_refused[i]);
+        }
+        for (i, command) in FENCED_COMMANDS.iter().enumerate() {
+            let c = self.fenced_commands_refused.with_label_values(&[command]);
+            advance(&c, &mut seen.fenced[i], tally.fenced_refused[i]);
         }
         let last = tally.finished.back().map_or(0, |d| d.seq);
         if last < seen.drain_seq {

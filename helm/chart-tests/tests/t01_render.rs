@@ -22,7 +22,10 @@ fn options() -> Vec<Value> {
         json!({
             "networkPolicy": {"enabled": true, "extraClientFrom": [
                 {"namespaceSelector": {"matchLabels": {"team": "ops"}}}]},
-            "metrics": {"serviceMonitor": {"enabled": true, "labels": {"release": "prom"}}},
+            "metrics": {"serviceMonitor": {"enabled": true, "labels": {"release": "prom"}},
+                        "podMonitor": {"enabled": true, "labels": {"release": "prom"}},
+                        "grafanaDashboard": {"enabled": true,
+                                             "annotations": {"grafana_folder": "OpenShell"}}},
             "gateway": {"persistence": {"storageClassName": "fast"}},
             "workloads": {"namespace": "openshell-sandboxes", "podTemplate": {
                 "metadata": {"labels": {"team": "sandboxes"}},
@@ -581,4 +584,80 @@ fn generated_keys_and_certificate_fit_the_binaries() {
         assert!(san.contains(&name), "{name} not in {san}");
     }
     assert!(san.contains("IPAddress([127, 0, 0, 1])"), "{san}");
+}
+
+/// - given: the supervisor PodMonitor and the Grafana dashboard turned on
+/// - then: the PodMonitor selects exactly the supervisor Deployment's Pods
+///   (its selector is the Pod template's labels) and scrapes the port the
+///   supervisor container names `http` at `/metrics`, with the configured
+///   interval and labels; the dashboard ConfigMap carries the sidecar's
+///   label and the folder annotation, and its JSON is the chart's
+///   `dashboards/openshell.json` byte for byte; both are off by default
+#[test]
+fn the_pod_monitor_scrapes_the_supervisors_and_the_dashboard_ships_for_the_sidecar() {
+    let Some(tools) = tools(
+        "t01_render the_pod_monitor_scrapes_the_supervisors_and_the_dashboard_ships_for_the_sidecar",
+    ) else {
+        return;
+    };
+    let off = tools.render(json!({}));
+    assert!(
+        !off.objects.iter().any(|o| o["kind"] == "PodMonitor"),
+        "a PodMonitor rendered by default: {:?}",
+        off.names()
+    );
+    assert!(!off.names().iter().any(|n| n.ends_with("-dashboard")));
+    let r = tools.render_and_lint(json!({"metrics": {
+        "podMonitor": {"enabled": true, "interval": "15s", "labels": {"release": "prom"}},
+        "grafanaDashboard": {"enabled": true, "annotations": {"grafana_folder": "OpenShell"}},
+    }}));
+    let name = fullname();
+    let monitor = r.get("PodMonitor", &format!("{name}-supervisor"));
+    let supervisors = r.get("Deployment", &format!("{name}-supervisor"));
+    let pod_labels = &supervisors["spec"]["template"]["metadata"]["labels"];
+    let selector = monitor["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .expect("matchLabels");
+    assert!(!selector.is_empty());
+    for (k, v) in selector {
+        assert_eq!(
+            &pod_labels[k], v,
+            "selector {k} does not match the supervisor Pods"
+        );
+    }
+    assert_eq!(
+        supervisors["spec"]["selector"]["matchLabels"].as_object(),
+        Some(selector),
+        "the PodMonitor selects what the Deployment owns"
+    );
+    let endpoint = &monitor["spec"]["podMetricsEndpoints"][0];
+    assert_eq!(endpoint["path"], "/metrics");
+    assert_eq!(endpoint["interval"], "15s");
+    let ports = container(supervisors)["ports"].as_array().expect("ports");
+    assert!(
+        ports.iter().any(|p| p["name"] == endpoint["port"]),
+        "the supervisor names no port {}: {ports:?}",
+        endpoint["port"]
+    );
+    assert_eq!(monitor["metadata"]["labels"]["release"], "prom");
+
+    let map = r.get("ConfigMap", &format!("{name}-dashboard"));
+    assert_eq!(map["metadata"]["labels"]["grafana_dashboard"], "1");
+    assert_eq!(
+        map["metadata"]["annotations"]["grafana_folder"],
+        "OpenShell"
+    );
+    let shipped = r.config_map_key(&format!("{name}-dashboard"), "openshell.json");
+    let file = std::fs::read_to_string(chart_dir().join("dashboards/openshell.json"))
+        .expect("dashboards/openshell.json");
+    assert_eq!(
+        shipped.trim_end(),
+        file.trim_end(),
+        "the dashboard is the chart's file"
+    );
+    let dashboard: Value = serde_json::from_str(&shipped).expect("the dashboard is JSON");
+    assert!(dashboard["panels"]
+        .as_array()
+        .is_some_and(|p| !p.is_empty()));
+    tools.validate(&r.objects);
 }

@@ -23,3 +23,4 @@ pub mod probe;
 pub mod proxy;
 pub mod rbac;
 pub mod release;
+pub mod token;

@@ -20,6 +20,7 @@ use anyhow::{bail, Context};
 use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec, Volume};
 
 use crate::manifest::Manifests;
+use crate::token::{mint, TokenClaims};
 
 /// Where the image keeps its binaries; the harness binds its `bin_dir`
 /// there in every pod.
@@ -289,7 +290,7 @@ fn mount_script(
     ) {
         let sa = dir.join("serviceaccount");
         fs::create_dir_all(&sa)?;
-        let token = crate::api::mint(&claims(plan, Vec::new()));
+        let token = mint(&claims(plan, Vec::new()));
         for (name, bytes) in [
             ("token", token.as_bytes()),
             ("ca.crt", ca.as_slice()),
@@ -440,7 +441,7 @@ fn volume_files(
             }
             if let Some(t) = &src.service_account_token {
                 let audiences = t.audience.iter().cloned().collect();
-                let token = crate::api::mint(&claims(plan, audiences));
+                let token = mint(&claims(plan, audiences));
                 files.insert(t.path.clone(), token.into_bytes());
             }
         }
@@ -450,8 +451,8 @@ fn volume_files(
 }
 
 /// What a token minted for this pod says.
-fn claims(plan: &PodPlan, audiences: Vec<String>) -> crate::api::TokenClaims {
-    crate::api::TokenClaims {
+fn claims(plan: &PodPlan, audiences: Vec<String>) -> TokenClaims {
+    TokenClaims {
         namespace: plan.namespace.clone(),
         service_account: plan
             .spec

@@ -5,8 +5,8 @@
 
 use serde_json::Value;
 
-use crate::api::TokenClaims;
 use crate::manifest::Manifests;
+use crate::token::TokenClaims;
 
 /// Whether `who` may `verb` `resource` (of API `group`) named `name` in
 /// namespace `ns` (empty for cluster-scoped resources).

@@ -31,6 +31,7 @@
 pub mod etcd;
 pub mod etcd_wire;
 pub mod failover;
+pub mod failover_load;
 pub mod file_limit;
 pub mod gateways;
 pub mod inproc;

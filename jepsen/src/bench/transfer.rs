@@ -13,7 +13,7 @@ use anyhow::Context;
 use proto::cluster::cluster_admin_client::ClusterAdminClient;
 use proto::cluster::TransferLeaderRequest;
 
-use super::failover::Load;
+use super::failover_load::Load;
 use super::gateways::Gateways;
 
 /// `n` transfers of the gateways' leadership under `load`, each to the node

@@ -56,8 +56,8 @@ enum Cmd {
         only: Vec<String>,
     },
     /// Re-checks a history.jsonl: linearizability (register workload) or
-    /// the pool invariants I1-I8 (pool workload; with workload-continuity
-    /// when a runtime-logs/ directory is beside it).
+    /// the pool invariants I1-I8 (pool workload; with healthy-workloads-kept
+    /// and workload-continuity when a runtime-logs/ directory is beside it).
     Check {
         /// The history file.
         history: PathBuf,
@@ -355,10 +355,17 @@ fn check_history(history: &std::path::Path) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    print!(
-        "{}",
-        jepsen::recovery::measure(&events, jepsen::recovery::cluster_size(&events)).table()
-    );
+    let n = jepsen::recovery::cluster_size(&events);
+    let recovery = jepsen::recovery::measure(&events, n);
+    print!("{}", recovery.table());
+    // The follower lag needs the samples the run wrote beside its history.
+    let samples = history.with_file_name("replicas.jsonl");
+    if samples.is_file() {
+        match jepsen::lag::read_rounds(&samples) {
+            Ok(rounds) => print!("{}", jepsen::lag::measure(&rounds, &recovery, n).table()),
+            Err(e) => eprintln!("{e:#}"),
+        }
+    }
     if events.iter().any(|e| e.f == "launch" || e.f == "grant") {
         return check_pool(&events, history);
     }
@@ -416,8 +423,12 @@ fn check_pool(events: &[jepsen::history::Event], history: &std::path::Path) -> E
     // beside the history (supervisor exits are known only to the run).
     let runtimes = history.with_file_name(jepsen::members::runtime_log::LOGS_DIR);
     if runtimes.is_dir() {
+        let runtimes = jepsen::members::runtime_log::runtime_logs(&runtimes);
+        checkers.push(Box::new(jepsen::checker::kept::HealthyWorkloadsKept {
+            runtimes: runtimes.clone(),
+        }));
         checkers.push(Box::new(jepsen::checker::workload::WorkloadContinuity {
-            runtimes: jepsen::members::runtime_log::runtime_logs(&runtimes),
+            runtimes,
             exits: Vec::new(),
         }));
     }
@@ -607,6 +618,7 @@ fn main() -> ExitCode {
                         println!("{:<22} {:?}: {}", r.checker, r.valid, r.summary);
                     }
                     print!("{}", outcome.recovery.table());
+                    print!("{}", outcome.lag.table());
                     println!("report: {}/index.html", outcome.dir.display());
                     if outcome.valid {
                         ExitCode::SUCCESS

@@ -4,7 +4,7 @@
 
 use serde_json::json;
 
-use super::{CheckResult, Checker, FinalState, Validity};
+use crate::checker::verdict::{CheckResult, Checker, FinalState, Validity};
 use crate::history::Event;
 
 /// The replicas-identical checker.

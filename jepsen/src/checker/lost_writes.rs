@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use serde_json::json;
 
 use super::linear::{ops_by_key, Op, RegOp};
-use super::{CheckResult, Checker, FinalState, Validity};
+use crate::checker::verdict::{CheckResult, Checker, FinalState, Validity};
 use crate::history::Event;
 
 /// The acknowledged-writes checker.

@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 use serde_json::json;
 
-use super::{CheckResult, Checker, FinalState, Validity};
+use crate::checker::verdict::{CheckResult, Checker, FinalState, Validity};
 use crate::history::{Event, OpType, Process};
 
 /// The `one-version-per-write` checker.

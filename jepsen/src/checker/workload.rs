@@ -25,10 +25,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde_json::json;
-
 use super::pool::observations;
-use super::{CheckResult, Checker, FinalState, Validity};
+use crate::checker::verdict::{CheckResult, Checker, FinalState};
 use crate::history::Event;
 use crate::members::runtime_log::RuntimeLog;
 
@@ -195,36 +193,26 @@ impl Checker for WorkloadContinuity {
             violations.push((format!("supervisor {exit}"), Vec::new()));
         }
         let undecided = statuses == 0;
-        let valid = Validity::judge(!violations.is_empty(), undecided);
-        let mut offending: Vec<u64> = violations.iter().flat_map(|v| v.1.clone()).collect();
-        offending.sort_unstable();
-        offending.dedup();
-        CheckResult {
-            checker: self.name().into(),
-            valid,
-            summary: format!(
-                "{} violations; {statuses} workload statuses observed over {} sandbox generations; {} runtimes started for {} sandboxes, {accepted} grants accepted; {} supervisor exits{}",
-                violations.len(),
-                seen.len(),
-                self.runtimes.values().map(|l| l.starts).sum::<usize>(),
-                self.runtimes.len(),
-                self.exits.len(),
-                if undecided { " (no workload status observed: nothing to check)" } else { "" }
-            ),
-            offending,
-            details: json!({
-                "violations": violations.iter().take(100).map(|(what, events)| json!({"what": what, "events": events})).collect::<Vec<_>>(),
-                "violations_total": violations.len(),
-            }),
-        }
+        let summary = format!(
+            "{} violations; {statuses} workload statuses observed over {} sandbox generations; {} runtimes started for {} sandboxes, {accepted} grants accepted; {} supervisor exits{}",
+            violations.len(),
+            seen.len(),
+            self.runtimes.values().map(|l| l.starts).sum::<usize>(),
+            self.runtimes.len(),
+            self.exits.len(),
+            if undecided { " (no workload status observed: nothing to check)" } else { "" }
+        );
+        CheckResult::of_violations(self.name(), &violations, undecided, summary)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checker::verdict::Validity;
     use crate::history::{EventSpec, OpType, Process, Recorder};
     use crate::members::runtime_log::Activation;
+    use serde_json::json;
 
     /// A `get` of sb1 whose view names `owner` at `term` with observed
     /// status `observed`; returns the completion's index.
@@ -256,6 +244,7 @@ mod tests {
         let log = RuntimeLog {
             starts,
             activations: Vec::new(),
+            ended_running: Vec::new(),
         };
         check_with(r, log, exits)
     }
@@ -285,6 +274,7 @@ mod tests {
         let log = RuntimeLog {
             starts: 1,
             activations: vec![accepted("s1", 1, 1), accepted("s2", 2, 2)],
+            ended_running: Vec::new(),
         };
         let result = check_with(&r, log, Vec::new());
         assert_eq!(result.valid, Validity::Valid, "{}", result.summary);
@@ -297,11 +287,13 @@ mod tests {
         let back = RuntimeLog {
             starts: 1,
             activations: vec![accepted("s2", 2, 2), accepted("s1", 1, 1)],
+            ended_running: Vec::new(),
         };
         assert_eq!(check_with(&r, back, Vec::new()).valid, Validity::Invalid);
         let forged = RuntimeLog {
             starts: 1,
             activations: vec![accepted("s3", 2, 2)],
+            ended_running: Vec::new(),
         };
         let result = check_with(&r, forged, Vec::new());
         assert_eq!(result.valid, Validity::Invalid);

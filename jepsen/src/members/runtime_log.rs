@@ -28,6 +28,25 @@ pub struct RuntimeLog {
     pub starts: usize,
     /// Grants the runtimes accepted, in log order (`activated` lines).
     pub activations: Vec<Activation>,
+    /// Each time a runtime's workload was ended from outside while it ran:
+    /// a `Release` (`released: stopping the workload`) or a driver delete
+    /// (`shutdown requested`) logged after `workload started` and before
+    /// any `workload stopped` (a workload that exited or hit its recovery
+    /// deadline by itself logs `workload stopped` first). What the
+    /// `healthy-workloads-kept` checker ([`crate::checker::kept`]) reads.
+    pub ended_running: Vec<EndedRunning>,
+}
+
+/// A runtime whose workload was ended from outside while it ran.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EndedRunning {
+    /// The sandbox generation.
+    pub generation: u64,
+    /// `released` (a supervisor presented a release grant) or `shut down`
+    /// (the driver deleted the runtime).
+    pub how: &'static str,
+    /// The log line's timestamp (the runtime's wall clock).
+    pub at: String,
 }
 
 /// A grant a runtime accepted.
@@ -77,9 +96,33 @@ fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
 /// Parses one runtime log.
 pub fn parse_runtime_log(text: &str) -> RuntimeLog {
     let mut log = RuntimeLog::default();
+    let mut running = false;
     for line in text.lines() {
         let line = strip_ansi(line);
         let line = line.as_str();
+        let ended = if line.contains("released: stopping the workload") {
+            Some("released")
+        } else if line.contains("shutdown requested") {
+            Some("shut down")
+        } else {
+            None
+        };
+        if line.contains("workload started") {
+            running = true;
+        } else if line.contains("workload stopped") {
+            running = false;
+        } else if let Some(how) = ended.filter(|_| running) {
+            running = false;
+            log.ended_running.push(EndedRunning {
+                generation: 0,
+                how,
+                at: line
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or_default()
+                    .to_string(),
+            });
+        }
         if line.contains("serving SandboxRuntime") {
             log.starts += 1;
         } else if line.contains(" activated") {
@@ -149,7 +192,13 @@ pub fn runtime_logs(logs_dir: &Path) -> BTreeMap<String, RuntimeLog> {
         by_sandbox
             .entry(spec.sandbox_id)
             .or_default()
-            .insert((spec.generation, stem), parse_runtime_log(&text));
+            .insert((spec.generation, stem), {
+                let mut log = parse_runtime_log(&text);
+                for e in &mut log.ended_running {
+                    e.generation = spec.generation;
+                }
+                log
+            });
     }
     by_sandbox
         .into_iter()
@@ -158,6 +207,7 @@ pub fn runtime_logs(logs_dir: &Path) -> BTreeMap<String, RuntimeLog> {
             for log in logs.into_values() {
                 all.starts += log.starts;
                 all.activations.extend(log.activations);
+                all.ended_running.extend(log.ended_running);
             }
             (sandbox, all)
         })

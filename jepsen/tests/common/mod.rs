@@ -70,7 +70,8 @@ pub fn build_fault_gateway(feature: &str) -> PathBuf {
 }
 
 /// Every fault feature: the one fault build (gateway-plugin/src/fault.rs).
-const FAULT_FEATURES: &str = "fault-stale-reads,fault-skip-i4,fault-shared-resource-version";
+const FAULT_FEATURES: &str =
+    "fault-stale-reads,fault-skip-i4,fault-shared-resource-version,fault-stale-runtime-list";
 
 /// `openshell-supervisor` and `openshell-sandbox-runtime`, built up to date
 /// by the workspace build.

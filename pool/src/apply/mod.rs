@@ -53,6 +53,10 @@ impl PoolState {
     /// Deterministic: the same state and command give the same outcome and
     /// the same next state on every replica.
     pub fn apply(&mut self, index: u64, cmd: &Command) -> Outcome {
+        // A leader's decision counts only in its own raft term (crate::fence).
+        if let Some(Err(reason)) = cmd.planned_raft_term().map(|t| self.check_fence(t)) {
+            return Outcome::Rejected(reason);
+        }
         done(match cmd {
             Command::Tick(c) => self.apply_tick(c),
             Command::Configure(c) => self.apply_configure(c),
@@ -74,7 +78,7 @@ impl PoolState {
             Command::CompleteOperation(c) => self.apply_complete_operation(c),
             Command::FailOperation(c) => self.apply_fail_operation(c),
             Command::CancelOperation(c) => self.apply_cancel_operation(c),
-            Command::RecordRuntime(c) => self.apply_record_runtime(c),
+            Command::RecordRuntime(c) => self.apply_record_runtime(index, c),
             Command::FailLaunch(c) => self.apply_fail_launch(c),
         })
     }

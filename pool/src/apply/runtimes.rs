@@ -84,22 +84,26 @@ impl PoolState {
         }
     }
 
-    /// Records the endpoint of a live generation's runtime. The record
-    /// belongs to that generation (a new generation starts without one) and
+    /// Records the endpoint of a live generation's runtime, with the log
+    /// index recording it (`index`). The record belongs to that generation (a new generation starts without one) and
     /// is never replaced: the same record again is an idempotent repeat (a
     /// new leader re-proposing), a different one is rejected
     /// (`RuntimeAlreadyRecorded`). Changes no ownership, term or charge (I1,
     /// I2, I5 untouched); a deleted or failed generation takes none (I8).
-    pub(super) fn apply_record_runtime(&mut self, c: &RecordRuntime) -> R<Effect> {
+    pub(super) fn apply_record_runtime(&mut self, index: u64, c: &RecordRuntime) -> R<Effect> {
         let s = self.live(&c.sandbox, c.generation)?;
         check_endpoint(c)?;
         let runtime = Runtime {
             name: c.name.clone(),
             address: c.address.clone(),
             ca_pem: c.ca_pem.clone(),
+            recorded_index: index,
+        };
+        let same = |r: &Runtime| {
+            r.name == runtime.name && r.address == runtime.address && r.ca_pem == runtime.ca_pem
         };
         match &s.runtime {
-            Some(recorded) if *recorded == runtime => return Ok(Effect::RuntimeAlreadyRecorded),
+            Some(recorded) if same(recorded) => return Ok(Effect::RuntimeAlreadyRecorded),
             Some(recorded) => return Err(Reason::RuntimeAlreadyRecorded(recorded.name.clone())),
             None => {}
         }

@@ -252,6 +252,24 @@ impl PoolState {
         Ok(Effect::OwnerChanged(a))
     }
 
+    /// Whether applying `c` could change nothing: the sandbox's owner is
+    /// already `c`'s member incarnation, acknowledged in `c`'s generation
+    /// and term. Terms only grow and an acknowledged term stays
+    /// acknowledged until the owner changes (which bumps the term, I1), so
+    /// an older applied state that shows this is right too: a gateway may
+    /// skip such an ack without writing it (a supervisor resends acks it
+    /// still sees unacknowledged, and each duplicate would cost a raft
+    /// write).
+    pub fn already_acknowledged(&self, c: &Acknowledge) -> bool {
+        self.sandboxes.get(&c.sandbox).is_some_and(|s| {
+            s.generation == c.generation
+                && s.owner.member == c.member
+                && s.owner.incarnation == c.incarnation
+                && s.owner.term == c.term
+                && s.owner.acknowledged
+        })
+    }
+
     /// The owner acknowledges its term: phase Assigned, its reports count
     /// from now on (I3).
     pub(super) fn apply_acknowledge(&mut self, c: &Acknowledge) -> R<Effect> {

@@ -14,7 +14,8 @@
 //!
 //! A sandbox record's optional runtime endpoint is field 10 of
 //! [`SandboxRecord`] ([`RuntimeRecord`]); a snapshot written before it
-//! existed decodes to no runtime.
+//! existed decodes to no runtime; its field 4 `recorded_index` (issue 27)
+//! decodes to 0 from an older snapshot (recorded before any list).
 //!
 //! Garbage collection's fields (issue 16): meta 6 `retention_ticks` and 7
 //! `generation_floor`, sandbox 11 `ended_tick`, operation 11
@@ -38,26 +39,11 @@ mod wire;
 
 pub use wire::*;
 
-fn member_state_to(s: MemberState) -> MemberStateWire {
-    match s {
-        MemberState::Active => MemberStateWire::Active,
-        MemberState::Draining => MemberStateWire::Draining,
-        MemberState::Leaving => MemberStateWire::Leaving,
-        MemberState::Expired => MemberStateWire::Expired,
-    }
-}
-
 fn member_state_from(v: i32) -> Result<MemberState, DecodeError> {
-    match MemberStateWire::try_from(v) {
-        Ok(MemberStateWire::Active) => Ok(MemberState::Active),
-        Ok(MemberStateWire::Draining) => Ok(MemberState::Draining),
-        Ok(MemberStateWire::Leaving) => Ok(MemberState::Leaving),
-        Ok(MemberStateWire::Expired) => Ok(MemberState::Expired),
-        _ => Err(DecodeError::InvalidEnum {
-            field: "member.state",
-            value: v,
-        }),
-    }
+    MemberState::from_tag(v).ok_or(DecodeError::InvalidEnum {
+        field: "member.state",
+        value: v,
+    })
 }
 
 fn phase_to(p: Phase) -> PhaseWire {
@@ -119,7 +105,7 @@ pub fn member_to_record(m: &Member) -> MemberRecord {
         address: m.address.clone(),
         capacity: m.capacity,
         charged: m.charged,
-        state: member_state_to(m.state) as i32,
+        state: m.state.tag(),
         last_heartbeat_tick: m.last_heartbeat_tick,
         down_since_tick: m.down_since_tick,
         process_id: m.process_id,
@@ -176,6 +162,7 @@ pub fn sandbox_to_record(s: &Sandbox) -> SandboxRecord {
             name: r.name.clone(),
             address: r.address.clone(),
             ca_pem: r.ca_pem.clone(),
+            recorded_index: r.recorded_index,
         }),
         ended_tick: s.ended_tick,
     }
@@ -216,6 +203,7 @@ pub fn sandbox_from_record(r: SandboxRecord) -> Result<Sandbox, DecodeError> {
             name: rt.name,
             address: rt.address,
             ca_pem: rt.ca_pem,
+            recorded_index: rt.recorded_index,
         }),
         ended_tick: r.ended_tick,
     })

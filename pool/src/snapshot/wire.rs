@@ -5,22 +5,6 @@
 #[allow(unused_imports)] // doc links
 use crate::state::{MemberState, OperationPhase, Phase};
 
-/// Wire enum of [`MemberState`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, prost::Enumeration)]
-#[repr(i32)]
-pub enum MemberStateWire {
-    /// Never written.
-    Unspecified = 0,
-    /// Active.
-    Active = 1,
-    /// Draining.
-    Draining = 2,
-    /// Leaving.
-    Leaving = 3,
-    /// Expired.
-    Expired = 4,
-}
-
 /// Wire enum of [`Phase`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, prost::Enumeration)]
 #[repr(i32)]
@@ -106,8 +90,10 @@ pub struct MemberRecord {
     /// Charged slots.
     #[prost(uint32, tag = "6")]
     pub charged: u32,
-    /// State.
-    #[prost(enumeration = "MemberStateWire", tag = "7")]
+    /// State: [`MemberState::tag`] (an enum on the wire is a varint
+    /// int32, so snapshots written with the former wire enum read the
+    /// same).
+    #[prost(int32, tag = "7")]
     pub state: i32,
     /// Last heartbeat tick.
     #[prost(uint64, tag = "8")]
@@ -183,6 +169,9 @@ pub struct RuntimeRecord {
     /// CA certificate PEM.
     #[prost(string, tag = "3")]
     pub ca_pem: String,
+    /// The log index that recorded it (absent before issue 27: 0).
+    #[prost(uint64, tag = "4")]
+    pub recorded_index: u64,
 }
 
 /// Sandbox record.

@@ -74,6 +74,7 @@ impl H {
     pub fn tick(&mut self) {
         let n = self.st.now_tick();
         self.ok(Command::Tick(Tick {
+            raft_term: 0,
             expected_now_tick: n,
         }));
     }
@@ -196,6 +197,7 @@ pub fn report(sb: &str, generation: u64, m: &str, inc: u64, term: u64, status: &
 pub fn takeover_of(st: &PoolState, sb: &str) -> Command {
     let s = st.sandbox(sb).expect("sandbox");
     Command::Takeover(Takeover {
+        raft_term: 0,
         sandbox: sb.to_string(),
         generation: s.generation,
         expected_owner: s.owner.member.clone(),

@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::ServerName;
@@ -101,7 +102,10 @@ impl ClientTls {
     /// verifying the server's certificate for the URI's host, or for the
     /// [server name](ClientTls::with_server_name) when one is set.
     pub fn connector(&self) -> TlsConnector {
-        TlsConnector { tls: self.clone() }
+        TlsConnector {
+            tls: self.clone(),
+            timeout: None,
+        }
     }
 }
 
@@ -161,6 +165,37 @@ fn build_identified(
 #[derive(Clone, Debug)]
 pub struct TlsConnector {
     tls: ClientTls,
+    /// Bounds the TCP connect and, apart, the handshake (`None`: the
+    /// caller's own deadline only).
+    timeout: Option<Duration>,
+}
+
+impl TlsConnector {
+    /// The same connector, the TCP connect and the TLS handshake each
+    /// bounded by `timeout`: a handshake that does not complete in time
+    /// fails with an I/O error of kind `TimedOut` carrying
+    /// [`HandshakeTimedOut`], so a caller can say the server was reached
+    /// but did not answer.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+}
+
+/// A TLS handshake that did not complete in time: the server accepted the
+/// TCP connection but did not answer the ClientHello (stopped, overloaded,
+/// or its handshake slots full).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "TLS handshake with {addr} timed out after {} ms: the connection was accepted but the handshake \
+     got no answer",
+    after.as_millis()
+)]
+pub struct HandshakeTimedOut {
+    /// `host:port` dialled.
+    pub addr: String,
+    /// The bound that passed.
+    pub after: Duration,
 }
 
 impl tower::Service<Uri> for TlsConnector {
@@ -180,6 +215,7 @@ impl tower::Service<Uri> for TlsConnector {
     fn call(&mut self, uri: Uri) -> Self::Future {
         let config = self.tls.current();
         let server_name = self.tls.server_name.clone();
+        let timeout = self.timeout;
         Box::pin(async move {
             let invalid = |what: &str| {
                 std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{uri}: {what}"))
@@ -194,11 +230,34 @@ impl tower::Service<Uri> for TlsConnector {
                     "{verified:?} is not a DNS name or IP address: {e}"
                 ))
             })?;
-            let tcp = TcpStream::connect((bare, port)).await?;
+            let tcp = match timeout {
+                Some(t) => tokio::time::timeout(t, TcpStream::connect((bare, port)))
+                    .await
+                    .map_err(|_| {
+                        std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            format!(
+                                "connecting to {bare}:{port} timed out after {} ms",
+                                t.as_millis()
+                            ),
+                        )
+                    })??,
+                None => TcpStream::connect((bare, port)).await?,
+            };
             tcp.set_nodelay(true)?;
-            let tls = tokio_rustls::TlsConnector::from(config)
-                .connect(name, tcp)
-                .await?;
+            let handshake = tokio_rustls::TlsConnector::from(config).connect(name, tcp);
+            let tls = match timeout {
+                Some(after) => tokio::time::timeout(after, handshake).await.map_err(|_| {
+                    std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        HandshakeTimedOut {
+                            addr: format!("{bare}:{port}"),
+                            after,
+                        },
+                    )
+                })??,
+                None => handshake.await?,
+            };
             Ok(TokioIo::new(tls))
         })
     }

@@ -9,7 +9,11 @@
 //!   a CA, required on the gateway's peer port). [`incoming`] turns a TCP
 //!   listener into a stream of TLS connections for tonic's
 //!   `serve_with_incoming`: each handshake runs in its own task, bounded in
-//!   time ([`HANDSHAKE_TIMEOUT`]) and in number ([`MAX_HANDSHAKES`]).
+//!   time ([`HANDSHAKE_TIMEOUT`], and [`FIRST_BYTE_TIMEOUT`] for the
+//!   client's first byte) and in number ([`MAX_HANDSHAKES`] on the port and
+//!   [`MAX_HANDSHAKES_PER_ADDRESS`] for one peer address run at once;
+//!   [`MAX_PENDING_PER_ADDRESS`] connections of one address may wait, one
+//!   more is refused with an alert [`refused_for_limit`] recognises).
 //! - [`ClientTls`]: what a dialling side trusts (a CA) and optionally
 //!   presents (a client certificate); [`ClientTls::connector`] is the
 //!   connector `proto::client::connect` gives tonic.
@@ -30,6 +34,7 @@
 //! end-entity certificate, then any intermediates. Keys are PEM PKCS#8,
 //! PKCS#1 (RSA) or SEC1 (EC). A CA file holds one or more PEM certificates.
 
+mod accept;
 mod client;
 mod files;
 #[cfg(feature = "generate")]
@@ -40,9 +45,14 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+pub use accept::{
+    incoming, refused_for_limit, FIRST_BYTE_TIMEOUT, HANDSHAKE_TIMEOUT, MAX_HANDSHAKES,
+    MAX_HANDSHAKES_PER_ADDRESS, MAX_PENDING, MAX_PENDING_PER_ADDRESS,
+};
+pub use client::HandshakeTimedOut;
 pub use client::{ClientTls, TlsConnector};
 pub use files::{check_validity, read_certs, read_key, read_roots};
-pub use server::{incoming, ClientAuth, ServerTls, HANDSHAKE_TIMEOUT, MAX_HANDSHAKES};
+pub use server::{ClientAuth, ServerTls};
 
 /// How often [`Reloader::spawn`] looks at the files again.
 pub const RELOAD_EVERY: Duration = Duration::from_secs(2);

@@ -1,22 +1,11 @@
-//! The listening side: [`ServerTls`] (certificate, key, whom to admit) and
-//! [`incoming`], the TLS connection stream a tonic server serves.
+//! The listening side: [`ServerTls`] (certificate, key, whom to admit);
+//! [`super::incoming`] (in `accept.rs`) is the TLS connection stream a
+//! tonic server serves.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
-
-use futures::Stream;
-use tokio::net::{TcpListener, TcpStream};
-use tokio_rustls::server::TlsStream;
 
 use super::{alpn, provider, read_certs, read_key, read_roots, Build, Reload, TlsError, Watched};
-
-/// The longest a TLS handshake may take before the connection is dropped.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The most handshakes in progress at once on one port; further connections
-/// wait in the kernel's accept queue.
-pub const MAX_HANDSHAKES: usize = 128;
 
 /// Whom a port admits at the TLS layer.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -185,56 +174,4 @@ fn build_required(
 ) -> Result<rustls::ServerConfig, TlsError> {
     let verifier = client_verifier(files, contents, false)?;
     build_with(files, contents, Some(verifier))
-}
-
-/// The TLS connections of `listener`, for `serve_with_incoming`.
-///
-/// Each accepted connection's handshake runs in its own task, with the
-/// configuration current at accept time, within [`HANDSHAKE_TIMEOUT`]; at
-/// most [`MAX_HANDSHAKES`] run at once. A failed handshake (a plaintext
-/// client, an unknown CA, a missing client certificate) closes that
-/// connection and is logged at debug with the peer's address; it never ends
-/// the stream. The accept loop ends when the stream is dropped.
-pub fn incoming(
-    listener: TcpListener,
-    tls: ServerTls,
-) -> impl Stream<Item = Result<TlsStream<TcpStream>, std::io::Error>> + Send + 'static {
-    let (tx, rx) = tokio::sync::mpsc::channel::<TlsStream<TcpStream>>(MAX_HANDSHAKES);
-    let permits = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
-    tokio::spawn(async move {
-        loop {
-            let Ok(permit) = permits.clone().acquire_owned().await else {
-                return;
-            };
-            let accepted = tokio::select! {
-                accepted = listener.accept() => accepted,
-                () = tx.closed() => return,
-            };
-            let (socket, peer) = match accepted {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    // Out of descriptors and the like: wait, do not spin.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            };
-            let _ = socket.set_nodelay(true);
-            let acceptor = tokio_rustls::TlsAcceptor::from(tls.current());
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                let _permit = permit;
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(socket)).await {
-                    Ok(Ok(stream)) => {
-                        let _ = tx.send(stream).await;
-                    }
-                    Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake refused"),
-                    Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
-                }
-            });
-        }
-    });
-    futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|stream| (Ok(stream), rx))
-    })
 }

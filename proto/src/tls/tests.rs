@@ -262,3 +262,116 @@ async fn in_memory_material_serves_and_verifies_and_never_reloads() {
     let loaded = Ca::load(dir.path()).expect("load");
     assert_eq!(loaded.cert_pem(), filed.cert_pem());
 }
+
+/// An idle TCP connection from `source` (a loopback address) to `addr`.
+async fn idle_from(source: &str, addr: &str) -> tokio::net::TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket
+        .bind(format!("{source}:0").parse().expect("source"))
+        .expect("bind source");
+    socket
+        .connect(addr.parse().expect("addr"))
+        .await
+        .expect("connect")
+}
+
+#[tokio::test]
+async fn one_address_holds_at_most_its_share_and_silence_is_cut_short() {
+    let dir = tempfile::tempdir().expect("dir");
+    let ca = Ca::create(dir.path(), "test ca").expect("ca");
+    let server = ca
+        .issue(dir.path(), "server", &names(), Usage::Server)
+        .expect("server");
+    let tls = ServerTls::load(&server.cert, &server.key, ClientAuth::None).expect("load");
+    let addr = echo_server(tls).await;
+    let client = ClientTls::load(&ca.cert, None).expect("client");
+
+    // 200 silent connections from 127.0.0.2: 128 wait for their first
+    // byte, the others are refused; none holds a handshake slot.
+    let mut idle = Vec::new();
+    for _ in 0..200 {
+        idle.push(idle_from("127.0.0.2", &addr).await);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = std::time::Instant::now();
+    let (echo, _) = ping(&client, &addr)
+        .await
+        .expect("another address is served");
+    assert_eq!(echo, b"ping");
+    assert!(started.elapsed() < Duration::from_secs(1));
+
+    // From 127.0.0.2 itself, a new connection is refused with the alert
+    // while its 128 silent ones are pending.
+    let refused = {
+        let stream = idle_from("127.0.0.2", &addr).await;
+        let name = rustls::pki_types::ServerName::try_from("127.0.0.1").expect("name");
+        tokio_rustls::TlsConnector::from(client.current())
+            .connect(name, stream)
+            .await
+            .expect_err("over the per-address limit")
+    };
+    let cause = refused
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<rustls::Error>())
+        .unwrap_or_else(|| panic!("not a rustls error: {refused}"));
+    assert!(refused_for_limit(cause), "{cause:?}");
+
+    // The pending ones are closed after the first-byte timeout.
+    let mut first = idle.swap_remove(0);
+    let mut buf = [0u8; 8];
+    let read = tokio::time::timeout(FIRST_BYTE_TIMEOUT * 2, first.read(&mut buf)).await;
+    assert!(
+        matches!(read, Ok(Ok(0)) | Ok(Err(_))),
+        "a silent connection was kept: {read:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_handshake_that_gets_no_answer_times_out_by_name() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let _held = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    let dir = tempfile::tempdir().expect("dir");
+    let ca = Ca::create(dir.path(), "test ca").expect("ca");
+    let client = ClientTls::load(&ca.cert, None).expect("client");
+    let uri: tonic::codegen::http::Uri = format!("http://{addr}").parse().expect("uri");
+    let e = client
+        .connector()
+        .with_timeout(Duration::from_millis(300))
+        .oneshot(uri)
+        .await
+        .expect_err("nobody answers");
+    assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+    let timed_out = e
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<HandshakeTimedOut>())
+        .unwrap_or_else(|| panic!("not a handshake timeout: {e}"));
+    assert_eq!(timed_out.after, Duration::from_millis(300));
+}
+
+#[tokio::test]
+async fn a_burst_from_one_address_waits_for_its_slots_and_is_served() {
+    let dir = tempfile::tempdir().expect("dir");
+    let ca = Ca::create(dir.path(), "test ca").expect("ca");
+    let server = ca
+        .issue(dir.path(), "server", &names(), Usage::Server)
+        .expect("server");
+    let tls = ServerTls::load(&server.cert, &server.key, ClientAuth::None).expect("load");
+    let addr = echo_server(tls).await;
+    let client = ClientTls::load(&ca.cert, None).expect("client");
+    let burst = 4 * MAX_HANDSHAKES_PER_ADDRESS;
+    let calls: Vec<_> = (0..burst)
+        .map(|_| {
+            let (client, addr) = (client.clone(), addr.clone());
+            tokio::spawn(async move { ping(&client, &addr).await.map(|(echo, _)| echo) })
+        })
+        .collect();
+    for call in calls {
+        assert_eq!(call.await.expect("task").expect("served"), b"ping");
+    }
+}

@@ -15,7 +15,10 @@
 //! builder (`proto::client::connect`, role `Peer`), connected lazily and
 //! shared by every call to that peer (connection reuse). Each raft call carries openraft's
 //! TTL as its gRPC deadline, a forward or read-index the caller's deadline;
-//! connecting has its own timeout.
+//! connecting has its own timeout. A dead connection that never closes is
+//! noticed by the channel's HTTP/2 keep-alive, and a channel whose calls
+//! keep timing out is replaced by a fresh connection
+//! ([`super::channel_cache`]).
 //!
 //! Every raft message is bounded by the node's `max_message_bytes`
 //! (tonic's encode and decode limits on both ends). An AppendEntries whose
@@ -27,14 +30,14 @@
 //! fits (`codec::MIN_MESSAGE_BYTES`); should one not, the error names the
 //! entry and the limit (openraft retries it at its heartbeat pace, logged).
 //!
-//! [`never_sent`] decides from a failed call's typed error source whether
+//! [`never_sent`] ([`super::sent`]) decides from a failed call's typed error source whether
 //! the request certainly never reached the peer, which is when a write may
 //! be retried without risk of applying it twice.
 
 use std::collections::BTreeMap;
 use std::io;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use openraft::error::{
     InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError,
@@ -46,7 +49,7 @@ use openraft::raft::{
     VoteRequest, VoteResponse,
 };
 use openraft::BasicNode;
-use proto::client::{connect, ClientConfig, ClientError, Role};
+use proto::client::{connect, connect_via, ClientConfig, ClientError, Dialer, Role};
 use proto::raft::raft_transport_client::RaftTransportClient;
 use proto::raft::{
     forward_response, read_index_response, CampaignRequest, ForwardRequest, HoldElectionRequest,
@@ -54,9 +57,12 @@ use proto::raft::{
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use tokio::time::Instant;
 use tonic::transport::Channel;
 use tracing::Instrument;
 
+use super::channel_cache::{CallWatch, ChannelCache};
+pub use super::sent::{never_sent, PeerCallError};
 use crate::codec::{self, MAX_MESSAGE_BYTES};
 use crate::error::WriteError;
 use crate::types::{Applied, NodeId, TypeConfig};
@@ -102,12 +108,15 @@ pub struct Channels {
     /// How peer channels connect ([`Role::Peer`]'s defaults, with the
     /// node's peer TLS).
     config: ClientConfig,
-    /// Address -> channel. A std lock: held only to look up or insert.
-    by_addr: Arc<Mutex<BTreeMap<String, Channel>>>,
+    /// Address -> channel, replaced after repeated timeouts.
+    cache: ChannelCache,
     /// When each target last acknowledged an append.
     acks: AppendAcks,
     /// Largest message sent or accepted (tonic's limits on every client).
     max_message_bytes: usize,
+    /// Opens connections instead of TCP (the simulation only; `None` in a
+    /// gateway).
+    dialer: Option<Dialer>,
 }
 
 impl Channels {
@@ -117,10 +126,19 @@ impl Channels {
         Channels {
             cluster_id: cluster_id.into(),
             config: ClientConfig::for_role(Role::Peer).with_tls(tls),
-            by_addr: Arc::default(),
+            cache: ChannelCache::default(),
             acks: AppendAcks::default(),
             max_message_bytes: MAX_MESSAGE_BYTES,
+            dialer: None,
         }
+    }
+
+    /// The same channels, connecting through `dialer` instead of TCP, in
+    /// plaintext ([`proto::client::connect_via`]): the deterministic
+    /// simulation's network. A gateway never sets one.
+    pub fn with_dialer(mut self, dialer: Dialer) -> Self {
+        self.dialer = Some(dialer);
+        self
     }
 
     /// The same channels with messages bounded by `max_bytes` (default
@@ -158,16 +176,15 @@ impl Channels {
     /// # Errors
     /// [`ClientError::InvalidAddress`] when `addr` is not a valid address.
     pub async fn client(&self, addr: &str) -> Result<TransportClient, ClientError> {
-        let cached = self.channels().get(addr).cloned();
-        let channel = match cached {
+        let channel = match self.cache.get(addr) {
             Some(channel) => channel,
             None => {
-                let channel = connect(Role::Peer, addr, &self.config).await?;
+                let channel = match &self.dialer {
+                    None => connect(Role::Peer, addr, &self.config).await?,
+                    Some(dialer) => connect_via(Role::Peer, addr, &self.config, dialer).await?,
+                };
                 // Another caller may have built one meanwhile: keep the first.
-                self.channels()
-                    .entry(addr.to_string())
-                    .or_insert(channel)
-                    .clone()
+                self.cache.insert_first(addr, channel)
             }
         };
         Ok(RaftTransportClient::new(channel)
@@ -175,11 +192,10 @@ impl Channels {
             .max_encoding_message_size(self.max_message_bytes))
     }
 
-    /// The channel cache. A std lock, held only to look up or insert (never
-    /// across an await). A poisoned lock is recovered: the map holds only
-    /// channels, each usable whatever a panicking holder was doing.
-    fn channels(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Channel>> {
-        self.by_addr.lock().unwrap_or_else(|p| p.into_inner())
+    /// Watches one call to `addr` (a timed-out call counts towards a fresh
+    /// connection, [`channel_cache`](super::channel_cache)).
+    pub fn watch(&self, addr: &str) -> CallWatch {
+        CallWatch::new(&self.cache, addr)
     }
 
     /// Wraps an openraft message for the wire.
@@ -232,7 +248,13 @@ impl Channels {
             target_node_id: leader,
         });
         request.set_timeout(until(deadline));
-        match client.forward(request).await {
+        let watch = self.watch(addr);
+        let reply = client.forward(request).await;
+        match &reply {
+            Ok(_) => watch.answered(),
+            Err(status) => watch.failed(status),
+        }
+        match reply {
             Ok(reply) => match reply.into_inner().result {
                 Some(forward_response::Result::Applied(a)) => Ok(Forwarded::Applied(Applied {
                     log_index: a.log_index,
@@ -266,7 +288,13 @@ impl Channels {
             target_node_id: leader,
         });
         request.set_timeout(until(deadline));
-        match client.read_index(request).await {
+        let watch = self.watch(addr);
+        let reply = client.read_index(request).await;
+        match &reply {
+            Ok(_) => watch.answered(),
+            Err(status) => watch.failed(status),
+        }
+        match reply {
             Ok(reply) => match reply.into_inner().result {
                 Some(read_index_response::Result::ReadIndex(i)) => Some(i),
                 _ => None,
@@ -346,60 +374,6 @@ pub enum Forwarded {
     Applied(Applied),
     /// Certainly not appended: retry.
     Retry,
-}
-
-/// A call of a leadership transfer that failed.
-#[derive(Debug, thiserror::Error)]
-pub enum PeerCallError {
-    /// The peer's address is not a valid address.
-    #[error(transparent)]
-    BadAddress(#[from] ClientError),
-    /// The call failed.
-    #[error("{}", .0.message())]
-    Failed(#[from] tonic::Status),
-}
-
-/// Whether a failed gRPC call certainly never reached the peer, so retrying
-/// it cannot apply a write twice.
-///
-/// Decided from the typed error source, never from text. tonic 0.14 reports
-/// a connection that could not be established as `UNAVAILABLE` with the
-/// source chain `tonic::transport::Error` (kind Transport) ->
-/// [`tonic::ConnectError`] -> hyper-util's `ConnectError` ("tcp connect
-/// error" or "dns error") -> the [`io::Error`] of the failed `connect`
-/// (`ConnectionRefused` and kin). A `ConnectError` means TCP connect, DNS or
-/// the TLS handshake failed: no request byte left this node. A status the
-/// peer itself sent has no source, and a connection that broke after the
-/// request went out has neither a `ConnectError` nor a connect error kind.
-pub fn never_sent(status: &tonic::Status) -> bool {
-    if status.code() != tonic::Code::Unavailable {
-        return false;
-    }
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(status);
-    while let Some(error) = source {
-        if error.is::<tonic::ConnectError>() {
-            return true;
-        }
-        if let Some(io) = error.downcast_ref::<io::Error>() {
-            if connect_failed(io.kind()) {
-                return true;
-            }
-        }
-        source = error.source();
-    }
-    false
-}
-
-/// I/O error kinds of a connection that was never established.
-fn connect_failed(kind: io::ErrorKind) -> bool {
-    matches!(
-        kind,
-        io::ErrorKind::ConnectionRefused
-            | io::ErrorKind::AddrNotAvailable
-            | io::ErrorKind::NotConnected
-            | io::ErrorKind::HostUnreachable
-            | io::ErrorKind::NetworkUnreachable
-    )
 }
 
 /// openraft's network factory: one [`PeerClient`] per target.
@@ -507,11 +481,18 @@ impl PeerClient {
         payload.target_node_id = self.target;
         let mut grpc = tonic::Request::new(payload);
         grpc.set_timeout(option.hard_ttl());
+        // Dropped unfinished (openraft gives up at its TTL), it counts as a
+        // timeout too.
+        let watch = self.channels.watch(&self.addr);
         let reply = match rpc {
             Rpc::AppendEntries => client.append_entries(grpc).await,
             Rpc::Vote => client.vote(grpc).await,
             Rpc::InstallSnapshot => client.install_snapshot(grpc).await,
         };
+        match &reply {
+            Ok(_) => watch.answered(),
+            Err(status) => watch.failed(status),
+        }
         let reply = match reply {
             Ok(reply) => reply,
             Err(status) if status.metadata().contains_key(NODE_ID) => {

@@ -23,10 +23,10 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use proto::raft::{forward_result, ForwardBatchRequest};
 use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::client::{never_sent, until, Channels, Forwarded, NODE_ID};
@@ -264,7 +264,13 @@ async fn call(
     });
     request.set_timeout(until(deadline));
     stats.sent(1, commands.len() as u64);
-    let reply = match client.forward_batch(request).await {
+    let watch = channels.watch(addr);
+    let reply = client.forward_batch(request).await;
+    match &reply {
+        Ok(_) => watch.answered(),
+        Err(status) => watch.failed(status),
+    }
+    let reply = match reply {
         Ok(reply) => reply.into_inner(),
         Err(status) if status.code() == tonic::Code::Unimplemented => return None,
         Err(status) if status.code() == tonic::Code::InvalidArgument => {

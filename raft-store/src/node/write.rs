@@ -11,15 +11,17 @@
 //! for a deposed leader (paused, cut off) until the deadline. The deposed
 //! leader may still have appended the command, so the outcome is unknown.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use openraft::{BasicNode, RaftMetrics};
+use tokio::time::Instant;
 
 use super::RaftNode;
 use crate::batcher::{check_size, Proposed};
 use crate::error::WriteError;
 use crate::network::client::Forwarded;
 use crate::state_machine::StateMachine;
+use crate::store::{NodeLog, NodeMachine};
 use crate::types::{Applied, NodeId};
 
 /// Whether a write may be sent again after an attempt whose outcome is
@@ -39,7 +41,7 @@ pub enum Resend {
     Idempotent,
 }
 
-impl<SM: StateMachine> RaftNode<SM> {
+impl<SM: StateMachine, L: NodeLog, M: NodeMachine<SM>> RaftNode<SM, L, M> {
     /// Proposes `command` (in the state machine's wire format), forwarding to
     /// the leader when this node is not it, within
     /// [`crate::NodeConfig::write_timeout`]. A forward that is in flight when

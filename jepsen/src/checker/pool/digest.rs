@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::json;
 
-use crate::checker::{CheckResult, Checker, FinalState, Validity};
+use crate::checker::verdict::{CheckResult, Checker, FinalState, Validity};
 use crate::history::Event;
 
 /// All replicas' `StateDigest` agree at every common applied index.

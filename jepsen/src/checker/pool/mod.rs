@@ -66,9 +66,7 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::json;
-
-use super::{CheckResult, Checker, FinalState, Validity};
+use crate::checker::verdict::{CheckResult, Checker, FinalState, Validity};
 use crate::history::Event;
 use crate::ops::ValueError;
 use observe::{final_sandboxes, parse};
@@ -228,10 +226,6 @@ impl Checker for PoolInvariant {
             },
             Invariant::I8 => durability::check_i8(&p, fin.as_ref()),
         };
-        let valid = Validity::judge(!violations.is_empty(), unknown.is_some());
-        let mut offending: Vec<u64> = violations.iter().flat_map(|x| x.events.clone()).collect();
-        offending.sort_unstable();
-        offending.dedup();
         let ops = |f: &str| p.ops.iter().filter(|o| o.done.f == f).count();
         let summary = format!(
             "{} violations over {} observations of {} sandbox generations, {} status reads, {} launches, {} deletes, {} grants, {} acks{}",
@@ -243,18 +237,11 @@ impl Checker for PoolInvariant {
             ops("delete"),
             ops("grant"),
             ops("ack"),
-            unknown.map(|u| format!(" ({u})")).unwrap_or_default()
+            unknown.as_ref().map(|u| format!(" ({u})")).unwrap_or_default()
         );
-        CheckResult {
-            checker: self.name().into(),
-            valid,
-            summary,
-            offending,
-            details: json!({
-                "violations": violations.iter().take(100).map(|x| json!({"what": x.what, "events": x.events})).collect::<Vec<_>>(),
-                "violations_total": violations.len(),
-            }),
-        }
+        let violations: Vec<(String, Vec<u64>)> =
+            violations.into_iter().map(|x| (x.what, x.events)).collect();
+        CheckResult::of_violations(self.name(), &violations, unknown.is_some(), summary)
     }
 }
 
@@ -262,6 +249,7 @@ impl Checker for PoolInvariant {
 mod tests {
     use super::*;
     use crate::history::{OpType, Process, Recorder};
+    use serde_json::json;
     use serde_json::Value;
 
     fn rec() -> Recorder {

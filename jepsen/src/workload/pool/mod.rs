@@ -83,6 +83,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::checker::kept::HealthyWorkloadsKept;
 use crate::checker::pool::{pool_checkers, PoolFinal};
 use crate::checker::workload::WorkloadContinuity;
 use crate::checker::Checker;
@@ -412,8 +413,12 @@ impl PoolRunning {
         }
         if let Some(host) = &s.host {
             keep_logs(&host.runtime_dir(), &host.runtime_logs_dir());
+            let runtimes = runtime_logs(&host.runtime_logs_dir());
+            checkers.push(Box::new(HealthyWorkloadsKept {
+                runtimes: runtimes.clone(),
+            }));
             checkers.push(Box::new(WorkloadContinuity {
-                runtimes: runtime_logs(&host.runtime_logs_dir()),
+                runtimes,
                 exits: lock(&s.exits).clone(),
             }));
         }

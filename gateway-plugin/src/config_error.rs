@@ -1,0 +1,72 @@
+//! What every part of the gateway configuration reports: [`ConfigError`],
+//! naming the key at fault and how to fix it, and the range check the
+//! sections share. A leaf: the sections (`config_*.rs`) and the overlay
+//! (`config.rs`) import it, it imports none of them.
+
+use std::path::PathBuf;
+
+/// A configuration value that is missing, malformed or out of range.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    /// The file cannot be read or parsed.
+    #[error("config file {path}: {problem}")]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A required key is missing.
+    #[error("{key} is required (set it in the config file, or with {flag})")]
+    Missing {
+        /// The key, e.g. `openshell.gateway.node_id`.
+        key: &'static str,
+        /// The flag that sets it.
+        flag: &'static str,
+    },
+    /// Secure mode lacks what it needs (each `(key, flag)` missing).
+    #[error("{}", not_secured(.0))]
+    NotSecured(Vec<(&'static str, &'static str)>),
+    /// A value is invalid.
+    #[error("{key} = {value}: {problem}")]
+    Invalid {
+        /// The key.
+        key: &'static str,
+        /// The value given.
+        value: String,
+        /// What is wrong, with the allowed range.
+        problem: String,
+    },
+}
+
+/// The one line of [`ConfigError::NotSecured`].
+fn not_secured(missing: &[(&'static str, &'static str)]) -> String {
+    let list = missing
+        .iter()
+        .map(|(key, flag)| format!("{flag} ({key})"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "refusing to start without transport security and authentication: missing {list}; \
+         provide them, or pass --insecure for a plaintext, open development gateway"
+    )
+}
+
+/// `value` when it is within `lo..=hi`, else [`ConfigError::Invalid`]
+/// naming `key` and the range.
+pub(crate) fn in_range(
+    key: &'static str,
+    value: u64,
+    lo: u64,
+    hi: u64,
+) -> Result<u64, ConfigError> {
+    if (lo..=hi).contains(&value) {
+        Ok(value)
+    } else {
+        Err(ConfigError::Invalid {
+            key,
+            value: value.to_string(),
+            problem: format!("must be within {lo}..={hi}"),
+        })
+    }
+}

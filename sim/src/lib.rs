@@ -1,0 +1,38 @@
+//! Deterministic simulation of the gateway raft group (issue 29, spike).
+//!
+//! Real `raft_store::RaftNode`s (openraft 0.9, the real write forwarding,
+//! read-index and tonic transport, with the gateway's `GatewayState` as the
+//! state machine) run in one process, on one thread, on
+//! turmoil's simulated time and network, over in-memory stores that model
+//! what a crash keeps; one seed decides every choice, and the run's trace
+//! hash is the same for the same seed. See `README.md` and
+//! `docs/design/0004-simulation.md`.
+//!
+//! # Layout
+//! Listed from the bottom up: each module imports only modules above it.
+//! - [`wall_clock`]: `clock_gettime` with the wall clock simulated on a
+//!   simulation's thread (hyper's `date` header reads it).
+//! - [`trace`]: the run's trace (every byte received, every entry applied)
+//!   and its hash.
+//! - [`disk`]: one node's simulated disk: written, synced, and what a crash
+//!   keeps.
+//! - [`mem_log`]: openraft's log storage over a [`disk::Disk`], acknowledging
+//!   as the sled log does.
+//! - [`mem_machine`]: openraft's state-machine storage, applying through
+//!   the gateway's own apply function.
+//! - [`net`]: turmoil's simulated TCP as the nodes' dialer and listener.
+//! - [`node`]: one simulated gateway process and the calls the workload
+//!   makes to it.
+//! - [`scenario`]: the three-node scenario and the driver that injects its
+//!   faults.
+
+pub mod disk;
+pub mod mem_log;
+pub mod mem_machine;
+pub mod net;
+pub mod node;
+pub mod scenario;
+pub mod trace;
+pub mod wall_clock;
+
+pub use scenario::{run, Failure, Outcome};

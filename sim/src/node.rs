@@ -1,0 +1,220 @@
+//! One simulated gateway process: a real `raft_store::RaftNode` over the
+//! in-memory stores, its raft transport served by tonic over the simulated
+//! network, and a control channel the workload calls it through (standing
+//! in for the gateway's client API, which the full simulation will serve
+//! over the simulated network too).
+
+use std::net::Ipv4Addr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use gateway_plugin::state::GatewayState;
+use prost::Message;
+use proto::gateway::{log_command, log_result, LogCommand, LogResult};
+use raft_store::objects::{
+    object_command, object_result, precondition, Object, ObjectCommand, ObjectResult, Precondition,
+    PutRequest,
+};
+use raft_store::{ClusterStatus, NodeConfig, RaftNode};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::disk::Disk;
+use crate::mem_log::{MemLog, SyncDelay};
+use crate::mem_machine::MemMachine;
+use crate::net;
+use crate::trace::Trace;
+
+/// The raft port every simulated node listens on.
+pub const PORT: u16 = 7001;
+/// The object type the workload writes.
+pub const TYPE: &str = "sim";
+
+/// A node of the simulation: the real node, with the gateway's replicated
+/// state, over the in-memory stores.
+pub type SimNode = RaftNode<GatewayState, MemLog, MemMachine<GatewayState>>;
+
+/// The host name of node `id`.
+pub fn host(id: u64) -> String {
+    format!("n{id}")
+}
+
+/// The advertised address of node `id`.
+pub fn addr(id: u64) -> String {
+    format!("{}:{PORT}", host(id))
+}
+
+/// What the workload asks a node.
+#[derive(Debug)]
+pub enum Call {
+    /// Bootstrap the cluster with these voters.
+    Init(Vec<(u64, String)>),
+    /// Write an object unconditionally (forwarded to the leader if need be).
+    Put {
+        /// Object id.
+        id: String,
+        /// Its payload.
+        payload: Vec<u8>,
+    },
+    /// A linearizable read (read-index) of one object.
+    Get {
+        /// Object id.
+        id: String,
+    },
+    /// The node's status.
+    Status,
+    /// The applied index and the crc32 and length of the state's snapshot
+    /// encoding.
+    Digest,
+}
+
+/// A node's answer.
+#[derive(Debug)]
+pub enum Answer {
+    /// Bootstrapped (or already was).
+    Done,
+    /// A put was applied at this resource version.
+    Put(u64),
+    /// A read: the object's payload and resource version, if it exists.
+    Get(Option<(Vec<u8>, u64)>),
+    /// The node's status.
+    Status(Box<ClusterStatus>),
+    /// See [`Call::Digest`].
+    Digest(u64, u32, u64),
+    /// The call failed (the error, in words).
+    Failed(String),
+}
+
+type Request = (Call, oneshot::Sender<Answer>);
+
+/// Where the workload reaches the current process of one node: replaced at
+/// every start, dead while the node is down. Cloning shares it.
+#[derive(Clone, Default)]
+pub struct Slot(Arc<Mutex<Option<mpsc::UnboundedSender<Request>>>>);
+
+impl Slot {
+    fn set(&self, sender: mpsc::UnboundedSender<Request>) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(sender);
+    }
+
+    /// Calls the node's current process; `None` when it is down, died
+    /// during the call, or did not answer within `timeout`.
+    pub async fn call(&self, call: Call, timeout: Duration) -> Option<Answer> {
+        let sender = self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()?;
+        let (reply, answer) = oneshot::channel();
+        sender.send((call, reply)).ok()?;
+        tokio::time::timeout(timeout, answer).await.ok()?.ok()
+    }
+}
+
+/// What one node runs on: kept by the harness across the node's restarts.
+#[derive(Clone)]
+pub struct NodeParts {
+    /// The node's id.
+    pub id: u64,
+    /// Its disk.
+    pub disk: Disk,
+    /// Its fsync latencies.
+    pub delay: SyncDelay,
+    /// Where the workload reaches it.
+    pub slot: Slot,
+    /// The run's trace.
+    pub trace: Trace,
+}
+
+/// The software of one simulated host: starts the node over its disk,
+/// serves its raft transport, then answers the workload's calls forever.
+///
+/// # Errors
+/// The node cannot start (the run fails with the error).
+pub async fn run(parts: NodeParts) -> turmoil::Result {
+    let NodeParts {
+        id,
+        disk,
+        delay,
+        slot,
+        trace,
+    } = parts;
+    let name = host(id);
+    trace.record(format!("{name} start"), &[]);
+    let config = NodeConfig::new(id, &addr(id), "/nonexistent/sim", "sim");
+    let log = MemLog::open(disk.clone(), id, delay);
+    let machine = MemMachine::open(disk)?.traced(trace.clone(), &name);
+    let node: SimNode =
+        RaftNode::start_on(config, log, machine, Some(net::dialer(trace.clone()))).await?;
+    let listener = net::TcpListener::bind((Ipv4Addr::UNSPECIFIED, PORT)).await?;
+    let server = tonic::transport::Server::builder()
+        .add_service(node.transport_service())
+        .serve_with_incoming(net::incoming(listener, trace));
+    tokio::spawn(server);
+    let (sender, mut requests) = mpsc::unbounded_channel::<Request>();
+    slot.set(sender);
+    while let Some((call, reply)) = requests.recv().await {
+        let node = node.clone();
+        tokio::spawn(async move {
+            let _ = reply.send(serve(&node, call).await);
+        });
+    }
+    Ok(())
+}
+
+async fn serve(node: &SimNode, call: Call) -> Answer {
+    match call {
+        Call::Init(voters) => match node.initialize(voters).await {
+            Ok(_) => Answer::Done,
+            Err(e) => Answer::Failed(e.to_string()),
+        },
+        Call::Put { id, payload } => put(node, id, payload).await,
+        Call::Get { id } => match node
+            .read(|state, _| {
+                state
+                    .objects
+                    .get(TYPE, &id)
+                    .map(|o| (o.payload.clone(), o.resource_version))
+            })
+            .await
+        {
+            Ok(found) => Answer::Get(found),
+            Err(e) => Answer::Failed(e.to_string()),
+        },
+        Call::Status => Answer::Status(Box::new(node.status())),
+        Call::Digest => {
+            let (index, crc, len) = node.state_digest();
+            Answer::Digest(index, crc, len)
+        }
+    }
+}
+
+async fn put(node: &SimNode, id: String, payload: Vec<u8>) -> Answer {
+    let objects = ObjectCommand {
+        op: Some(object_command::Op::Put(PutRequest {
+            object: Some(Object {
+                id,
+                r#type: TYPE.to_string(),
+                payload,
+                ..Object::default()
+            }),
+            precondition: Some(Precondition {
+                kind: Some(precondition::Kind::Unconditional(true)),
+            }),
+            request_id: String::new(),
+        })),
+    };
+    let command = LogCommand {
+        command: Some(log_command::Command::Objects(objects)),
+        ..LogCommand::default()
+    };
+    let applied = match node.write(command.encode_to_vec()).await {
+        Ok(applied) => applied,
+        Err(e) => return Answer::Failed(e.to_string()),
+    };
+    match LogResult::decode(applied.response.as_slice()) {
+        Ok(LogResult {
+            result:
+                Some(log_result::Result::Objects(ObjectResult {
+                    result: Some(object_result::Result::Put(stored)),
+                })),
+            ..
+        }) => Answer::Put(stored.resource_version),
+        other => Answer::Failed(format!("unexpected put result {other:?}")),
+    }
+}

@@ -1,7 +1,8 @@
-//! The raft network over gRPC: outbound calls in [`client`] (openraft's
-//! network, write forwarding, remote read-index, leadership-transfer calls)
-//! over the per-address channels of [`channel_cache`] (what a failed call
-//! tells: [`sent`]),
+//! The raft network over gRPC: openraft's network in [`peer`] (appends
+//! that outlive openraft's wait for them: [`outstanding`]), the other
+//! outbound calls in [`client`] (write forwarding, remote read-index,
+//! leadership-transfer calls), both over the per-address channels of
+//! [`channel_cache`] (what a failed call tells: [`sent`]),
 //! follower-side batching of forwarded writes in [`forward_batch`] (over
 //! [`client`]'s channels),
 //! the inbound `RaftTransport` service in [`server`], which checks every
@@ -13,6 +14,8 @@ pub mod channel_cache;
 pub mod client;
 pub mod forward_batch;
 pub mod incoming_snapshot;
+pub mod outstanding;
+pub mod peer;
 pub mod sent;
 pub mod server;
 

@@ -1,61 +1,35 @@
-//! Every outbound call to a peer replica: openraft's `RaftNetworkFactory`
-//! over tonic, forwarding a write to the leader ([`Channels::forward`]), the
-//! remote read-index ([`Channels::read_index`]), the two calls of a
-//! leadership transfer ([`Channels::hold_election`], [`Channels::campaign`])
-//! and asking an address which node answers there ([`Channels::identify`]).
-//!
-//! Every raft call names the node it is meant for (`target_node_id`); a
-//! peer that is another node refuses it, and [`PeerClient`] logs that
-//! refusal (at most every [`REFUSAL_LOG_EVERY`] per target) as a wrong
-//! address in the membership. [`AppendAcks`] records when each target last
+//! Every outbound call to a peer replica but openraft's own (those are in
+//! [`super::peer`]): forwarding a write to the leader
+//! ([`Channels::forward`]), the remote read-index ([`Channels::read_index`]),
+//! the two calls of a leadership transfer ([`Channels::hold_election`],
+//! [`Channels::campaign`]) and asking an address which node answers there
+//! ([`Channels::identify`]). [`AppendAcks`] records when each target last
 //! acknowledged an append (openraft 0.9 has no such metric): a promotion
 //! checks it.
 //!
 //! One HTTP/2 channel per peer address, built by the workspace's one channel
 //! builder (`proto::client::connect`, role `Peer`), connected lazily and
-//! shared by every call to that peer (connection reuse). Each raft call carries openraft's
-//! TTL as its gRPC deadline, a forward or read-index the caller's deadline;
+//! shared by every call to that peer, raft calls included (connection
+//! reuse). A forward or read-index carries the caller's deadline;
 //! connecting has its own timeout. A dead connection that never closes is
 //! noticed by the channel's HTTP/2 keep-alive, and a channel whose calls
 //! keep timing out is replaced by a fresh connection
 //! ([`super::channel_cache`]).
-//!
-//! Every raft message is bounded by the node's `max_message_bytes`
-//! (tonic's encode and decode limits on both ends). An AppendEntries whose
-//! encoding is over it is not sent: [`PeerClient`] answers openraft with
-//! [`PayloadTooLarge`] and an entries hint ([`entries_hint`]), and openraft
-//! retries at once with that many entries. A peer that refuses a message as
-//! too large (`OUT_OF_RANGE`/`RESOURCE_EXHAUSTED`, e.g. a smaller limit
-//! there) is answered the same way, halving the batch. One entry always
-//! fits (`codec::MIN_MESSAGE_BYTES`); should one not, the error names the
-//! entry and the limit (openraft retries it at its heartbeat pace, logged).
 //!
 //! [`never_sent`] ([`super::sent`]) decides from a failed call's typed error source whether
 //! the request certainly never reached the peer, which is when a write may
 //! be retried without risk of applying it twice.
 
 use std::collections::BTreeMap;
-use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use openraft::error::{
-    InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError,
-    Unreachable,
-};
-use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
-use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
-    VoteRequest, VoteResponse,
-};
-use openraft::BasicNode;
 use proto::client::{connect, connect_via, ClientConfig, ClientError, Dialer, Role};
 use proto::raft::raft_transport_client::RaftTransportClient;
 use proto::raft::{
     forward_response, read_index_response, CampaignRequest, ForwardRequest, HoldElectionRequest,
     IdentifyRequest, RaftPayload, ReadIndexRequest,
 };
-use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::time::Instant;
 use tonic::transport::Channel;
@@ -65,7 +39,7 @@ use super::channel_cache::{CallWatch, ChannelCache};
 pub use super::sent::{never_sent, PeerCallError};
 use crate::codec::{self, MAX_MESSAGE_BYTES};
 use crate::error::WriteError;
-use crate::types::{Applied, NodeId, TypeConfig};
+use crate::types::{Applied, NodeId};
 
 /// Metadata key of the receiver's own node id on a refusal of a call meant
 /// for another node.
@@ -376,313 +350,10 @@ pub enum Forwarded {
     Retry,
 }
 
-/// openraft's network factory: one [`PeerClient`] per target.
-#[derive(Clone)]
-pub struct NetworkFactory {
-    channels: Channels,
-}
-
-impl NetworkFactory {
-    /// A factory over shared channels.
-    pub fn new(channels: Channels) -> Self {
-        NetworkFactory { channels }
-    }
-}
-
-impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
-    type Network = PeerClient;
-
-    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> PeerClient {
-        PeerClient {
-            target,
-            addr: node.addr.clone(),
-            channels: self.channels.clone(),
-            refusal_logged: None,
-        }
-    }
-}
-
-/// Raft RPCs to one peer.
-pub struct PeerClient {
-    /// The node the calls are meant for.
-    target: NodeId,
-    /// Its address in the membership.
-    addr: String,
-    /// Shared channels (and the append acknowledgements).
-    channels: Channels,
-    /// When a refusal by another node at `addr` was last logged.
-    refusal_logged: Option<Instant>,
-}
-
-/// Which RPC to call.
-enum Rpc {
-    AppendEntries,
-    Vote,
-    InstallSnapshot,
-}
-
-impl PeerClient {
-    /// Logs, at most every [`REFUSAL_LOG_EVERY`], that the peer at `addr`
-    /// refused a call because it is another node.
-    fn log_refusal(&mut self, status: &tonic::Status) {
-        if self
-            .refusal_logged
-            .is_some_and(|at| at.elapsed() < REFUSAL_LOG_EVERY)
-        {
-            return;
-        }
-        self.refusal_logged = Some(Instant::now());
-        let answered_as = status
-            .metadata()
-            .get(NODE_ID)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("another node")
-            .to_string();
-        tracing::warn!(
-            target_node = self.target,
-            addr = %self.addr,
-            answered_as = %answered_as,
-            "the gateway at this address is node {answered_as}, not node {}: the membership holds a wrong address for node {}; remove it (`raft remove {}`) and add it again with its own address",
-            self.target, self.target, self.target
-        );
-    }
-
-    async fn call<Req, Resp, E>(
-        &mut self,
-        rpc: Rpc,
-        request: &Req,
-        option: &RPCOption,
-    ) -> Result<Resp, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>
-    where
-        Req: Serialize,
-        Resp: DeserializeOwned,
-        E: std::error::Error + DeserializeOwned,
-    {
-        let payload = self.channels.payload(request);
-        self.send(rpc, payload, option).await
-    }
-
-    /// Sends an encoded request to the target and decodes its reply.
-    async fn send<Resp, E>(
-        &mut self,
-        rpc: Rpc,
-        mut payload: RaftPayload,
-        option: &RPCOption,
-    ) -> Result<Resp, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>
-    where
-        Resp: DeserializeOwned,
-        E: std::error::Error + DeserializeOwned,
-    {
-        let mut client = self
-            .channels
-            .client(&self.addr)
-            .await
-            .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
-        payload.target_node_id = self.target;
-        let mut grpc = tonic::Request::new(payload);
-        grpc.set_timeout(option.hard_ttl());
-        // Dropped unfinished (openraft gives up at its TTL), it counts as a
-        // timeout too.
-        let watch = self.channels.watch(&self.addr);
-        let reply = match rpc {
-            Rpc::AppendEntries => client.append_entries(grpc).await,
-            Rpc::Vote => client.vote(grpc).await,
-            Rpc::InstallSnapshot => client.install_snapshot(grpc).await,
-        };
-        match &reply {
-            Ok(_) => watch.answered(),
-            Err(status) => watch.failed(status),
-        }
-        let reply = match reply {
-            Ok(reply) => reply,
-            Err(status) if status.metadata().contains_key(NODE_ID) => {
-                // Another node answers at this address: back off as for an
-                // unreachable peer (the target itself is not there).
-                self.log_refusal(&status);
-                return Err(RPCError::Unreachable(Unreachable::new(&status)));
-            }
-            Err(status) if status.code() == tonic::Code::Unavailable => {
-                return Err(RPCError::Unreachable(Unreachable::new(&status)))
-            }
-            // Refused as over a size limit (tonic's encoder here or the
-            // peer's decoder): `append_within_limit` picks the hint.
-            Err(status) if matches!(rpc, Rpc::AppendEntries) && refused_as_too_large(&status) => {
-                tracing::debug!(target_node = self.target, %status, "append-entries refused as too large");
-                return Err(RPCError::PayloadTooLarge(
-                    PayloadTooLarge::new_entries_hint(1),
-                ));
-            }
-            Err(status) => return Err(RPCError::Network(NetworkError::new(&status))),
-        };
-        let result: Result<Resp, RaftError<NodeId, E>> = codec::decode(
-            &reply.into_inner().data,
-            format!("reply from node {}", self.target),
-        )
-        .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        result.map_err(|e| {
-            RPCError::RemoteError(RemoteError::new_with_node(
-                self.target,
-                BasicNode::new(&self.addr),
-                e,
-            ))
-        })
-    }
-
-    /// Sends an AppendEntries within the message limit: over it, or refused
-    /// by the peer as too large, it becomes [`PayloadTooLarge`] with a
-    /// smaller entries hint (openraft retries at once with fewer entries).
-    async fn append_within_limit(
-        &mut self,
-        rpc: &AppendEntriesRequest<TypeConfig>,
-        option: &RPCOption,
-    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        let entries = rpc.entries.len();
-        let payload = self.channels.payload(rpc);
-        let limit = self.channels.max_message_bytes();
-        let encoded = prost::Message::encoded_len(&payload);
-        if encoded > limit {
-            return Err(self.too_large(rpc, entries_hint(entries, encoded, limit), encoded));
-        }
-        let reply = self.send(Rpc::AppendEntries, payload, option).await;
-        match reply {
-            Err(RPCError::PayloadTooLarge(_)) => {
-                Err(self.too_large(rpc, (entries / 2) as u64, encoded))
-            }
-            other => other,
-        }
-    }
-
-    /// The error for an AppendEntries of `encoded` bytes over the limit:
-    /// [`PayloadTooLarge`] with `hint` entries, or, for a single entry (no
-    /// smaller batch exists), a network error naming it.
-    fn too_large(
-        &self,
-        rpc: &AppendEntriesRequest<TypeConfig>,
-        hint: u64,
-        encoded: usize,
-    ) -> RPCError<NodeId, BasicNode, RaftError<NodeId>> {
-        let limit = self.channels.max_message_bytes();
-        if rpc.entries.len() <= 1 {
-            let index = rpc.entries.first().map(|e| e.log_id.index).unwrap_or(0);
-            tracing::error!(
-                target_node = self.target,
-                index,
-                encoded,
-                limit,
-                "log entry {index} alone is {encoded} bytes, over the raft message limit of {limit} bytes: it cannot be replicated to node {}; raise max_message_bytes on every node",
-                self.target
-            );
-            let e = io::Error::other(format!(
-                "log entry {index} is {encoded} bytes encoded, over max_message_bytes {limit}"
-            ));
-            return RPCError::Network(NetworkError::new(&e));
-        }
-        tracing::debug!(
-            target_node = self.target,
-            entries = rpc.entries.len(),
-            encoded,
-            limit,
-            hint,
-            "append-entries over the message limit: asking openraft for fewer entries"
-        );
-        RPCError::PayloadTooLarge(PayloadTooLarge::new_entries_hint(hint.max(1)))
-    }
-}
-
-/// How many of `entries` entries (encoded together in `encoded` bytes)
-/// should fit in `limit`: proportional, with a tenth of margin, at least 1
-/// and fewer than `entries` (so every retry sends less).
-pub fn entries_hint(entries: usize, encoded: usize, limit: usize) -> u64 {
-    let fit = (entries as u128 * (limit as u128 * 9 / 10)) / (encoded.max(1) as u128);
-    let fit = fit.min(entries.saturating_sub(1) as u128).max(1);
-    fit as u64
-}
-
-/// Whether a failed call was refused because its message is over a size
-/// limit: tonic's encoder (here) or decoder (the peer) says so with
-/// `OUT_OF_RANGE` ("... message length too large ..."), or
-/// `RESOURCE_EXHAUSTED` for a body over 4 GB. The code alone does not say
-/// it: HTTP/2's `ENHANCE_YOUR_CALM` (a connection closed by the peer's
-/// flood defence) also arrives as `RESOURCE_EXHAUSTED`; taken for a size
-/// refusal it shrank every append to one entry and then called that entry
-/// too large to replicate, stalling writes after a paused leader resumed.
-fn refused_as_too_large(status: &tonic::Status) -> bool {
-    let message = status.message();
-    match status.code() {
-        tonic::Code::OutOfRange | tonic::Code::ResourceExhausted => {
-            message.contains("message length too large") || message.contains("more than 4GB")
-        }
-        _ => false,
-    }
-}
-
-impl RaftNetwork<TypeConfig> for PeerClient {
-    async fn append_entries(
-        &mut self,
-        rpc: AppendEntriesRequest<TypeConfig>,
-        option: RPCOption,
-    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        let reply = self.append_within_limit(&rpc, &option).await;
-        if let Ok(AppendEntriesResponse::Success | AppendEntriesResponse::PartialSuccess(_)) =
-            &reply
-        {
-            self.channels.acks.record(self.target);
-        }
-        reply
-    }
-
-    async fn install_snapshot(
-        &mut self,
-        rpc: InstallSnapshotRequest<TypeConfig>,
-        option: RPCOption,
-    ) -> Result<
-        InstallSnapshotResponse<NodeId>,
-        RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
-    > {
-        self.call(Rpc::InstallSnapshot, &rpc, &option).await
-    }
-
-    async fn vote(
-        &mut self,
-        rpc: VoteRequest<NodeId>,
-        option: RPCOption,
-    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        self.call(Rpc::Vote, &rpc, &option).await
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A size refusal shrinks the append; a connection closed with
-    /// `ENHANCE_YOUR_CALM` (also `RESOURCE_EXHAUSTED`) is a network error.
-    #[test]
-    fn only_a_size_refusal_counts_as_too_large() {
-        let decoded = tonic::Status::out_of_range(
-            "Error, decoded message length too large: found 70000000 bytes, the limit is: 67108864 bytes",
-        );
-        let encoded = tonic::Status::out_of_range(
-            "Error, encoded message length too large: found 70000000 bytes, the limit is: 67108864 bytes",
-        );
-        assert!(refused_as_too_large(&decoded));
-        assert!(refused_as_too_large(&encoded));
-        let calm = tonic::Status::from_error(Box::new(h2_calm()));
-        assert_eq!(calm.code(), tonic::Code::ResourceExhausted, "{calm:?}");
-        assert!(!refused_as_too_large(&calm), "{calm:?}");
-        assert!(!refused_as_too_large(&tonic::Status::resource_exhausted(
-            "too many requests"
-        )));
-        assert!(!refused_as_too_large(&tonic::Status::unavailable(
-            "message length too large"
-        )));
-    }
-
-    /// The error h2 gives a stream of a connection closed with
-    /// `ENHANCE_YOUR_CALM`.
-    fn h2_calm() -> h2::Error {
-        h2::Error::from(h2::Reason::ENHANCE_YOUR_CALM)
-    }
+    use std::io;
 
     /// A port nothing listens on: bound, then released.
     fn refused_addr() -> String {
@@ -735,18 +406,6 @@ mod tests {
             .forward(2, &refused_addr(), b"command", deadline)
             .await;
         assert!(matches!(forwarded, Ok(Forwarded::Retry)), "{forwarded:?}");
-    }
-
-    #[test]
-    fn the_entries_hint_always_shrinks_and_fits() {
-        // 300 entries of 6 MiB against 256 KiB: about 11 with a margin.
-        assert_eq!(entries_hint(300, 6 * 1024 * 1024, 256 * 1024), 11);
-        // Barely over: one fewer at least.
-        assert_eq!(entries_hint(10, 1001, 1000), 8);
-        assert_eq!(entries_hint(2, 1001, 1000), 1);
-        // Never 0, never as many as before.
-        assert_eq!(entries_hint(5, usize::MAX, 1), 1);
-        assert_eq!(entries_hint(1, 10, 1), 1);
     }
 
     #[test]

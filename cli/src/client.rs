@@ -215,8 +215,35 @@ impl Gateway {
             ))),
             _ => None,
         });
-        last.unwrap_or_else(|| CliError::Unreachable(self.endpoints.join(",")))
+        last.unwrap_or_else(|| CliError::Unreachable(unreachable_causes(failures, &self.endpoints)))
     }
+}
+
+/// Each endpoint tried and why it could not be reached (the innermost
+/// cause: "Connection refused", "connection reset by peer", ...), or the
+/// endpoints alone when nothing was tried.
+fn unreachable_causes(failures: &[Failure], endpoints: &[String]) -> String {
+    let tried: Vec<String> = failures
+        .iter()
+        .filter_map(|f| match &f.cause {
+            Cause::Connect(e) => Some(format!("{} ({})", f.endpoint, innermost(e.as_ref()))),
+            _ => None,
+        })
+        .collect();
+    if tried.is_empty() {
+        endpoints.join(",")
+    } else {
+        tried.join(", ")
+    }
+}
+
+/// The last error of `e`'s source chain, in its own words.
+fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut error = e;
+    while let Some(source) = error.source() {
+        error = source;
+    }
+    proto::text::escaped(&error.to_string()).into_owned()
 }
 
 /// The CLI's client of `endpoints`: role [`Role::Cli`], one round over the

@@ -153,8 +153,13 @@ impl ClientConfig {
                 request_timeout: Some(Duration::from_secs(70)),
                 ..base
             },
+            // An operator's command: the TCP connect and the TLS handshake
+            // get 3 s each (Go's and kubectl's handshake timeout is 10 s).
+            // At 800 ms a fresh CLI process on a loaded machine, or through
+            // a Service proxy, gave up on a healthy gateway as unreachable;
+            // a dead endpoint in a list now costs 3 s before the next.
             Role::Cli => ClientConfig {
-                connect_timeout: Duration::from_millis(800),
+                connect_timeout: Duration::from_secs(3),
                 request_timeout: Some(Duration::from_secs(60)),
                 ..base
             },

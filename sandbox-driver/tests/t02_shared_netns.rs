@@ -14,97 +14,15 @@
 //!
 //! The test removes its processes and namespace on the way out ([`Shared`]).
 
-use std::net::Ipv4Addr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::Shared;
 use proto::grant::GrantSigner;
 use sandbox_driver::process::{NetnsMode, ProcessConfig, ProcessDriver, SharedNetns};
 use sandbox_driver::{Endpoint, LaunchSpec, RuntimeState, SandboxDriver};
-
-/// The shared namespace and its veth; removed (processes killed first) on
-/// drop.
-struct Shared {
-    name: String,
-    host_link: String,
-    dir: tempfile::TempDir,
-}
-
-fn ip(args: &[&str]) {
-    let out = std::process::Command::new("ip")
-        .args(args)
-        .output()
-        .expect("ip");
-    assert!(
-        out.status.success(),
-        "ip {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-impl Shared {
-    /// `t02-<pid>` with `10.215.<a>.<b+2>/30` inside, `.1` on our side.
-    fn new() -> (Shared, Ipv4Addr) {
-        let pid = std::process::id();
-        let name = format!("t02-{pid}");
-        let host_link = format!("t02h{pid}");
-        let index = pid % (1 << 14);
-        let base = u32::from_be_bytes([10, 215, 0, 0]) + 4 * index;
-        let (host_ip, ns_ip) = (Ipv4Addr::from(base + 1), Ipv4Addr::from(base + 2));
-        let shared = Shared {
-            name: name.clone(),
-            host_link: host_link.clone(),
-            dir: tempfile::tempdir().expect("tempdir"),
-        };
-        ip(&["netns", "add", &name]);
-        ip(&["-n", &name, "link", "set", "lo", "up"]);
-        ip(&[
-            "link", "add", &host_link, "type", "veth", "peer", "name", "eth0", "netns", &name,
-        ]);
-        ip(&["addr", "add", &format!("{host_ip}/30"), "dev", &host_link]);
-        ip(&["link", "set", &host_link, "up"]);
-        ip(&[
-            "-n",
-            &name,
-            "addr",
-            "add",
-            &format!("{ns_ip}/30"),
-            "dev",
-            "eth0",
-        ]);
-        ip(&["-n", &name, "link", "set", "eth0", "up"]);
-        (shared, ns_ip)
-    }
-
-    fn pids(&self) -> Vec<i32> {
-        let out = std::process::Command::new("ip")
-            .args(["netns", "pids", &self.name])
-            .output()
-            .expect("ip netns pids");
-        String::from_utf8_lossy(&out.stdout)
-            .split_whitespace()
-            .filter_map(|p| p.parse().ok())
-            .collect()
-    }
-}
-
-impl Drop for Shared {
-    fn drop(&mut self) {
-        for pid in self.pids() {
-            // SAFETY: plain syscalls.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-            }
-        }
-        let _ = std::process::Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .status();
-        let _ = std::process::Command::new("ip")
-            .args(["link", "del", &self.host_link])
-            .stderr(std::process::Stdio::null())
-            .status();
-    }
-}
 
 fn spec(id: &str) -> LaunchSpec {
     LaunchSpec {
@@ -150,7 +68,7 @@ async fn runtimes_join_the_shared_namespace_and_leave_it_in_place() {
         return;
     }
     eprintln!("--- step: a namespace of our own, routable from here");
-    let (shared, ns_ip) = Shared::new();
+    let (shared, ns_ip) = Shared::new("t02", 0);
     let driver = ProcessDriver::new(ProcessConfig {
         dir: shared.dir.path().join("driver"),
         runtime_bin: testkit::bins::runtime_bin(),

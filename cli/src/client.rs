@@ -23,6 +23,11 @@ pub enum CliError {
     /// No endpoint answered.
     #[error("no gateway reachable at {0}: start one (`openshell-pool dev`) or pass --endpoints host:port,...")]
     Unreachable(String),
+    /// A gateway answered but cannot serve the call: raft stopped for good
+    /// (its storage failed), it is shutting down, or the connection broke
+    /// mid-call; names the gateway and its words.
+    #[error("{0}")]
+    Unavailable(String),
     /// The TLS handshake with a gateway failed (unknown CA, wrong name,
     /// a plaintext gateway), or a plaintext call met a TLS gateway.
     #[error("{0}")]
@@ -66,7 +71,7 @@ impl CliError {
         match self {
             CliError::Refused(_) | CliError::Local(_) => 1,
             CliError::Usage(_) => 2,
-            CliError::Unreachable(_) | CliError::Tls(_) => 3,
+            CliError::Unreachable(_) | CliError::Unavailable(_) | CliError::Tls(_) => 3,
             CliError::Unauthorized(_) => 4,
             CliError::NotFound(_) => 5,
             CliError::NoLeader(_) | CliError::NoQuorum(_) => 6,
@@ -85,7 +90,7 @@ impl From<Status> for CliError {
             }
             Code::NotFound => CliError::NotFound(message),
             Code::Unavailable if message.contains("leader") => CliError::NoLeader(message),
-            Code::Unavailable => CliError::Unreachable(message),
+            Code::Unavailable => CliError::Unavailable(message),
             _ => CliError::Refused(message),
         }
     }
@@ -206,7 +211,12 @@ impl Gateway {
         // The last gateway that said why (a leader hint is not a reason).
         let last = failures.iter().rev().find_map(|f| match &f.cause {
             Cause::Status(status) if status.code() != Code::FailedPrecondition => {
-                Some(CliError::from(status.clone()))
+                Some(match CliError::from(status.clone()) {
+                    CliError::Unavailable(m) => {
+                        CliError::Unavailable(format!("gateway {}: {m}", f.endpoint))
+                    }
+                    other => other,
+                })
             }
             Cause::TimedOut(after) => Some(CliError::Refused(format!(
                 "gateway {}: no answer within {} s",

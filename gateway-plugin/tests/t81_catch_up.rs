@@ -273,6 +273,27 @@ async fn a_follower_whose_disk_filled_is_unhealthy_then_recovers() -> TestResult
     let (code, body) = http_get(&http3, "/healthz").await;
     eprintln!("node 3 /healthz: {code} {body}");
     assert!(body.contains("raft stopped"), "{body}");
+    // The CLI names that gateway and why it cannot serve, not "no gateway
+    // reachable at raft stopped: ..." (issue 31).
+    let addr3 = cluster.get(3).addr.clone();
+    let out = std::process::Command::new(testkit::bins::workspace_bin("openshell-pool"))
+        .args([
+            "--endpoints",
+            &addr3,
+            "--insecure",
+            "sandbox",
+            "create",
+            "--id",
+            "x1",
+        ])
+        .env_remove("OPENSHELL_ENDPOINTS")
+        .output()?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    eprintln!("openshell-pool sandbox create against node 3: {err}");
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains(&format!("gateway {addr3}")), "{err}");
+    assert!(err.contains("raft stopped"), "{err}");
+    assert!(!err.contains("no gateway reachable"), "{err}");
     let (code, _) = http_get(&http_addr(cluster.get(leader)), "/healthz").await;
     assert_eq!(code, 200, "the leader must stay healthy");
 

@@ -19,21 +19,9 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::Shared;
-use proto::grant::GrantSigner;
+use common::{spec, Shared};
 use sandbox_driver::process::{NetnsMode, ProcessConfig, ProcessDriver, SharedNetns};
 use sandbox_driver::{Endpoint, LaunchSpec, RuntimeState, SandboxDriver};
-
-fn spec(id: &str) -> LaunchSpec {
-    LaunchSpec {
-        sandbox_id: id.to_string(),
-        generation: 1,
-        workload: Vec::new(),
-        recovery_deadline_ms: 600_000,
-        trusted_grant_keys: vec![GrantSigner::insecure_development_key("t02").public_key_hex()],
-        trusted_grant_keys_file: None,
-    }
-}
 
 /// `ensure` until Running, at most 60 s.
 async fn ensure_running(driver: &ProcessDriver, spec: &LaunchSpec) -> Endpoint {
@@ -69,17 +57,7 @@ async fn runtimes_join_the_shared_namespace_and_leave_it_in_place() {
     }
     eprintln!("--- step: a namespace of our own, routable from here");
     let (shared, ns_ip) = Shared::new("t02", 0);
-    let driver = ProcessDriver::new(ProcessConfig {
-        dir: shared.dir.path().join("driver"),
-        runtime_bin: testkit::bins::runtime_bin(),
-        netns: NetnsMode::Auto,
-    })
-    .expect("driver")
-    .with_shared_netns(SharedNetns {
-        name: shared.name.clone(),
-        ip: ns_ip,
-    })
-    .expect("shared namespace");
+    let driver = shared.driver(ns_ip);
     assert!(
         !driver.uses_netns(),
         "a shared namespace replaces per-runtime ones"
@@ -87,7 +65,7 @@ async fn runtimes_join_the_shared_namespace_and_leave_it_in_place() {
 
     eprintln!("--- step: two runtimes in it");
     let id = |tag: &str| format!("t02-{}-{tag}", std::process::id());
-    let (a, b) = (spec(&id("a")), spec(&id("b")));
+    let (a, b) = (spec("t02", &id("a")), spec("t02", &id("b")));
     let ea = ensure_running(&driver, &a).await;
     let eb = ensure_running(&driver, &b).await;
     for e in [&ea, &eb] {

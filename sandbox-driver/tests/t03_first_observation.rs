@@ -14,21 +14,8 @@
 
 mod common;
 
-use common::Shared;
-use proto::grant::GrantSigner;
-use sandbox_driver::process::{NetnsMode, ProcessConfig, ProcessDriver, SharedNetns};
-use sandbox_driver::{LaunchSpec, RuntimeState, SandboxDriver};
-
-fn spec(id: &str) -> LaunchSpec {
-    LaunchSpec {
-        sandbox_id: id.to_string(),
-        generation: 1,
-        workload: Vec::new(),
-        recovery_deadline_ms: 600_000,
-        trusted_grant_keys: vec![GrantSigner::insecure_development_key("t03").public_key_hex()],
-        trusted_grant_keys_file: None,
-    }
-}
+use common::{spec, Shared};
+use sandbox_driver::{RuntimeState, SandboxDriver};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_runtime_just_spawned_is_never_observed_gone() {
@@ -37,25 +24,13 @@ async fn a_runtime_just_spawned_is_never_observed_gone() {
         return;
     }
     let (shared, ns_ip) = Shared::new("t03", 1);
-    let driver = std::sync::Arc::new(
-        ProcessDriver::new(ProcessConfig {
-            dir: shared.dir.path().join("driver"),
-            runtime_bin: testkit::bins::runtime_bin(),
-            netns: NetnsMode::Auto,
-        })
-        .expect("driver")
-        .with_shared_netns(SharedNetns {
-            name: shared.name.clone(),
-            ip: ns_ip,
-        })
-        .expect("shared namespace"),
-    );
+    let driver = std::sync::Arc::new(shared.driver(ns_ip));
     let mut failed = Vec::new();
     for round in 0..3 {
         let mut tasks = Vec::new();
         for i in 0..16 {
             let driver = driver.clone();
-            let spec = spec(&format!("t03-{}-{round}-{i}", std::process::id()));
+            let spec = spec("t03", &format!("t03-{}-{round}-{i}", std::process::id()));
             tasks.push(tokio::spawn(async move {
                 let state = driver.ensure(&spec).await;
                 (spec.name(), state)

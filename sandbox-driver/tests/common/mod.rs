@@ -2,6 +2,10 @@
 
 use std::net::Ipv4Addr;
 
+use proto::grant::GrantSigner;
+use sandbox_driver::process::{NetnsMode, ProcessConfig, ProcessDriver, SharedNetns};
+use sandbox_driver::LaunchSpec;
+
 /// The shared namespace and its veth; removed (processes killed first) on
 /// drop.
 pub struct Shared {
@@ -84,5 +88,35 @@ impl Drop for Shared {
             .args(["link", "del", &self.host_link])
             .stderr(std::process::Stdio::null())
             .status();
+    }
+}
+
+impl Shared {
+    /// A process driver under this namespace's directory that runs every
+    /// runtime in it, at `ns_ip`.
+    pub fn driver(&self, ns_ip: Ipv4Addr) -> ProcessDriver {
+        ProcessDriver::new(ProcessConfig {
+            dir: self.dir.path().join("driver"),
+            runtime_bin: testkit::bins::runtime_bin(),
+            netns: NetnsMode::Auto,
+        })
+        .expect("driver")
+        .with_shared_netns(SharedNetns {
+            name: self.name.clone(),
+            ip: ns_ip,
+        })
+        .expect("shared namespace")
+    }
+}
+
+/// Generation 1 of sandbox `id`, trusting the development key `tag`.
+pub fn spec(tag: &str, id: &str) -> LaunchSpec {
+    LaunchSpec {
+        sandbox_id: id.to_string(),
+        generation: 1,
+        workload: Vec::new(),
+        recovery_deadline_ms: 600_000,
+        trusted_grant_keys: vec![GrantSigner::insecure_development_key(tag).public_key_hex()],
+        trusted_grant_keys_file: None,
     }
 }

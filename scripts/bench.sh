@@ -7,14 +7,14 @@
 #
 # Installs what it needs from Debian when missing (postgresql-15,
 # etcd-server, etcd-client) and stops the services those packages start,
-# builds the release gateway and harness into $CARGO_TARGET_DIR (default
-# target/), then runs `openshell-jepsen bench --runs 3`: PostgreSQL 15, a
+# builds the release gateway and openshell-bench into $CARGO_TARGET_DIR (default
+# target/), then runs `openshell-bench compare --runs 3`: PostgreSQL 15, a
 # 3-member etcd, 3 gateways, the file limit and the in-process raft group,
 # one after another, all on loopback and plaintext, each at its default
 # timeouts, each with fresh data directories in a tempdir. Results go to
 # docs/benchmarks/compare/ (run-<k>.json, summary.json, summary.md) and
 # docs/benchmarks/compare.svg (override with --out / --plot). Extra
-# arguments go to `openshell-jepsen bench` (see its --help). Run as root
+# arguments go to `openshell-bench compare` (see its --help). Run as root
 # (apt-get; PostgreSQL then runs as the `postgres` user).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,15 +44,15 @@ fi
 
 target=${CARGO_TARGET_DIR:-target}
 cargo build --release -p gateway-plugin --bin openshell-gateway
-cargo build --release -p jepsen --bin openshell-jepsen
+cargo build --release -p openshell-bench --bin openshell-bench
 echo "scripts/bench.sh: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-# The in-process raft group logs through the harness's subscriber: keep it quiet.
+# The in-process raft group logs through openshell-bench's subscriber: keep it quiet.
 export RUST_LOG=${RUST_LOG:-warn,openraft=error}
-"$target/release/openshell-jepsen" bench \
+"$target/release/openshell-bench" compare \
   --gateway-bin "$target/release/openshell-gateway" "$@"
 # Then the failover windows (kill -9, SIGSTOP, transfer; about 6 min) into
 # docs/benchmarks/compare/failover.json; BENCH_SKIP_FAILOVER=1 skips them.
 if [ "${BENCH_SKIP_FAILOVER:-0}" != 1 ]; then
-  "$target/release/openshell-jepsen" bench-failover \
+  "$target/release/openshell-bench" failover \
     --gateway-bin "$target/release/openshell-gateway"
 fi

@@ -13,7 +13,7 @@
 # and data directory every 10 s, then prints the verdict (flat or not after
 # the first retention period) and writes samples.csv, samples.json,
 # verdict.md and soak.svg into the soak directory (OUT, default
-# jepsen/runs/soak-<timestamp>). Extra arguments go to `openshell-jepsen
+# jepsen/runs/soak-<timestamp>). Extra arguments go to `openshell-bench
 # soak` (see its --help). Needs root (network namespaces): run
 # jepsen/ci-deps.sh once. Exit code: 0 flat, 1 not flat, 2 not carried out.
 set -euo pipefail
@@ -24,8 +24,8 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 target=${CARGO_TARGET_DIR:-target}
 cargo build --release -p gateway-plugin --bin openshell-gateway
-cargo build --release -p jepsen --bin openshell-jepsen
+cargo build --release -p openshell-bench --bin openshell-bench
 out=${OUT:-jepsen/runs/soak-$(date -u +%Y%m%dT%H%M%SZ)}
-exec "$target/release/openshell-jepsen" soak \
+exec "$target/release/openshell-bench" soak \
   --gateway-bin "$target/release/openshell-gateway" \
   --out "$out" "$@"

@@ -197,7 +197,7 @@ pub const MAX_CONCURRENT_STREAMS: u32 = 256;
 /// loaded machine 20 cancelled appends piled up on a follower, its
 /// connection from the leader was torn down with every append in flight,
 /// and writes stalled for over 30 s after a paused leader came back
-/// (`openshell-jepsen bench-failover`). Still bounded: at most
+/// (`openshell-bench failover`). Still bounded: at most
 /// [`MAX_CONCURRENT_STREAMS`] streams are open at once on a connection.
 pub const MAX_PENDING_ACCEPT_RESETS: usize = 1024;
 /// HTTP/2 keepalive ping interval of the server.

@@ -4,7 +4,7 @@
 //! - given: three gateways (no sandbox driver, a long heartbeat TTL so no
 //!   member expires on a loaded machine), 30 scripted members spread over
 //!   them (member i attached to gateway i mod 3), and 1,000 sandboxes
-//!   (the bound does not depend on the count; `openshell-jepsen scale` runs
+//!   (the bound does not depend on the count; `openshell-bench scale` runs
 //!   10,000 on release binaries) created through `PoolAdmin.CreateSandbox`
 //! - when: every stream has converged, one more sandbox is created (one
 //!   launch and one acknowledgement: the batches touch one sandbox)

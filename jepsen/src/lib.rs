@@ -36,13 +36,10 @@
 //! - [`lag`]: every node's view sampled through the run; per healed fault,
 //!   how long until the replicas agreed on a leader and caught up.
 //! - [`run`]: one run end to end; [`matrix`]: every nemesis in turn.
-//! - [`soak`]: the long soak (sandbox and member churn; memory, snapshot
-//!   and disk sampled, judged flat or not, plotted).
-//! - [`bench`]: the comparative benchmark (`openshell-jepsen bench`):
-//!   PostgreSQL 15, a 3-member etcd, 3 gateways, the file limit and the
-//!   in-process raft group under the same closed-loop CAS workload.
-//! - [`scale`]: the scale a real pool needs (200 streams, 10,000
-//!   sandboxes: gateway RSS, restart to ready, takeover time, push cost).
+//!
+//! The benchmarks, the soak and the scale run use [`cluster`], [`process`],
+//! [`security`], [`net`] and [`run::preflight`] from their own crate,
+//! `openshell-bench` (tools/bench).
 //!
 //! # Example: check a history file
 //!
@@ -55,7 +52,6 @@
 //! # Ok::<(), anyhow::Error>(())
 //! ```
 
-pub mod bench;
 pub mod checker;
 pub mod cluster;
 pub mod history;
@@ -70,10 +66,8 @@ pub mod process;
 pub mod recovery;
 pub mod report;
 pub mod run;
-pub mod scale;
 pub mod security;
 pub mod security_probe;
-pub mod soak;
 pub mod workload;
 
 /// The files of `dir` whose names end in `suffix`, as (name without the

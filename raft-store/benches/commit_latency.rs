@@ -3,7 +3,7 @@
 //!
 //! Run with `cargo bench -p raft-store --features bench --bench commit_latency`.
 //! The file limit and the raft group are `raft_store::bench` (feature
-//! `bench`), which `openshell-jepsen bench` measures too.
+//! `bench`), which `openshell-bench compare` measures too.
 //!
 //! 1. `file` limit (the definition in the issue that specifies this bench):
 //!    one plain file opened for append in a tempdir, 256-byte records; one
@@ -209,7 +209,7 @@ where
 }
 
 /// The file limit (`raft_store::bench::FileLimit`, shared with
-/// `openshell-jepsen bench`): one file opened for append, 256-byte records,
+/// `openshell-bench compare`): one file opened for append, 256-byte records,
 /// one `write_all` + one `fdatasync` per group-committed batch.
 async fn file_level(writers: usize, warmup: Duration, window: Duration) -> (Level, f64) {
     let tmp = tempfile::tempdir().expect("tempdir for the file limit");

@@ -1,7 +1,7 @@
 //! The two in-process references of the benchmarks (behind the `bench`
 //! feature; never in a gateway build): the local file limit and an
 //! in-process three-node raft group. `benches/commit_latency.rs` and
-//! `openshell-jepsen bench` both drive these, so both measure the same
+//! `openshell-bench compare` both drive these, so both measure the same
 //! thing.
 //!
 //! - [`FileLimit`]: one plain file opened for append, 256-byte records

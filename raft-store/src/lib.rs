@@ -67,7 +67,7 @@
 //!   never served by or forwarded to another node ([`Leading`]).
 //! - `bench` (feature `bench`, benchmarks only): the file limit (also
 //!   `benches/commit_latency.rs`'s) and the in-process three-node group
-//!   that `openshell-jepsen bench` measures against.
+//!   that `openshell-bench compare` measures against.
 //!
 //! # Example
 //! ```no_run

@@ -9,15 +9,12 @@
 //! openshell-jepsen check  history.jsonl
 //! openshell-jepsen table  <matrix dir>
 //! openshell-jepsen clean
-//! openshell-jepsen soak   [--duration-s 1800] [--sandboxes 100000] [--members 50] [--retention-ticks 240] ...
-//! openshell-jepsen soak-plot <soak dir> [--tolerance-pct 10]
-//! openshell-jepsen scale  [--members 200] [--sandboxes 10000] [--json docs/benchmarks/scale.json] ...
 //! ```
 //! Exit code: 0 valid, 1 a checker found a violation or could not decide,
-//! 2 the run could not be carried out. `soak`: 0 flat, 1 not flat,
-//! undecided or the churn did not finish, 2 it could not be carried out.
-//! `scale`: 0 every target met, 1 a target missed, 2 it could not be
-//! carried out.
+//! 2 the run could not be carried out.
+//!
+//! The benchmarks, the soak and the scale run are `openshell-bench`
+//! (tools/bench).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -70,28 +67,6 @@ enum Cmd {
     /// Removes every osj-* namespace, link and process left by earlier runs
     /// whose harness is gone (runs in progress are left alone).
     Clean,
-    /// The soak: gateways under sandbox and member churn for a long time;
-    /// samples memory, snapshot and disk; a verdict and a plot.
-    Soak(jepsen::soak::SoakArgs),
-    /// The scale a real pool needs: 3 gateways, 200 supervisor streams,
-    /// 10,000 sandboxes; RSS, restart to ready, takeover, push cost.
-    Scale(jepsen::scale::ScaleArgs),
-    /// The soak's verdict and plot again, from its directory's samples.json.
-    SoakPlot {
-        /// The soak directory.
-        dir: PathBuf,
-        /// The verdict's tolerance, percent.
-        #[arg(long, default_value_t = 10.0)]
-        tolerance_pct: f64,
-    },
-    /// The comparative benchmark: PostgreSQL 15, a 3-member etcd, 3
-    /// gateways, the file limit and the in-process raft group under the
-    /// same closed-loop CAS workload; tables, ratios, verdicts, JSON, plot.
-    Bench(jepsen::bench::BenchArgs),
-    /// Failover under the bench's 8-client load: kill -9 and SIGSTOP of the
-    /// leader (gateways and etcd) and planned leader transfers (gateways);
-    /// the window without a committed write of each, p50/p99, JSON, table.
-    BenchFailover(jepsen::bench::failover::FailoverArgs),
 }
 
 #[derive(Args, Clone)]
@@ -455,114 +430,6 @@ fn check_pool(events: &[jepsen::history::Event], history: &std::path::Path) -> E
     }
 }
 
-/// `soak`: runs it, prints the verdict.
-/// `openshell-jepsen bench`: a measurement, so the verdicts are printed,
-/// not the exit code (0 once it ran, 2 when it could not be carried out).
-fn bench(runtime: &tokio::runtime::Runtime, args: &jepsen::bench::BenchArgs) -> ExitCode {
-    match runtime.block_on(jepsen::bench::run(args)) {
-        Ok(_) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("bench failed: {e:#}");
-            ExitCode::from(2)
-        }
-    }
-}
-
-fn bench_failover(
-    runtime: &tokio::runtime::Runtime,
-    args: &jepsen::bench::failover::FailoverArgs,
-) -> ExitCode {
-    // A measurement: the windows are printed, not judged here.
-    match runtime.block_on(jepsen::bench::failover::run(args)) {
-        Ok(_) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("bench-failover failed: {e:#}");
-            ExitCode::from(2)
-        }
-    }
-}
-
-fn soak(runtime: &tokio::runtime::Runtime, args: &jepsen::soak::SoakArgs) -> ExitCode {
-    let options = match args.options(&workspace_root()) {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
-    };
-    match runtime.block_on(jepsen::soak::run(options)) {
-        Ok(outcome) => {
-            print!("{}", outcome.verdict.table());
-            if !outcome.complete {
-                println!("the churn did not finish within its limit (see verdict.md)");
-            }
-            println!(
-                "soak: {}/ (soak.svg, samples.csv, verdict.md)",
-                outcome.dir.display()
-            );
-            if outcome.verdict.flat && outcome.complete {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            }
-        }
-        Err(e) => {
-            eprintln!("soak failed: {e:#}");
-            ExitCode::from(2)
-        }
-    }
-}
-
-/// `scale`: runs it, prints the table.
-fn scale(runtime: &tokio::runtime::Runtime, args: &jepsen::scale::ScaleArgs) -> ExitCode {
-    let options = match args.options(&workspace_root()) {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
-    };
-    let out = options.out.clone();
-    match runtime.block_on(jepsen::scale::run(options)) {
-        Ok(report) => {
-            print!("{}", report.table());
-            println!(
-                "load (1, 5, 15 min): before {}, after {}",
-                report.load_before, report.load_after
-            );
-            println!("scale: {}/scale.json", out.display());
-            if report.targets_met() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            }
-        }
-        Err(e) => {
-            eprintln!("scale failed: {e:#}");
-            ExitCode::from(2)
-        }
-    }
-}
-
-/// `soak-plot`: the verdict and the plot again from a soak directory.
-fn soak_plot(dir: &Path, tolerance_pct: f64) -> ExitCode {
-    match jepsen::soak::replot(dir, tolerance_pct) {
-        Ok(verdict) => {
-            print!("{}", verdict.table());
-            println!("plot: {}/soak.svg", dir.display());
-            if verdict.flat {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            }
-        }
-        Err(e) => {
-            eprintln!("{e:#}");
-            ExitCode::from(2)
-        }
-    }
-}
-
 /// `clean`: removes stale `osj-*` namespaces, links and tables of runs that
 /// are no longer in progress.
 fn clean() -> ExitCode {
@@ -599,11 +466,6 @@ fn main() -> ExitCode {
     match cli.command {
         Cmd::Clean => clean(),
         Cmd::Check { history } => check_history(&history),
-        Cmd::Soak(args) => soak(&runtime, &args),
-        Cmd::Scale(args) => scale(&runtime, &args),
-        Cmd::SoakPlot { dir, tolerance_pct } => soak_plot(&dir, tolerance_pct),
-        Cmd::Bench(args) => bench(&runtime, &args),
-        Cmd::BenchFailover(args) => bench_failover(&runtime, &args),
         Cmd::Run(common) => {
             let opts = match options(&common) {
                 Ok(o) => o,

@@ -6,14 +6,14 @@
 //! - given: the file limit, the in-process raft group, and, when their
 //!   binaries are installed (`scripts/bench.sh` installs them), PostgreSQL
 //!   15, a 3-member etcd and 3 debug gateways
-//! - when: `openshell-jepsen bench` runs once over 200 keys at 1 and 4
+//! - when: `openshell-bench compare` runs once over 200 keys at 1 and 4
 //!   clients, 0.3 s warm-up + 1 s per level
 //! - then: `run-1.json` has every system that ran x both concurrencies with
 //!   writes completed and zero CAS conflicts; `summary.json`, `summary.md`
 //!   and the SVG exist. No timing assertions.
 
-use jepsen::bench::report::Run;
-use jepsen::bench::BenchArgs;
+use bench::compare::report::Run;
+use bench::compare::BenchArgs;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_system_completes_writes_without_cas_conflicts() {
@@ -28,18 +28,18 @@ async fn every_system_completes_writes_without_cas_conflicts() {
         clients: vec![1, 4],
         warmup_secs: 0.3,
         secs: 1.0,
-        systems: jepsen::bench::SYSTEMS
+        systems: bench::compare::SYSTEMS
             .iter()
             .map(|s| s.to_string())
             .collect(),
         skip_missing: false,
         gateway_bin: Some(gateway_bin),
-        pg_bin_dir: jepsen::bench::postgres::DEFAULT_BIN_DIR.into(),
-        etcd_bin: jepsen::bench::etcd::DEFAULT_BIN.into(),
+        pg_bin_dir: bench::compare::postgres::DEFAULT_BIN_DIR.into(),
+        etcd_bin: bench::compare::etcd::DEFAULT_BIN.into(),
         work_dir: Some(dir.path().join("work")),
     };
     let mut expected = Vec::new();
-    for s in jepsen::bench::SYSTEMS {
+    for s in bench::compare::SYSTEMS {
         match args.missing(s) {
             Some(why) => eprintln!("skipping {why}"),
             None => expected.push(s.to_string()),
@@ -50,7 +50,7 @@ async fn every_system_completes_writes_without_cas_conflicts() {
         ..args
     };
     eprintln!("--- step: run the bench over {expected:?}");
-    jepsen::bench::run(&args)
+    bench::compare::run(&args)
         .await
         .unwrap_or_else(|e| panic!("the bench could not be carried out: {e:#}"));
 

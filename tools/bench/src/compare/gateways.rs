@@ -27,7 +27,7 @@ use tonic::transport::Channel;
 
 use super::inproc::{object_id, put_request, OBJECT_TYPE};
 use super::{BenchSystem, Versions, WriteError, UNKNOWN};
-use crate::process::{log_to, ChildProcess};
+use jepsen::process::{log_to, ChildProcess};
 
 /// Per-request timeout of the bench's gateway clients.
 pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(10);

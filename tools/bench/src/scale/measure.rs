@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::cluster::{Cluster, Node};
+use jepsen::cluster::{Cluster, Node};
 
 /// Port of `/healthz`, `/readyz` and `/metrics` (`--http-listen
 /// 0.0.0.0:7080` in each gateway's namespace).

@@ -1,8 +1,8 @@
-//! `openshell-jepsen scale`: the scale a real pool needs (issue 17
+//! `openshell-bench scale`: the scale a real pool needs (issue 17
 //! "Scale"), measured on real processes.
 //!
 //! Three real `openshell-gateway` processes run in their network namespaces
-//! exactly as in a Jepsen run ([`crate::cluster`]: TLS with the run's CA,
+//! exactly as in a Jepsen run ([`jepsen::cluster`]: TLS with the run's CA,
 //! admin token, a credential per member) at their default raft and pool
 //! timing (heartbeat TTL 2 s), each serving `/readyz` and `/metrics` on
 //! [`measure::HTTP_PORT`]. Then, in order:
@@ -33,9 +33,9 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 
-use crate::cluster::{Cluster, GatewayOptions};
-use crate::net;
-use crate::security::Security;
+use jepsen::cluster::{Cluster, GatewayOptions};
+use jepsen::net;
+use jepsen::security::Security;
 
 mod args;
 pub mod measure;
@@ -106,7 +106,7 @@ impl ScaleOptions {
 /// cluster never elects a leader, or a step does not finish within
 /// `step_timeout`.
 pub async fn run(options: ScaleOptions) -> anyhow::Result<ScaleReport> {
-    crate::run::preflight()?;
+    jepsen::run::preflight()?;
     if std::fs::read_dir(&options.out).is_ok_and(|mut d| d.next().is_some()) {
         bail!(
             "scale directory {} is not empty; choose another --out or remove it",
@@ -126,7 +126,7 @@ pub async fn run(options: ScaleOptions) -> anyhow::Result<ScaleReport> {
         let pid_file = lock.path().to_path_buf();
         tokio::spawn(async move {
             if tokio::signal::ctrl_c().await.is_ok() {
-                eprintln!("openshell-jepsen scale: interrupted; cleaning up {prefix}*");
+                eprintln!("openshell-bench scale: interrupted; cleaning up {prefix}*");
                 let _ = net::clean(&prefix);
                 let _ = std::fs::remove_file(&pid_file);
                 std::process::exit(130);
@@ -196,7 +196,7 @@ async fn scale(
         security: cluster
             .credentials
             .as_ref()
-            .map(crate::security::Credentials::member_security),
+            .map(jepsen::security::Credentials::member_security),
     };
     let mut members = ScaleMembers::start(plan);
     let result = steps::all(options, &cluster, &mut members, &mut report).await;

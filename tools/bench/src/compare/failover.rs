@@ -1,8 +1,8 @@
-//! `openshell-jepsen bench-failover`: how long writes stop when the leader
+//! `openshell-bench failover`: how long writes stop when the leader
 //! fails or hands over, under the bench's 8-client load (docs/benchmarks.md,
 //! "Failover and leader transfer").
 //!
-//! One run, on loopback, with the `bench` command's starters and workload
+//! One run, on loopback, with the `compare` command's starters and workload
 //! (three `openshell-gateway` processes, a 3-member etcd; client `i` on node
 //! `i mod 3`, compare-and-set writes over `--keys` keys):
 //!
@@ -36,7 +36,7 @@ use super::failover_load::{Completions, Load};
 use super::gateways::Gateways;
 use super::BenchSystem;
 
-/// Arguments of `bench-failover`.
+/// Arguments of `openshell-bench failover`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct FailoverArgs {
     /// The release `openshell-gateway` binary.

@@ -1,9 +1,9 @@
-//! `openshell-jepsen soak`: a long run that shows the gateways' memory,
+//! `openshell-bench soak`: a long run that shows the gateways' memory,
 //! snapshot and disk stay flat once retention collects what the workload
 //! left behind (issue 16's acceptance soak).
 //!
 //! Three real `openshell-gateway` processes run in their network namespaces
-//! exactly as in a Jepsen run ([`crate::cluster`]: TLS with the run's CA,
+//! exactly as in a Jepsen run ([`jepsen::cluster`]: TLS with the run's CA,
 //! admin token, a credential per member), with a short `--retention-ticks`
 //! so the first retention period ends early, and no nemesis. Then:
 //!
@@ -29,9 +29,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use serde_json::json;
 
-use crate::cluster::{Cluster, GatewayOptions};
-use crate::net;
-use crate::security::Security;
+use jepsen::cluster::{Cluster, GatewayOptions};
+use jepsen::net;
+use jepsen::security::Security;
 
 mod args;
 pub mod driver;
@@ -153,7 +153,7 @@ pub struct SoakOutcome {
 /// the cluster never elects a leader. A metric that is not flat is not an
 /// error: see [`SoakOutcome::verdict`].
 pub async fn run(options: SoakOptions) -> anyhow::Result<SoakOutcome> {
-    crate::run::preflight()?;
+    jepsen::run::preflight()?;
     if std::fs::read_dir(&options.out).is_ok_and(|mut d| d.next().is_some()) {
         bail!(
             "soak directory {} is not empty; choose another --out or remove it",
@@ -173,7 +173,7 @@ pub async fn run(options: SoakOptions) -> anyhow::Result<SoakOutcome> {
         let pid_file = lock.path().to_path_buf();
         tokio::spawn(async move {
             if tokio::signal::ctrl_c().await.is_ok() {
-                eprintln!("openshell-jepsen soak: interrupted; cleaning up {prefix}*");
+                eprintln!("openshell-bench soak: interrupted; cleaning up {prefix}*");
                 let left = net::clean(&prefix);
                 if !left.is_empty() {
                     eprintln!("could not remove {left:?}; run: {}", net::CLEAN_COMMAND);
@@ -258,7 +258,7 @@ async fn start_workload(options: &SoakOptions, cluster: &Arc<Cluster>) -> Worklo
         security: cluster
             .credentials
             .as_ref()
-            .map(crate::security::Credentials::member_security),
+            .map(jepsen::security::Credentials::member_security),
     };
     let members = Members::start(plan, options.seed);
     let wait_until = Instant::now() + Duration::from_secs(60);
@@ -434,7 +434,7 @@ pub fn title(options: &SoakOptions) -> String {
     )
 }
 
-/// `openshell-jepsen soak-plot`: the verdict and the plot again from a soak
+/// `openshell-bench soak-plot`: the verdict and the plot again from a soak
 /// directory's `samples.json` (e.g. with another tolerance).
 ///
 /// # Errors

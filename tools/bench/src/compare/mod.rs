@@ -1,4 +1,4 @@
-//! `openshell-jepsen bench`: the comparative throughput/latency benchmark of
+//! `openshell-bench compare`: the comparative throughput/latency benchmark of
 //! the replicated store against PostgreSQL 15, a 3-member etcd, the local
 //! file limit and the in-process raft group, all on loopback, all plaintext,
 //! every system at its default timeouts (docs/benchmarks.md, "Comparison
@@ -14,7 +14,7 @@
 //!   per-client write of each.
 //! - [`file_limit`], [`inproc`]: the two in-process references
 //!   (`raft_store::bench`).
-//! - [`failover`] (+ [`transfer`]): `openshell-jepsen bench-failover`, the
+//! - [`failover`] (+ [`transfer`]): `openshell-bench failover`, the
 //!   write-unavailability windows of a killed, stopped or transferred leader
 //!   on the same systems and load.
 //! - [`report`]: ratios, targets and verdicts, `run-<k>.json`,
@@ -131,7 +131,7 @@ pub fn value(key: usize) -> Vec<u8> {
 /// The systems of the comparison, in the order a run measures them.
 pub const SYSTEMS: [&str; 5] = ["file", "inproc", "postgres", "etcd", "gateways"];
 
-/// Arguments of `openshell-jepsen bench`.
+/// Arguments of `openshell-bench compare`.
 #[derive(clap::Args, Clone, Debug)]
 pub struct BenchArgs {
     /// How many times to run the whole comparison.
@@ -285,7 +285,7 @@ async fn measure(
     }
 }
 
-/// `openshell-jepsen bench`: every run, the summary, the plot.
+/// `openshell-bench compare`: every run, the summary, the plot.
 ///
 /// # Errors
 /// When a system fails to start or run, or results cannot be written.

@@ -1,4 +1,4 @@
-//! The `openshell-jepsen soak` command line, turned into [`SoakOptions`].
+//! The `openshell-bench soak` command line, turned into [`SoakOptions`].
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -7,7 +7,7 @@ use clap::Args;
 
 use super::SoakOptions;
 
-/// `openshell-jepsen soak` (defaults: issue 16's acceptance soak).
+/// `openshell-bench soak` (defaults: issue 16's acceptance soak).
 #[derive(Args, Clone, Debug)]
 pub struct SoakArgs {
     /// Gateways (3 or 5).

@@ -1,4 +1,4 @@
-//! The `openshell-jepsen scale` command line, turned into [`ScaleOptions`].
+//! The `openshell-bench scale` command line, turned into [`ScaleOptions`].
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -7,7 +7,7 @@ use clap::Args;
 
 use super::ScaleOptions;
 
-/// `openshell-jepsen scale` (defaults: issue 17's scale).
+/// `openshell-bench scale` (defaults: issue 17's scale).
 #[derive(Args, Clone, Debug)]
 pub struct ScaleArgs {
     /// Gateways.

@@ -14,7 +14,7 @@ use super::measure::{self, push_counters};
 use super::members::{member_id, ScaleMembers};
 use super::report::{Push, Restart, ScaleReport, Takeover};
 use super::ScaleOptions;
-use crate::cluster::Cluster;
+use jepsen::cluster::Cluster;
 
 /// Tries per create before the run fails.
 const TRIES: usize = 20;

@@ -15,20 +15,20 @@
 //!   the report is present (RSS of 3 gateways, push passes counted), the
 //!   JSON written reads back equal, and nothing named osj-* is left
 
-mod common;
-
 use std::time::Duration;
 
-use jepsen::scale::{ScaleOptions, ScaleReport};
+use bench::scale::{ScaleOptions, ScaleReport};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_scale_step_runs_and_the_report_has_its_shape() {
-    if common::skip_without_root("jepsen::t41_scale_smoke") {
+    if testkit::skip_without_root("bench::t41_scale_smoke") {
         return;
     }
     eprintln!("--- step: find the gateway binary");
-    let bin = common::gateway_bin();
-    let out = common::profile_dir().join("jepsen-runs").join("t41-scale");
+    let bin = testkit::bins::gateway_bin();
+    let out = testkit::bins::profile_dir()
+        .join("jepsen-runs")
+        .join("t41-scale");
     let _ = std::fs::remove_dir_all(&out);
     let json = out.join("copy").join("scale.json");
     let options = ScaleOptions {
@@ -46,7 +46,7 @@ async fn every_scale_step_runs_and_the_report_has_its_shape() {
         step_timeout: Duration::from_secs(120),
     };
     eprintln!("--- step: 10 members, 200 sandboxes, a takeover, two restarts");
-    let report = jepsen::scale::run(options)
+    let report = bench::scale::run(options)
         .await
         .unwrap_or_else(|e| panic!("the scale run could not be carried out: {e:#}"));
     eprintln!("{}", report.table());

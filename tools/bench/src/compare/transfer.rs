@@ -1,4 +1,4 @@
-//! The planned-transfer phase of `bench-failover`: `ClusterAdmin.TransferLeader`
+//! The planned-transfer phase of `openshell-bench failover`: `ClusterAdmin.TransferLeader`
 //! on the gateways' leader under the load, to the next node in turn
 //! (raft-store's `leadership` module says how the transfer works). A
 //! transfer's window is the longest stretch without an acknowledged write

@@ -22,7 +22,7 @@ use proto::supervisor_host::{gateway_message, AssignmentSnapshot, SupervisorMess
 use testkit::member::{attach_secure, hello_with_credential, host_status, term_ack, Attached};
 use tokio::sync::mpsc;
 
-use crate::security::MemberSecurity;
+use jepsen::security::MemberSecurity;
 
 /// The member id of member `i` (0-based).
 pub fn member_id(i: usize) -> String {

@@ -15,21 +15,21 @@
 //!   it grows with every deleted sandbox and departed member), and nothing
 //!   named osj-* is left
 
-mod common;
-
 use std::time::Duration;
 
-use jepsen::soak::verdict::Metric;
-use jepsen::soak::SoakOptions;
+use bench::soak::verdict::Metric;
+use bench::soak::SoakOptions;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn applied_state_stays_flat_under_churn_with_retention() {
-    if common::skip_without_root("jepsen::t38_soak_smoke") {
+    if testkit::skip_without_root("bench::t38_soak_smoke") {
         return;
     }
     eprintln!("--- step: find the gateway binary");
-    let bin = common::gateway_bin();
-    let out = common::profile_dir().join("jepsen-runs").join("t38-soak");
+    let bin = testkit::bins::gateway_bin();
+    let out = testkit::bins::profile_dir()
+        .join("jepsen-runs")
+        .join("t38-soak");
     let _ = std::fs::remove_dir_all(&out);
     let options = SoakOptions {
         nodes: 3,
@@ -52,7 +52,7 @@ async fn applied_state_stays_flat_under_churn_with_retention() {
         client_timeout: Duration::from_secs(10),
     };
     eprintln!("--- step: soak 1,800 sandboxes over 60 s with 8 churning members");
-    let outcome = jepsen::soak::run(options)
+    let outcome = bench::soak::run(options)
         .await
         .unwrap_or_else(|e| panic!("the soak could not be carried out: {e:#}"));
     let dir = &outcome.dir;
@@ -64,7 +64,7 @@ async fn applied_state_stays_flat_under_churn_with_retention() {
     );
     eprintln!("--- step: check the counts and the files");
     assert!(outcome.complete, "the churn did not finish:\n{verdict_md}");
-    let soak = jepsen::soak::sample::read(dir).expect("samples.json");
+    let soak = bench::soak::sample::read(dir).expect("samples.json");
     let last = soak.samples.last().expect("samples").counts.clone();
     assert_eq!(last.created, 1800, "{last:?}");
     assert_eq!(last.deleted, 1800, "{last:?}");

@@ -26,7 +26,7 @@ use proto::pool_admin::{CreateSandboxRequest, DeleteSandboxRequest};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::cluster::Cluster;
+use jepsen::cluster::Cluster;
 
 /// Tries per call before it counts as an error.
 const TRIES: usize = 8;
@@ -223,7 +223,7 @@ impl Shared {
         true
     }
 
-    fn node(&self, rng: &mut StdRng) -> Option<&crate::cluster::Node> {
+    fn node(&self, rng: &mut StdRng) -> Option<&jepsen::cluster::Node> {
         let nodes = &self.cluster.nodes;
         (!nodes.is_empty()).then(|| &nodes[rng.gen_range(0..nodes.len())])
     }

@@ -126,7 +126,7 @@ pub fn draw(path: &Path, runs: &[Run]) -> anyhow::Result<()> {
             .collect()
     };
     let title = format!(
-        "openshell-jepsen bench: medians of {} run(s), commit {}, {} keys, 256-byte values",
+        "openshell-bench compare: medians of {} run(s), commit {}, {} keys, 256-byte values",
         summary.runs,
         summary.commit,
         runs.first().map_or(0, |r| r.keys)

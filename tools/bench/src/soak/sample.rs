@@ -7,7 +7,7 @@
 //! under it) and its applied index; plus the workload's counters.
 //!
 //! Written as `samples.json` (the whole [`Soak`] record, read back by
-//! `openshell-jepsen soak-plot`) and `samples.csv` (one row per sample time,
+//! `openshell-bench soak-plot`) and `samples.csv` (one row per sample time,
 //! `<node>_<metric>` columns).
 
 use std::path::Path;
@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use super::driver::DriverCounters;
 use super::members::MemberCounters;
-use crate::cluster::{Cluster, Node};
+use jepsen::cluster::{Cluster, Node};
 
 /// One gateway at one sample time (0 where it could not be read).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -78,7 +78,7 @@ pub struct Sample {
 /// A soak's record: settings, marks and samples (`samples.json`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Soak {
-    /// The settings, as `openshell-jepsen soak` was given them.
+    /// The settings, as `openshell-bench soak` was given them.
     pub settings: serde_json::Value,
     /// Seconds after which the first retention period is over (the first
     /// delete plus the retention), if any delete happened.

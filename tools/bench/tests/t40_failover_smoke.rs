@@ -1,4 +1,4 @@
-//! t40: `bench-failover`, test-sized: the leader of three gateways is
+//! t40: `openshell-bench failover`, test-sized: the leader of three gateways is
 //! killed twice, stopped once and transferred twice under the 8-client load,
 //! and writes resume after every fault (the windows are printed, never
 //! judged: no timing assertion).
@@ -9,15 +9,13 @@
 //! - then: the JSON at `--out` has one window per fault for each phase,
 //!   every window is finite and writes were acknowledged in every phase
 
-mod common;
-
-use jepsen::bench::failover::{run, FailoverArgs, FailoverReport};
+use bench::compare::failover::{run, FailoverArgs, FailoverReport};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_resume_after_every_fault_and_the_json_has_every_window() {
     eprintln!("--- step: find the gateway binary");
-    let bin = common::gateway_bin();
-    let dir = common::profile_dir()
+    let bin = testkit::bins::gateway_bin();
+    let dir = testkit::bins::profile_dir()
         .join("jepsen-runs")
         .join("t40-failover");
     let _ = std::fs::remove_dir_all(&dir);
@@ -39,7 +37,7 @@ async fn writes_resume_after_every_fault_and_the_json_has_every_window() {
     eprintln!("--- step: 2 kills, 1 stop, 2 transfers under load");
     let report = run(&args)
         .await
-        .unwrap_or_else(|e| panic!("bench-failover could not be carried out: {e:#}"));
+        .unwrap_or_else(|e| panic!("failover could not be carried out: {e:#}"));
     eprintln!("{}", report.table());
 
     eprintln!("--- step: the JSON has every window");

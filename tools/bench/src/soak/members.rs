@@ -35,7 +35,7 @@ use rand::{Rng, SeedableRng};
 use testkit::member::{attach_secure, hello_with_credential, term_ack, Attached};
 use tokio::sync::mpsc;
 
-use crate::security::MemberSecurity;
+use jepsen::security::MemberSecurity;
 
 /// Longest a draining member waits to own nothing before it leaves anyway.
 pub const DRAIN_LIMIT: Duration = Duration::from_secs(30);

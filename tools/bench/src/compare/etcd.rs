@@ -22,7 +22,7 @@ use tonic::transport::{Channel, Endpoint};
 
 use super::etcd_wire::KvClient;
 use super::{value, BenchSystem, Versions, WriteError, UNKNOWN};
-use crate::process::{log_to, ChildProcess};
+use jepsen::process::{log_to, ChildProcess};
 
 /// Debian's `etcd-server` binary.
 pub const DEFAULT_BIN: &str = "/usr/bin/etcd";

@@ -91,11 +91,31 @@ pub enum Liveness {
 /// `PF_KTHREAD` in `/proc/<pid>/stat`'s flags.
 const PF_KTHREAD: u64 = 0x0020_0000;
 
+/// The largest part of a `/proc/<pid>` file read: a runtime's command line
+/// is a few hundred bytes, and its first arguments name the runtime and the
+/// sandbox (`runtime_args` puts `--sandbox-id` first), so a longer one cut
+/// here still reads right.
+const PROC_READ_MAX: usize = 16 * 1024;
+
+/// `path` (a `/proc/<pid>` file) as one `read` call returns it. The kernel
+/// answers one call from one image of the process, so a process in
+/// `execve` reads as its old or its new command line, never as a mix:
+/// `std::fs::read` reads 32 bytes first and the rest in further calls, and
+/// across an `execve` that gave the first 32 bytes of `ip netns exec`'s
+/// arguments and then an end of file (issue 27, sandbox-driver t04).
+fn read_proc_once(path: &str) -> std::io::Result<Vec<u8>> {
+    let mut file = std::fs::File::open(path)?;
+    let mut buf = vec![0u8; PROC_READ_MAX];
+    let n = file.read(&mut buf)?;
+    buf.truncate(n);
+    Ok(buf)
+}
+
 /// Whether `pid` is alive and is the runtime of `sandbox_id`: its command
 /// line names an executable called `runtime_file` (directly, or as the
 /// program of `ip netns exec`) and `--sandbox-id <sandbox_id>`.
 pub fn liveness(pid: i32, sandbox_id: &str, runtime_file: &OsStr) -> Liveness {
-    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+    let Ok(cmdline) = read_proc_once(&format!("/proc/{pid}/cmdline")) else {
         return Liveness::Gone;
     };
     if cmdline.is_empty() {
@@ -123,9 +143,10 @@ pub fn liveness(pid: i32, sandbox_id: &str, runtime_file: &OsStr) -> Liveness {
 /// Whether `pid`, whose command line reads empty, is a live user process
 /// (so in `execve`) rather than a zombie, a dead one or a kernel thread.
 fn execing(pid: i32) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+    let Ok(stat) = read_proc_once(&format!("/proc/{pid}/stat")) else {
         return false;
     };
+    let stat = String::from_utf8_lossy(&stat);
     // After the command name's closing parenthesis: state, ppid, pgrp,
     // session, tty_nr, tpgid, flags.
     let Some((_, rest)) = stat.rsplit_once(')') else {

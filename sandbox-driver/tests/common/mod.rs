@@ -1,4 +1,6 @@
 //! What the process-driver tests that need a network namespace share.
+// Each test file uses its own part of this module.
+#![allow(dead_code)]
 
 use std::net::Ipv4Addr;
 

@@ -72,6 +72,26 @@ pub struct Outcome {
     pub lag: crate::lag::Lag,
 }
 
+/// The start of a harness binary (`openshell-jepsen`, `openshell-bench`):
+/// logs to stderr (`RUST_LOG`, `info` by default) and a tokio runtime;
+/// `None`, said on stderr, when tokio cannot start.
+pub fn start_tool() -> Option<tokio::runtime::Runtime> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match tokio::runtime::Runtime::new() {
+        Ok(runtime) => Some(runtime),
+        Err(e) => {
+            eprintln!("cannot start tokio: {e}");
+            None
+        }
+    }
+}
+
 /// Refuses to run as non-root or with leftovers of an earlier run (a run
 /// whose harness is gone; live runs may share the machine).
 ///

@@ -178,20 +178,9 @@ fn soak_plot(dir: &Path, tolerance_pct: f64) -> ExitCode {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("cannot start tokio: {e}");
-            return ExitCode::from(2);
-        }
+    let Some(runtime) = jepsen::run::start_tool() else {
+        return ExitCode::from(2);
     };
     match cli.command {
         Cmd::Compare(args) => compare(&runtime, &args),

@@ -33,7 +33,7 @@ use tonic::{Request, Response, Status};
 
 use crate::auth::{Auth, Role};
 use crate::metrics::Metrics;
-use crate::state::GatewayState;
+use crate::state::{GatewayState, Replied, Reply};
 use crate::status;
 
 pub use crate::status::RESOURCE_VERSION;
@@ -69,10 +69,9 @@ impl ObjectStoreService {
         request_id: &str,
     ) -> Result<(object_result::Result, u64, bool), Status> {
         crate::requests::check_request_id(request_id).map_err(Status::invalid_argument)?;
-        let command = ObjectCommand { op: Some(op) };
-        raft_store::objects::Objects::validate_command(&command)
-            .map_err(Status::invalid_argument)?;
-        let command = GatewayState::object_command(command);
+        // Validated once, by the node the write enters (`RaftNode::write`:
+        // a malformed command is INVALID_ARGUMENT), not here again.
+        let command = GatewayState::object_command(ObjectCommand { op: Some(op) });
         let applied = if request_id.is_empty() {
             self.node.write(command).await
         } else {
@@ -80,18 +79,25 @@ impl ObjectStoreService {
             self.node.write_idempotent(command, timeout).await
         }
         .map_err(status::write)?;
-        if let Some(first) = GatewayState::reused(&applied.response).map_err(Status::internal)? {
-            return Err(status::request_id_reused(request_id, first));
-        }
-        let replayed = GatewayState::replayed(&applied.response).map_err(Status::internal)?;
-        let result = match (GatewayState::object_result(&applied.response), replayed) {
-            (Ok(result), _) => result
+        let Replied { reply, replayed } =
+            GatewayState::reply(&applied.response).map_err(Status::internal)?;
+        let result = match (reply, replayed) {
+            (Reply::RequestIdReused { first }, _) => {
+                return Err(status::request_id_reused(request_id, first))
+            }
+            (Reply::Objects(result), _) => result
                 .result
                 .ok_or_else(|| Status::internal("empty object-store result"))?,
             // A replayed pool outcome: the id's record predates
             // fingerprints, but it was another write all the same.
-            (Err(_), Some(first)) => return Err(status::request_id_reused(request_id, first)),
-            (Err(e), None) => return Err(Status::internal(e)),
+            (Reply::Pool(_), Some(first)) => {
+                return Err(status::request_id_reused(request_id, first))
+            }
+            (Reply::Pool(_), None) => {
+                return Err(Status::internal(
+                    "an object-store write answered with a pool outcome",
+                ))
+            }
         };
         // A replay answers with the index that applied the write.
         let log_index = replayed.unwrap_or(applied.log_index);

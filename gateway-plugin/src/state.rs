@@ -113,38 +113,28 @@ impl GatewayState {
         .encode_to_vec()
     }
 
-    /// Whether a log result refuses its command because the command's
-    /// request id was first used for another write; if so, the log index
-    /// that applied that write.
+    /// Decodes a write's reply once: what it says and whether it replays
+    /// an earlier outcome.
     ///
     /// # Errors
-    /// When the bytes are not a log result.
-    pub fn reused(bytes: &[u8]) -> Result<Option<u64>, String> {
-        match LogResult::decode(bytes).map_err(|e| e.to_string())?.result {
-            Some(log_result::Result::RequestIdReused(r)) => Ok(Some(r.log_index)),
-            _ => Ok(None),
-        }
-    }
-
-    /// Whether a log result is a replayed outcome and, if so, the log
-    /// index that applied the write: `None` for a fresh outcome.
-    ///
-    /// # Errors
-    /// When the bytes are not a log result.
-    pub fn replayed(bytes: &[u8]) -> Result<Option<u64>, String> {
+    /// When the bytes are not a log result, or a pool outcome in it is not
+    /// JSON of [`pool::Outcome`].
+    pub fn reply(bytes: &[u8]) -> Result<Replied, String> {
         let result = LogResult::decode(bytes).map_err(|e| e.to_string())?;
-        Ok(result.replayed.then_some(result.replayed_index))
-    }
-
-    /// Decodes the result of an object-store command.
-    ///
-    /// # Errors
-    /// When the bytes are not the result of an object-store command.
-    pub fn object_result(bytes: &[u8]) -> Result<ObjectResult, String> {
-        match LogResult::decode(bytes).map_err(|e| e.to_string())?.result {
-            Some(log_result::Result::Objects(r)) => Ok(r),
-            other => Err(format!("expected an object-store result, got {other:?}")),
-        }
+        let reply = match result.result {
+            Some(log_result::Result::Objects(r)) => Reply::Objects(r),
+            Some(log_result::Result::Pool(json)) => {
+                Reply::Pool(serde_json::from_slice(&json).map_err(|e| e.to_string())?)
+            }
+            Some(log_result::Result::RequestIdReused(r)) => {
+                Reply::RequestIdReused { first: r.log_index }
+            }
+            None => return Err("an empty log result".into()),
+        };
+        Ok(Replied {
+            reply,
+            replayed: result.replayed.then_some(result.replayed_index),
+        })
     }
 
     /// Decodes the outcome of a pool command.
@@ -152,13 +142,57 @@ impl GatewayState {
     /// # Errors
     /// When the bytes are not the result of a pool command.
     pub fn pool_outcome(bytes: &[u8]) -> Result<pool::Outcome, String> {
-        match LogResult::decode(bytes).map_err(|e| e.to_string())?.result {
-            Some(log_result::Result::Pool(json)) => {
-                serde_json::from_slice(&json).map_err(|e| e.to_string())
-            }
+        match Self::reply(bytes)?.reply {
+            Reply::Pool(outcome) => Ok(outcome),
             other => Err(format!("expected a pool outcome, got {other:?}")),
         }
     }
+
+    #[cfg(test)]
+    fn reused(bytes: &[u8]) -> Result<Option<u64>, String> {
+        Ok(match Self::reply(bytes)?.reply {
+            Reply::RequestIdReused { first } => Some(first),
+            _ => None,
+        })
+    }
+
+    #[cfg(test)]
+    fn replayed(bytes: &[u8]) -> Result<Option<u64>, String> {
+        Ok(Self::reply(bytes)?.replayed)
+    }
+
+    #[cfg(test)]
+    fn object_result(bytes: &[u8]) -> Result<ObjectResult, String> {
+        match Self::reply(bytes)?.reply {
+            Reply::Objects(r) => Ok(r),
+            other => Err(format!("expected an object-store result, got {other:?}")),
+        }
+    }
+}
+
+/// What a write's reply says ([`GatewayState::reply`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Reply {
+    /// The result of an object-store command.
+    Objects(ObjectResult),
+    /// The outcome of a pool command.
+    Pool(pool::Outcome),
+    /// The command's request id was first used for another write, applied
+    /// at log index `first`: nothing was applied.
+    RequestIdReused {
+        /// The log index that applied the first write with the id.
+        first: u64,
+    },
+}
+
+/// A decoded reply ([`GatewayState::reply`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Replied {
+    /// What the reply says.
+    pub reply: Reply,
+    /// On a remembered outcome returned for a retried request id: the log
+    /// index that applied the write (`None`: a fresh outcome).
+    pub replayed: Option<u64>,
 }
 
 impl StateMachine for GatewayState {

@@ -29,7 +29,7 @@ use tonic::Status;
 
 use crate::config_pool::PoolSettings;
 use crate::metrics::Metrics;
-use crate::state::GatewayState;
+use crate::state::{GatewayState, Replied, Reply};
 
 pub mod exec;
 pub mod heartbeats;
@@ -160,17 +160,21 @@ impl Hub {
             self.node.write_idempotent(bytes, timeout).await
         }
         .map_err(crate::status::write)?;
-        let response = &applied.response;
-        if let Some(first) = GatewayState::reused(response).map_err(Status::internal)? {
-            return Err(crate::status::request_id_reused(request_id, first));
-        }
-        let replayed = GatewayState::replayed(response).map_err(Status::internal)?;
-        match (GatewayState::pool_outcome(response), replayed) {
-            (Ok(outcome), replayed) => Ok((outcome, replayed.is_some())),
+        let Replied { reply, replayed } =
+            GatewayState::reply(&applied.response).map_err(Status::internal)?;
+        match (reply, replayed) {
+            (Reply::RequestIdReused { first }, _) => {
+                Err(crate::status::request_id_reused(request_id, first))
+            }
+            (Reply::Pool(outcome), replayed) => Ok((outcome, replayed.is_some())),
             // A record from before fingerprints, of an object-store write:
             // the id was reused all the same.
-            (Err(_), Some(first)) => Err(crate::status::request_id_reused(request_id, first)),
-            (Err(e), None) => Err(Status::internal(e)),
+            (Reply::Objects(_), Some(first)) => {
+                Err(crate::status::request_id_reused(request_id, first))
+            }
+            (Reply::Objects(_), None) => Err(Status::internal(
+                "a pool write answered with an object-store result",
+            )),
         }
     }
 }

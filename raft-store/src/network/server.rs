@@ -260,6 +260,9 @@ impl<SM: StateMachine> RaftTransport for TransportService<SM> {
         self.check_peer(request.metadata(), &request.get_ref().cluster_id, target)?;
         let request = request.into_inner();
         check_size(&request.command).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        // The one check of this node: the forwarding node checked the
+        // command with its own build, which during a rolling upgrade may
+        // not be this one, and apply may panic on what `validate` refuses.
         SM::validate(&request.command).map_err(|e| Status::invalid_argument(e.to_string()))?;
         let result = match self.proposer.propose(request.command).await {
             Ok(applied) => forward_response::Result::Applied(PbApplied {

@@ -86,6 +86,9 @@ impl<SM: StateMachine, L: NodeLog, M: NodeMachine<SM>> RaftNode<SM, L, M> {
         timeout: Duration,
         resend: Resend,
     ) -> Result<Applied, WriteError> {
+        // The write path's one check on this node (services do not check
+        // again); a leader checks a forwarded command once more, as the
+        // node it enters (`TransportService::forward`).
         check_size(&command).map_err(|e| WriteError::Rejected(e.to_string()))?;
         SM::validate(&command).map_err(|e| WriteError::Rejected(e.to_string()))?;
         let started = Instant::now();

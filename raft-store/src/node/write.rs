@@ -89,8 +89,10 @@ impl<SM: StateMachine, L: NodeLog, M: NodeMachine<SM>> RaftNode<SM, L, M> {
         // The write path's one check on this node (services do not check
         // again); a leader checks a forwarded command once more, as the
         // node it enters (`TransportService::forward`).
-        check_size(&command).map_err(|e| WriteError::Rejected(e.to_string()))?;
+        // Fields first, so that an oversized command names the field to
+        // shorten; then the size of the whole.
         SM::validate(&command).map_err(|e| WriteError::Rejected(e.to_string()))?;
+        check_size(&command).map_err(|e| WriteError::Rejected(e.to_string()))?;
         let started = Instant::now();
         let deadline = started + timeout;
         let waited_ms = || u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);

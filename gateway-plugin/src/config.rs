@@ -18,7 +18,7 @@
 //! ca_file = "/etc/openshell/tls/ca.crt"     # signs every gateway's certificate
 //!
 //! [openshell.gateway.auth]
-//! admin_tokens = ["..."]
+//! admin_token_files = ["/etc/openshell/admin.token"]   # or admin_tokens = ["..."]
 //!
 //! [openshell.gateway.raft]
 //! heartbeat_interval_ms = 50
@@ -58,7 +58,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use raft_store::{codec, NodeConfig};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::config_error::in_range;
 pub use crate::config_error::ConfigError;
@@ -66,7 +66,7 @@ pub use crate::config_pool::{PoolSettings, SupervisorPoolSection};
 pub use crate::config_tls::{AuthSection, GatewayTls, TlsSection};
 
 /// `[openshell.gateway.raft]`.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RaftSection {
     /// Leader heartbeat interval, ms (10..=10000, default 50).
@@ -91,7 +91,7 @@ pub struct RaftSection {
 }
 
 /// `[openshell.gateway]`.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct GatewaySection {
     /// This gateway's raft node id (>= 1).
@@ -135,13 +135,13 @@ pub struct GatewaySection {
     pub autopilot: Option<crate::config_statefulset::AutopilotSection>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 struct OpenShellSection {
     gateway: Option<GatewaySection>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 struct FileRoot {
     openshell: Option<OpenShellSection>,
@@ -171,6 +171,20 @@ pub fn read_file(path: &Path) -> Result<GatewaySection, ConfigError> {
         }
     })?;
     Ok(root.openshell.and_then(|o| o.gateway).unwrap_or_default())
+}
+
+/// `section` as the TOML text [`read_file`] reads back: how a launcher (a
+/// local cluster, a test harness) hands a gateway its configuration with
+/// `--config`, in the gateway's own types rather than re-spelled flags.
+///
+/// # Errors
+/// When a value has no TOML form (none of the section's types lacks one).
+pub fn to_toml(section: &GatewaySection) -> Result<String, toml::ser::Error> {
+    toml::to_string(&FileRoot {
+        openshell: Some(OpenShellSection {
+            gateway: Some(section.clone()),
+        }),
+    })
 }
 
 impl GatewaySection {
@@ -205,15 +219,11 @@ impl GatewaySection {
         if let Some(o) = other.autopilot {
             self.autopilot = Some(self.autopilot.unwrap_or_default().overlay(o));
         }
-        let mut auth = self.auth.unwrap_or_default();
-        if let Some(o) = other.auth {
-            if o.admin_tokens.is_some() {
-                auth.admin_tokens = o.admin_tokens;
-            }
-            if o.viewer_tokens.is_some() {
-                auth.viewer_tokens = o.viewer_tokens;
-            }
-        }
+        let auth = self.auth.unwrap_or_default();
+        let auth = match other.auth {
+            Some(o) => auth.overlay(o),
+            None => auth,
+        };
         self.auth = Some(auth);
         let mut raft = self.raft.unwrap_or_default();
         if let Some(o) = other.raft {
@@ -375,7 +385,7 @@ impl GatewaySection {
                 problem: "must be ip:port, e.g. 127.0.0.1:9001".into(),
             })?),
         };
-        let auth_section = self.auth.unwrap_or_default();
+        let auth_section = self.auth.unwrap_or_default().read_token_files()?;
         let insecure = self.insecure.unwrap_or(false);
         let tls = crate::config_tls::secure(
             insecure,
@@ -569,6 +579,7 @@ mod tests {
         s.auth = Some(AuthSection {
             admin_tokens: Some(vec!["adm1n-s3cret".into()]),
             viewer_tokens: Some(vec!["v1ewer-s3cret".into()]),
+            ..Default::default()
         });
         s.supervisor_pool = Some(SupervisorPoolSection {
             supervisor_token: Some("sup-s3cret".into()),
@@ -692,5 +703,70 @@ mod tests {
                 "{key}"
             );
         }
+    }
+
+    #[test]
+    fn a_section_written_as_toml_reads_back_the_same() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let token = dir.path().join("admin.token");
+        std::fs::write(&token, "t0ken\n").expect("write");
+        let mut s = base();
+        s.insecure = None;
+        s.peer_listen_addr = Some("127.0.0.1:7101".into());
+        s.initial_voters = Some(vec!["1=127.0.0.1:7101".into(), "2=127.0.0.1:7102".into()]);
+        s.raft = Some(RaftSection {
+            heartbeat_interval_ms: Some(40),
+            ..Default::default()
+        });
+        s.auth = Some(AuthSection {
+            admin_token_files: Some(vec![token.clone()]),
+            ..Default::default()
+        });
+        let file = dir.path().join("gateway.toml");
+        std::fs::write(&file, to_toml(&s).expect("toml")).expect("write");
+        let back = read_file(&file).expect("read back");
+        assert_eq!(back.node_id, Some(1));
+        assert_eq!(back.peer_listen_addr, s.peer_listen_addr);
+        assert_eq!(back.initial_voters, s.initial_voters);
+        assert_eq!(back.insecure, None, "an unset key stays unset");
+        assert_eq!(back.raft.and_then(|r| r.heartbeat_interval_ms), Some(40));
+        let auth = back
+            .auth
+            .expect("auth")
+            .read_token_files()
+            .expect("token file");
+        assert_eq!(auth.admin_tokens, Some(vec!["t0ken".to_string()]));
+    }
+
+    #[test]
+    fn flags_replace_the_files_tokens_and_token_files_together() {
+        let file = AuthSection {
+            admin_tokens: Some(vec!["from-file".into()]),
+            admin_token_files: Some(vec!["/etc/t".into()]),
+            viewer_tokens: Some(vec!["viewer".into()]),
+            ..Default::default()
+        };
+        let flags = AuthSection {
+            admin_tokens: Some(vec!["from-flag".into()]),
+            ..Default::default()
+        };
+        let merged = file.overlay(flags);
+        assert_eq!(merged.admin_tokens, Some(vec!["from-flag".to_string()]));
+        assert_eq!(merged.admin_token_files, None);
+        assert_eq!(merged.viewer_tokens, Some(vec!["viewer".to_string()]));
+        let missing = AuthSection {
+            admin_token_files: Some(vec!["/nonexistent/admin.token".into()]),
+            ..Default::default()
+        };
+        let e = missing
+            .read_token_files()
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("openshell.gateway.auth.admin_token_files"),
+            "{e}"
+        );
+        assert!(e.contains("/nonexistent/admin.token"), "{e}");
     }
 }

@@ -21,12 +21,12 @@
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::config_error::ConfigError;
 
 /// The section as read (file and flags).
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SandboxDriverSection {
     /// `none`, `process` or `kubernetes`.

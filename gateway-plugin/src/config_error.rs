@@ -27,6 +27,10 @@ pub enum ConfigError {
     /// Secure mode lacks what it needs (each `(key, flag)` missing).
     #[error("{}", not_secured(.0))]
     NotSecured(Vec<(&'static str, &'static str)>),
+    /// A secret file the configuration names cannot be read or is empty:
+    /// the key or flag and the file, with the cause.
+    #[error("{0}")]
+    SecretFile(String),
     /// A value is invalid.
     #[error("{key} = {value}: {problem}")]
     Invalid {

@@ -29,7 +29,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use std::sync::Arc;
 
@@ -38,7 +38,7 @@ use crate::member_credentials::MemberCredentialsFile;
 use crate::member_identity::{IdentitySettings, KubernetesIdentity};
 
 /// `[openshell.gateway.supervisor_pool]`.
-#[derive(Clone, Default, Deserialize)]
+#[derive(Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SupervisorPoolSection {
     /// The leader appends a `Tick` this often, ms (10..=10000, default 250).

@@ -13,7 +13,7 @@
 
 use std::path::PathBuf;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::config_error::ConfigError;
 
@@ -23,7 +23,7 @@ pub const REPLICAS_KEY: &str = "openshell.gateway.autopilot.replicas";
 pub const PEER_ADDRESS_KEY: &str = "openshell.gateway.autopilot.peer_address";
 
 /// `[openshell.gateway.autopilot]` as read (file and flags).
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AutopilotSection {
     /// `file:<path>` or `statefulset:<name>`.

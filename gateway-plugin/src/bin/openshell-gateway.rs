@@ -436,6 +436,7 @@ fn flag_section(args: Args) -> anyhow::Result<GatewaySection> {
                 &args.viewer_token_file,
                 "--viewer-token-file",
             )?,
+            ..Default::default()
         }),
         supervisor_pool: Some(SupervisorPoolSection {
             tick_interval_ms: args.tick_interval_ms,

@@ -15,4 +15,6 @@
 //! Throwaway material for a laptop, a test or a Jepsen run: real
 //! deployments bring their own CA and keys (docs/security.md).
 
+pub mod gateway;
 pub mod secrets;
+pub mod supervisor;

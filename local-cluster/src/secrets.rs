@@ -90,7 +90,7 @@ pub fn random_hex() -> Result<String, SecretsError> {
 
 /// Writes `text` to `path` afresh, mode 0600 from creation (no window in
 /// which another user may read it).
-fn write_private(path: &Path, text: &str) -> Result<(), SecretsError> {
+pub(crate) fn write_private(path: &Path, text: &str) -> Result<(), SecretsError> {
     use std::os::unix::fs::OpenOptionsExt;
     match std::fs::remove_file(path) {
         Ok(()) => {}
@@ -276,11 +276,10 @@ impl Secrets {
         self.issue(&self.dir, stem, names, Usage::ServerAndClient)
     }
 
-    /// The secret-file flags of a gateway holding the certificate
-    /// `issued` ([`GatewayFiles::flags`]); with the member credentials
-    /// file when `members` is [`Members::Listed`] (a gateway then admits
-    /// only the members listed there).
-    pub fn gateway_flags(&self, issued: &Issued, members: Members) -> Vec<String> {
+    /// The secret files of a gateway besides its certificate; with the
+    /// member credentials file when `members` is [`Members::Listed`] (a
+    /// gateway then admits only the members listed there).
+    pub fn gateway_files(&self, members: Members) -> GatewayFiles<'_> {
         GatewayFiles {
             ca: self.ca_file(),
             signing_key: &self.signing_key,
@@ -288,20 +287,25 @@ impl Secrets {
             member_credentials: (members == Members::Listed)
                 .then_some(self.member_credentials.as_path()),
         }
-        .flags(issued)
     }
 
-    /// The secret-file flags of the supervisor of `member`: the CA, its
+    /// The secret-file flags of a gateway holding the certificate
+    /// `issued` ([`GatewayFiles::flags`]): for a test of the flags
+    /// themselves; launchers write a [`crate::gateway::GatewaySpec`].
+    pub fn gateway_flags(&self, issued: &Issued, members: Members) -> Vec<String> {
+        self.gateway_files(members).flags(issued)
+    }
+
+    /// What the supervisor of `member` presents and trusts: the CA, its
     /// credential file and the trusted grant keys.
-    pub fn supervisor_flags(&self, member: &str) -> Vec<String> {
-        vec![
-            "--tls-ca-file".to_string(),
-            path(self.ca_file()),
-            "--credential-file".into(),
-            path(&self.credential_file(member)),
-            "--trusted-grant-keys-file".into(),
-            path(&self.trusted_keys),
-        ]
+    pub fn supervisor_security(&self, member: &str) -> crate::supervisor::SupervisorSecurity {
+        crate::supervisor::SupervisorSecurity {
+            insecure: false,
+            tls_ca_file: Some(self.ca_file().to_path_buf()),
+            credential_file: Some(self.credential_file(member)),
+            credential: None,
+            trusted_keys_file: Some(self.trusted_keys.clone()),
+        }
     }
 
     /// What a client trusting the CA dials with.

@@ -141,7 +141,9 @@ fn gateway_and_supervisor_flags_name_the_files() {
     let unlisted = s.gateway_flags(&issued, Members::Unlisted);
     assert_eq!(value(&unlisted, "--member-credentials-file"), None);
     assert_eq!(unlisted.len() + 2, listed.len());
-    let sup = s.supervisor_flags("s1");
+    let mut spec = crate::supervisor::SupervisorSpec::new("s1", vec!["g:1".into()]);
+    spec.security = s.supervisor_security("s1");
+    let sup = spec.args();
     assert_eq!(value(&sup, "--tls-ca-file"), shown(s.ca_file()));
     assert_eq!(
         value(&sup, "--credential-file"),
@@ -151,4 +153,5 @@ fn gateway_and_supervisor_flags_name_the_files() {
         value(&sup, "--trusted-grant-keys-file"),
         shown(&s.trusted_keys)
     );
+    assert!(!sup.iter().any(|a| a == "--insecure"), "{sup:?}");
 }

@@ -161,29 +161,11 @@ async fn cli_drives_the_dev_cluster_membership_and_backup_restore() -> TestResul
 
     eprintln!("--- step: membership through the CLI: add a learner, promote, transfer, remove the old leader");
     let material = dev_material(&dir);
-    let mut g4 = Gateway::new_secure(
-        4,
-        root.path(),
-        &material,
-        vec!["--cluster-id".into(), "openshell-dev".into()],
-    );
-    g4.extra_args.retain(|_| true);
-    let g4_args: Vec<String> = g4.args().into_iter().collect();
-    // The harness passes --cluster-id test; replace it with the dev cluster's id.
-    let mut args = Vec::new();
-    let mut skip = false;
-    for (i, a) in g4_args.iter().enumerate() {
-        if skip {
-            skip = false;
-            continue;
-        }
-        if a == "--cluster-id" && g4_args.get(i + 1).map(String::as_str) == Some("test") {
-            skip = true;
-            continue;
-        }
-        args.push(a.clone());
-    }
+    let mut g4 = Gateway::new_secure(4, root.path(), &material, Vec::new());
+    g4.cluster_id = "openshell-dev".into();
+    let args = g4.args();
     let log = std::fs::File::create(root.path().join("g4.log"))?;
+    assert_eq!(g4.spec().config.insecure, None, "{args:?}");
     assert!(!args.iter().any(|a| a == "--insecure"), "{args:?}");
     let mut g4_child = Command::new(gateway_bin())
         .args(&args)

@@ -51,6 +51,7 @@ async fn force_new_cluster_recovers_every_committed_entry() -> TestResult {
     // Start it again without --initial-voters: it leads alone.
     let node = cluster.node(survivor);
     node.extra_args.clear();
+    node.initial_voters = None;
     node.start();
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {

@@ -38,6 +38,7 @@ use crate::net::Net;
 use crate::power::Disks;
 use crate::process::{in_namespace, log_to, ChildProcess};
 use crate::security::{Authed, Bearer, Credentials, Security};
+use local_cluster::gateway::{GatewaySection, GatewaySpec};
 
 /// Where Debian's `faketime` package puts the preload library.
 pub const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
@@ -61,9 +62,10 @@ pub struct GatewayOptions {
     pub faketime: bool,
     /// Per-request timeout of the harness's clients.
     pub client_timeout: Duration,
-    /// Extra command-line arguments of every gateway (the pool workload
-    /// sets its tick interval and heartbeat TTL here).
-    pub extra_args: Vec<String>,
+    /// Settings of every gateway, laid over the harness's own (the pool
+    /// workload sets its tick interval, heartbeat TTL and sandbox driver
+    /// here).
+    pub config: GatewaySection,
     /// TLS (the default) or `--insecure`.
     pub security: Security,
     /// The pool members of the run (each gets its own credential).
@@ -83,9 +85,9 @@ pub struct Node {
     /// `ip:port` of the peer port: the node's address in the raft
     /// membership (the client port's in `--insecure` runs).
     pub peer_addr: String,
-    /// The gateway's TLS, signing-key and token flags (none when
-    /// `--insecure`).
-    security_args: Vec<String>,
+    /// The gateway's TLS, signing-key, token and member-credential
+    /// settings (none when `--insecure`).
+    secured: Option<GatewaySection>,
     /// Data directory.
     pub data_dir: PathBuf,
     /// Log file.
@@ -238,8 +240,8 @@ pub struct Cluster {
     pub dir: PathBuf,
     /// Nodes, index i is node i+1.
     pub nodes: Vec<Node>,
-    /// `id=ip:port,...` (peer addresses).
-    pub voters: String,
+    /// `(node id, peer address)` of every node.
+    pub voters: Vec<(u64, String)>,
     /// The run's TLS material and credentials (`None` when `--insecure`).
     pub credentials: Option<Credentials>,
     /// Gateway settings.
@@ -280,12 +282,12 @@ impl Cluster {
         for i in 1..=n {
             let ip = net.node_ip(i);
             let addr = format!("{ip}:{PORT}");
-            let (peer_addr, security_args) = match &credentials {
+            let (peer_addr, secured) = match &credentials {
                 Some(c) => (
                     format!("{ip}:{PEER_PORT}"),
-                    c.gateway_flags(&c.issue_gateway(&format!("n{i}"), &ip)?),
+                    Some(c.gateway_section(&c.issue_gateway(&format!("n{i}"), &ip)?)),
                 ),
-                None => (addr.clone(), Vec::new()),
+                None => (addr.clone(), None),
             };
             let config = ClientConfig::for_role(Role::Jepsen)
                 .with_connect_timeout(Duration::from_millis(1000))
@@ -304,7 +306,7 @@ impl Cluster {
                 ns: net.node_ns(i),
                 addr,
                 peer_addr,
-                security_args,
+                secured,
                 data_dir: dir.join(format!("n{i}-data")),
                 log_path: dir.join(format!("n{i}.log")),
                 clock_file,
@@ -315,9 +317,8 @@ impl Cluster {
         }
         let voters = nodes
             .iter()
-            .map(|n| format!("{}={}", n.id, n.peer_addr))
-            .collect::<Vec<_>>()
-            .join(",");
+            .map(|n| (n.id as u64, n.peer_addr.clone()))
+            .collect();
         Ok(Cluster {
             dir: dir.to_path_buf(),
             nodes,
@@ -352,25 +353,24 @@ impl Cluster {
             Ok(g) => g,
             Err(p) => p.into_inner(),
         };
-        let mut cmd = in_namespace(&node.ns, &self.options.bin);
-        if node.security_args.is_empty() {
-            cmd.arg("--insecure");
-        } else {
-            cmd.args(["--peer-listen", &node.peer_addr])
-                .args(&node.security_args);
-        }
-        cmd.args(["--node-id", &node.id.to_string()])
-            .args(["--listen", &node.addr])
-            .arg("--data-dir")
-            .arg(&node.data_dir)
-            .args(["--cluster-id", "jepsen"])
-            .args(["--heartbeat-ms", &self.options.heartbeat_ms.to_string()])
-            .args(["--election-min-ms", &self.options.election_ms.0.to_string()])
-            .args(["--election-max-ms", &self.options.election_ms.1.to_string()]);
+        let mut spec = GatewaySpec::new(node.id as u64, &node.addr, &node.data_dir, "jepsen")
+            .raft_timing(self.options.heartbeat_ms, self.options.election_ms);
+        spec = match &node.secured {
+            Some(secured) => {
+                spec.config = spec.config.overlay(secured.clone());
+                spec.peer_listen(&node.peer_addr)
+            }
+            None => spec.insecure(),
+        };
         if initial {
-            cmd.args(["--initial-voters", &self.voters]);
+            spec = spec.initial_voters(self.voters.iter().map(|(id, a)| (*id, a.as_str())));
         }
-        cmd.args(&self.options.extra_args);
+        spec.config = spec.config.overlay(self.options.config.clone());
+        let args = spec
+            .write(&self.dir.join(format!("{}.toml", node.name)))
+            .with_context(|| format!("writing the configuration of {}", node.name))?;
+        let mut cmd = in_namespace(&node.ns, &self.options.bin);
+        cmd.args(args);
         cmd.env("RUST_LOG", "info,openraft=warn");
         log_to(&mut cmd, &node.log_path)?;
         if self.options.faketime {

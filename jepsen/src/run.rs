@@ -308,7 +308,7 @@ async fn run_inner(
         election_ms: (300, 600),
         faketime,
         client_timeout: options.client_timeout,
-        extra_args: workload.gateway_args(),
+        config: workload.gateway_config(),
         security: options.security,
         members: workload.member_ids(),
     };

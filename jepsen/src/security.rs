@@ -27,6 +27,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
+use local_cluster::gateway::GatewaySection;
 use local_cluster::secrets::{Members, Secrets};
 use proto::tls::generate::{Issued, Usage};
 use proto::tls::ClientTls;
@@ -130,10 +131,10 @@ impl Credentials {
             .with_context(|| format!("issuing the certificate of {name}"))
     }
 
-    /// The TLS and credential flags of a gateway holding `issued` (only
-    /// the run's members may join).
-    pub fn gateway_flags(&self, issued: &Issued) -> Vec<String> {
-        self.secrets.gateway_flags(issued, Members::Listed)
+    /// The TLS and credential settings of a gateway holding `issued`
+    /// (only the run's members may join).
+    pub fn gateway_section(&self, issued: &Issued) -> GatewaySection {
+        self.secrets.gateway_files(Members::Listed).section(issued)
     }
 
     /// What the harness's clients (and scripted supervisors) trust.
@@ -278,9 +279,17 @@ mod tests {
         }
         assert_ne!(security.credential_of("s1"), security.credential_of("s2"));
         assert_eq!(security.of("s3"), None);
-        let flags = c.gateway_flags(&issued);
-        assert!(flags.contains(&"--admin-token-file".to_string()));
-        assert!(flags.contains(&"--member-credentials-file".to_string()));
+        let section = c.gateway_section(&issued);
+        let auth = section.auth.unwrap_or_default();
+        assert_eq!(
+            auth.admin_token_files,
+            Some(vec![c.secrets.admin_token_file.clone()])
+        );
+        let pool = section.supervisor_pool.unwrap_or_default();
+        assert_eq!(
+            pool.member_credentials_file.as_deref(),
+            Some(c.member_credentials_file())
+        );
         assert!(!format!("{c:?}").contains(c.secrets.admin_token()));
         assert!(!format!("{:?}", c.bearer()).contains(c.secrets.admin_token()));
     }

@@ -29,7 +29,7 @@ fn gateway_options(security: Security) -> GatewayOptions {
         election_ms: (300, 600),
         faketime: false,
         client_timeout: Duration::from_secs(6),
-        extra_args: Vec::new(),
+        config: Default::default(),
         security,
         members: vec!["s1".into()],
     }

@@ -51,7 +51,7 @@ async fn a_removal_that_commits_after_its_error_reply_is_settled_at_the_heal() {
         election_ms: (300, 600),
         faketime: false,
         client_timeout: Duration::from_secs(6),
-        extra_args: Vec::new(),
+        config: Default::default(),
         security: Security::Tls,
         members: vec!["s1".into()],
     };

@@ -7,10 +7,11 @@
 
 use std::path::{Path, PathBuf};
 
-use gateway_plugin::config::{
+/// The gateway's own configuration types a spec is made of.
+pub use gateway_plugin::config::{
     AuthSection, GatewaySection, RaftSection, SupervisorPoolSection, TlsSection,
 };
-use gateway_plugin::config_driver::SandboxDriverSection;
+pub use gateway_plugin::config_driver::SandboxDriverSection;
 use proto::tls::generate::Issued;
 
 use crate::secrets::GatewayFiles;
@@ -78,19 +79,7 @@ impl GatewaySpec {
     /// TLS on both ports with the certificate `issued`, and the secret
     /// files of `files` (CA, signing key, admin token, member credentials).
     pub fn secured(mut self, files: &GatewayFiles<'_>, issued: &Issued) -> GatewaySpec {
-        self.config.tls = Some(TlsSection {
-            cert_file: Some(issued.cert.clone()),
-            key_file: Some(issued.key.clone()),
-            ca_file: Some(files.ca.to_path_buf()),
-        });
-        self.config.signing_key_file = Some(files.signing_key.to_path_buf());
-        self.config.auth = Some(AuthSection {
-            admin_token_files: Some(vec![files.admin_token.to_path_buf()]),
-            ..AuthSection::default()
-        });
-        if let Some(members) = files.member_credentials {
-            self.pool().member_credentials_file = Some(members.to_path_buf());
-        }
+        self.config = self.config.overlay(files.section(issued));
         self
     }
 
@@ -202,11 +191,30 @@ impl GatewaySpec {
             .sandbox_driver
             .get_or_insert_with(SandboxDriverSection::default)
     }
+}
 
-    fn pool(&mut self) -> &mut SupervisorPoolSection {
-        self.config
-            .supervisor_pool
-            .get_or_insert_with(SupervisorPoolSection::default)
+impl GatewayFiles<'_> {
+    /// The part of a gateway's configuration these files make, with the
+    /// certificate `issued`: TLS on both ports, the signing key, the admin
+    /// token file and the member credentials file.
+    pub fn section(&self, issued: &Issued) -> GatewaySection {
+        GatewaySection {
+            tls: Some(TlsSection {
+                cert_file: Some(issued.cert.clone()),
+                key_file: Some(issued.key.clone()),
+                ca_file: Some(self.ca.to_path_buf()),
+            }),
+            signing_key_file: Some(self.signing_key.to_path_buf()),
+            auth: Some(AuthSection {
+                admin_token_files: Some(vec![self.admin_token.to_path_buf()]),
+                ..AuthSection::default()
+            }),
+            supervisor_pool: self.member_credentials.map(|file| SupervisorPoolSection {
+                member_credentials_file: Some(file.to_path_buf()),
+                ..SupervisorPoolSection::default()
+            }),
+            ..GatewaySection::default()
+        }
     }
 }
 

@@ -18,6 +18,7 @@ use crate::bins::gateway_bin;
 use crate::ports::free_port;
 use crate::secure::{ClientSecurity, Material};
 use crate::TestResult;
+use local_cluster::gateway::{GatewaySection, GatewaySpec};
 use proto::tls::generate::Usage;
 
 /// One gateway process.
@@ -34,6 +35,17 @@ pub struct Gateway {
     /// The process driver's directory (`<root>/runtimes`, shared by the
     /// cluster's gateways), unless the extra arguments choose a driver.
     pub runtimes_dir: PathBuf,
+    /// The cluster id (`test`).
+    pub cluster_id: String,
+    /// The voters of the new cluster this node bootstraps, if any
+    /// ([`Cluster::bootstrap`] sets them).
+    pub initial_voters: Option<Vec<(u64, String)>>,
+    /// The address in the membership when not [`Gateway::member_addr`]
+    /// (a proxy in front of the peer port).
+    pub advertise: Option<String>,
+    /// The TLS and secret files of a secure gateway ([`Gateway::new_secure`]),
+    /// as a part of its configuration.
+    secured: Option<GatewaySection>,
     child: Option<Child>,
 }
 
@@ -49,6 +61,10 @@ impl Gateway {
             peer_addr: None,
             security: None,
             runtimes_dir: root.join("runtimes"),
+            cluster_id: "test".into(),
+            initial_voters: None,
+            advertise: None,
+            secured: None,
             child: None,
         }
     }
@@ -69,11 +85,10 @@ impl Gateway {
         issued: &proto::tls::generate::Issued,
         extra_args: Vec<String>,
     ) -> Self {
-        let mut args = material.gateway_flags(issued);
-        args.extend(extra_args);
-        let mut gateway = Gateway::new(id, root, args);
+        let mut gateway = Gateway::new(id, root, extra_args);
         gateway.peer_addr = Some(format!("127.0.0.1:{}", free_port()));
         gateway.security = Some(material.client());
+        gateway.secured = Some(material.gateway_files().section(issued));
         gateway
     }
 
@@ -111,48 +126,43 @@ impl Gateway {
         request
     }
 
-    /// The arguments the gateway runs with: `--insecure` (plaintext, one
-    /// port) unless the extra arguments configure TLS; the process sandbox
-    /// driver on [`Gateway::runtimes_dir`] (a network namespace per runtime
-    /// when root, unless `OPENSHELL_TEST_NETNS` says `off`) unless they
-    /// choose a driver.
-    pub fn args(&self) -> Vec<String> {
-        let secure = self.extra_args.iter().any(|a| a == "--tls-cert-file");
-        let peer = self
-            .peer_addr
-            .iter()
-            .flat_map(|p| ["--peer-listen".to_string(), p.clone()]);
-        let mut args: Vec<String> = if secure {
-            Vec::new()
-        } else {
-            vec!["--insecure".into()]
-        };
-        args.extend([
-            "--node-id".to_string(),
-            self.id.to_string(),
-            "--listen".into(),
-            self.addr.clone(),
-            "--data-dir".into(),
-            self.data_dir.display().to_string(),
-            "--cluster-id".into(),
-            "test".into(),
-        ]);
-        args.extend(peer);
+    /// The gateway's configuration ([`GatewaySpec`], the local cluster's
+    /// one description of a gateway): insecure (plaintext, one port) unless
+    /// it is a [`Gateway::new_secure`] one or the extra arguments configure
+    /// TLS; the process sandbox driver on [`Gateway::runtimes_dir`] (a
+    /// network namespace per runtime when root, unless
+    /// `OPENSHELL_TEST_NETNS` says `off`) unless they choose a driver; the
+    /// extra arguments laid over it as flags.
+    pub fn spec(&self) -> GatewaySpec {
+        let mut spec = GatewaySpec::new(self.id, &self.addr, &self.data_dir, &self.cluster_id);
+        match &self.secured {
+            Some(secured) => spec.config = spec.config.overlay(secured.clone()),
+            None if self.extra_args.iter().any(|a| a == "--tls-cert-file") => {}
+            None => spec = spec.insecure(),
+        }
+        if let Some(peer) = &self.peer_addr {
+            spec = spec.peer_listen(peer);
+        }
+        if let Some(addr) = &self.advertise {
+            spec = spec.advertise(addr);
+        }
+        if let Some(voters) = &self.initial_voters {
+            spec = spec.initial_voters(voters.iter().map(|(id, addr)| (*id, addr.as_str())));
+        }
         if !self.extra_args.iter().any(|a| a == "--sandbox-driver") {
             let netns = std::env::var("OPENSHELL_TEST_NETNS").unwrap_or_else(|_| "auto".into());
-            args.extend([
-                "--sandbox-driver".to_string(),
-                "process".into(),
-                "--process-driver-dir".into(),
-                self.runtimes_dir.display().to_string(),
-                "--runtime-bin".into(),
-                crate::bins::runtime_bin().display().to_string(),
-                "--process-netns".into(),
-                netns,
-            ]);
+            spec = spec.process_driver(&self.runtimes_dir, &crate::bins::runtime_bin(), &netns);
         }
-        args.extend(self.extra_args.iter().cloned());
-        args
+        spec.with_args(self.extra_args.iter().cloned())
+    }
+
+    /// The arguments the gateway runs with: `--config <file>` (its
+    /// [`Gateway::spec`], written next to its log) and the extra arguments.
+    pub fn args(&self) -> Vec<String> {
+        let file = self.log_path.with_extension("toml");
+        self.spec()
+            .write(&file)
+            .unwrap_or_else(|e| panic!("node {}: {e}", self.id))
     }
 
     /// Starts the process (appending to its log file), logging at
@@ -295,14 +305,12 @@ impl Cluster {
     /// as a test needs, e.g. a data directory elsewhere) as the voters of a
     /// new cluster.
     pub fn bootstrap(root: tempfile::TempDir, mut nodes: Vec<Gateway>) -> Cluster {
-        let voters = nodes
+        let voters: Vec<(u64, String)> = nodes
             .iter()
-            .map(|g| format!("{}={}", g.id, g.member_addr()))
-            .collect::<Vec<_>>()
-            .join(",");
+            .map(|g| (g.id, g.member_addr().to_string()))
+            .collect();
         for node in &mut nodes {
-            node.extra_args.push("--initial-voters".into());
-            node.extra_args.push(voters.clone());
+            node.initial_voters = Some(voters.clone());
             node.start();
         }
         Cluster {

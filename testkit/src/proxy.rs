@@ -180,7 +180,7 @@ impl Cluster {
             .and_then(|n| n.peer_addr.clone())
             .ok_or("a secure gateway has a peer port")?;
         let proxy = PeerProxy::start(peer.parse()?).await?;
-        let voters = nodes
+        let voters: Vec<(u64, String)> = nodes
             .iter()
             .map(|g| {
                 let addr = if g.id == proxied {
@@ -188,15 +188,13 @@ impl Cluster {
                 } else {
                     g.member_addr().to_string()
                 };
-                format!("{}={addr}", g.id)
+                (g.id, addr)
             })
-            .collect::<Vec<_>>()
-            .join(",");
+            .collect();
         for node in &mut nodes {
-            node.extra_args
-                .extend(["--initial-voters".to_string(), voters.clone()]);
+            node.initial_voters = Some(voters.clone());
             if node.id == proxied {
-                node.set_flag("--advertise", proxy.addr.clone());
+                node.advertise = Some(proxy.addr.clone());
             }
             node.start();
         }

@@ -64,16 +64,22 @@ impl Material {
             .unwrap_or_else(|e| panic!("{e}"))
     }
 
-    /// The flags of a secure gateway with the certificate `issued` (peer
-    /// port and addresses are the caller's; no member credentials file).
-    pub fn gateway_flags(&self, issued: &Issued) -> Vec<String> {
+    /// The secret files of a secure gateway (no member credentials file).
+    pub fn gateway_files(&self) -> GatewayFiles<'_> {
         GatewayFiles {
             ca: &self.ca.cert,
             signing_key: &self.signing_key,
             admin_token: &self.admin_token_file,
             member_credentials: None,
         }
-        .flags(issued)
+    }
+
+    /// The flags of a secure gateway with the certificate `issued` (peer
+    /// port and addresses are the caller's; no member credentials file):
+    /// for tests of the flags themselves; [`crate::gateway::Gateway`]
+    /// writes a config file.
+    pub fn gateway_flags(&self, issued: &Issued) -> Vec<String> {
+        self.gateway_files().flags(issued)
     }
 
     /// How a test client with the admin token dials the gateways.

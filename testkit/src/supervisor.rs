@@ -13,6 +13,7 @@ use crate::bins::supervisor_bin;
 use crate::gateway::{eventually, Cluster, Gateway};
 use crate::ports::free_port;
 use crate::TestResult;
+use local_cluster::supervisor::{SupervisorSecurity, SupervisorSpec};
 use proto::pool_admin::pool_admin_client::PoolAdminClient;
 use proto::pool_admin::{
     CreateSandboxRequest, ExecSandboxRequest, GetSupervisorPoolStatusRequest, PoolMember, Sandbox,
@@ -81,39 +82,22 @@ impl Supervisor {
             .open(&self.log_path)
             .unwrap_or_else(|e| panic!("log: {e}"));
         let err = log.try_clone().unwrap_or_else(|e| panic!("{e}"));
-        let mut command = Command::new(supervisor_bin());
-        if self.listed_order {
-            command.arg("--attach-listed-order");
-        }
-        if self.insecure {
-            command.arg("--insecure");
-        }
-        match &self.credential_file {
-            Some(file) => command.arg("--credential-file").arg(file),
-            None => command.args(["--credential", &self.credential]),
+        let mut spec = SupervisorSpec::new(&self.member, self.gateways.clone());
+        spec.http_listen = Some(self.http.clone());
+        spec.capacity = Some(10);
+        spec.listed_order = self.listed_order;
+        spec.security = SupervisorSecurity {
+            insecure: self.insecure,
+            tls_ca_file: self.tls_ca_file.clone(),
+            credential: self
+                .credential_file
+                .is_none()
+                .then(|| self.credential.clone()),
+            credential_file: self.credential_file.clone(),
+            trusted_keys_file: self.trusted_keys_file.clone(),
         };
-        if let Some(file) = &self.trusted_keys_file {
-            command.arg("--trusted-grant-keys-file").arg(file);
-        }
-        if let Some(file) = &self.tls_ca_file {
-            command.arg("--tls-ca-file").arg(file);
-        }
-        let child = command
-            .args(["--gateways", &self.gateways.join(",")])
-            .args([
-                "--pool-member-id",
-                &self.member,
-                "--pool-member-uid",
-                &format!("uid-{}", self.member),
-            ])
-            .args([
-                "--pool-advertise-ip",
-                "127.0.0.1",
-                "--http-listen",
-                &self.http,
-                "--capacity",
-                "10",
-            ])
+        let child = Command::new(supervisor_bin())
+            .args(spec.args())
             .env("RUST_LOG", "info")
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdout(Stdio::from(log))

@@ -33,6 +33,8 @@ use proto::pool_types::MemberState;
 
 use crate::{CliError, Gateway};
 use children::Children;
+use local_cluster::gateway::GatewaySpec;
+use local_cluster::supervisor::SupervisorSpec;
 
 /// `dev` options.
 #[derive(clap::Args, Debug)]
@@ -216,43 +218,25 @@ fn start_gateways(
     bins: &Bins,
     children: &mut Children,
 ) -> Result<(), CliError> {
-    let voters = (0..3u16)
-        .map(|i| format!("{}={}", i + 1, port(args, PEER_OFFSET + i)))
-        .collect::<Vec<_>>()
-        .join(",");
-    let path = |p: &Path| p.display().to_string();
+    let peers: Vec<String> = (0..3u16).map(|i| port(args, PEER_OFFSET + i)).collect();
     for (i, issued) in (0..3u16).zip(&secrets.gateways) {
-        let id = i + 1;
-        let mut gw_args = vec![
-            "--node-id".to_string(),
-            id.to_string(),
-            "--listen".into(),
-            port(args, i),
-            "--peer-listen".into(),
-            port(args, PEER_OFFSET + i),
-            "--http-listen".into(),
-            port(args, 100 + i),
-            "--data-dir".into(),
-            dir.join(format!("gateway-{id}")).display().to_string(),
-            "--cluster-id".into(),
-            "openshell-dev".into(),
-            "--sandbox-driver".into(),
-            "process".into(),
-            "--process-driver-dir".into(),
-            path(&dir.join(runtimes::DIR)),
-            "--runtime-bin".into(),
-            path(&bins.runtime),
-            "--process-netns".into(),
-            "auto".into(),
+        let id = u64::from(i) + 1;
+        let data_dir = dir.join(format!("gateway-{id}"));
+        let mut spec = GatewaySpec::new(id, &port(args, i), &data_dir, "openshell-dev")
+            .secured(&secrets.gateway_files(), issued)
+            .peer_listen(&peers[usize::from(i)])
+            .http_listen(&port(args, 100 + i))
+            .process_driver(&dir.join(runtimes::DIR), &bins.runtime, "auto")
             // Runtimes re-read the supervisors' file: a key rotation
             // reaches them.
-            "--runtime-trusted-grant-keys-file".into(),
-            path(&secrets.trusted_keys),
-        ];
-        gw_args.extend(secrets.gateway_flags(issued));
+            .runtime_trusted_keys(&secrets.trusted_keys);
         if first_run {
-            gw_args.extend(["--initial-voters".to_string(), voters.clone()]);
+            spec = spec.initial_voters((1..).zip(peers.iter().map(String::as_str)));
         }
+        let config = dir.join(format!("gateway-{id}.toml"));
+        let gw_args = spec
+            .write(&config)
+            .map_err(|e| CliError::Local(e.to_string()))?;
         children.spawn(
             format!("gateway {id}"),
             &bins.gateway,
@@ -369,19 +353,11 @@ fn start_supervisors(
 ) -> Result<(), CliError> {
     for (i, member) in (0..2u16).zip(MEMBERS) {
         let member = member.to_string();
-        let mut sup_args = vec![
-            "--gateways".to_string(),
-            endpoints.join(","),
-            "--pool-member-id".into(),
-            member.clone(),
-            "--pool-member-uid".into(),
-            format!("dev-{member}"),
-            "--pool-advertise-ip".into(),
-            "127.0.0.1".into(),
-            "--http-listen".into(),
-            port(args, 200 + i),
-        ];
-        sup_args.extend(secrets.supervisor_flags(&member));
+        let mut spec = SupervisorSpec::new(&member, endpoints.to_vec());
+        spec.uid = format!("dev-{member}");
+        spec.http_listen = Some(port(args, 200 + i));
+        spec.security = secrets.supervisor_security(&member);
+        let sup_args = spec.args();
         children.spawn(
             format!("supervisor {member}"),
             &bins.supervisor,

@@ -22,7 +22,8 @@
 
 use std::path::{Path, PathBuf};
 
-use local_cluster::secrets::{loopback_names, Members, Secrets as LocalSecrets};
+use local_cluster::secrets::{loopback_names, GatewayFiles, Members, Secrets as LocalSecrets};
+use local_cluster::supervisor::SupervisorSecurity;
 use proto::tls::generate::Issued;
 
 use crate::CliError;
@@ -41,7 +42,7 @@ pub struct Secrets {
     pub member_credentials: PathBuf,
     /// The trusted grant keys file of supervisors (and their runtimes).
     pub trusted_keys: PathBuf,
-    /// What the cluster library generated (the flags are spelled there).
+    /// What the cluster library generated.
     local: LocalSecrets,
 }
 
@@ -52,15 +53,14 @@ impl Secrets {
         self.local.credential_file(member)
     }
 
-    /// The secret-file flags of the gateway holding `issued` (only dev's
-    /// members may join).
-    pub fn gateway_flags(&self, issued: &Issued) -> Vec<String> {
-        self.local.gateway_flags(issued, Members::Listed)
+    /// The secret files of a gateway (only dev's members may join).
+    pub fn gateway_files(&self) -> GatewayFiles<'_> {
+        self.local.gateway_files(Members::Listed)
     }
 
-    /// The secret-file flags of `member`'s supervisor.
-    pub fn supervisor_flags(&self, member: &str) -> Vec<String> {
-        self.local.supervisor_flags(member)
+    /// What `member`'s supervisor presents and trusts.
+    pub fn supervisor_security(&self, member: &str) -> SupervisorSecurity {
+        self.local.supervisor_security(member)
     }
 }
 

@@ -7,7 +7,7 @@
 //! `<run>/runtimes/` all gateways of the run share, and which runs every
 //! runtime in the members namespace too (`--process-runtime-netns`,
 //! listening on the namespace's address at a port it binds: see
-//! [`MemberHost::gateway_args`] and jepsen/README.md for why). So a
+//! [`MemberHost::sandbox_driver`] and jepsen/README.md for why). So a
 //! runtime outlives a killed, paused or partitioned gateway like a Pod
 //! outlives its launcher, and any supervisor reaches it over the members
 //! namespace's own address. Each runtime logs to
@@ -36,6 +36,8 @@ use anyhow::bail;
 
 use crate::process::{in_namespace, log_to, ChildProcess};
 use crate::security::MemberSecurity;
+use local_cluster::gateway::SandboxDriverSection;
+use local_cluster::supervisor::{SupervisorSecurity, SupervisorSpec};
 
 /// What every process member shares: where it runs and what it starts.
 #[derive(Clone, Debug)]
@@ -85,22 +87,18 @@ impl MemberHost {
         self.dir.join(super::runtime_log::LOGS_DIR)
     }
 
-    /// The gateway flags that make every gateway, when it leads, launch
+    /// The sandbox driver that makes every gateway, when it leads, launch
     /// runtimes with the process driver over [`MemberHost::runtime_dir`],
     /// into the members namespace at its address.
-    pub fn gateway_args(&self) -> Vec<String> {
-        vec![
-            "--sandbox-driver".into(),
-            "process".into(),
-            "--process-driver-dir".into(),
-            self.runtime_dir().display().to_string(),
-            "--runtime-bin".into(),
-            self.runtime_bin.display().to_string(),
-            "--process-runtime-netns".into(),
-            self.ns.clone(),
-            "--process-runtime-ip".into(),
-            self.ip.clone(),
-        ]
+    pub fn sandbox_driver(&self) -> SandboxDriverSection {
+        SandboxDriverSection {
+            kind: Some("process".into()),
+            process_dir: Some(self.runtime_dir()),
+            runtime_bin: Some(self.runtime_bin.clone()),
+            process_runtime_netns: Some(self.ns.clone()),
+            process_runtime_ip: Some(self.ip.clone()),
+            ..SandboxDriverSection::default()
+        }
     }
 }
 
@@ -152,30 +150,26 @@ impl ProcessSupervisor {
     pub fn restart(&self) -> anyhow::Result<()> {
         self.kill();
         let h = &self.host;
-        let mut cmd = in_namespace(&h.ns, &h.supervisor_bin);
-        cmd.args(["--gateways", &h.gateways.join(",")])
-            .args(["--pool-member-id", &self.member])
-            .args(["--pool-member-uid", &format!("uid-{}", self.member)])
-            .args(["--pool-advertise-ip", &h.ip])
-            .args(["--capacity", &self.capacity.to_string()]);
-        match &h.security {
-            Some(security) => {
-                let own = security.of(&self.member);
-                cmd.arg("--tls-ca-file")
-                    .arg(&security.ca_file)
-                    .arg("--trusted-grant-keys-file")
-                    .arg(&security.trusted_keys_file);
-                if let Some(own) = own {
-                    cmd.arg("--credential-file").arg(own);
-                }
-            }
+        let mut spec = SupervisorSpec::new(&self.member, h.gateways.clone());
+        spec.advertise_ip = h.ip.clone();
+        spec.capacity = Some(self.capacity);
+        spec.security = match &h.security {
+            Some(security) => SupervisorSecurity {
+                tls_ca_file: Some(security.ca_file.clone()),
+                trusted_keys_file: Some(security.trusted_keys_file.clone()),
+                credential_file: security.of(&self.member).map(Into::into),
+                ..SupervisorSecurity::default()
+            },
             // The supervisor is secure by default; an `--insecure` run's
             // supervisors run as before (no credential, plaintext, grant key
             // learned from the gateway).
-            None => {
-                cmd.arg("--insecure");
-            }
-        }
+            None => SupervisorSecurity {
+                insecure: true,
+                ..SupervisorSecurity::default()
+            },
+        };
+        let mut cmd = in_namespace(&h.ns, &h.supervisor_bin);
+        cmd.args(spec.args());
         cmd.env("RUST_LOG", "info");
         log_to(&mut cmd, &h.dir.join(format!("{}.log", self.member)))?;
         self.child

@@ -15,6 +15,7 @@ use std::time::Duration;
 use crate::checker::Checker;
 use crate::cluster::Cluster;
 use crate::history::Recorder;
+use local_cluster::gateway::GatewaySection;
 
 pub mod pool;
 pub mod register;
@@ -88,10 +89,10 @@ impl Workload {
     }
 
     /// Extra command-line arguments of every gateway.
-    pub fn gateway_args(&self) -> Vec<String> {
+    pub fn gateway_config(&self) -> GatewaySection {
         match self {
-            Workload::Register(_) => Vec::new(),
-            Workload::Pool(o) => o.gateway_args(),
+            Workload::Register(_) => GatewaySection::default(),
+            Workload::Pool(o) => o.gateway_config(),
         }
     }
 }

@@ -93,6 +93,7 @@ use crate::members::process::{MemberHost, ProcessSupervisor};
 use crate::members::runtime_log::{keep_logs, runtime_logs};
 use crate::members::scripted::ScriptedSupervisor;
 use calls::Call;
+use local_cluster::gateway::{GatewaySection, SupervisorPoolSection};
 use member::PoolMember;
 
 mod calls;
@@ -179,20 +180,22 @@ impl Default for PoolOptions {
 }
 
 impl PoolOptions {
-    /// The gateway arguments this workload needs.
-    pub fn gateway_args(&self) -> Vec<String> {
-        vec![
-            "--tick-interval-ms".into(),
-            self.tick_ms.to_string(),
-            "--heartbeat-ttl-ms".into(),
-            self.heartbeat_ttl_ms.to_string(),
-        ]
+    /// The gateway settings this workload needs: its pool timing.
+    pub fn gateway_config(&self) -> GatewaySection {
+        GatewaySection {
+            supervisor_pool: Some(SupervisorPoolSection {
+                tick_interval_ms: Some(self.tick_ms),
+                heartbeat_ttl_ms: Some(self.heartbeat_ttl_ms),
+                ..SupervisorPoolSection::default()
+            }),
+            ..GatewaySection::default()
+        }
     }
 }
 
 /// Before the gateways start: with process members, creates the members
 /// namespace and gives every gateway the process driver that launches
-/// runtimes into it ([`MemberHost::gateway_args`]). Scripted members need
+/// runtimes into it ([`MemberHost::sandbox_driver`]). Scripted members need
 /// no runtime (they acknowledge terms themselves): their gateways keep the
 /// default `--sandbox-driver none`.
 ///
@@ -205,7 +208,7 @@ pub fn prepare(options: &PoolOptions, cluster: &mut Cluster) -> anyhow::Result<(
     let (ns, ip) = cluster.net.add_members_namespace()?;
     let host = member_host(options, cluster, ns, ip);
     host.check()?;
-    cluster.options.extra_args.extend(host.gateway_args());
+    cluster.options.config.sandbox_driver = Some(host.sandbox_driver());
     Ok(())
 }
 

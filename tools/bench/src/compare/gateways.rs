@@ -28,6 +28,7 @@ use tonic::transport::Channel;
 use super::inproc::{object_id, put_request, OBJECT_TYPE};
 use super::{BenchSystem, Versions, WriteError, UNKNOWN};
 use jepsen::process::{log_to, ChildProcess};
+use local_cluster::gateway::GatewaySpec;
 
 /// Per-request timeout of the bench's gateway clients.
 pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -94,8 +95,8 @@ impl GatewayProcess {
 pub struct Gateways {
     /// The `openshell-gateway` binary.
     pub bin: PathBuf,
-    /// `1=addr,2=addr,3=addr`.
-    pub voters: String,
+    /// `(node id, address)` of the three voters.
+    pub voters: Vec<(u64, String)>,
     /// Index i is node i+1.
     pub nodes: Vec<GatewayProcess>,
 }
@@ -125,11 +126,7 @@ impl Gateways {
                 child: ChildProcess::default(),
             })
             .collect();
-        let voters = nodes
-            .iter()
-            .map(|n| format!("{}={}", n.id, n.addr))
-            .collect::<Vec<_>>()
-            .join(",");
+        let voters = nodes.iter().map(|n| (n.id, n.addr.clone())).collect();
         let gateways = Gateways {
             bin: bin.to_path_buf(),
             voters,
@@ -159,15 +156,12 @@ impl Gateways {
     /// When the process cannot be spawned.
     pub fn start_node(&self, id: u64) -> anyhow::Result<()> {
         let node = self.node(id)?;
+        let args = GatewaySpec::new(node.id, &node.addr, &node.data_dir, "bench")
+            .insecure()
+            .initial_voters(self.voters.iter().map(|(id, addr)| (*id, addr.as_str())))
+            .write(&node.log_path.with_extension("toml"))?;
         let mut cmd = std::process::Command::new(&self.bin);
-        cmd.arg("--insecure")
-            .args(["--node-id", &node.id.to_string()])
-            .args(["--listen", &node.addr])
-            .arg("--data-dir")
-            .arg(&node.data_dir)
-            .args(["--cluster-id", "bench"])
-            .args(["--initial-voters", &self.voters])
-            .env("RUST_LOG", "warn");
+        cmd.args(args).env("RUST_LOG", "warn");
         log_to(&mut cmd, &node.log_path)?;
         node.child
             .spawn(&mut cmd, &self.bin.display().to_string())?;

@@ -36,6 +36,7 @@ use anyhow::{bail, Context};
 use jepsen::cluster::{Cluster, GatewayOptions};
 use jepsen::net;
 use jepsen::security::Security;
+use local_cluster::gateway::{GatewaySection, SandboxDriverSection};
 
 mod args;
 pub mod measure;
@@ -158,12 +159,14 @@ async fn start_cluster(
         election_ms: (150, 300),
         faketime: false,
         client_timeout: Duration::from_secs(10),
-        extra_args: vec![
-            "--sandbox-driver".into(),
-            "none".into(),
-            "--http-listen".into(),
-            format!("0.0.0.0:{}", measure::HTTP_PORT),
-        ],
+        config: GatewaySection {
+            sandbox_driver: Some(SandboxDriverSection {
+                kind: Some("none".into()),
+                ..SandboxDriverSection::default()
+            }),
+            http_listen_addr: Some(format!("0.0.0.0:{}", measure::HTTP_PORT)),
+            ..GatewaySection::default()
+        },
         security: Security::Tls,
         members: (0..options.members).map(members::member_id).collect(),
     };

@@ -32,6 +32,7 @@ use serde_json::json;
 use jepsen::cluster::{Cluster, GatewayOptions};
 use jepsen::net;
 use jepsen::security::Security;
+use local_cluster::gateway::{GatewaySection, SupervisorPoolSection};
 
 mod args;
 pub mod driver;
@@ -197,15 +198,15 @@ async fn start_cluster(
     run_id: &str,
     member_ids: Vec<String>,
 ) -> anyhow::Result<Arc<Cluster>> {
-    let mut extra_args = vec![
-        "--tick-interval-ms".to_string(),
-        options.tick_ms.to_string(),
-        "--heartbeat-ttl-ms".to_string(),
-        options.heartbeat_ttl_ms.to_string(),
-    ];
-    if let Some(ticks) = options.retention_ticks {
-        extra_args.extend(["--retention-ticks".to_string(), ticks.to_string()]);
-    }
+    let config = GatewaySection {
+        supervisor_pool: Some(SupervisorPoolSection {
+            tick_interval_ms: Some(options.tick_ms),
+            heartbeat_ttl_ms: Some(options.heartbeat_ttl_ms),
+            retention_ticks: options.retention_ticks,
+            ..SupervisorPoolSection::default()
+        }),
+        ..GatewaySection::default()
+    };
     let gateway = GatewayOptions {
         bin: options.gateway_bin.clone(),
         // Calmer than a Jepsen run's 50 / 300-600 ms: the soak shares two
@@ -215,7 +216,7 @@ async fn start_cluster(
         election_ms: (2000, 4000),
         faketime: false,
         client_timeout: options.client_timeout,
-        extra_args,
+        config,
         security: Security::Tls,
         members: member_ids,
     };

@@ -18,16 +18,29 @@ use std::process::Command;
 use common::cli::*;
 use common::*;
 
-/// The pid of the one process whose command line names `dir`.
-fn pid_of(dir: &Path) -> u32 {
+/// The pid of the running gateway `node`, after checking that the process
+/// is alive and that no process names `dir` on its command line (a second
+/// gateway started by hand with `--data-dir`).
+fn pid_of(node: &Gateway, dir: &Path) -> u32 {
+    let pid = node
+        .pid()
+        .unwrap_or_else(|| panic!("node {} is not running", node.id));
+    assert!(
+        Path::new(&format!("/proc/{pid}")).exists(),
+        "node {} (pid {pid}) is gone",
+        node.id
+    );
     let out = Command::new("pgrep")
         .args(["-f", "--", &format!("--data-dir {}", dir.display())])
         .output()
         .unwrap_or_else(|e| panic!("pgrep: {e}"));
     let text = String::from_utf8_lossy(&out.stdout);
-    let pids: Vec<u32> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
-    assert_eq!(pids.len(), 1, "processes on {}: {text}", dir.display());
-    pids[0]
+    assert!(
+        text.trim().is_empty(),
+        "other processes on {}: {text}",
+        dir.display()
+    );
+    pid
 }
 
 fn signal(pid: u32, sig: &str) {
@@ -48,7 +61,7 @@ async fn a_directory_held_by_a_running_gateway_is_in_use_not_damaged() -> TestRe
         put(cluster.get(1), &format!("k{i}"), "v").await?;
     }
     let dir = cluster.get(1).data_dir.clone();
-    let pid = pid_of(&dir);
+    let pid = pid_of(cluster.get(1), &dir);
     let scratch = tempfile::tempdir()?;
     let backup = scratch.path().join("b.osbackup");
     let backup_arg = backup.display().to_string();
@@ -115,6 +128,10 @@ async fn a_directory_held_by_a_running_gateway_is_in_use_not_damaged() -> TestRe
     cluster.wait_leader("resumed").await;
     put(cluster.get(1), "after", "v").await?;
     assert_eq!(dump(cluster.get(1), false).await?.len(), 21);
-    assert_eq!(pid_of(&dir), pid, "the first gateway was replaced");
+    assert_eq!(
+        pid_of(cluster.get(1), &dir),
+        pid,
+        "the first gateway was replaced"
+    );
     Ok(())
 }

@@ -36,9 +36,9 @@ use tonic::service::interceptor::InterceptedService;
 use crate::checker::verdict::ReplicaDump;
 use crate::net::Net;
 use crate::power::Disks;
-use crate::process::{in_namespace, log_to, ChildProcess};
 use crate::security::{Authed, Bearer, Credentials, Security};
 use local_cluster::gateway::{GatewaySection, GatewaySpec};
+use local_cluster::process::{in_namespace, log_to, ChildProcess};
 
 /// Where Debian's `faketime` package puts the preload library.
 pub const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";

@@ -19,8 +19,6 @@
 //! - [`nemesis`]: the fault schedule drawn from the seed (`power_cut`: the
 //!   power-loss nemesis).
 //! - [`power`]: power-loss settings, the nodes' lazyfs mounts, counters.
-//! - [`process`]: child processes the harness starts in a namespace and
-//!   signals (gateways, supervisors).
 //! - [`workload`]: the register workload and the pool workload (sandboxes,
 //!   pool faults).
 //! - [`members`]: the pool workload's members: `openshell-supervisor`
@@ -37,7 +35,10 @@
 //!   how long until the replicas agreed on a leader and caught up.
 //! - [`run`]: one run end to end; [`matrix`]: every nemesis in turn.
 //!
-//! The benchmarks, the soak and the scale run use [`cluster`], [`process`],
+//! Child processes (gateways, supervisors) are `local_cluster::process`'s,
+//! started in the run's namespaces through its `in_namespace` hook.
+//!
+//! The benchmarks, the soak and the scale run use [`cluster`],
 //! [`security`], [`net`] and [`run::preflight`] from their own crate,
 //! `openshell-bench` (tools/bench).
 //!
@@ -62,7 +63,6 @@ pub mod nemesis;
 pub mod net;
 pub mod ops;
 pub mod power;
-pub mod process;
 pub mod recovery;
 pub mod report;
 pub mod run;

@@ -4,7 +4,7 @@
 //! helpers ([`put`], [`get`], [`dump`]) and [`eventually`].
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use proto::client::{self, ClientConfig, Role};
@@ -19,6 +19,7 @@ use crate::ports::free_port;
 use crate::secure::{ClientSecurity, Material};
 use crate::TestResult;
 use local_cluster::gateway::{GatewaySection, GatewaySpec};
+use local_cluster::process::{log_to, ChildProcess};
 use proto::tls::generate::Usage;
 
 /// One gateway process.
@@ -46,7 +47,7 @@ pub struct Gateway {
     /// The TLS and secret files of a secure gateway ([`Gateway::new_secure`]),
     /// as a part of its configuration.
     secured: Option<GatewaySection>,
-    child: Option<Child>,
+    child: ChildProcess,
 }
 
 impl Gateway {
@@ -65,7 +66,7 @@ impl Gateway {
             initial_voters: None,
             advertise: None,
             secured: None,
-            child: None,
+            child: ChildProcess::default(),
         }
     }
 
@@ -168,50 +169,27 @@ impl Gateway {
     /// Starts the process (appending to its log file), logging at
     /// [`gateway_log_filter`].
     pub fn start(&mut self) {
-        assert!(self.child.is_none(), "node {} already running", self.id);
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log_path)
-            .unwrap_or_else(|e| panic!("log file: {e}"));
-        let err = log.try_clone().unwrap_or_else(|e| panic!("{e}"));
-        let child = Command::new(gateway_bin())
-            .args(self.args())
-            .env("RUST_LOG", gateway_log_filter())
-            .stdout(Stdio::from(log))
-            .stderr(Stdio::from(err))
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn gateway: {e}"));
-        self.child = Some(child);
+        self.start_with_env(&[]);
     }
 
     /// [`Gateway::start`] with extra environment variables (e.g.
     /// `KUBECONFIG` naming a [`crate::kube_api::MockKubeApi`]).
     pub fn start_with_env(&mut self, env: &[(&str, &str)]) {
-        assert!(self.child.is_none(), "node {} already running", self.id);
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log_path)
-            .unwrap_or_else(|e| panic!("log file: {e}"));
-        let err = log.try_clone().unwrap_or_else(|e| panic!("{e}"));
-        let child = Command::new(gateway_bin())
+        assert!(!self.child.is_running(), "node {} already running", self.id);
+        let mut command = Command::new(gateway_bin());
+        command
             .args(self.args())
             .env("RUST_LOG", gateway_log_filter())
-            .envs(env.iter().copied())
-            .stdout(Stdio::from(log))
-            .stderr(Stdio::from(err))
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn gateway: {e}"));
-        self.child = Some(child);
+            .envs(env.iter().copied());
+        log_to(&mut command, &self.log_path).unwrap_or_else(|e| panic!("{e}"));
+        self.child
+            .spawn(&mut command, &format!("gateway {}", self.id))
+            .unwrap_or_else(|e| panic!("{e}"));
     }
 
     /// `kill -9` and reap.
     pub fn kill9(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill(); // SIGKILL
-            let _ = child.wait();
-        }
+        self.child.kill9();
     }
 
     /// The HTTP address (`--http-listen`) this gateway was given, if any.
@@ -221,7 +199,7 @@ impl Gateway {
     }
 
     pub fn is_running(&self) -> bool {
-        self.child.is_some()
+        self.child.is_running()
     }
 
     pub fn log(&self) -> String {
@@ -581,7 +559,7 @@ where
 impl Gateway {
     /// The process id, while running.
     pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(|c| c.id())
+        self.child.pid().and_then(|pid| u32::try_from(pid).ok())
     }
 
     /// Sends `signal` (e.g. `-TERM`, `-INT`, `-STOP`) with kill(1).
@@ -599,9 +577,10 @@ impl Gateway {
     pub async fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
         let deadline = Instant::now() + timeout;
         loop {
-            let child = self.child.as_mut()?;
-            if let Ok(Some(status)) = child.try_wait() {
-                self.child = None;
+            if !self.child.is_running() {
+                return None;
+            }
+            if let Some(status) = self.child.take_exit() {
                 return Some(status);
             }
             if Instant::now() >= deadline {

@@ -6,13 +6,14 @@
 //! [`running_sandbox`], ...).
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::bins::supervisor_bin;
 use crate::gateway::{eventually, Cluster, Gateway};
 use crate::ports::free_port;
 use crate::TestResult;
+use local_cluster::process::{log_to, ChildProcess};
 use local_cluster::supervisor::{SupervisorSecurity, SupervisorSpec};
 use proto::pool_admin::pool_admin_client::PoolAdminClient;
 use proto::pool_admin::{
@@ -53,7 +54,7 @@ pub struct Supervisor {
     pub trusted_keys_file: Option<PathBuf>,
     /// `--tls-ca-file` (TLS to the gateways), if set.
     pub tls_ca_file: Option<PathBuf>,
-    child: Option<Child>,
+    child: ChildProcess,
 }
 
 impl Supervisor {
@@ -70,18 +71,12 @@ impl Supervisor {
             credential_file: None,
             trusted_keys_file: None,
             tls_ca_file: None,
-            child: None,
+            child: ChildProcess::default(),
         }
     }
 
     pub fn start(&mut self) {
-        assert!(self.child.is_none(), "{} already running", self.member);
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log_path)
-            .unwrap_or_else(|e| panic!("log: {e}"));
-        let err = log.try_clone().unwrap_or_else(|e| panic!("{e}"));
+        assert!(!self.child.is_running(), "{} already running", self.member);
         let mut spec = SupervisorSpec::new(&self.member, self.gateways.clone());
         spec.http_listen = Some(self.http.clone());
         spec.capacity = Some(10);
@@ -96,26 +91,23 @@ impl Supervisor {
             credential_file: self.credential_file.clone(),
             trusted_keys_file: self.trusted_keys_file.clone(),
         };
-        let child = Command::new(supervisor_bin())
+        let mut command = Command::new(supervisor_bin());
+        command
             .args(spec.args())
             .env("RUST_LOG", "info")
-            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .stdout(Stdio::from(log))
-            .stderr(Stdio::from(err))
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn supervisor: {e}"));
-        self.child = Some(child);
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        log_to(&mut command, &self.log_path).unwrap_or_else(|e| panic!("{e}"));
+        self.child
+            .spawn(&mut command, &format!("supervisor {}", self.member))
+            .unwrap_or_else(|e| panic!("{e}"));
     }
 
     pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(|c| c.id())
+        self.child.pid().and_then(|pid| u32::try_from(pid).ok())
     }
 
     pub fn kill9(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.child.kill9();
     }
 
     pub fn signal(&self, signal: &str) {
@@ -447,9 +439,10 @@ impl Supervisor {
     pub async fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
         let deadline = Instant::now() + timeout;
         loop {
-            let child = self.child.as_mut()?;
-            if let Ok(Some(status)) = child.try_wait() {
-                self.child = None;
+            if !self.child.is_running() {
+                return None;
+            }
+            if let Some(status) = self.child.take_exit() {
                 return Some(status);
             }
             if Instant::now() >= deadline {

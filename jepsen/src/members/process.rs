@@ -34,9 +34,9 @@ use std::sync::Arc;
 
 use anyhow::bail;
 
-use crate::process::{in_namespace, log_to, ChildProcess};
 use crate::security::MemberSecurity;
 use local_cluster::gateway::SandboxDriverSection;
+use local_cluster::process::{in_namespace, log_to, ChildProcess};
 use local_cluster::supervisor::{SupervisorSecurity, SupervisorSpec};
 
 /// What every process member shares: where it runs and what it starts.

@@ -22,7 +22,7 @@ use tonic::transport::{Channel, Endpoint};
 
 use super::etcd_wire::KvClient;
 use super::{value, BenchSystem, Versions, WriteError, UNKNOWN};
-use jepsen::process::{log_to, ChildProcess};
+use local_cluster::process::{log_to, ChildProcess};
 
 /// Debian's `etcd-server` binary.
 pub const DEFAULT_BIN: &str = "/usr/bin/etcd";
@@ -60,7 +60,7 @@ impl EtcdMember {
     /// # Errors
     /// When it is not running or kill(2) fails.
     pub fn signal(&self, sig: i32) -> anyhow::Result<()> {
-        self.child.signal(sig)
+        Ok(self.child.signal(sig)?)
     }
 
     /// `kill -9` (after SIGCONT) and reap.

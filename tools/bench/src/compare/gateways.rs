@@ -27,8 +27,8 @@ use tonic::transport::Channel;
 
 use super::inproc::{object_id, put_request, OBJECT_TYPE};
 use super::{BenchSystem, Versions, WriteError, UNKNOWN};
-use jepsen::process::{log_to, ChildProcess};
 use local_cluster::gateway::GatewaySpec;
+use local_cluster::process::{log_to, ChildProcess};
 
 /// Per-request timeout of the bench's gateway clients.
 pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -57,7 +57,7 @@ impl GatewayProcess {
     /// # Errors
     /// When it is not running or kill(2) fails.
     pub fn signal(&self, sig: i32) -> anyhow::Result<()> {
-        self.child.signal(sig)
+        Ok(self.child.signal(sig)?)
     }
 
     /// `kill -9` (after SIGCONT) and reap.

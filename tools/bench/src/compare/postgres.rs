@@ -28,7 +28,7 @@ use anyhow::{bail, Context};
 use tokio_postgres::{NoTls, Statement};
 
 use super::{value, BenchSystem, Versions, WriteError, UNKNOWN};
-use jepsen::process::{log_to, ChildProcess};
+use local_cluster::process::{log_to, ChildProcess};
 
 /// Debian's PostgreSQL 15 binaries.
 pub const DEFAULT_BIN_DIR: &str = "/usr/lib/postgresql/15/bin";

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use proto::client::{connect, ClientConfig, ClientError, Role};
 use proto::supervisor_host::supervisor_host_client::SupervisorHostClient;
 use proto::supervisor_host::{
-    gateway_message, supervisor_message, GatewayMessage, HostHello, HostStatus,
+    gateway_message, supervisor_message, AssignmentSnapshot, GatewayMessage, HostHello, HostStatus,
     SandboxInstanceAssignment, SupervisorMessage, TermAck,
 };
 use tokio::sync::{mpsc, watch};
@@ -70,6 +70,36 @@ pub fn term_ack(a: &SandboxInstanceAssignment) -> SupervisorMessage {
             term: a.term,
         })),
     }
+}
+
+/// The terms a scripted member has acknowledged: `(sandbox, generation,
+/// term)`.
+pub type Acked = std::collections::BTreeSet<(String, u64, u64)>;
+
+/// Acknowledges, on `tx`, every unacknowledged assignment of `snapshot` not
+/// acknowledged yet (without waiting: a full channel is retried on the next
+/// snapshot), and forgets the terms `snapshot` no longer holds. Returns how
+/// many acknowledgements it sent.
+pub fn acknowledge_new_terms(
+    acked: &mut Acked,
+    snapshot: &AssignmentSnapshot,
+    tx: &mpsc::Sender<SupervisorMessage>,
+) -> usize {
+    acked.retain(|k| {
+        snapshot
+            .assignments
+            .iter()
+            .any(|a| (&a.sandbox_id, a.generation, a.term) == (&k.0, k.1, k.2))
+    });
+    let mut sent = 0;
+    for a in snapshot.assignments.iter().filter(|a| !a.acknowledged) {
+        let key = (a.sandbox_id.clone(), a.generation, a.term);
+        if !acked.contains(&key) && tx.try_send(term_ack(a)).is_ok() {
+            acked.insert(key);
+            sent += 1;
+        }
+    }
+    sent
 }
 
 /// An open member stream, after `HelloAccepted`.

@@ -18,3 +18,24 @@
 pub mod compare;
 pub mod scale;
 pub mod soak;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+
+/// The directory a `what` run writes into: `out`, which must be empty or
+/// absent (created), made absolute.
+///
+/// # Errors
+/// When `out` holds files, or cannot be created.
+pub fn run_dir(out: &Path, what: &str) -> anyhow::Result<PathBuf> {
+    if std::fs::read_dir(out).is_ok_and(|mut d| d.next().is_some()) {
+        bail!(
+            "{what} directory {} is not empty; choose another --out or remove it",
+            out.display()
+        );
+    }
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    out.canonicalize()
+        .with_context(|| format!("{what} directory {}", out.display()))
+}

@@ -220,27 +220,15 @@ impl EtcdCluster {
             addrs: self.members.iter().map(|m| m.client_addr.clone()).collect(),
             versions: Versions::new(keys),
         });
-        let mut tasks = Vec::new();
-        for t in 0..64usize.min(keys) {
-            let system = system.clone();
-            let mut client = clients[t % clients.len()].clone();
-            tasks.push(tokio::spawn(async move {
-                for key in (t..keys).step_by(64) {
-                    let put = client
-                        .put(etcd_key(key), value(key))
-                        .await
-                        .with_context(|| format!("preloading key {key}"))?;
-                    let revision = put.header.map_or(0, |h| h.revision);
-                    system
-                        .versions
-                        .set(key, u64::try_from(revision).unwrap_or(UNKNOWN));
-                }
-                anyhow::Ok(())
-            }));
-        }
-        for t in tasks {
-            t.await.context("preload task")??;
-        }
+        let create = |_: Arc<EtcdSystem>, mut client: KvClient, key| async move {
+            let put = client
+                .put(etcd_key(key), value(key))
+                .await
+                .map_err(|e| WriteError::Failed(e.to_string()))?;
+            let revision = put.header.map_or(0, |h| h.revision);
+            Ok((client, u64::try_from(revision).unwrap_or(UNKNOWN)))
+        };
+        super::preload(&system, &clients, keys, |s| &s.versions, create).await?;
         Arc::into_inner(system).context("preload tasks still hold the system")
     }
 

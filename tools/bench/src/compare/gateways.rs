@@ -205,24 +205,15 @@ impl Gateways {
             addrs: self.nodes.iter().map(|n| n.addr.clone()).collect(),
             versions: Versions::new(keys),
         });
-        let mut tasks = Vec::new();
-        for t in 0..64usize.min(keys) {
-            let system = system.clone();
-            let mut client = ObjectStoreClient::new(channels[t % channels.len()].clone());
-            tasks.push(tokio::spawn(async move {
-                for key in (t..keys).step_by(64) {
-                    let v = system
-                        .put(&mut client, key, precondition::Kind::MustCreate(true))
-                        .await
-                        .with_context(|| format!("preloading key {key}"))?;
-                    system.versions.set(key, v);
-                }
-                anyhow::Ok(())
-            }));
-        }
-        for t in tasks {
-            t.await.context("preload task")??;
-        }
+        let clients: Vec<ObjectStoreClient<Channel>> =
+            channels.into_iter().map(ObjectStoreClient::new).collect();
+        let create = |system: Arc<GatewaySystem>, mut client, key| async move {
+            let version = system
+                .put(&mut client, key, precondition::Kind::MustCreate(true))
+                .await?;
+            Ok((client, version))
+        };
+        super::preload(&system, &clients, keys, |s| &s.versions, create).await?;
         Arc::into_inner(system).context("preload tasks still hold the system")
     }
 

@@ -134,22 +134,11 @@ pub async fn measure(args: &BenchArgs, dir: &Path) -> anyhow::Result<Vec<LevelRe
 
 /// Creates every key (64 at a time), recording its version.
 async fn preload(system: &Arc<InProcSystem>, keys: usize) -> anyhow::Result<()> {
-    let mut tasks = Vec::new();
-    for t in 0..64usize.min(keys) {
-        let system = system.clone();
-        tasks.push(tokio::spawn(async move {
-            for key in (t..keys).step_by(64) {
-                let v = system
-                    .put(key, precondition::Kind::MustCreate(true))
-                    .await
-                    .with_context(|| format!("preloading key {key}"))?;
-                system.versions.set(key, v);
-            }
-            anyhow::Ok(())
-        }));
-    }
-    for t in tasks {
-        t.await.context("preload task")??;
-    }
-    Ok(())
+    let create = |system: Arc<InProcSystem>, (): (), key| async move {
+        let version = system
+            .put(key, precondition::Kind::MustCreate(true))
+            .await?;
+        Ok(((), version))
+    };
+    super::preload(system, &[()], keys, |s| &s.versions, create).await
 }

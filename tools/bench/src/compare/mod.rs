@@ -121,6 +121,52 @@ impl Versions {
     }
 }
 
+/// How many keys a preload writes at a time.
+const PRELOAD_TASKS: usize = 64;
+
+/// Creates keys `0..keys` once each, [`PRELOAD_TASKS`] at a time (task `t`
+/// writes keys `t`, `t + 64`, ... with `clients[t % clients.len()]`), and
+/// records in `versions(system)` the version each got. `create` writes one
+/// key with a client it hands back.
+///
+/// # Errors
+/// No client, or a write failed (its key named).
+pub async fn preload<S, C, F, Fut>(
+    system: &Arc<S>,
+    clients: &[C],
+    keys: usize,
+    versions: fn(&S) -> &Versions,
+    create: F,
+) -> anyhow::Result<()>
+where
+    S: Send + Sync + 'static,
+    C: Clone + Send + 'static,
+    F: Fn(Arc<S>, C, usize) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = Result<(C, u64), WriteError>> + Send,
+{
+    anyhow::ensure!(!clients.is_empty(), "no client to preload the keys with");
+    let mut tasks = Vec::new();
+    for t in 0..PRELOAD_TASKS.min(keys) {
+        let system = system.clone();
+        let mut client = clients[t % clients.len()].clone();
+        let create = create.clone();
+        tasks.push(tokio::spawn(async move {
+            for key in (t..keys).step_by(PRELOAD_TASKS) {
+                let (back, version) = create(system.clone(), client, key)
+                    .await
+                    .with_context(|| format!("preloading key {key}"))?;
+                client = back;
+                versions(&system).set(key, version);
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for t in tasks {
+        t.await.context("preload task")??;
+    }
+    Ok(())
+}
+
 /// A 256-byte value naming the key (the rest is filler).
 pub fn value(key: usize) -> Vec<u8> {
     let mut v = vec![0xABu8; VALUE_BYTES];

@@ -19,7 +19,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use proto::supervisor_host::{gateway_message, AssignmentSnapshot, SupervisorMessage};
-use testkit::member::{attach_secure, hello_with_credential, host_status, term_ack, Attached};
+use testkit::member::{
+    acknowledge_new_terms, attach_secure, hello_with_credential, host_status, Acked, Attached,
+};
 use tokio::sync::mpsc;
 
 use jepsen::security::MemberSecurity;
@@ -277,7 +279,7 @@ impl Member {
             self.plan.status_interval,
             stop.clone(),
         ));
-        let mut acked: BTreeSet<(String, u64, u64)> = BTreeSet::new();
+        let mut acked = Acked::new();
         let retired = loop {
             let message = match inbound.message().await {
                 Ok(Some(m)) => m.message,
@@ -287,17 +289,7 @@ impl Member {
             match message {
                 Some(gateway_message::Message::Snapshot(s)) => {
                     self.board.record(&self.id, &s);
-                    acked.retain(|k| {
-                        s.assignments
-                            .iter()
-                            .any(|a| (&a.sandbox_id, a.generation, a.term) == (&k.0, k.1, k.2))
-                    });
-                    for a in s.assignments.iter().filter(|a| !a.acknowledged) {
-                        let key = (a.sandbox_id.clone(), a.generation, a.term);
-                        if !acked.contains(&key) && tx.try_send(term_ack(a)).is_ok() {
-                            acked.insert(key);
-                        }
-                    }
+                    acknowledge_new_terms(&mut acked, &s, &tx);
                 }
                 Some(gateway_message::Message::Leaving(_)) => break false,
                 _ => {}

@@ -31,7 +31,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 
 use jepsen::cluster::{Cluster, GatewayOptions};
 use jepsen::net;
@@ -108,15 +108,7 @@ impl ScaleOptions {
 /// `step_timeout`.
 pub async fn run(options: ScaleOptions) -> anyhow::Result<ScaleReport> {
     jepsen::run::preflight()?;
-    if std::fs::read_dir(&options.out).is_ok_and(|mut d| d.next().is_some()) {
-        bail!(
-            "scale directory {} is not empty; choose another --out or remove it",
-            options.out.display()
-        );
-    }
-    std::fs::create_dir_all(&options.out)
-        .with_context(|| format!("creating {}", options.out.display()))?;
-    let dir = options.out.canonicalize().context("scale directory")?;
+    let dir = crate::run_dir(&options.out, "scale")?;
     let run_id = format!(
         "{:06x}",
         (u64::from(std::process::id()) ^ 0x5ca1e) & 0xff_ffff

@@ -22,7 +22,6 @@
 //! No history is kept (a soak creates 100,000 sandboxes): only the
 //! [`MemberCounters`].
 
-use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -32,7 +31,9 @@ use proto::supervisor_host::{
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use testkit::member::{attach_secure, hello_with_credential, term_ack, Attached};
+use testkit::member::{
+    acknowledge_new_terms, attach_secure, hello_with_credential, Acked, Attached,
+};
 use tokio::sync::mpsc;
 
 use jepsen::security::MemberSecurity;
@@ -319,7 +320,7 @@ impl Slot {
         } = attached;
         let stopping = Arc::new(AtomicBool::new(false));
         let pinger = spawn_status(tx.clone(), self.plan.status_interval, stopping.clone());
-        let mut acked: BTreeSet<(String, u64, u64)> = BTreeSet::new();
+        let mut acked = Acked::new();
         let mut phase = Phase::Serving;
         let mut phase_end = life.until;
         let end = loop {
@@ -342,18 +343,8 @@ impl Slot {
             match message {
                 Some(gateway_message::Message::Snapshot(s)) => {
                     let held = s.assignments.len();
-                    acked.retain(|k| {
-                        s.assignments
-                            .iter()
-                            .any(|a| (&a.sandbox_id, a.generation, a.term) == (&k.0, k.1, k.2))
-                    });
-                    for a in s.assignments.iter().filter(|a| !a.acknowledged) {
-                        let key = (a.sandbox_id.clone(), a.generation, a.term);
-                        if !acked.contains(&key) && tx.try_send(term_ack(a)).is_ok() {
-                            acked.insert(key);
-                            self.counters.acks.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
+                    let sent = acknowledge_new_terms(&mut acked, &s, &tx);
+                    self.counters.acks.fetch_add(sent as u64, Ordering::Relaxed);
                     if phase == Phase::Draining && held == 0 {
                         phase_end = Instant::now();
                     }
@@ -452,7 +443,10 @@ mod tests {
     fn member_ids_are_valid_and_distinct() {
         let ids = member_ids(50, 3);
         assert_eq!(ids.len(), 150);
-        assert_eq!(ids.iter().collect::<BTreeSet<_>>().len(), 150);
+        assert_eq!(
+            ids.iter().collect::<std::collections::BTreeSet<_>>().len(),
+            150
+        );
         for id in &ids {
             assert_eq!(proto::ids::id_rule(id), None, "{id}");
         }

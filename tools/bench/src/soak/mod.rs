@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use serde_json::json;
 
 use jepsen::cluster::{Cluster, GatewayOptions};
@@ -155,15 +155,7 @@ pub struct SoakOutcome {
 /// error: see [`SoakOutcome::verdict`].
 pub async fn run(options: SoakOptions) -> anyhow::Result<SoakOutcome> {
     jepsen::run::preflight()?;
-    if std::fs::read_dir(&options.out).is_ok_and(|mut d| d.next().is_some()) {
-        bail!(
-            "soak directory {} is not empty; choose another --out or remove it",
-            options.out.display()
-        );
-    }
-    std::fs::create_dir_all(&options.out)
-        .with_context(|| format!("creating {}", options.out.display()))?;
-    let dir = options.out.canonicalize().context("soak directory")?;
+    let dir = crate::run_dir(&options.out, "soak")?;
     let run_id = format!(
         "{:06x}",
         (u64::from(std::process::id()) ^ options.seed.rotate_left(23) ^ 0x50a6) & 0xff_ffff

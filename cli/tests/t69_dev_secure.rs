@@ -189,15 +189,20 @@ async fn dev_serves_tls_only_with_generated_material_and_resumes() -> TestResult
     for line in &lines {
         assert!(!line.contains("--insecure"), "{line}");
     }
-    assert!(
-        lines
-            .iter()
-            .filter(|l| l.contains("openshell-gateway"))
-            .all(|l| l.contains("--tls-cert-file")
-                && l.contains("--peer-listen")
-                && l.contains("--member-credentials-file")),
-        "{lines:#?}"
-    );
+    for line in lines.iter().filter(|l| l.contains("openshell-gateway")) {
+        let config = gateway_config_of(line);
+        let tls = config.tls.clone().unwrap_or_default();
+        let pool = config.supervisor_pool.clone().unwrap_or_default();
+        let auth = config.auth.clone().unwrap_or_default();
+        assert!(
+            tls.cert_file.is_some()
+                && config.peer_listen_addr.is_some()
+                && pool.member_credentials_file.is_some()
+                && auth.admin_token_files.is_some()
+                && config.insecure.is_none(),
+            "{line}: {config:?}"
+        );
+    }
     assert!(
         lines
             .iter()

@@ -207,23 +207,33 @@ async fn dev_launches_runtimes_through_the_leader_and_stops_them_all() -> TestRe
     let lines = processes_naming(&dir);
     let runtime_bin = pool_bin().with_file_name("openshell-sandbox-runtime");
     let runtimes_dir = dir.join("runtimes");
+    let mut gateways = 0;
     for (_, line) in lines
         .iter()
         .filter(|(_, l)| l.contains("openshell-gateway"))
     {
-        for flag in [
-            "--sandbox-driver process".to_string(),
-            format!("--process-driver-dir {}", runtimes_dir.display()),
-            format!("--runtime-bin {}", runtime_bin.display()),
-            "--process-netns auto".to_string(),
-            format!(
-                "--runtime-trusted-grant-keys-file {}",
-                dir.join("tls").join("trusted-grant-keys").display()
-            ),
-        ] {
-            assert!(line.contains(&flag), "{flag:?} missing: {line}");
-        }
+        gateways += 1;
+        let driver = gateway_config_of(line).sandbox_driver.unwrap_or_default();
+        assert_eq!(driver.kind.as_deref(), Some("process"), "{line}");
+        assert_eq!(
+            driver.process_dir.as_deref(),
+            Some(runtimes_dir.as_path()),
+            "{line}"
+        );
+        assert_eq!(
+            driver.runtime_bin.as_deref(),
+            Some(runtime_bin.as_path()),
+            "{line}"
+        );
+        assert_eq!(driver.process_netns.as_deref(), Some("auto"), "{line}");
+        let trusted = dir.join("tls").join("trusted-grant-keys");
+        assert_eq!(
+            driver.runtime_trusted_keys_file.as_deref(),
+            Some(trusted.display().to_string().as_str()),
+            "{line}"
+        );
     }
+    assert_eq!(gateways, 3, "{lines:?}");
     for (_, line) in lines
         .iter()
         .filter(|(_, l)| l.contains("openshell-supervisor"))

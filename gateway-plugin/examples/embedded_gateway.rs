@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use gateway_plugin::config::{GatewayConfig, GatewaySection};
+use gateway_plugin::config::{GatewayConfig, GatewaySection, ValidateGateway};
 use gateway_plugin::config_driver::SandboxDriverSection;
 use gateway_plugin::embed::Gateway;
 

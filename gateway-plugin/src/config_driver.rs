@@ -21,37 +21,9 @@
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
+pub use gateway_config::driver::SandboxDriverSection;
 
 use crate::config_error::ConfigError;
-
-/// The section as read (file and flags).
-#[derive(Clone, Debug, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct SandboxDriverSection {
-    /// `none`, `process` or `kubernetes`.
-    pub kind: Option<String>,
-    /// Process driver: its directory (default `<data_dir>/runtimes`).
-    pub process_dir: Option<PathBuf>,
-    /// Process driver: the runtime binary (default: `openshell-sandbox-runtime`
-    /// next to the gateway's own executable).
-    pub runtime_bin: Option<PathBuf>,
-    /// Process driver: `auto`, `on` or `off`: a network namespace per runtime.
-    pub process_netns: Option<String>,
-    /// Process driver: an existing network namespace every runtime joins
-    /// (instead of one each); needs `process_runtime_ip`.
-    pub process_runtime_netns: Option<String>,
-    /// Process driver: the address of `process_runtime_netns` runtimes
-    /// listen on (each at a port it binds).
-    pub process_runtime_ip: Option<String>,
-    /// Kubernetes driver: the namespace of runtime Pods (default: the
-    /// client's, e.g. the gateway Pod's own).
-    pub kubernetes_namespace: Option<String>,
-    /// Kubernetes driver: the Pod template file.
-    pub pod_template_file: Option<PathBuf>,
-    /// The trusted grant keys file runtimes read (a path where they run).
-    pub runtime_trusted_keys_file: Option<String>,
-}
 
 /// Network namespaces for the process driver.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,32 +72,28 @@ pub enum DriverConfig {
     },
 }
 
-impl SandboxDriverSection {
-    /// Overlays `other`'s set values (flags over file).
-    pub fn overlay(mut self, other: SandboxDriverSection) -> SandboxDriverSection {
-        macro_rules! take {
-            ($($f:ident),*) => { $( if other.$f.is_some() { self.$f = other.$f; } )* };
-        }
-        take!(
-            kind,
-            process_dir,
-            runtime_bin,
-            process_netns,
-            process_runtime_netns,
-            process_runtime_ip,
-            kubernetes_namespace,
-            pod_template_file,
-            runtime_trusted_keys_file
-        );
-        self
-    }
+/// Validation of `[openshell.gateway.sandbox_driver]` (the section is
+/// `gateway_config`'s).
+pub trait ValidateDriver: Sized {
+    /// The launcher's settings.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the key at fault.
+    fn validate_launcher(self, data_dir: &Path) -> Result<LauncherConfig, ConfigError>;
+    /// The driver choice.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the key at fault.
+    fn validate(self, data_dir: &Path) -> Result<DriverConfig, ConfigError>;
+}
 
+impl ValidateDriver for SandboxDriverSection {
     /// Validates the section into the launcher's settings.
     ///
     /// # Errors
     /// As [`SandboxDriverSection::validate`]; a process driver's keys file
     /// must exist (it is a path on this host).
-    pub fn validate_launcher(self, data_dir: &Path) -> Result<LauncherConfig, ConfigError> {
+    fn validate_launcher(self, data_dir: &Path) -> Result<LauncherConfig, ConfigError> {
         let file = self.runtime_trusted_keys_file.clone();
         let driver = self.validate(data_dir)?;
         if let (DriverConfig::Process { .. }, Some(path)) = (&driver, &file) {
@@ -149,7 +117,7 @@ impl SandboxDriverSection {
     ///
     /// # Errors
     /// [`ConfigError::Invalid`] / [`ConfigError::Missing`] naming the key.
-    pub fn validate(self, data_dir: &Path) -> Result<DriverConfig, ConfigError> {
+    fn validate(self, data_dir: &Path) -> Result<DriverConfig, ConfigError> {
         let kind = self.kind.as_deref().unwrap_or("none");
         match kind {
             "none" => Ok(DriverConfig::None),

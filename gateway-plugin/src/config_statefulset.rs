@@ -13,7 +13,7 @@
 
 use std::path::PathBuf;
 
-use serde::{Deserialize, Serialize};
+pub use gateway_config::autopilot::AutopilotSection;
 
 use crate::config_error::ConfigError;
 
@@ -22,28 +22,17 @@ pub const REPLICAS_KEY: &str = "openshell.gateway.autopilot.replicas";
 /// The key of `--autopilot-peer-address`.
 pub const PEER_ADDRESS_KEY: &str = "openshell.gateway.autopilot.peer_address";
 
-/// `[openshell.gateway.autopilot]` as read (file and flags).
-#[derive(Clone, Debug, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct AutopilotSection {
-    /// `file:<path>` or `statefulset:<name>`.
-    pub replicas: Option<String>,
-    /// The peer address template, with `{ordinal}` and/or `{node_id}`.
-    pub peer_address: Option<String>,
+/// Validation of `[openshell.gateway.autopilot]` (the section is
+/// `gateway_config`'s).
+pub trait ValidateAutopilot {
+    /// See the implementation.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the key at fault.
+    fn validate(self) -> Result<Option<AutopilotConfig>, ConfigError>;
 }
 
-impl AutopilotSection {
-    /// Overlays `other`'s set values (flags over file).
-    pub fn overlay(mut self, other: AutopilotSection) -> AutopilotSection {
-        if other.replicas.is_some() {
-            self.replicas = other.replicas;
-        }
-        if other.peer_address.is_some() {
-            self.peer_address = other.peer_address;
-        }
-        self
-    }
-
+impl ValidateAutopilot for AutopilotSection {
     /// Validates the section: both keys or neither (`None`: no autopilot).
     /// A `statefulset:<name>` source is read in the gateway's own namespace
     /// (the in-cluster one: the gateways' StatefulSet is where the gateway
@@ -52,7 +41,7 @@ impl AutopilotSection {
     ///
     /// # Errors
     /// [`ConfigError`] naming the key at fault.
-    pub fn validate(self) -> Result<Option<AutopilotConfig>, ConfigError> {
+    fn validate(self) -> Result<Option<AutopilotConfig>, ConfigError> {
         let (replicas, template) = match (self.replicas, self.peer_address) {
             (None, None) => return Ok(None),
             (Some(replicas), None) => {

@@ -6,107 +6,10 @@
 //! token secure mode needs, is here too.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 
-use serde::{Deserialize, Serialize};
+pub use gateway_config::tls::{AuthSection, TlsSection};
 
 use crate::config_error::ConfigError;
-
-/// `[openshell.gateway.auth]`.
-#[derive(Clone, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct AuthSection {
-    /// Bearer tokens with the `platform_admin` role.
-    pub admin_tokens: Option<Vec<String>>,
-    /// Bearer tokens that may only read.
-    pub viewer_tokens: Option<Vec<String>>,
-    /// Files each holding one admin token (a mounted Secret), read at
-    /// start and added to `admin_tokens`.
-    pub admin_token_files: Option<Vec<PathBuf>>,
-    /// Files each holding one read-only token, added to `viewer_tokens`.
-    pub viewer_token_files: Option<Vec<PathBuf>>,
-}
-
-impl AuthSection {
-    /// Lays `other` over `self` (flags over file): the admin tokens and
-    /// their files are replaced together when `other` gives either, and so
-    /// are the viewer tokens.
-    pub fn overlay(mut self, other: AuthSection) -> AuthSection {
-        if other.admin_tokens.is_some() || other.admin_token_files.is_some() {
-            self.admin_tokens = other.admin_tokens;
-            self.admin_token_files = other.admin_token_files;
-        }
-        if other.viewer_tokens.is_some() || other.viewer_token_files.is_some() {
-            self.viewer_tokens = other.viewer_tokens;
-            self.viewer_token_files = other.viewer_token_files;
-        }
-        self
-    }
-
-    /// The tokens, with those of the token files read and added.
-    ///
-    /// # Errors
-    /// [`ConfigError::SecretFile`] naming a token file that cannot be read
-    /// or holds no token.
-    pub fn read_token_files(mut self) -> Result<AuthSection, ConfigError> {
-        fn read(
-            tokens: &mut Option<Vec<String>>,
-            files: &Option<Vec<PathBuf>>,
-            key: &str,
-        ) -> Result<(), ConfigError> {
-            for file in files.iter().flatten() {
-                let token = proto::secret::read_secret_file(key, file)
-                    .map_err(|e| ConfigError::SecretFile(e.to_string()))?;
-                tokens.get_or_insert_with(Vec::new).push(token);
-            }
-            Ok(())
-        }
-        read(
-            &mut self.admin_tokens,
-            &self.admin_token_files,
-            "openshell.gateway.auth.admin_token_files",
-        )?;
-        read(
-            &mut self.viewer_tokens,
-            &self.viewer_token_files,
-            "openshell.gateway.auth.viewer_token_files",
-        )?;
-        Ok(self)
-    }
-}
-
-impl std::fmt::Debug for AuthSection {
-    /// Prints every field but the secrets, which show as `<redacted>`.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AuthSection")
-            .field(
-                "admin_tokens",
-                &proto::secret::redact_opt(&self.admin_tokens),
-            )
-            .field(
-                "viewer_tokens",
-                &proto::secret::redact_opt(&self.viewer_tokens),
-            )
-            .field("admin_token_files", &self.admin_token_files)
-            .field("viewer_token_files", &self.viewer_token_files)
-            .finish()
-    }
-}
-
-/// `[openshell.gateway.tls]`: this gateway's certificate, its key and the
-/// CA that signs every gateway's certificate (PEM files, re-read when they
-/// change).
-#[derive(Clone, Debug, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct TlsSection {
-    /// Certificate chain served on both ports and presented to peers.
-    pub cert_file: Option<PathBuf>,
-    /// Its private key.
-    pub key_file: Option<PathBuf>,
-    /// The CA every gateway's certificate chains to: peers are verified
-    /// against it, and supervisors and the CLI trust it.
-    pub ca_file: Option<PathBuf>,
-}
 
 /// TLS of a gateway: what each port serves and how it dials its peers.
 /// Each re-reads its files when they change.

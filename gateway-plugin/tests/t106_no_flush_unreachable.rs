@@ -60,7 +60,9 @@ fn no_gateway_flag_or_key_sets_the_no_flush_switch() -> TestResult {
     std::fs::write(&file, config(tmp.path(), "", ""))?;
     let (ok, text) = check(&file, &[]);
     assert!(ok, "valid configuration refused: {text}");
-    let built = gateway_plugin::config::read_file(&file)?.validate()?;
+    let built = gateway_plugin::config::ValidateGateway::validate(
+        gateway_plugin::config::read_file(&file)?,
+    )?;
     assert_eq!(built.node.log_sync, LogSync::Durable);
 
     for (extra, raft_extra) in [

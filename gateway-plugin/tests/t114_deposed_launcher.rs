@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use gateway_plugin::config::{GatewayConfig, GatewaySection};
+use gateway_plugin::config::{GatewayConfig, GatewaySection, ValidateGateway};
 use gateway_plugin::config_driver::SandboxDriverSection;
 use gateway_plugin::embed::Gateway;
 use pool::Phase;

@@ -12,6 +12,10 @@
 //!   --node-id and --node-id-from-pod-name are given
 //! - then: rc 1 and one line naming what is wrong; for the first two, the
 //!   very line a real start prints
+//! - given: the `--config` file every launcher writes
+//!   (`local_cluster::gateway::GatewaySpec`, here testkit's secure gateway)
+//! - then: `--check-config` accepts it as a complete secure configuration;
+//!   without its admin token file it names that file
 
 use std::net::TcpListener;
 use std::path::Path;
@@ -209,6 +213,39 @@ fn check_config_validates_without_starting() -> TestResult<()> {
         text(&by_env.stdout).contains("(node 1, "),
         "OPENSHELL_POD_NAME works too: {}",
         text(&by_env.stdout)
+    );
+    Ok(())
+}
+
+#[test]
+fn the_config_file_a_launcher_writes_is_a_complete_secure_configuration() -> TestResult<()> {
+    let root = tempfile::tempdir()?;
+    let material = Material::generate(&root.path().join("tls"));
+    let mut node = testkit::gateway::Gateway::new_secure(1, root.path(), &material, Vec::new());
+    node.initial_voters = Some(vec![(1, node.member_addr().to_string())]);
+    let mut args = node.args();
+    assert_eq!(args[0], "--config", "{args:?}");
+    assert!(
+        !args
+            .iter()
+            .any(|a| a.starts_with("--tls") || a == "--insecure"),
+        "{args:?}"
+    );
+    args.push("--check-config".into());
+    let out = gateway(&args);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout} {}", text(&out.stderr));
+    assert!(stdout.contains("configuration ok (node 1"), "{stdout}");
+    assert!(stdout.contains("tls on"), "{stdout}");
+    // The file names the token file: a missing one is named, not skipped.
+    std::fs::remove_file(&material.admin_token_file)?;
+    let out = gateway(&args);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("admin_token_files"), "{stderr}");
+    assert!(
+        stderr.contains(&material.admin_token_file.display().to_string()),
+        "{stderr}"
     );
     Ok(())
 }

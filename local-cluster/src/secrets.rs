@@ -26,6 +26,8 @@ use std::path::{Path, PathBuf};
 use proto::tls::generate::{Ca, GenerateError, Issued, Usage};
 use proto::tls::ClientTls;
 
+use crate::supervisor::SupervisorSecurity;
+
 /// The grant signing key file.
 pub const SIGNING_KEY_FILE: &str = "signing.key";
 /// The admin token file.
@@ -298,8 +300,8 @@ impl Secrets {
 
     /// What the supervisor of `member` presents and trusts: the CA, its
     /// credential file and the trusted grant keys.
-    pub fn supervisor_security(&self, member: &str) -> crate::supervisor::SupervisorSecurity {
-        crate::supervisor::SupervisorSecurity {
+    pub fn supervisor_security(&self, member: &str) -> SupervisorSecurity {
+        SupervisorSecurity {
             insecure: false,
             tls_ca_file: Some(self.ca_file().to_path_buf()),
             credential_file: Some(self.credential_file(member)),

@@ -18,7 +18,7 @@ use crate::bins::gateway_bin;
 use crate::ports::free_port;
 use crate::secure::{ClientSecurity, Material};
 use crate::TestResult;
-use local_cluster::gateway::{GatewaySection, GatewaySpec};
+use local_cluster::gateway::{read_file, GatewaySection, GatewaySpec};
 use local_cluster::process::{log_to, ChildProcess};
 use proto::tls::generate::Usage;
 
@@ -132,8 +132,9 @@ impl Gateway {
     /// it is a [`Gateway::new_secure`] one or the extra arguments configure
     /// TLS; the process sandbox driver on [`Gateway::runtimes_dir`] (a
     /// network namespace per runtime when root, unless
-    /// `OPENSHELL_TEST_NETNS` says `off`) unless they choose a driver; the
-    /// extra arguments laid over it as flags.
+    /// `OPENSHELL_TEST_NETNS` says `off`) unless they choose a driver; a
+    /// `--config FILE` among the extra arguments laid over it as a section,
+    /// the other extra arguments as flags.
     pub fn spec(&self) -> GatewaySpec {
         let mut spec = GatewaySpec::new(self.id, &self.addr, &self.data_dir, &self.cluster_id);
         match &self.secured {
@@ -154,7 +155,21 @@ impl Gateway {
             let netns = std::env::var("OPENSHELL_TEST_NETNS").unwrap_or_else(|_| "auto".into());
             spec = spec.process_driver(&self.runtimes_dir, &crate::bins::runtime_bin(), &netns);
         }
-        spec.with_args(self.extra_args.iter().cloned())
+        // A test's own `--config` file is laid over the spec (the gateway
+        // takes one file); the other extra arguments stay flags.
+        let mut flags = Vec::new();
+        let mut args = self.extra_args.iter();
+        while let Some(arg) = args.next() {
+            match (arg.as_str(), args.as_slice().first()) {
+                ("--config", Some(file)) => {
+                    let own = read_file(Path::new(file)).unwrap_or_else(|e| panic!("{e}"));
+                    spec.config = spec.config.overlay(own);
+                    args.next();
+                }
+                _ => flags.push(arg.clone()),
+            }
+        }
+        spec.with_args(flags)
     }
 
     /// The arguments the gateway runs with: `--config <file>` (its

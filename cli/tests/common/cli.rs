@@ -236,6 +236,19 @@ pub fn dev_material(dir: &Path) -> Material {
     }
 }
 
+/// The configuration of the gateway process whose command line is
+/// `cmdline`: the `--config` file it names, read the way the gateway reads
+/// it.
+pub fn gateway_config_of(cmdline: &str) -> local_cluster::gateway::GatewaySection {
+    let mut words = cmdline.split_whitespace();
+    let file = words
+        .by_ref()
+        .skip_while(|w| *w != "--config")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no --config in {cmdline}"));
+    local_cluster::gateway::read_file(Path::new(file)).unwrap_or_else(|e| panic!("{e}"))
+}
+
 pub fn processes_under(dir: &Path) -> usize {
     let out = Command::new("pgrep")
         .args(["-f", &dir.display().to_string()])

@@ -10,7 +10,7 @@
 //! validation: the harness must not read paths a fuzzer made up (one of
 //! them could be `/dev/zero`); their own parsers have their own targets.
 
-use gateway_plugin::config;
+use gateway_plugin::config::{self, ValidateGateway};
 use supervisor::agent::RawAgentConfig;
 
 /// Runs one input.

@@ -11,6 +11,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use gateway_plugin::config::{
     self, AuthSection, GatewaySection, RaftSection, SupervisorPoolSection, TlsSection,
+    ValidateGateway,
 };
 use gateway_plugin::config_driver::SandboxDriverSection;
 use gateway_plugin::config_statefulset::AutopilotSection;

@@ -281,7 +281,7 @@ async fn dev_launches_runtimes_through_the_leader_and_stops_them_all() -> TestRe
     let leader_pid = processes_naming(&dir)
         .into_iter()
         .find(|(_, l)| {
-            l.contains("openshell-gateway") && l.contains(&format!("--node-id {leader} "))
+            l.contains("openshell-gateway") && gateway_config_of(l).node_id == Some(leader)
         })
         .map(|(pid, _)| pid)
         .ok_or("no leader process")?;

@@ -1,14 +1,17 @@
 //! The processes of a local cluster: one started program
-//! ([`ChildProcess`]: spawn, signal, pause, `kill -9` and reap), the hook
-//! that runs a program in a network namespace ([`in_namespace`]:
-//! `ip netns exec`, which execs, so the child's pid is the program's own)
-//! and where its output goes ([`log_to`]). The launchers (testkit, the
-//! Jepsen harness, the benchmarks) keep their policy: what they start, in
-//! which namespace, and when they signal it.
+//! ([`ChildProcess`]: spawn, signal, pause, `kill -9` and reap), the
+//! programs of a cluster started in order and stopped together
+//! ([`ProcessSet`]), the hook that runs a program in a network namespace
+//! ([`in_namespace`]: `ip netns exec`, which execs, so the child's pid is
+//! the program's own) and where its output goes ([`log_to`], mode 0600).
+//! The launchers (`openshell-pool dev`, testkit, the Jepsen harness, the
+//! benchmarks) keep their policy: what they start, in which namespace or
+//! process group, and when they signal it.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// Why a process could not be started, signalled or logged.
 #[derive(Debug, thiserror::Error)]
@@ -140,6 +143,82 @@ impl ChildProcess {
     }
 }
 
+/// Named programs started in order ([`ProcessSet::spawn`]) and stopped
+/// together ([`ProcessSet::stop`]); any still running when the set is
+/// dropped are killed (an error on the way up leaves nothing behind).
+#[derive(Debug, Default)]
+pub struct ProcessSet {
+    started: Vec<(String, ChildProcess)>,
+}
+
+impl ProcessSet {
+    /// Starts `command` as `name`, after those started before it.
+    ///
+    /// # Errors
+    /// [`ProcessError::Spawn`] naming it.
+    pub fn spawn(&mut self, name: &str, command: &mut Command) -> Result<(), ProcessError> {
+        let child = ChildProcess::default();
+        child.spawn(command, name)?;
+        self.started.push((name.to_string(), child));
+        Ok(())
+    }
+
+    /// The pids of the started programs still running.
+    pub fn pids(&self) -> Vec<i32> {
+        self.started.iter().filter_map(|(_, c)| c.pid()).collect()
+    }
+
+    /// The programs that exited by themselves since the last call, with
+    /// their status, in the order they were started; they are reaped.
+    pub fn take_exited(&self) -> Vec<(String, ExitStatus)> {
+        self.started
+            .iter()
+            .filter_map(|(name, c)| c.take_exit().map(|status| (name.clone(), status)))
+            .collect()
+    }
+
+    /// Stops every program: SIGTERM to each (in the order they were
+    /// started), up to `grace` for all of them to exit, then SIGKILL and
+    /// reap those still running. Returns the names of those killed.
+    /// Blocking: call it from a thread that may wait `grace`.
+    pub fn stop(&mut self, grace: Duration) -> Vec<String> {
+        for (_, child) in &self.started {
+            // A program that exited already is reaped below.
+            let _ = child.signal(libc::SIGTERM);
+        }
+        let deadline = Instant::now() + grace;
+        loop {
+            for (_, child) in &self.started {
+                let _ = child.take_exit();
+            }
+            let running = self.started.iter().any(|(_, c)| c.is_running());
+            if !running || Instant::now() >= deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let killed = self
+            .started
+            .iter()
+            .filter(|(_, c)| c.is_running())
+            .map(|(name, c)| {
+                c.kill9();
+                name.clone()
+            })
+            .collect();
+        self.started.clear();
+        killed
+    }
+}
+
+impl Drop for ProcessSet {
+    fn drop(&mut self) {
+        for (_, child) in &self.started {
+            child.kill9();
+        }
+    }
+}
+
 /// `ip netns exec <ns> <bin>`: a command that runs `bin` in the network
 /// namespace `ns` (add its arguments, environment and output).
 pub fn in_namespace(ns: &str, bin: &Path) -> Command {
@@ -149,7 +228,8 @@ pub fn in_namespace(ns: &str, bin: &Path) -> Command {
 }
 
 /// Points the command's stdin at /dev/null and its stdout and stderr at
-/// `log` (appended, created if missing).
+/// `log` (appended; created if missing, mode 0600: logs may name secrets'
+/// paths and peers).
 ///
 /// # Errors
 /// [`ProcessError::Log`] when the log cannot be opened.
@@ -158,9 +238,11 @@ pub fn log_to(command: &mut Command, log: &Path) -> Result<(), ProcessError> {
         path: log.to_path_buf(),
         source,
     };
+    use std::os::unix::fs::OpenOptionsExt;
     let out = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o600)
         .open(log)
         .map_err(opened)?;
     let err = out.try_clone().map_err(opened)?;
@@ -216,5 +298,36 @@ mod tests {
             log_to(&mut echo, Path::new("/nonexistent/dir/log")),
             Err(ProcessError::Log { .. })
         ));
+    }
+
+    #[test]
+    fn a_set_stops_what_it_started_and_kills_what_ignores_sigterm() {
+        let mut set = ProcessSet::default();
+        let mut polite = Command::new("sleep");
+        polite.arg("30");
+        set.spawn("polite", &mut polite).expect("spawn");
+        let mut stubborn = Command::new("sh");
+        stubborn.args(["-c", "trap '' TERM; exec sleep 30"]);
+        set.spawn("stubborn", &mut stubborn).expect("spawn");
+        let mut quick = Command::new("true");
+        set.spawn("quick", &mut quick).expect("spawn");
+        let pids = set.pids();
+        assert_eq!(pids.len(), 3);
+        let exited = (0..200)
+            .find_map(|_| {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                let e = set.take_exited();
+                (!e.is_empty()).then_some(e)
+            })
+            .expect("quick exits");
+        assert_eq!(exited.len(), 1);
+        assert_eq!(exited[0].0, "quick");
+        assert!(exited[0].1.success());
+        assert_eq!(set.pids().len(), 2);
+        let killed = set.stop(Duration::from_millis(500));
+        assert_eq!(killed, vec!["stubborn".to_string()]);
+        for pid in pids {
+            assert!(!Path::new(&format!("/proc/{pid}")).exists(), "{pid} left");
+        }
     }
 }

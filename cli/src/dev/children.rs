@@ -14,7 +14,8 @@
 //! 1. sends SIGTERM to every process `dev` spawned, by pid (each runs in a
 //!    process group of its own, so a terminal's Ctrl-C reaches `dev` alone
 //!    and this is the one stop they get); waits up to [`STOP_GRACE`] for
-//!    each; SIGKILLs and reaps those still running;
+//!    all; SIGKILLs and reaps those still running (the local cluster's
+//!    `ProcessSet::stop`);
 //! 2. deletes every runtime of the driver directory through the process
 //!    driver ([`super::runtimes::delete_all`]: SIGTERM to its group, which
 //!    stops its workload first, SIGKILL after 3 s, its network namespace and
@@ -25,12 +26,12 @@
 //!    waits up to [`ADOPTED_GRACE`]; SIGKILLs and reaps those still
 //!    running; and repeats while any is left.
 
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::Stdio;
+use std::process::Command;
 use std::time::Duration;
 
-use tokio::process::{Child, Command};
+use local_cluster::process::{log_to, ProcessSet};
 use tokio::time::Instant;
 
 use super::runtimes::{self, Runtimes};
@@ -75,12 +76,12 @@ pub fn become_subreaper() -> std::io::Result<()> {
     Ok(())
 }
 
-/// The processes `dev` spawned, by name; they are killed if dropped
-/// unstopped (an error on the way up).
+/// The processes `dev` spawned, by name (a [`ProcessSet`]: killed if
+/// dropped unstopped, after an error on the way up).
 #[derive(Default)]
 pub struct Children {
     /// What `dev` spawned.
-    spawned: Vec<(String, Child)>,
+    spawned: ProcessSet,
     /// The runtimes [`Children::stop`] deletes (none: only descendants).
     runtimes: Option<Runtimes>,
 }
@@ -90,7 +91,7 @@ impl Children {
     /// `runtimes`.
     pub fn with_runtimes(runtimes: Runtimes) -> Self {
         Children {
-            spawned: Vec::new(),
+            spawned: ProcessSet::default(),
             runtimes: Some(runtimes),
         }
     }
@@ -107,31 +108,16 @@ impl Children {
         args: &[String],
         log: &Path,
     ) -> Result<(), CliError> {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o600)
-            .open(log)
-            .map_err(|e| CliError::Local(format!("log file {}: {e}", log.display())))?;
-        let err = file
-            .try_clone()
-            .map_err(|e| CliError::Local(e.to_string()))?;
-        let child = Command::new(bin)
-            .args(args)
-            // A group of its own: a terminal's Ctrl-C reaches `dev` alone,
-            // which stops its processes in order with one SIGTERM each
-            // (in dev's group they got the SIGINT too, then dev's SIGTERM
-            // as a second signal, and exited at once, skipping their
-            // bounded stop).
-            .process_group(0)
-            .stdin(Stdio::null())
-            .stdout(file)
-            .stderr(err)
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| CliError::Local(format!("starting {name} ({}): {e}", bin.display())))?;
-        self.spawned.push((name, child));
-        Ok(())
+        let mut command = Command::new(bin);
+        // A group of its own: a terminal's Ctrl-C reaches `dev` alone,
+        // which stops its processes in order with one SIGTERM each (in
+        // dev's group they got the SIGINT too, then dev's SIGTERM as a
+        // second signal, and exited at once, skipping their bounded stop).
+        command.args(args).process_group(0);
+        log_to(&mut command, log).map_err(|e| CliError::Local(e.to_string()))?;
+        self.spawned
+            .spawn(&name, &mut command)
+            .map_err(|e| CliError::Local(format!("{e} ({})", bin.display())))
     }
 
     /// Says on stderr when a process `dev` started exits while the cluster
@@ -139,21 +125,16 @@ impl Children {
     /// it, so it does not linger as a zombie; reaps the runtimes reparented
     /// to `dev` that exit too. Never returns.
     pub async fn report_exits(&mut self) {
-        let mut reported: Vec<bool> = Vec::new();
         loop {
-            reported.resize(self.spawned.len(), false);
-            for ((name, child), reported) in self.spawned.iter_mut().zip(reported.iter_mut()) {
-                if *reported {
-                    continue;
-                }
-                if let Ok(Some(status)) = child.try_wait() {
-                    *reported = true;
-                    eprintln!(
-                        "{name} exited ({status}); the others keep running, Ctrl-C stops them"
-                    );
-                }
+            for (name, status) in self.spawned.take_exited() {
+                eprintln!("{name} exited ({status}); the others keep running, Ctrl-C stops them");
             }
-            let spawned: Vec<u32> = self.spawned.iter().filter_map(|(_, c)| c.id()).collect();
+            let spawned: Vec<u32> = self
+                .spawned
+                .pids()
+                .into_iter()
+                .filter_map(|pid| u32::try_from(pid).ok())
+                .collect();
             for pid in adopted() {
                 if !spawned.contains(&pid) && is_zombie(pid) {
                     reaped(pid);
@@ -166,23 +147,13 @@ impl Children {
     /// Stops every process `dev` started, directly or through its
     /// gateways (see the module doc), and returns once none is left.
     pub async fn stop(&mut self) {
-        for (_, child) in &self.spawned {
-            if let Some(pid) = child.id() {
-                signal(pid, libc::SIGTERM);
-            }
+        let mut spawned = std::mem::take(&mut self.spawned);
+        let killed = tokio::task::spawn_blocking(move || spawned.stop(STOP_GRACE))
+            .await
+            .unwrap_or_default();
+        for name in killed {
+            eprintln!("killed {name}");
         }
-        let deadline = Instant::now() + STOP_GRACE;
-        for (name, child) in &mut self.spawned {
-            if tokio::time::timeout_at(deadline, child.wait())
-                .await
-                .is_err()
-            {
-                let _ = child.start_kill();
-                let _ = child.wait().await;
-                eprintln!("killed {name}");
-            }
-        }
-        self.spawned.clear();
         if let Some(runtimes) = &self.runtimes {
             let deleted = runtimes::delete_all(runtimes).await;
             if deleted > 0 {

@@ -8,6 +8,11 @@ use std::path::{Path, PathBuf};
 
 use subtle::ConstantTimeEq;
 
+/// The largest secret file read, in bytes: tokens, keys and credentials are
+/// far smaller; a file past it (a wrong path, `/dev/zero`) is refused
+/// rather than read without end.
+pub const MAX_SECRET_FILE_BYTES: u64 = 64 * 1024;
+
 /// What `Debug` prints in place of a secret.
 pub const REDACTED: &str = "<redacted>";
 
@@ -36,6 +41,14 @@ pub enum SecretFileError {
         /// chain prints it once).
         error: std::io::Error,
     },
+    /// The file is larger than [`MAX_SECRET_FILE_BYTES`].
+    #[error("{flag} {}: larger than {MAX_SECRET_FILE_BYTES} bytes: not a secret file", path.display())]
+    TooLarge {
+        /// The flag that named the file.
+        flag: String,
+        /// The file.
+        path: PathBuf,
+    },
     /// The file holds nothing (after the trailing newline is trimmed).
     #[error("{flag} {}: the file is empty", path.display())]
     Empty {
@@ -50,14 +63,27 @@ pub enum SecretFileError {
 /// newline (`\n` or `\r\n`).
 ///
 /// # Errors
-/// [`SecretFileError`] naming the flag and path when the file cannot be read
-/// or is empty.
+/// [`SecretFileError`] naming the flag and path when the file cannot be read,
+/// is larger than [`MAX_SECRET_FILE_BYTES`] or is empty.
 pub fn read_secret_file(flag: &str, path: &Path) -> Result<String, SecretFileError> {
-    let text = std::fs::read_to_string(path).map_err(|error| SecretFileError::Read {
+    use std::io::Read;
+    let read_error = |error| SecretFileError::Read {
         flag: flag.to_string(),
         path: path.to_path_buf(),
         error,
-    })?;
+    };
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .map_err(read_error)?
+        .take(MAX_SECRET_FILE_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(read_error)?;
+    if text.len() as u64 > MAX_SECRET_FILE_BYTES {
+        return Err(SecretFileError::TooLarge {
+            flag: flag.to_string(),
+            path: path.to_path_buf(),
+        });
+    }
     let secret = text
         .strip_suffix('\n')
         .map(|t| t.strip_suffix('\r').unwrap_or(t))
@@ -101,5 +127,29 @@ mod tests {
             .to_string();
         assert!(err.contains("--x-file") && err.contains("missing"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_secret_file_past_the_bound_is_refused_not_read_without_end() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let at = dir.path().join("at");
+        std::fs::write(&at, "a".repeat(MAX_SECRET_FILE_BYTES as usize))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(read_secret_file("--x", &at).is_ok());
+        let over = dir.path().join("over");
+        std::fs::write(&over, "a".repeat(MAX_SECRET_FILE_BYTES as usize + 1))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let e = read_secret_file("--x", &over)
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--x") && e.contains("larger than 65536"), "{e}");
+        let endless = read_secret_file("--x", Path::new("/dev/zero"))
+            .map(|_| ())
+            .unwrap_err();
+        assert!(
+            matches!(endless, SecretFileError::TooLarge { .. }),
+            "{endless}"
+        );
     }
 }

@@ -114,6 +114,10 @@ pub enum RaftCommand {
         #[arg(long, value_name = "MS")]
         interval: Option<u64>,
     },
+    /// Compare every gateway's state digest at one applied index (each of
+    /// --endpoints asked on its own; list every gateway). Exit 7 when two
+    /// replicas differ, 3 when a member could not be compared.
+    Check,
     /// Add a gateway as a non-voting learner. Refused (nothing changes)
     /// unless the gateway at ADDR answers as node ID within 5 s; then waits
     /// up to 30 s until it caught up (exit 1 if it did not: it stays a

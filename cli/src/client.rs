@@ -57,6 +57,10 @@ pub enum CliError {
     /// errors).
     #[error("{0}")]
     Usage(String),
+    /// `raft check`: replicas at the same applied index hold different
+    /// states.
+    #[error("{0}")]
+    ReplicasDiffer(String),
     /// A command run by `sandbox exec` exited non-zero.
     #[error("the command exited with status {0}")]
     ExitStatus(i32),
@@ -65,8 +69,9 @@ pub enum CliError {
 impl CliError {
     /// The process exit code: 1 refused, 2 usage (clap, or neither
     /// `--ca-file` nor `--insecure`), 3 unreachable or TLS failure,
-    /// 4 unauthorized, 5 not found, 6 no leader or no quorum; `sandbox exec`
-    /// passes the command's own status through.
+    /// 4 unauthorized, 5 not found, 6 no leader or no quorum, 7 replicas
+    /// differ (`raft check`); `sandbox exec` passes the command's own status
+    /// through.
     pub fn exit_code(&self) -> i32 {
         match self {
             CliError::Refused(_) | CliError::Local(_) => 1,
@@ -75,6 +80,7 @@ impl CliError {
             CliError::Unauthorized(_) => 4,
             CliError::NotFound(_) => 5,
             CliError::NoLeader(_) | CliError::NoQuorum(_) => 6,
+            CliError::ReplicasDiffer(_) => 7,
             CliError::ExitStatus(code) => *code,
         }
     }
@@ -160,6 +166,25 @@ impl Gateway {
     /// As [`Gateway::new`].
     pub fn client_within(&self, timeout: Duration) -> Result<Client, CliError> {
         build(&self.endpoints, &self.token, self.tls.as_ref(), timeout)
+    }
+
+    /// The endpoints the CLI was given, in order.
+    pub fn endpoints(&self) -> &[String] {
+        &self.endpoints
+    }
+
+    /// A client of `endpoint` alone (no failover: a command that asks each
+    /// gateway for its own view), each call bounded by `timeout`.
+    ///
+    /// # Errors
+    /// As [`Gateway::new`].
+    pub fn client_of(&self, endpoint: &str, timeout: Duration) -> Result<Client, CliError> {
+        build(
+            &[endpoint.to_string()],
+            &self.token,
+            self.tls.as_ref(),
+            timeout,
+        )
     }
 
     /// Awaits `call` and maps its error for the user.

@@ -176,7 +176,7 @@ async fn digest(node: &Gateway) -> TestResult<(u64, u32, u64)> {
     let d = node
         .admin()
         .await?
-        .state_digest(StateDigestRequest {})
+        .state_digest(StateDigestRequest::default())
         .await?
         .into_inner();
     Ok((d.applied_index, d.crc32, d.bytes))

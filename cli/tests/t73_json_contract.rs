@@ -129,7 +129,7 @@ fn checked(addr: &str, command: &str, contracts: &BTreeMap<String, Contract>) ->
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_json_document_follows_the_documented_contract() -> TestResult {
     let contracts = contracts();
-    for command in ["raft status", "pool status", "sandbox list"] {
+    for command in ["raft status", "raft check", "pool status", "sandbox list"] {
         assert!(
             contracts.contains_key(command),
             "docs/cli-json.md has no {command} table"
@@ -171,6 +171,11 @@ async fn every_json_document_follows_the_documented_contract() -> TestResult {
     );
     let raft_doc = checked(&addr, "raft status", &contracts);
     assert!(raft_doc["nodes"].as_array().is_some_and(|a| !a.is_empty()));
+    assert!(raft_doc["gateways"]
+        .as_array()
+        .is_some_and(|a| a.len() == 1));
+    let check_doc = checked(&addr, "raft check", &contracts);
+    assert_eq!(check_doc["consistent"], true, "{check_doc}");
     let list = checked(&addr, "sandbox list", &contracts);
     assert!(list.as_array().is_some_and(|a| !a.is_empty()), "{list}");
 

@@ -16,8 +16,8 @@ use std::time::Duration;
 use proto::cluster::cluster_admin_client::ClusterAdminClient;
 use proto::cluster::{
     AddLearnerRequest, BackupChunk, BackupRequest, ClusterStatus, MembershipReply, Node,
-    PromoteRequest, RemoveRequest, StatusRequest, TransferLeaderReply, TransferLeaderRequest,
-    TriggerSnapshotReply, TriggerSnapshotRequest,
+    PromoteRequest, RemoveRequest, StateDigestReply, StateDigestRequest, StatusRequest,
+    TransferLeaderReply, TransferLeaderRequest, TriggerSnapshotReply, TriggerSnapshotRequest,
 };
 use proto::pool_admin::pool_admin_client::PoolAdminClient;
 use proto::pool_admin::{
@@ -114,6 +114,25 @@ impl Client {
         self.admin("transfer_leader", Repeat::Once, |c| async move {
             Ok(ClusterAdminClient::new(c)
                 .transfer_leader(TransferLeaderRequest { to })
+                .await?
+                .into_inner())
+        })
+        .await
+    }
+
+    /// The answering gateway's digest of its applied state: now
+    /// (`at_index` 0) or right after it applies `at_index`, waiting up to
+    /// `wait` for it. Always that gateway's own state (never forwarded):
+    /// build a client of one endpoint to digest a given gateway.
+    ///
+    /// # Errors
+    /// [`crate::Error`]; [`crate::Error::Refused`] (`FAILED_PRECONDITION`)
+    /// when the gateway applied past `at_index` already.
+    pub async fn state_digest(&self, at_index: u64, wait: Duration) -> Result<StateDigestReply> {
+        let wait_ms = u32::try_from(wait.as_millis()).unwrap_or(u32::MAX);
+        self.admin("state_digest", Repeat::Safe, |c| async move {
+            Ok(ClusterAdminClient::new(c)
+                .state_digest(StateDigestRequest { at_index, wait_ms })
                 .await?
                 .into_inner())
         })

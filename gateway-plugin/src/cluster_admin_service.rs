@@ -30,6 +30,11 @@ use crate::metrics::Metrics;
 use crate::state::GatewayState;
 use crate::status::{self, FORWARDED};
 
+/// How long a `StateDigest` for a future index waits by default, and at
+/// most.
+const DIGEST_WAIT_DEFAULT_MS: u32 = 5_000;
+const DIGEST_WAIT_MAX_MS: u32 = 30_000;
+
 /// The chunks of a `BackupStream`.
 type BackupChunks = Pin<Box<dyn Stream<Item = Result<BackupChunk, Status>> + Send>>;
 
@@ -233,12 +238,22 @@ impl ClusterAdmin for ClusterAdminService {
     #[tracing::instrument(level = "debug", skip_all)]
     async fn state_digest(
         &self,
-        _request: Request<StateDigestRequest>,
+        request: Request<StateDigestRequest>,
     ) -> Result<Response<StateDigestReply>, Status> {
-        self.allow(&_request, Role::Viewer)?;
+        self.allow(&request, Role::Viewer)?;
+        let StateDigestRequest { at_index, wait_ms } = *request.get_ref();
+        let wait_ms = match wait_ms {
+            0 => DIGEST_WAIT_DEFAULT_MS,
+            ms => ms.min(DIGEST_WAIT_MAX_MS),
+        };
+        let digest = self
+            .node
+            .state_digest_at(at_index, std::time::Duration::from_millis(wait_ms.into()))
+            .await
+            .map_err(|e| status::digest(&e))?;
         Ok(Response::new(to_proto::state_digest_reply(
             self.node.id(),
-            self.node.state_digest(),
+            digest,
         )))
     }
 
@@ -273,7 +288,11 @@ impl ClusterAdmin for ClusterAdminService {
                 }
             }
         }
-        Ok(Response::new(cluster_status(local)))
+        let node = self.node.clone();
+        let data_size = tokio::task::spawn_blocking(move || node.data_size_bytes())
+            .await
+            .unwrap_or(0);
+        Ok(Response::new(cluster_status(local, data_size)))
     }
 }
 

@@ -75,6 +75,10 @@
 //! - [`server`]: wiring, the serve loop and the bounded stop ([`server::run`],
 //!   whose errors are [`server::ServeError`]; [`server::Signals`]).
 
+/// This build's version (the workspace's), as `raft status` shows it per
+/// gateway.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
 pub mod address_check;
 pub mod audit;
 pub mod auth;

@@ -69,6 +69,20 @@ pub fn read(e: ReadError) -> Status {
     }
 }
 
+/// A state digest not taken at the asked index: `Passed` (ask a later
+/// index) is FAILED_PRECONDITION, `NotReached` DEADLINE_EXCEEDED,
+/// `TooFarAhead` INVALID_ARGUMENT, `Busy` RESOURCE_EXHAUSTED.
+pub fn digest(e: &raft_store::digest::DigestError) -> Status {
+    use raft_store::digest::DigestError;
+    let message = e.to_string();
+    match e {
+        DigestError::Passed { .. } => Status::failed_precondition(message),
+        DigestError::NotReached { .. } => Status::deadline_exceeded(message),
+        DigestError::TooFarAhead { .. } => Status::invalid_argument(message),
+        DigestError::Busy => Status::resource_exhausted(message),
+    }
+}
+
 /// Checks an identifier from a request against the one rule
 /// ([`pool::ids`]): `INVALID_ARGUMENT` naming the field and the rule broken.
 pub fn check_id(field: &str, id: &str) -> Result<(), Status> {

@@ -273,7 +273,7 @@ async fn drain_completes_across_leader_kill_without_relaunch() -> TestResult {
         let mut digests = Vec::new();
         for node in &cluster.nodes {
             if let Ok(mut admin) = node.admin().await {
-                if let Ok(d) = admin.state_digest(StateDigestRequest {}).await {
+                if let Ok(d) = admin.state_digest(StateDigestRequest::default()).await {
                     digests.push(d.into_inner());
                 }
             }

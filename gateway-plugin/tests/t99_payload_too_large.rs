@@ -68,7 +68,7 @@ async fn a_catch_up_batch_over_the_message_limit_is_split_and_converges() -> Tes
         let mut digests = Vec::new();
         for node in &cluster.nodes {
             if let Ok(mut admin) = node.admin().await {
-                if let Ok(d) = admin.state_digest(StateDigestRequest {}).await {
+                if let Ok(d) = admin.state_digest(StateDigestRequest::default()).await {
                     digests.push(d.into_inner());
                 }
             }

@@ -131,14 +131,15 @@ impl Node {
     }
 
     /// `StateDigest` of this node's local state machine: (applied index,
-    /// crc32 of the deterministic snapshot encoding).
+    /// crc32 of the deterministic snapshot encoding), now (`at_index` 0) or
+    /// right after it applies `at_index` (waiting up to `wait_ms`).
     ///
     /// # Errors
     /// The gRPC status.
-    pub async fn digest(&self) -> Result<(u64, u32), tonic::Status> {
+    pub async fn digest(&self, at_index: u64, wait_ms: u32) -> Result<(u64, u32), tonic::Status> {
         let r = self
             .admin()
-            .state_digest(proto::cluster::StateDigestRequest {})
+            .state_digest(proto::cluster::StateDigestRequest { at_index, wait_ms })
             .await?
             .into_inner();
         Ok((r.applied_index, r.crc32))

@@ -64,6 +64,10 @@ pub struct NodeConfig {
     /// snapshots, leader changes) for the embedder's metrics; records
     /// nothing by default ([`crate::observe`]).
     pub observer: crate::observe::SharedObserver,
+    /// Digest the applied state after every index that is a multiple of
+    /// this (reported to [`Self::observer`]; equal on every replica at equal
+    /// index); 0: never. See [`crate::digest`].
+    pub digest_every: u64,
 }
 
 /// Whether the raft log's appends and votes wait for the disk.
@@ -105,6 +109,7 @@ impl std::fmt::Debug for NodeConfig {
             .field("max_snapshot_bytes", &self.max_snapshot_bytes)
             .field("peer_tls", &self.peer_tls)
             .field("log_sync", &self.log_sync)
+            .field("digest_every", &self.digest_every)
             .finish_non_exhaustive()
     }
 }
@@ -136,6 +141,7 @@ impl NodeConfig {
             peer_tls: None,
             log_sync: LogSync::Durable,
             observer: crate::observe::none(),
+            digest_every: crate::digest::DEFAULT_EVERY,
         }
     }
 

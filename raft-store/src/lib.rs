@@ -90,6 +90,7 @@ pub mod bench;
 pub mod codec;
 pub mod config;
 pub mod db;
+pub mod digest;
 pub mod durability;
 pub mod error;
 pub mod fault;

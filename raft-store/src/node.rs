@@ -30,7 +30,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::error::RaftError;
-use openraft::ServerState;
 use proto::raft::raft_transport_server::RaftTransportServer;
 use tokio::time::Instant;
 
@@ -50,9 +49,12 @@ use crate::types::typ::Raft;
 use crate::types::NodeId;
 
 mod leading;
+mod state_digest;
+mod status;
 mod write;
 
 pub use leading::Leading;
+pub use status::{ClusterStatus, NodeStatus};
 
 // The types of this API that now live below it keep their `node::` paths.
 pub use crate::batcher::Proposed;
@@ -60,69 +62,6 @@ pub use crate::config::NodeConfig;
 pub use crate::membership::MembershipChange;
 pub use crate::types::Applied;
 pub use write::Resend;
-
-/// One node in [`ClusterStatus`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NodeStatus {
-    /// Raft id.
-    pub id: NodeId,
-    /// Advertised address.
-    pub addr: String,
-    /// Voter (true) or learner.
-    pub voter: bool,
-    /// Last index the leader knows the node holds (only on the leader).
-    pub matched_index: Option<u64>,
-    /// Leader's last index minus `matched_index` (only on the leader).
-    pub lag: Option<u64>,
-    /// Milliseconds since the node last acknowledged an append from this
-    /// leader (only on the leader; `None` if it never did).
-    pub last_ack_ms: Option<u64>,
-}
-
-/// What `raft status` shows.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ClusterStatus {
-    /// The node answering.
-    pub node_id: NodeId,
-    /// Leader, if known.
-    pub leader: Option<(NodeId, String)>,
-    /// Current term.
-    pub term: u64,
-    /// Last committed index this node knows.
-    pub commit_index: u64,
-    /// Last applied index.
-    pub applied_index: u64,
-    /// Last log index.
-    pub last_log_index: u64,
-    /// Index of the latest snapshot.
-    pub snapshot_index: u64,
-    /// Index up to which the log was purged.
-    pub purged_index: u64,
-    /// Leader, Follower, Candidate or Learner.
-    pub state: String,
-    /// Voters and learners.
-    pub nodes: Vec<NodeStatus>,
-    /// The cluster id.
-    pub cluster_id: String,
-    /// A membership change half done (joint configuration): the voters it
-    /// leads to.
-    pub unfinished_change: Option<Vec<NodeId>>,
-    /// On the leader: milliseconds since a quorum last acknowledged it;
-    /// `None` on other nodes, or while no quorum acknowledged this leader.
-    pub quorum_ack_ms: Option<u64>,
-}
-
-impl ClusterStatus {
-    /// Whether this node leads with a quorum heard from within `within`:
-    /// a leader cut off from its majority is still `leader` in raft's view
-    /// until it steps down, but cannot commit anything.
-    pub fn leads_with_quorum(&self, within: Duration) -> bool {
-        self.leader.as_ref().map(|(id, _)| *id) == Some(self.node_id)
-            && self
-                .quorum_ack_ms
-                .is_some_and(|ms| u128::from(ms) <= within.as_millis())
-    }
-}
 
 struct Inner<SM: StateMachine, L, M> {
     config: NodeConfig,
@@ -260,6 +199,7 @@ impl<SM: StateMachine, L: NodeLog, M: NodeMachine<SM>> RaftNode<SM, L, M> {
             raft.clone(),
             config.observer.clone(),
         ));
+        state_digest::start_periodic(&state_machine, &config);
         let hold = ElectionHold::new(raft.clone());
         let admin = MembershipAdmin {
             raft: raft.clone(),
@@ -588,71 +528,6 @@ impl<SM: StateMachine, L: NodeLog, M: NodeMachine<SM>> RaftNode<SM, L, M> {
         Ok(metrics.snapshot.map(|s| s.index).unwrap_or(0))
     }
 
-    /// Leader, term, indexes, voters, learners and (on the leader)
-    /// replication lag.
-    pub fn status(&self) -> ClusterStatus {
-        let metrics = self.inner.raft.metrics().borrow().clone();
-        let (voters, learners) = membership::nodes(&self.inner.raft);
-        let last = metrics.last_log_index.unwrap_or(0);
-        let is_leader = metrics.current_leader == Some(self.id());
-        let node = |id: NodeId, addr: String, voter: bool| {
-            let matched = if is_leader {
-                membership::matched_index(&self.inner.raft, self.id(), id)
-            } else {
-                None
-            };
-            let acked = if is_leader && id != self.id() {
-                self.inner.channels.acks().since(id)
-            } else {
-                None
-            };
-            NodeStatus {
-                id,
-                addr,
-                voter,
-                matched_index: matched,
-                lag: matched.map(|m| last.saturating_sub(m)),
-                last_ack_ms: acked.map(|a| u64::try_from(a.as_millis()).unwrap_or(u64::MAX)),
-            }
-        };
-        let mut nodes: Vec<NodeStatus> = voters
-            .into_iter()
-            .map(|(id, addr)| node(id, addr, true))
-            .collect();
-        nodes.extend(learners.into_iter().map(|(id, addr)| node(id, addr, false)));
-        ClusterStatus {
-            node_id: self.id(),
-            leader: self.leader(),
-            term: metrics.current_term,
-            commit_index: self
-                .inner
-                .log
-                .committed_index()
-                .max(metrics.last_applied.map(|l| l.index).unwrap_or(0)),
-            applied_index: metrics.last_applied.map(|l| l.index).unwrap_or(0),
-            last_log_index: last,
-            snapshot_index: metrics.snapshot.map(|l| l.index).unwrap_or(0),
-            purged_index: metrics.purged.map(|l| l.index).unwrap_or(0),
-            state: match metrics.state {
-                ServerState::Leader => "leader",
-                ServerState::Follower => "follower",
-                ServerState::Candidate => "candidate",
-                ServerState::Learner => "learner",
-                ServerState::Shutdown => "shutdown",
-            }
-            .to_string(),
-            nodes,
-            cluster_id: self.cluster_id().to_string(),
-            unfinished_change: membership::unfinished_change(&self.inner.raft)
-                .map(|voters| voters.into_iter().collect()),
-            quorum_ack_ms: if is_leader {
-                metrics.millis_since_quorum_ack
-            } else {
-                None
-            },
-        }
-    }
-
     /// A consistent backup: after read-index, the applied state's snapshot
     /// encoding with the (term, index) it reflects.
     ///
@@ -669,14 +544,9 @@ impl<SM: StateMachine, L: NodeLog, M: NodeMachine<SM>> RaftNode<SM, L, M> {
         }))
     }
 
-    /// The applied index and a crc32 and length of the deterministic snapshot
-    /// encoding of the applied state: replicas at the same applied index must
-    /// agree byte for byte.
-    pub fn state_digest(&self) -> (u64, u32, u64) {
-        self.read_local(|machine, index| {
-            let bytes = machine.snapshot();
-            (index, crc32fast::hash(&bytes), bytes.len() as u64)
-        })
+    /// This node's state-machine storage.
+    pub(crate) fn machine_store(&self) -> &M {
+        &self.inner.state_machine
     }
 
     /// Stops raft. The data directory stays as it is.

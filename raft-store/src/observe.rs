@@ -38,6 +38,12 @@ pub trait Observer: Send + Sync + 'static {
         let _ = (bytes, elapsed);
     }
 
+    /// The periodic digest of the applied state (every
+    /// [`crate::NodeConfig::digest_every`] indexes) was taken.
+    fn state_digest(&self, digest: crate::digest::Digest) {
+        let _ = digest;
+    }
+
     /// This node saw a new leader (`None`: it lost the leader it knew) in
     /// `term`.
     fn leader_changed(&self, term: u64, leader: Option<NodeId>) {

@@ -27,6 +27,7 @@ use tracing::Instrument;
 
 use crate::codec;
 use crate::db::sync_dir;
+use crate::digest::DigestPoints;
 use crate::error::{Error, InvalidCommand, Result, SnapshotError};
 use crate::types::typ::{Entry, LogId, Snapshot, SnapshotMeta, StoredMembership};
 use crate::types::{Reply, TypeConfig};
@@ -71,7 +72,6 @@ pub trait StateMachine: Clone + Default + Send + Sync + 'static {
 }
 
 /// The applied state: the machine plus what raft needs to know about it.
-#[derive(Clone, Default)]
 pub struct Applied<SM> {
     /// The user state machine.
     pub machine: SM,
@@ -79,6 +79,31 @@ pub struct Applied<SM> {
     pub last_applied: Option<LogId>,
     /// The last membership applied.
     pub membership: StoredMembership,
+    /// Digests asked for at an index (shared by every copy of this state;
+    /// a copy taken for a snapshot shares it and never applies).
+    pub digests: Arc<DigestPoints<SM>>,
+}
+
+impl<SM: Clone> Clone for Applied<SM> {
+    fn clone(&self) -> Self {
+        Applied {
+            machine: self.machine.clone(),
+            last_applied: self.last_applied,
+            membership: self.membership.clone(),
+            digests: self.digests.clone(),
+        }
+    }
+}
+
+impl<SM: Default> Default for Applied<SM> {
+    fn default() -> Self {
+        Applied {
+            machine: SM::default(),
+            last_applied: None,
+            membership: StoredMembership::default(),
+            digests: Arc::new(DigestPoints::default()),
+        }
+    }
 }
 
 impl<SM: StateMachine> Applied<SM> {
@@ -86,9 +111,12 @@ impl<SM: StateMachine> Applied<SM> {
     /// response per command of a normal entry. Every state-machine store
     /// applies through it (the snapshot-file store here, the simulation's
     /// in-memory one), so both reach the same state from the same log.
+    /// After each entry, the digest points see the state (see
+    /// [`crate::digest`]).
     pub fn apply_entries(&mut self, entries: Vec<Entry>) -> Vec<Reply> {
         let mut replies = Vec::with_capacity(entries.len());
         for entry in entries {
+            let index = entry.log_id.index;
             self.last_applied = Some(entry.log_id);
             let reply = match entry.payload {
                 EntryPayload::Blank => Vec::new(),
@@ -103,6 +131,7 @@ impl<SM: StateMachine> Applied<SM> {
                 }
             };
             replies.push(Reply(reply));
+            self.digests.applied(index, &self.machine);
         }
         replies
     }
@@ -330,6 +359,11 @@ impl<SM: StateMachine> StateMachineStore<SM> {
             applied.machine = machine;
             applied.last_applied = meta.last_log_id;
             applied.membership = meta.last_membership.clone();
+            // Requests for an index the snapshot jumped over are told so;
+            // one for its own index gets its state.
+            if let Some(last) = meta.last_log_id {
+                applied.digests.applied(last.index, &applied.machine);
+            }
         });
         tracing::info!(last = ?meta.last_log_id.map(|l| l.index), "snapshot installed");
         Ok(())

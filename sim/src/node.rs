@@ -136,7 +136,10 @@ pub async fn run(parts: NodeParts) -> turmoil::Result {
     } = parts;
     let name = host(id);
     trace.record(format!("{name} start"), &[]);
-    let config = NodeConfig::new(id, &addr(id), "/nonexistent/sim", "sim");
+    let mut config = NodeConfig::new(id, &addr(id), "/nonexistent/sim", "sim");
+    // No periodic digest task (it hashes on a blocking thread, outside
+    // the simulated schedule); the sim asks for digests itself.
+    config.digest_every = 0;
     let log = MemLog::open(disk.clone(), id, delay);
     let machine = MemMachine::open(disk)?.traced(trace.clone(), &name);
     let node: SimNode =
@@ -178,8 +181,8 @@ async fn serve(node: &SimNode, call: Call) -> Answer {
         },
         Call::Status => Answer::Status(Box::new(node.status())),
         Call::Digest => {
-            let (index, crc, len) = node.state_digest();
-            Answer::Digest(index, crc, len)
+            let d = node.state_digest();
+            Answer::Digest(d.applied_index, d.crc32, d.bytes)
         }
     }
 }

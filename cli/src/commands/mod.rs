@@ -1,7 +1,8 @@
 //! The commands other than `dev`: each calls one or two RPCs and prints a
 //! table or a JSON document.
 //!
-//! One module per command group: [`raft`](mod@raft), [`pool`](mod@pool),
+//! One module per command group: [`raft`](mod@raft) (and its
+//! [`check`](mod@check)), [`pool`](mod@pool),
 //! [`sandbox`](mod@sandbox), [`backup`](mod@backup), and
 //! [`local_status`](mod@local_status) (offline, on a data directory); this
 //! module holds the output they share.
@@ -16,6 +17,8 @@
 //! writes the command's own output as it came, like `kubectl exec`.
 
 pub mod backup;
+pub mod check;
+mod each;
 pub mod local_status;
 pub mod pool;
 pub mod raft;

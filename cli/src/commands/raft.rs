@@ -4,7 +4,7 @@
 use proto::cluster::{ClusterStatus, MembershipReply, Node};
 use serde_json::{json, Value};
 
-use super::{emit, table};
+use super::{each, emit, table};
 use crate::{CliError, Gateway, Output, RaftCommand};
 
 fn raft_json(s: &ClusterStatus) -> Value {
@@ -126,11 +126,16 @@ pub async fn raft(gw: &Gateway, output: Output, command: RaftCommand) -> Result<
         RaftCommand::Status { watch, interval } => {
             let fetch = || async {
                 let s = gw.ask(client.cluster_status(false)).await?;
-                Ok::<_, CliError>((raft_json(&s), status_table(&s)))
+                let each = each::statuses(gw).await?;
+                let mut json = raft_json(&s);
+                json["gateways"] = each::statuses_json(&each);
+                let text = status_table(&s) + "\n" + &each::statuses_table(&each);
+                Ok::<_, CliError>((json, text))
             };
             return super::watch::once_or_watch("raft status", output, watch, interval, fetch)
                 .await;
         }
+        RaftCommand::Check => return super::check::check(gw, output).await,
         RaftCommand::AddLearner { id, addr, no_wait } => {
             let r = gw
                 .ask(client.add_learner(Node { id, addr }, !no_wait))

@@ -297,7 +297,7 @@ pub fn membership_reply(change: MembershipChange) -> MembershipReply {
 }
 
 /// The cluster status reply.
-pub fn cluster_status(s: raft_store::ClusterStatus) -> PbStatus {
+pub fn cluster_status(s: raft_store::ClusterStatus, data_size_bytes: u64) -> PbStatus {
     let (leader_id, leader_addr) = s.leader.unwrap_or((0, String::new()));
     PbStatus {
         node_id: s.node_id,
@@ -325,6 +325,9 @@ pub fn cluster_status(s: raft_store::ClusterStatus) -> PbStatus {
         state: s.state,
         cluster_id: s.cluster_id,
         unfinished_change_to_voters: s.unfinished_change.unwrap_or_default(),
+        version: crate::VERSION.to_string(),
+        data_size_bytes,
+        errors: s.errors,
     }
 }
 
@@ -350,15 +353,12 @@ pub fn backup_reply(
 }
 
 /// The reply of a state digest of `node_id`: (applied index, crc32, bytes).
-pub fn state_digest_reply(
-    node_id: u64,
-    (applied_index, crc32, bytes): (u64, u32, u64),
-) -> StateDigestReply {
+pub fn state_digest_reply(node_id: u64, digest: raft_store::digest::Digest) -> StateDigestReply {
     StateDigestReply {
         node_id,
-        applied_index,
-        crc32,
-        bytes,
+        applied_index: digest.applied_index,
+        crc32: digest.crc32,
+        bytes: digest.bytes,
     }
 }
 

@@ -52,6 +52,10 @@ pub struct RaftMetrics {
     pub forward_calls: IntCounter,
     /// Writes those calls carried.
     pub forwarded_writes: IntCounter,
+    /// Applied index of the latest periodic state digest.
+    pub state_digest_index: IntGauge,
+    /// crc32 of the state at `state_digest_index`.
+    pub state_digest_crc32: IntGauge,
     /// The forwarding totals last exported (calls, writes).
     forwards_seen: Arc<Mutex<(u64, u64)>>,
 }
@@ -123,6 +127,16 @@ impl RaftMetrics {
                 "openshell_raft_forwarded_writes_total",
                 "Writes this gateway forwarded to the raft leader (several per call when batched)",
             ),
+            state_digest_index: reg.gauge(
+                "openshell_raft_state_digest_index",
+                "Applied index of this gateway's latest periodic state digest (every multiple of 1024): \
+                 every replica digests the same indexes",
+            ),
+            state_digest_crc32: reg.gauge(
+                "openshell_raft_state_digest_crc32",
+                "crc32 of the applied state at openshell_raft_state_digest_index: replicas at an equal \
+                 index must report an equal value (alert when they differ)",
+            ),
             forwards_seen: Arc::default(),
         }
     }
@@ -183,6 +197,13 @@ impl Observer for RaftMetrics {
     fn snapshot_installed(&self, bytes: u64, elapsed: Duration) {
         self.snapshot_size.set(gauge(bytes));
         self.snapshot_install.observe(elapsed.as_secs_f64());
+    }
+
+    fn state_digest(&self, digest: raft_store::digest::Digest) {
+        // Set back to back: a scrape in between may pair the new crc with
+        // the previous index, once (alert on a mismatch that lasts).
+        self.state_digest_crc32.set(i64::from(digest.crc32));
+        self.state_digest_index.set(gauge(digest.applied_index));
     }
 
     fn leader_changed(&self, _term: u64, _leader: Option<NodeId>) {

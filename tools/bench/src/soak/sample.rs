@@ -162,7 +162,7 @@ async fn sample_node(node: &Node) -> NodeSample {
     let mut admin = node.admin();
     let state = tokio::time::timeout(
         within,
-        admin.state_digest(proto::cluster::StateDigestRequest {}),
+        admin.state_digest(proto::cluster::StateDigestRequest::default()),
     )
     .await;
     let state_bytes = match state {

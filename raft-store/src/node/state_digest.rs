@@ -1,0 +1,92 @@
+//! A node's state digests ([`crate::digest`]): now, at an index, and
+//! the periodic ones its observer hears of.
+
+use std::time::Duration;
+
+use super::RaftNode;
+use crate::digest::{Digest, DigestError};
+use crate::state_machine::{Applied, StateMachine};
+use crate::store::{NodeLog, NodeMachine};
+use crate::NodeConfig;
+
+impl<SM: StateMachine, L: NodeLog, M: NodeMachine<SM>> RaftNode<SM, L, M> {
+    /// The digest of this node's applied state now (the applied index it
+    /// reflects included), encoded under the read lock. Replicas at the
+    /// same applied index must agree byte for byte.
+    pub fn state_digest(&self) -> Digest {
+        self.read_local(|machine, index| Digest::of_encoding(index, &machine.snapshot()))
+    }
+
+    /// The digest of this node's applied state right after it applies
+    /// `index`, waiting at most `wait` for it (0: now, whatever the
+    /// applied index). Every replica asked for the same index digests the
+    /// same log prefix.
+    ///
+    /// # Errors
+    /// [`DigestError`]: the index was applied already, was not reached in
+    /// time, is too far ahead, or too many requests wait.
+    pub async fn state_digest_at(&self, index: u64, wait: Duration) -> Result<Digest, DigestError> {
+        let registered = NodeMachine::read(self.machine_store(), |a: &Applied<SM>| {
+            let applied = a.last_applied.map_or(0, |l| l.index);
+            if index == 0 || applied == index {
+                Ok(Err((a.machine.clone(), applied)))
+            } else {
+                a.digests.register(index, applied).map(Ok)
+            }
+        })?;
+        let machine = match registered {
+            Err((now, applied)) => return Ok(hash_off_the_runtime(now, applied).await),
+            Ok(rx) => match tokio::time::timeout(wait, rx).await {
+                Ok(Ok(machine)) => machine,
+                Ok(Err(_)) => {
+                    return Err(DigestError::Passed {
+                        index,
+                        applied: self.applied_index(),
+                    })
+                }
+                Err(_) => {
+                    return Err(DigestError::NotReached {
+                        index,
+                        applied: self.applied_index(),
+                        waited_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                    })
+                }
+            },
+        };
+        Ok(hash_off_the_runtime(machine, index).await)
+    }
+
+    fn applied_index(&self) -> u64 {
+        self.read_local(|_, index| index)
+    }
+}
+
+/// Encodes and hashes `machine` on a blocking thread (a large state takes
+/// a while; the runtime's workers keep serving).
+async fn hash_off_the_runtime<SM: StateMachine>(machine: SM, index: u64) -> Digest {
+    match tokio::task::spawn_blocking(move || Digest::of_encoding(index, &machine.snapshot())).await
+    {
+        Ok(digest) => digest,
+        // Only a panic in the state machine's encoder gets here: re-raise.
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
+}
+
+/// Starts the periodic digests of `config` (none when
+/// [`NodeConfig::digest_every`] is 0): a task hashes each copy and tells
+/// the observer; it ends when the state-machine storage is dropped.
+pub(crate) fn start_periodic<SM: StateMachine>(
+    machine: &impl NodeMachine<SM>,
+    config: &NodeConfig,
+) {
+    if config.digest_every == 0 {
+        return;
+    }
+    let mut copies = machine.read(|a: &Applied<SM>| a.digests.periodic(config.digest_every));
+    let observer = config.observer.clone();
+    tokio::spawn(async move {
+        while let Some((index, machine)) = copies.recv().await {
+            observer.state_digest(hash_off_the_runtime(machine, index).await);
+        }
+    });
+}

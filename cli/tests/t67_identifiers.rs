@@ -96,6 +96,7 @@ async fn ids_outside_the_rule_are_refused_and_never_become_paths() -> TestResult
         invalid(r.map(|_| ()), "exec", "sandbox_id");
         let r = admin
             .start_supervisor_pool_operation(StartSupervisorPoolOperationRequest {
+                request_id: String::new(),
                 kind: Some(Kind::DrainMember(id.into())),
                 ..Default::default()
             })

@@ -7,8 +7,9 @@
 //! change is idempotent (adding a learner that is one, removing a node that
 //! is gone, promoting a voter change nothing), so it is retried like a read;
 //! a gateway that is not the leader names the leader and the next attempt
-//! goes there. Starting an operation, moving the leadership and running a
-//! command in a sandbox carry no request id and must not run twice:
+//! goes there. Starting an operation carries a request id (a retry is
+//! answered with the first attempt's operation). Moving the leadership and
+//! running a command in a sandbox carry none and must not run twice:
 //! [`Repeat::Once`].
 
 use std::time::Duration;
@@ -170,30 +171,39 @@ impl Client {
     }
 
     /// Starts a pool operation (drain a member, rebalance) moving at most
-    /// `max_parallel` sandboxes at once (0: the gateway's default).
+    /// `max_parallel` sandboxes at once (0: the gateway's default), with
+    /// one request id for every attempt: a retry after a lost answer is
+    /// answered with the operation the first attempt started
+    /// ([`crate::Written::replayed`]), never starts a second one.
     ///
     /// # Errors
-    /// [`crate::Error`]; [`crate::Error::Unanswered`] when its outcome is
-    /// unknown (it is not retried: see the pool status).
+    /// [`crate::Error`]; [`crate::Error::RequestIdReused`] never (the id is
+    /// fresh).
     pub async fn start_operation(
         &self,
         kind: OperationKind,
         max_parallel: u32,
-    ) -> Result<SupervisorPoolOperation> {
-        self.admin("start_operation", Repeat::Once, |c| {
-            let request = StartSupervisorPoolOperationRequest {
-                operation_id: String::new(),
-                kind: Some(kind.clone()),
-                max_parallel,
-            };
-            async move {
-                Ok(PoolAdminClient::new(c)
-                    .start_supervisor_pool_operation(request)
-                    .await?
-                    .into_inner())
-            }
-        })
-        .await
+    ) -> Result<crate::Written<SupervisorPoolOperation>> {
+        let request = StartSupervisorPoolOperationRequest {
+            operation_id: String::new(),
+            kind: Some(kind),
+            max_parallel,
+            request_id: crate::new_request_id()?,
+        };
+        self.endpoints
+            .write(
+                "start_operation",
+                request.request_id.clone(),
+                request,
+                |channel, request| async move {
+                    let reply = PoolAdminClient::new(channel)
+                        .start_supervisor_pool_operation(request)
+                        .await?;
+                    let replayed = reply.metadata().contains_key(proto::metadata::REPLAYED);
+                    Ok((reply.into_inner(), replayed))
+                },
+            )
+            .await
     }
 
     /// Cancels the operation `operation_id` (idempotent).

@@ -9,11 +9,19 @@
 //! - then: the repeated create names the sandbox the first one admitted
 //!   (the gateway generated a fresh id for the retry, yet one sandbox
 //!   exists) and is marked replayed; the repeated delete is marked replayed
+//! - when: a rebalance start without an operation id is sent twice with one
+//!   request id, then another start (max_parallel 2) under that request
+//!   id, then a request id of 65 bytes
+//! - then: the repeat names the first operation, is marked replayed, and
+//!   one rebalance exists; the drain is FAILED_PRECONDITION (request id
+//!   reused); the long id is INVALID_ARGUMENT naming `request_id`; the
+//!   client's own start carries a fresh request id
 
 use std::time::Duration;
 
 use openshell_client::{Client, CreateSandboxRequest};
-use proto::pool_admin::DeleteSandboxRequest;
+use proto::pool_admin::start_supervisor_pool_operation_request::Kind;
+use proto::pool_admin::{DeleteSandboxRequest, StartSupervisorPoolOperationRequest};
 use testkit::gateway::{eventually, Cluster};
 use testkit::member::ScriptedMember;
 use testkit::supervisor::pool_admin;
@@ -91,5 +99,61 @@ async fn a_retried_pool_write_answers_with_its_first_outcome() -> TestResult {
         .await?;
     assert!(retried.metadata().contains_key(proto::metadata::REPLAYED));
     assert_eq!(retried.get_ref().generation, deleted.value.generation);
+
+    eprintln!(
+        "--- step: a rebalance start without an operation id, sent twice with one request id"
+    );
+    let start = StartSupervisorPoolOperationRequest {
+        operation_id: String::new(),
+        kind: Some(Kind::Rebalance(true)),
+        max_parallel: 1,
+        request_id: "rebalance-1".into(),
+    };
+    let first = raw.start_supervisor_pool_operation(start.clone()).await?;
+    assert!(!first.metadata().contains_key(proto::metadata::REPLAYED));
+    let again = raw.start_supervisor_pool_operation(start.clone()).await?;
+    assert!(again.metadata().contains_key(proto::metadata::REPLAYED));
+    assert_eq!(
+        again.get_ref().id,
+        first.get_ref().id,
+        "the first operation"
+    );
+    let operations = client.pool_status().await?.operations;
+    assert_eq!(
+        operations.iter().filter(|o| o.kind == "rebalance").count(),
+        1,
+        "started once: {operations:?}"
+    );
+    let other = raw
+        .start_supervisor_pool_operation(StartSupervisorPoolOperationRequest {
+            max_parallel: 2,
+            ..start.clone()
+        })
+        .await
+        .expect_err("another start under the same request id");
+    assert_eq!(other.code(), tonic::Code::FailedPrecondition, "{other:?}");
+    assert!(
+        other
+            .metadata()
+            .contains_key(proto::metadata::REQUEST_ID_REUSED),
+        "refused as a reused request id: {other:?}"
+    );
+    let too_long = raw
+        .start_supervisor_pool_operation(StartSupervisorPoolOperationRequest {
+            request_id: "r".repeat(65),
+            ..start
+        })
+        .await
+        .expect_err("a request id over 64 bytes");
+    assert_eq!(too_long.code(), tonic::Code::InvalidArgument);
+    assert!(too_long.message().contains("request_id"), "{too_long:?}");
+
+    eprintln!("--- step: the client's start carries a request id of its own");
+    let drain = client
+        .start_operation(openshell_client::admin::OperationKind::Rebalance(true), 1)
+        .await?;
+    assert!(!drain.replayed && !drain.request_id.is_empty());
+    assert_eq!(drain.value.kind, "rebalance");
+    assert_ne!(drain.value.id, first.get_ref().id, "a second operation");
     Ok(())
 }

@@ -301,16 +301,32 @@ impl PoolAdminService {
     ) -> Result<Response<SupervisorPoolOperation>, Status> {
         self.allow(&request, Role::PlatformAdmin)?;
         let node = self.hub.node().id();
-        let (id, command) =
-            from_proto::start_operation(request.into_inner(), || fresh_id("op", node))?;
-        self.apply(command).await?;
+        let request = request.into_inner();
+        crate::requests::check_request_id(&request.request_id).map_err(Status::invalid_argument)?;
+        let request_id = request.request_id.clone();
+        let fingerprint = crate::requests::fingerprint_of(
+            "pool_admin.StartSupervisorPoolOperation",
+            &request,
+            |r| r.request_id.clear(),
+        );
+        // Every retry of one request names the same operation.
+        let (id, command) = from_proto::start_operation(request, || {
+            if request_id.is_empty() {
+                fresh_id("op", node)
+            } else {
+                crate::requests::derived_id("op", &request_id)
+            }
+        })?;
+        let (_, replayed) = self
+            .apply_replayed(command, &request_id, &fingerprint)
+            .await?;
         let view = self
             .read(false, |s, _| {
                 s.pool.operations().get(&id).map(to_proto::operation)
             })
             .await?
             .ok_or_else(|| Status::internal("operation applied but not found"))?;
-        Ok(Response::new(view))
+        Ok(replied(view, replayed))
     }
 
     /// `cancel_supervisor_pool_operation` without its audit record.
@@ -430,7 +446,7 @@ impl PoolAdminService {
 
 /// The reply `view`, marked [`proto::metadata::REPLAYED`] when it answers a
 /// retried request id with the first attempt's outcome.
-fn replied(view: Sandbox, replayed: bool) -> Response<Sandbox> {
+fn replied<T>(view: T, replayed: bool) -> Response<T> {
     let mut response = Response::new(view);
     if replayed {
         response.metadata_mut().insert(

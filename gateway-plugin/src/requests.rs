@@ -79,6 +79,16 @@ pub fn fingerprint(rpc: &str, request: &[u8]) -> Vec<u8> {
     hash.finalize()[..FINGERPRINT_BYTES].to_vec()
 }
 
+/// An identifier derived from a client request id: `PREFIX-r` and 16 hex
+/// digits of its SHA-256, so every retry of one request names the same
+/// record (an operation started without an id) and the result passes the
+/// identifier rule whatever the request id holds.
+pub fn derived_id(prefix: &str, request_id: &str) -> String {
+    let digest = sha2::Sha256::digest(request_id.as_bytes());
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    format!("{prefix}-r{hex}")
+}
+
 /// The [`fingerprint`] of `request`, a request of `rpc`, once `clear_id`
 /// has emptied its `request_id` (on a copy).
 pub fn fingerprint_of<M: prost::Message + Clone>(

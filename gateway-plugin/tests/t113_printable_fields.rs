@@ -111,6 +111,7 @@ async fn control_characters_in_hello_fields_and_operation_ids_are_refused() -> T
         long_op.as_str(),
     ] {
         let start = StartSupervisorPoolOperationRequest {
+            request_id: String::new(),
             operation_id: bad.to_string(),
             kind: Some(start_supervisor_pool_operation_request::Kind::Rebalance(
                 true,
@@ -162,6 +163,7 @@ async fn control_characters_in_hello_fields_and_operation_ids_are_refused() -> T
     eprintln!("--- step: a well-formed operation id starts");
     let started = pool
         .start_supervisor_pool_operation(StartSupervisorPoolOperationRequest {
+            request_id: String::new(),
             operation_id: "op-ok".into(),
             kind: Some(start_supervisor_pool_operation_request::Kind::Rebalance(
                 true,

@@ -334,12 +334,12 @@ async fn every_documented_limit_is_the_real_one() -> TestResult {
                 let launch_max = field("`material_ref` (CreateSandbox)")
                     + field("`launch_id` (CreateSandbox)")
                     + field("`sandbox_id`, `drain_member`");
-                let request_id = field("`request_id` (Put, Delete, CreateSandbox, DeleteSandbox)");
+                let request_id = field("`request_id` (Put, Delete, CreateSandbox, DeleteSandbox, StartSupervisorPoolOperation)");
                 for largest in [put_max, launch_max] {
                     assert!(largest + request_id + 1024 < n_us, "{largest}: {row}");
                 }
             }
-            "`request_id` (Put, Delete, CreateSandbox, DeleteSandbox)" => edge(
+            "`request_id` (Put, Delete, CreateSandbox, DeleteSandbox, StartSupervisorPoolOperation)" => edge(
                 what,
                 put(node, put_request(object("r", "v"), &"r".repeat(n_us))).await,
                 put(node, put_request(object("r", "v"), &"s".repeat(n_us + 1))).await,
@@ -369,6 +369,7 @@ async fn every_documented_limit_is_the_real_one() -> TestResult {
                     "sandbox_id",
                 );
                 let drain = |member: String| StartSupervisorPoolOperationRequest {
+                    request_id: String::new(),
                     kind: Some(start_supervisor_pool_operation_request::Kind::DrainMember(
                         member,
                     )),
@@ -393,6 +394,7 @@ async fn every_documented_limit_is_the_real_one() -> TestResult {
             }
             "`operation_id` (StartSupervisorPoolOperation)" => {
                 let rebalance = |id: String| StartSupervisorPoolOperationRequest {
+                    request_id: String::new(),
                     operation_id: id,
                     kind: Some(start_supervisor_pool_operation_request::Kind::Rebalance(
                         true,

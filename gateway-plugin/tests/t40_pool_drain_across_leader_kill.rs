@@ -165,6 +165,7 @@ async fn drain_completes_across_leader_kill_without_relaunch() -> TestResult {
     let op = pool_admin(cluster.get(leader))
         .await?
         .start_supervisor_pool_operation(StartSupervisorPoolOperationRequest {
+            request_id: String::new(),
             operation_id: "drain-1".into(),
             kind: Some(start_supervisor_pool_operation_request::Kind::DrainMember(
                 victim.clone(),

@@ -62,6 +62,7 @@ async fn sessions_move_by_drain_with_pids_intact() -> TestResult {
     pool_admin(node)
         .await?
         .start_supervisor_pool_operation(StartSupervisorPoolOperationRequest {
+            request_id: String::new(),
             operation_id: "drain-s1".into(),
             kind: Some(start_supervisor_pool_operation_request::Kind::DrainMember(
                 "s1".into(),

@@ -175,8 +175,13 @@ fn status_table(s: &SupervisorPoolStatus) -> String {
 /// `pool ...`
 pub async fn pool(gw: &Gateway, output: Output, command: PoolCommand) -> Result<(), CliError> {
     let client = gw.client();
-    let start =
-        |kind: OperationKind, max_parallel: u32| gw.ask(client.start_operation(kind, max_parallel));
+    // One request id on every attempt: a retry never starts a second
+    // operation.
+    let start = |kind: OperationKind, max_parallel: u32| async move {
+        gw.ask(client.start_operation(kind, max_parallel))
+            .await
+            .map(|written| written.value)
+    };
     let op = match command {
         PoolCommand::Status { watch, interval } => {
             let fetch = || async {

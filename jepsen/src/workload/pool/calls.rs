@@ -265,6 +265,8 @@ impl Shared {
                         d.member.clone(),
                     )),
                     max_parallel: 2,
+                    // One attempt per call: nothing to deduplicate.
+                    request_id: String::new(),
                 })
                 .await
                 .map(|r| operation_value(&r.into_inner())),

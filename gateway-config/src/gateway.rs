@@ -157,7 +157,13 @@ impl GatewaySection {
             macro_rules! take_tls {
                 ($($f:ident),*) => { $( if o.$f.is_some() { tls.$f = o.$f; } )* };
             }
-            take_tls!(cert_file, key_file, ca_file);
+            take_tls!(
+                cert_file,
+                key_file,
+                ca_file,
+                handshake_rate_per_address,
+                handshake_burst_per_address
+            );
         }
         self.tls = Some(tls);
         if let Some(o) = other.sandbox_driver {

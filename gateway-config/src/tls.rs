@@ -101,4 +101,10 @@ pub struct TlsSection {
     /// The CA every gateway's certificate chains to: peers are verified
     /// against it, and supervisors and the CLI trust it.
     pub ca_file: Option<PathBuf>,
+    /// TLS handshakes one client IP address may start per second on each
+    /// port (default 100; 1..=100000); more wait their turn.
+    pub handshake_rate_per_address: Option<u32>,
+    /// Handshakes one address may start at once before that rate applies
+    /// (default 200; 1..=100000).
+    pub handshake_burst_per_address: Option<u32>,
 }

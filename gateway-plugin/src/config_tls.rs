@@ -90,11 +90,51 @@ fn load_tls(section: &TlsSection) -> Result<Option<GatewayTls>, ConfigError> {
         problem: e.to_string(),
     };
     use proto::tls::{ClientAuth, ClientTls, ServerTls};
+    let rate = handshake_rate(section)?;
     Ok(Some(GatewayTls {
-        client_port: ServerTls::load(cert, key, ClientAuth::None).map_err(invalid)?,
-        peer_port: ServerTls::load(cert, key, ClientAuth::Required(ca.clone())).map_err(invalid)?,
+        client_port: ServerTls::load(cert, key, ClientAuth::None)
+            .map_err(invalid)?
+            .with_handshake_rate(rate),
+        peer_port: ServerTls::load(cert, key, ClientAuth::Required(ca.clone()))
+            .map_err(invalid)?
+            .with_handshake_rate(rate),
         peer_client: ClientTls::load(ca, Some((cert, key))).map_err(invalid)?,
     }))
+}
+
+/// The most a handshake rate or burst may be set to.
+const MAX_HANDSHAKE_RATE: u64 = 100_000;
+
+/// `tls.handshake_rate_per_address` and `tls.handshake_burst_per_address`,
+/// in range (defaults: [`proto::tls::HandshakeRate::default`]).
+fn handshake_rate(section: &TlsSection) -> Result<proto::tls::HandshakeRate, ConfigError> {
+    let defaults = proto::tls::HandshakeRate::default();
+    let pick = |key: &'static str, value: Option<u32>, default: std::num::NonZeroU32| {
+        let Some(value) = value else {
+            return Ok(default);
+        };
+        let value = crate::config_error::in_range(key, value.into(), 1, MAX_HANDSHAKE_RATE)?;
+        u32::try_from(value)
+            .ok()
+            .and_then(std::num::NonZeroU32::new)
+            .ok_or_else(|| ConfigError::Invalid {
+                key,
+                value: value.to_string(),
+                problem: format!("must be 1..={MAX_HANDSHAKE_RATE}"),
+            })
+    };
+    Ok(proto::tls::HandshakeRate {
+        per_second: pick(
+            "openshell.gateway.tls.handshake_rate_per_address",
+            section.handshake_rate_per_address,
+            defaults.per_second,
+        )?,
+        burst: pick(
+            "openshell.gateway.tls.handshake_burst_per_address",
+            section.handshake_burst_per_address,
+            defaults.burst,
+        )?,
+    })
 }
 
 /// The client port, the peer port (if any) and the advertised address
@@ -171,4 +211,37 @@ pub(crate) fn secure(
         });
     }
     Ok(loaded)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_handshake_rate_defaults_and_refuses_out_of_range_naming_the_key() {
+        let section = TlsSection::default();
+        assert_eq!(
+            handshake_rate(&section).ok(),
+            Some(proto::tls::HandshakeRate::default())
+        );
+        let section = TlsSection {
+            handshake_rate_per_address: Some(500),
+            handshake_burst_per_address: Some(1000),
+            ..TlsSection::default()
+        };
+        let rate = handshake_rate(&section).expect("in range");
+        assert_eq!((rate.per_second.get(), rate.burst.get()), (500, 1000));
+        for (rate, burst, key) in [
+            (Some(0), None, "handshake_rate_per_address"),
+            (None, Some(100_001), "handshake_burst_per_address"),
+        ] {
+            let section = TlsSection {
+                handshake_rate_per_address: rate,
+                handshake_burst_per_address: burst,
+                ..TlsSection::default()
+            };
+            let e = handshake_rate(&section).expect_err("out of range");
+            assert!(e.to_string().contains(key), "{e}");
+        }
+    }
 }

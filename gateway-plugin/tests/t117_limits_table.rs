@@ -491,6 +491,14 @@ async fn every_documented_limit_is_the_real_one() -> TestResult {
                 ];
                 assert_eq!(numbers(cell), expect, "{row}");
             }
+            "TLS handshakes started" => {
+                // The rate itself: cli t84_handshake_rate.
+                let expect = vec![
+                    u64::from(proto::tls::HANDSHAKE_RATE_PER_ADDRESS.get()),
+                    u64::from(proto::tls::HANDSHAKE_BURST_PER_ADDRESS.get()),
+                ];
+                assert_eq!(numbers(cell), expect, "{row}");
+            }
             "TLS connections pending (accept to established)" => {
                 let expect = vec![
                     proto::tls::MAX_PENDING as u64,

@@ -202,6 +202,7 @@ impl GatewayFiles<'_> {
                 cert_file: Some(issued.cert.clone()),
                 key_file: Some(issued.key.clone()),
                 ca_file: Some(self.ca.to_path_buf()),
+                ..TlsSection::default()
             }),
             signing_key_file: Some(self.signing_key.to_path_buf()),
             auth: Some(AuthSection {

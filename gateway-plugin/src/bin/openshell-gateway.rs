@@ -411,6 +411,8 @@ fn flag_section(args: Args) -> anyhow::Result<GatewaySection> {
             cert_file: args.tls_cert_file,
             key_file: args.tls_key_file,
             ca_file: args.tls_ca_file,
+            // The handshake rate is a configuration-file key only.
+            ..TlsSection::default()
         }),
         insecure: args.insecure.then_some(true),
         data_dir: args.data_dir,

@@ -10,20 +10,28 @@
 //! 2. the client's first byte (its ClientHello) must arrive within
 //!    [`FIRST_BYTE_TIMEOUT`]: a connection that says nothing is closed
 //!    then; until it speaks it holds no handshake slot;
-//! 3. it waits for a handshake slot: at most [`MAX_HANDSHAKES_PER_ADDRESS`]
+//! 3. it waits for its address's rate: one peer IP address starts at most
+//!    [`HANDSHAKE_RATE_PER_ADDRESS`] handshakes a second, after a burst of
+//!    [`HANDSHAKE_BURST_PER_ADDRESS`] (the port's
+//!    [`super::HandshakeRate`]; a token bucket per address, the `governor`
+//!    crate's); a connection over the rate waits for its turn;
+//! 4. it waits for a handshake slot: at most [`MAX_HANDSHAKES_PER_ADDRESS`]
 //!    handshakes run at once for one address (its other connections wait
 //!    their turn, in order), and [`MAX_HANDSHAKES`] on the port;
-//! 4. everything, accept to established, completes within
+//! 5. everything, accept to established, completes within
 //!    [`HANDSHAKE_TIMEOUT`].
 //!
 //! So one address holding connections open takes at most its share of the
-//! port's slots, and a burst from one address (a NAT, a test harness)
-//! waits instead of being refused. Every refusal closes that connection
+//! port's slots, one address reconnecting in a loop costs the port at most
+//! its rate of handshakes (the CPU of a handshake is the expensive part),
+//! and a burst from one address (a NAT, a test harness) waits instead of
+//! being refused. Every refusal closes that connection
 //! only and is logged at debug with the peer's address; the stream never
 //! ends on one.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -57,6 +65,27 @@ pub const MAX_PENDING: usize = 1024;
 /// The most connections between accept and established from one peer IP
 /// address; one more is refused with [`LIMIT_ALERT`].
 pub const MAX_PENDING_PER_ADDRESS: usize = 128;
+
+/// Handshakes one peer IP address may start per second, sustained, by
+/// default ([`super::ServerTls::with_handshake_rate`]).
+pub const HANDSHAKE_RATE_PER_ADDRESS: NonZeroU32 = NonZeroU32::new(100).expect("not zero");
+
+/// Handshakes one peer IP address may start at once after a quiet spell,
+/// before [`HANDSHAKE_RATE_PER_ADDRESS`] applies.
+pub const HANDSHAKE_BURST_PER_ADDRESS: NonZeroU32 = NonZeroU32::new(200).expect("not zero");
+
+/// Accepted connections between two sweeps of the rate limiter's
+/// addresses (those whose bucket is full again are forgotten), so the
+/// table holds recent addresses only.
+const SWEEP_EVERY: u64 = 1024;
+
+/// The per-address handshake rate ([`HANDSHAKE_RATE_PER_ADDRESS`]).
+type RateByAddress = governor::DefaultKeyedRateLimiter<IpAddr>;
+
+fn rate_by_address(rate: super::HandshakeRate) -> Arc<RateByAddress> {
+    let quota = governor::Quota::per_second(rate.per_second).allow_burst(rate.burst);
+    Arc::new(governor::RateLimiter::keyed(quota))
+}
 
 /// The alert a refused connection receives: TLS `user_canceled` (90) at
 /// fatal level, in a plaintext record sent before any handshake message
@@ -151,6 +180,8 @@ pub fn incoming(
     let handshakes = Arc::new(Semaphore::new(MAX_HANDSHAKES));
     let refusals = Arc::new(Semaphore::new(MAX_REFUSALS));
     let per_address = PerAddress::default();
+    let rate = rate_by_address(tls.handshake_rate());
+    let mut accepted_count: u64 = 0;
     tokio::spawn(async move {
         loop {
             let Ok(permit) = pending.clone().acquire_owned().await else {
@@ -169,7 +200,13 @@ pub fn incoming(
                     continue;
                 }
             };
-            let Some(counted) = per_address.enter(peer.ip().to_canonical()) else {
+            accepted_count += 1;
+            if accepted_count.is_multiple_of(SWEEP_EVERY) {
+                rate.retain_recent();
+                rate.shrink_to_fit();
+            }
+            let ip = peer.ip().to_canonical();
+            let Some(counted) = per_address.enter(ip) else {
                 drop(permit);
                 tracing::debug!(%peer, limit = MAX_PENDING_PER_ADDRESS,
                     "TLS connection refused: too many handshakes in progress from this address");
@@ -183,7 +220,7 @@ pub fn incoming(
             };
             let _ = socket.set_nodelay(true);
             let acceptor = tokio_rustls::TlsAcceptor::from(tls.current());
-            let (tx, handshakes) = (tx.clone(), handshakes.clone());
+            let (tx, handshakes, rate) = (tx.clone(), handshakes.clone(), rate.clone());
             tokio::spawn(async move {
                 let _pending = (permit, &counted);
                 let deadline = tokio::time::Instant::now() + HANDSHAKE_TIMEOUT;
@@ -195,6 +232,14 @@ pub fn incoming(
                         tracing::debug!(%peer, "TLS connection closed: no byte within the first-byte timeout");
                         return;
                     }
+                }
+                if tokio::time::timeout_at(deadline, rate.until_key_ready(&ip))
+                    .await
+                    .is_err()
+                {
+                    tracing::debug!(%peer,
+                        "TLS handshake timed out waiting for its address's handshake rate");
+                    return;
                 }
                 let slots = async {
                     let own = counted.slots.clone().acquire_owned().await;

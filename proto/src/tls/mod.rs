@@ -46,13 +46,14 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 pub use accept::{
-    incoming, refused_for_limit, FIRST_BYTE_TIMEOUT, HANDSHAKE_TIMEOUT, MAX_HANDSHAKES,
-    MAX_HANDSHAKES_PER_ADDRESS, MAX_PENDING, MAX_PENDING_PER_ADDRESS,
+    incoming, refused_for_limit, FIRST_BYTE_TIMEOUT, HANDSHAKE_BURST_PER_ADDRESS,
+    HANDSHAKE_RATE_PER_ADDRESS, HANDSHAKE_TIMEOUT, MAX_HANDSHAKES, MAX_HANDSHAKES_PER_ADDRESS,
+    MAX_PENDING, MAX_PENDING_PER_ADDRESS,
 };
 pub use client::HandshakeTimedOut;
 pub use client::{ClientTls, TlsConnector};
 pub use files::{check_validity, read_certs, read_key, read_roots};
-pub use server::{ClientAuth, ServerTls};
+pub use server::{ClientAuth, HandshakeRate, ServerTls};
 
 /// How often [`Reloader::spawn`] looks at the files again.
 pub const RELOAD_EVERY: Duration = Duration::from_secs(2);

@@ -26,6 +26,30 @@ pub enum ClientAuth {
 pub struct ServerTls {
     inner: Arc<Watched<rustls::ServerConfig>>,
     auth: ClientAuth,
+    /// Handshakes one peer address may start per second, and in a burst
+    /// ([`super::accept`]).
+    handshake_rate: HandshakeRate,
+}
+
+/// How many TLS handshakes one peer IP address may start: `per_second`
+/// sustained, after a `burst` (a token bucket per address).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HandshakeRate {
+    /// Sustained handshakes per second.
+    pub per_second: std::num::NonZeroU32,
+    /// Handshakes at once after a quiet spell.
+    pub burst: std::num::NonZeroU32,
+}
+
+impl Default for HandshakeRate {
+    /// [`super::HANDSHAKE_RATE_PER_ADDRESS`] and
+    /// [`super::HANDSHAKE_BURST_PER_ADDRESS`].
+    fn default() -> Self {
+        HandshakeRate {
+            per_second: super::HANDSHAKE_RATE_PER_ADDRESS,
+            burst: super::HANDSHAKE_BURST_PER_ADDRESS,
+        }
+    }
 }
 
 impl std::fmt::Debug for ServerTls {
@@ -33,6 +57,7 @@ impl std::fmt::Debug for ServerTls {
         f.debug_struct("ServerTls")
             .field("files", &self.inner.files())
             .field("client_auth", &self.auth)
+            .field("handshake_rate", &self.handshake_rate)
             .finish()
     }
 }
@@ -59,6 +84,7 @@ impl ServerTls {
         Ok(ServerTls {
             inner: Arc::new(Watched::load(files, build)?),
             auth,
+            handshake_rate: HandshakeRate::default(),
         })
     }
 
@@ -77,7 +103,20 @@ impl ServerTls {
                 build_open,
             )?),
             auth: ClientAuth::None,
+            handshake_rate: HandshakeRate::default(),
         })
+    }
+
+    /// The same port, each peer address starting at most `rate` handshakes.
+    #[must_use]
+    pub fn with_handshake_rate(mut self, rate: HandshakeRate) -> Self {
+        self.handshake_rate = rate;
+        self
+    }
+
+    /// The per-address handshake rate of this port.
+    pub fn handshake_rate(&self) -> HandshakeRate {
+        self.handshake_rate
     }
 
     /// Whom this port admits.

@@ -23,6 +23,18 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 
+/// The TLS section of a benchmark's gateways: every scripted member and
+/// client dials from this host's one address, so the per-address handshake
+/// rate (`tls.handshake_rate_per_address`, 100/s by default) is raised to
+/// its maximum; otherwise thousands of members would attach at that pace.
+pub fn one_address_for_many_clients() -> local_cluster::gateway::TlsSection {
+    local_cluster::gateway::TlsSection {
+        handshake_rate_per_address: Some(100_000),
+        handshake_burst_per_address: Some(100_000),
+        ..local_cluster::gateway::TlsSection::default()
+    }
+}
+
 /// The directory a `what` run writes into: `out`, which must be empty or
 /// absent (created), made absolute.
 ///

@@ -157,6 +157,10 @@ async fn start_cluster(
                 ..SandboxDriverSection::default()
             }),
             http_listen_addr: Some(format!("0.0.0.0:{}", measure::HTTP_PORT)),
+            // Every scripted member dials from this host's one address: the
+            // per-address handshake rate of a real deployment (one address
+            // per supervisor Pod) would pace their attaches.
+            tls: Some(crate::one_address_for_many_clients()),
             ..GatewaySection::default()
         },
         security: Security::Tls,

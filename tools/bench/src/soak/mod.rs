@@ -197,6 +197,8 @@ async fn start_cluster(
             retention_ticks: options.retention_ticks,
             ..SupervisorPoolSection::default()
         }),
+        // The soak's members and clients dial from this host's one address.
+        tls: Some(crate::one_address_for_many_clients()),
         ..GatewaySection::default()
     };
     let gateway = GatewayOptions {

@@ -7,21 +7,6 @@ use crate::dev;
 /// Default endpoints: the `openshell-pool dev` cluster.
 pub const DEV_ENDPOINTS: &str = "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003";
 
-impl std::fmt::Debug for Cli {
-    /// Every flag but the token, which shows as `<redacted>`.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Cli")
-            .field("endpoints", &self.endpoints)
-            .field("token", &proto::secret::redact_opt(&self.token))
-            .field("token_file", &self.token_file)
-            .field("ca_file", &self.ca_file)
-            .field("insecure", &self.insecure)
-            .field("output", &self.output)
-            .field("command", &self.command)
-            .finish()
-    }
-}
-
 /// Output format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Output {
@@ -31,8 +16,9 @@ pub enum Output {
     Json,
 }
 
-/// Operate an OpenShell supervisor-pool store.
-#[derive(Parser)]
+/// Operate an OpenShell supervisor-pool store. (`Debug` prints the token
+/// as `<redacted>`: a [`proto::secret::Secret`].)
+#[derive(Parser, Debug)]
 #[command(name = "openshell-pool", version, about, propagate_version = true)]
 pub struct Cli {
     /// Gateway endpoints, comma-separated host:port; any one will do.
@@ -40,7 +26,7 @@ pub struct Cli {
     pub endpoints: Vec<String>,
     /// Bearer token (needs platform_admin for changes).
     #[arg(long, env = "OPENSHELL_TOKEN", global = true, hide_env_values = true)]
-    pub token: Option<String>,
+    pub token: Option<proto::secret::Secret>,
     /// File holding the bearer token (a trailing newline is trimmed); keeps
     /// it out of /proc/*/cmdline.
     #[arg(

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use openshell_client::{Cause, Client, Failure, Role};
 use proto::metadata::NO_QUORUM;
+use proto::secret::Secret;
 use proto::tls::ClientTls;
 use tonic::{Code, Status};
 
@@ -114,7 +115,7 @@ pub struct Gateway {
     /// host:port of each gateway.
     endpoints: Vec<String>,
     /// Bearer token.
-    token: Option<String>,
+    token: Option<Secret>,
     /// TLS to the gateways (`None`: plaintext, `--insecure`).
     tls: Option<ClientTls>,
     /// The client every command calls through.
@@ -126,7 +127,7 @@ impl std::fmt::Debug for Gateway {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Gateway")
             .field("endpoints", &self.endpoints)
-            .field("token", &proto::secret::redact_opt(&self.token))
+            .field("token", &self.token)
             .field("tls", &self.tls)
             .finish()
     }
@@ -141,7 +142,7 @@ impl Gateway {
     /// token a header cannot carry.
     pub fn new(
         endpoints: Vec<String>,
-        token: Option<String>,
+        token: Option<Secret>,
         tls: Option<ClientTls>,
     ) -> Result<Gateway, CliError> {
         let client = build(&endpoints, &token, tls.as_ref(), CALL_TIMEOUT)?;
@@ -285,14 +286,14 @@ fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
 /// endpoints, each attempt bounded by `timeout`.
 fn build(
     endpoints: &[String],
-    token: &Option<String>,
+    token: &Option<Secret>,
     tls: Option<&ClientTls>,
     timeout: Duration,
 ) -> Result<Client, CliError> {
     let builder = Client::builder()
         .endpoints(endpoints.iter().cloned())
         .role(Role::Cli)
-        .token_opt(token.clone())
+        .token_opt(token.as_ref().map(|t| t.expose().to_string()))
         .max_rounds(1)
         .attempt_timeout(timeout)
         // One round plus a leader hint, each attempt its whole timeout.

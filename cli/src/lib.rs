@@ -50,7 +50,8 @@ pub fn gateway(cli: &Cli) -> Result<Gateway, CliError> {
     let token = match &cli.token_file {
         Some(file) => Some(
             proto::secret::read_secret_file("--token-file", file)
-                .map_err(|e| CliError::Local(e.to_string()))?,
+                .map_err(|e| CliError::Local(e.to_string()))?
+                .into(),
         ),
         None => cli.token.clone(),
     };

@@ -258,7 +258,7 @@ mod tests {
             .expect("auth")
             .read_token_files()
             .expect("token file");
-        assert_eq!(auth.admin_tokens, Some(vec!["t0ken".to_string()]));
+        assert_eq!(auth.admin_tokens, Some(vec!["t0ken".into()]));
     }
 
     #[test]
@@ -274,9 +274,9 @@ mod tests {
             ..Default::default()
         };
         let merged = file.overlay(flags);
-        assert_eq!(merged.admin_tokens, Some(vec!["from-flag".to_string()]));
+        assert_eq!(merged.admin_tokens, Some(vec!["from-flag".into()]));
         assert_eq!(merged.admin_token_files, None);
-        assert_eq!(merged.viewer_tokens, Some(vec!["viewer".to_string()]));
+        assert_eq!(merged.viewer_tokens, Some(vec!["viewer".into()]));
         let missing = AuthSection {
             admin_token_files: Some(vec!["/nonexistent/admin.token".into()]),
             ..Default::default()

@@ -4,10 +4,12 @@
 
 use std::path::PathBuf;
 
+use proto::secret::Secret;
 use serde::{Deserialize, Serialize};
 
-/// `[openshell.gateway.supervisor_pool]`.
-#[derive(Clone, Default, Deserialize, Serialize)]
+/// `[openshell.gateway.supervisor_pool]`. `Debug` prints the shared token
+/// as `<redacted>` ([`Secret`]).
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SupervisorPoolSection {
     /// The leader appends a `Tick` this often, ms (10..=10000, default 250).
@@ -29,7 +31,7 @@ pub struct SupervisorPoolSection {
     /// any of them join as any member id; use `member_credentials_file`.
     /// When both are set, a member listed in the file must present its own
     /// credential and the shared one admits only unlisted member ids.
-    pub supervisor_token: Option<String>,
+    pub supervisor_token: Option<Secret>,
     /// File of `member_id credential` lines (format:
     /// [`crate::member_credentials`]); re-read when it changes.
     pub member_credentials_file: Option<PathBuf>,
@@ -39,29 +41,4 @@ pub struct SupervisorPoolSection {
     pub member_identity_audience: Option<String>,
     /// `<namespace>:<name>`: only this ServiceAccount's tokens are members.
     pub member_identity_service_account: Option<String>,
-}
-
-impl std::fmt::Debug for SupervisorPoolSection {
-    /// Prints every field but the secrets, which show as `<redacted>`.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SupervisorPoolSection")
-            .field("tick_interval_ms", &self.tick_interval_ms)
-            .field("heartbeat_ttl_ms", &self.heartbeat_ttl_ms)
-            .field("recovery_deadline_ms", &self.recovery_deadline_ms)
-            .field("operation_deadline_ms", &self.operation_deadline_ms)
-            .field("status_interval_ms", &self.status_interval_ms)
-            .field("retention_ticks", &self.retention_ticks)
-            .field(
-                "supervisor_token",
-                &proto::secret::redact_opt(&self.supervisor_token),
-            )
-            .field("member_credentials_file", &self.member_credentials_file)
-            .field("member_identity", &self.member_identity)
-            .field("member_identity_audience", &self.member_identity_audience)
-            .field(
-                "member_identity_service_account",
-                &self.member_identity_service_account,
-            )
-            .finish()
-    }
 }

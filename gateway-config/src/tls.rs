@@ -3,18 +3,20 @@
 
 use std::path::PathBuf;
 
+use proto::secret::Secret;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ConfigError;
 
-/// `[openshell.gateway.auth]`.
-#[derive(Clone, Default, Deserialize, Serialize)]
+/// `[openshell.gateway.auth]`. `Debug` prints the tokens as `<redacted>`
+/// ([`Secret`]).
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AuthSection {
     /// Bearer tokens with the `platform_admin` role.
-    pub admin_tokens: Option<Vec<String>>,
+    pub admin_tokens: Option<Vec<Secret>>,
     /// Bearer tokens that may only read.
-    pub viewer_tokens: Option<Vec<String>>,
+    pub viewer_tokens: Option<Vec<Secret>>,
     /// Files each holding one admin token (a mounted Secret), read at
     /// start and added to `admin_tokens`.
     pub admin_token_files: Option<Vec<PathBuf>>,
@@ -45,14 +47,14 @@ impl AuthSection {
     /// or holds no token.
     pub fn read_token_files(mut self) -> Result<AuthSection, ConfigError> {
         fn read(
-            tokens: &mut Option<Vec<String>>,
+            tokens: &mut Option<Vec<Secret>>,
             files: &Option<Vec<PathBuf>>,
             key: &str,
         ) -> Result<(), ConfigError> {
             for file in files.iter().flatten() {
                 let token = proto::secret::read_secret_file(key, file)
                     .map_err(|e| ConfigError::SecretFile(e.to_string()))?;
-                tokens.get_or_insert_with(Vec::new).push(token);
+                tokens.get_or_insert_with(Vec::new).push(token.into());
             }
             Ok(())
         }
@@ -67,24 +69,6 @@ impl AuthSection {
             "openshell.gateway.auth.viewer_token_files",
         )?;
         Ok(self)
-    }
-}
-
-impl std::fmt::Debug for AuthSection {
-    /// Prints every field but the secrets, which show as `<redacted>`.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AuthSection")
-            .field(
-                "admin_tokens",
-                &proto::secret::redact_opt(&self.admin_tokens),
-            )
-            .field(
-                "viewer_tokens",
-                &proto::secret::redact_opt(&self.viewer_tokens),
-            )
-            .field("admin_token_files", &self.admin_token_files)
-            .field("viewer_token_files", &self.viewer_token_files)
-            .finish()
     }
 }
 

@@ -14,7 +14,7 @@
 //! ([`Auth::require`]). SupervisorHost (its credential is in the first
 //! message) and the raft transport (peers) are not wrapped.
 
-use std::collections::BTreeSet;
+use proto::secret::Secret;
 
 use tonic::metadata::MetadataMap;
 use tonic::service::interceptor::InterceptedService;
@@ -32,39 +32,31 @@ pub enum Role {
     PlatformAdmin,
 }
 
-/// The configured tokens (`Debug` prints only how many there are).
-#[derive(Clone, Default)]
+/// The configured tokens (`Debug` prints them as `<redacted>`).
+#[derive(Clone, Debug, Default)]
 pub struct Auth {
-    admin: BTreeSet<String>,
-    viewer: BTreeSet<String>,
-}
-
-impl std::fmt::Debug for Auth {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Auth")
-            .field("admin_tokens", &self.admin.len())
-            .field("viewer_tokens", &self.viewer.len())
-            .finish()
-    }
+    admin: Vec<Secret>,
+    viewer: Vec<Secret>,
 }
 
 /// Whether `token` is one of `set`, comparing every member in constant time
 /// (no early exit on the first match).
-fn holds(set: &BTreeSet<String>, token: &str) -> bool {
+fn holds(set: &[Secret], token: &str) -> bool {
     set.iter().fold(false, |found, t| {
-        proto::secret::ct_eq(token.as_bytes(), t.as_bytes()) | found
+        proto::secret::ct_eq(token.as_bytes(), t.expose().as_bytes()) | found
     })
 }
 
 impl Auth {
-    /// Tokens for each role (empty strings are ignored).
-    pub fn new(
-        admin: impl IntoIterator<Item = String>,
-        viewer: impl IntoIterator<Item = String>,
+    /// Tokens for each role (empty ones are ignored).
+    pub fn new<T: Into<Secret>>(
+        admin: impl IntoIterator<Item = T>,
+        viewer: impl IntoIterator<Item = T>,
     ) -> Self {
+        let keep = |tokens: Vec<Secret>| tokens.into_iter().filter(|t| !t.is_empty()).collect();
         Auth {
-            admin: admin.into_iter().filter(|t| !t.is_empty()).collect(),
-            viewer: viewer.into_iter().filter(|t| !t.is_empty()).collect(),
+            admin: keep(admin.into_iter().map(Into::into).collect()),
+            viewer: keep(viewer.into_iter().map(Into::into).collect()),
         }
     }
 
@@ -282,7 +274,7 @@ mod tests {
 
     #[test]
     fn tokens_match_whole() {
-        let set: BTreeSet<String> = ["abc".to_string(), "xyz".to_string()].into();
+        let set: Vec<Secret> = vec!["abc".into(), "xyz".into()];
         assert!(holds(&set, "abc"));
         assert!(holds(&set, "xyz"));
         assert!(!holds(&set, "ab"));

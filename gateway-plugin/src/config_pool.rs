@@ -30,14 +30,16 @@ use std::time::Duration;
 
 pub use gateway_config::pool::SupervisorPoolSection;
 
+use proto::secret::Secret;
 use std::sync::Arc;
 
 use crate::config_error::{in_range, ConfigError};
 use crate::member_credentials::MemberCredentialsFile;
 use crate::member_identity::{IdentitySettings, KubernetesIdentity};
 
-/// Pool timing, from `[openshell.gateway.supervisor_pool]`.
-#[derive(Clone, PartialEq, Eq)]
+/// Pool timing, from `[openshell.gateway.supervisor_pool]` (`Debug` prints
+/// the shared token as `<redacted>`).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PoolSettings {
     /// The leader appends a `Tick` this often (its monotonic clock).
     pub tick_interval: Duration,
@@ -54,33 +56,13 @@ pub struct PoolSettings {
     pub status_interval: Duration,
     /// DEPRECATED shared credential: any supervisor holding it may join as
     /// any member id not listed in `member_credentials` (None: none).
-    pub supervisor_token: Option<String>,
+    pub supervisor_token: Option<Secret>,
     /// The credential of each member id (`member_credentials_file`): a
     /// listed member must present its own; re-read on change.
     pub member_credentials: Option<MemberCredentialsFile>,
     /// `--member-identity kubernetes`: members not in the file prove their
     /// Pod name by TokenReview ([`crate::member_identity`]).
     pub member_identity: Option<Arc<KubernetesIdentity>>,
-}
-
-impl std::fmt::Debug for PoolSettings {
-    /// Prints every field but the secrets, which show as `<redacted>`.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PoolSettings")
-            .field("tick_interval", &self.tick_interval)
-            .field("heartbeat_ttl_ticks", &self.heartbeat_ttl_ticks)
-            .field("recovery_deadline_ticks", &self.recovery_deadline_ticks)
-            .field("operation_deadline_ticks", &self.operation_deadline_ticks)
-            .field("retention_ticks", &self.retention_ticks)
-            .field("status_interval", &self.status_interval)
-            .field(
-                "supervisor_token",
-                &proto::secret::redact_opt(&self.supervisor_token),
-            )
-            .field("member_credentials", &self.member_credentials)
-            .field("member_identity", &self.member_identity)
-            .finish()
-    }
 }
 
 impl Default for PoolSettings {
@@ -185,7 +167,7 @@ fn credentials_from_section(
     section: &SupervisorPoolSection,
 ) -> Result<
     (
-        Option<String>,
+        Option<Secret>,
         Option<crate::member_credentials::MemberCredentialsFile>,
     ),
     ConfigError,

@@ -26,6 +26,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
+use proto::secret::Secret;
 use proto::watched_file::{Refresh, WatchedFile};
 
 /// How often, at most, the file is re-read.
@@ -35,19 +36,11 @@ const MIN_CREDENTIAL: usize = 16;
 /// Longest credential accepted.
 const MAX_CREDENTIAL: usize = 4096;
 
-/// member id -> credential.
-#[derive(Clone, Default, PartialEq, Eq)]
+/// member id -> credential (`Debug` prints the credentials as
+/// `<redacted>`: [`Secret`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MemberCredentials {
-    by_member: BTreeMap<String, String>,
-}
-
-impl std::fmt::Debug for MemberCredentials {
-    /// The member ids only; credentials show as `<redacted>`.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_map()
-            .entries(self.by_member.keys().map(|k| (k, proto::secret::REDACTED)))
-            .finish()
-    }
+    by_member: BTreeMap<String, Secret>,
 }
 
 impl MemberCredentials {
@@ -81,7 +74,7 @@ impl MemberCredentials {
                 ));
             }
             if by_member
-                .insert(member.to_string(), credential.to_string())
+                .insert(member.to_string(), credential.into())
                 .is_some()
             {
                 return Err(format!("line {n}: member {member} is listed twice"));
@@ -92,7 +85,7 @@ impl MemberCredentials {
 
     /// The credential of `member`, if listed.
     pub fn credential_of(&self, member: &str) -> Option<&str> {
-        self.by_member.get(member).map(String::as_str)
+        self.by_member.get(member).map(Secret::expose)
     }
 
     /// How many members are listed.

@@ -76,7 +76,10 @@ impl SupervisorHostService {
             .member_credentials
             .as_ref()
             .map(crate::member_credentials::current);
-        let token = settings.supervisor_token.as_deref();
+        let token = settings
+            .supervisor_token
+            .as_ref()
+            .map(proto::secret::Secret::expose);
         let checked = match check_hello(hello) {
             Ok(()) => {
                 let identity = settings.member_identity.as_deref();

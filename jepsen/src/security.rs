@@ -29,9 +29,9 @@ use std::sync::Arc;
 use anyhow::Context;
 use local_cluster::gateway::GatewaySection;
 use local_cluster::secrets::{Members, Secrets};
+pub use proto::client::Bearer;
 use proto::tls::generate::{Issued, Usage};
 use proto::tls::ClientTls;
-use tonic::metadata::AsciiMetadataValue;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
@@ -144,7 +144,8 @@ impl Credentials {
 
     /// The interceptor adding the admin token to every call.
     pub fn bearer(&self) -> Bearer {
-        Bearer::new(self.secrets.admin_token())
+        // Hex: always a valid header value.
+        Bearer::new(Some(self.secrets.admin_token())).unwrap_or_default()
     }
 
     /// How the run's supervisors reach the gateways.
@@ -201,42 +202,6 @@ impl std::fmt::Debug for MemberSecurity {
             .field("ca_file", &self.ca_file)
             .field("members", &self.members.keys().collect::<Vec<_>>())
             .finish_non_exhaustive()
-    }
-}
-
-/// Adds `authorization: Bearer <token>` to every call (none: nothing).
-#[derive(Clone, Default)]
-pub struct Bearer(Option<AsciiMetadataValue>);
-
-impl std::fmt::Debug for Bearer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.is_some() {
-            "Bearer(<redacted>)"
-        } else {
-            "Bearer(none)"
-        })
-    }
-}
-
-impl Bearer {
-    /// With `token` (hex, so always a valid header value; an invalid one
-    /// would send no header and be refused by the gateway).
-    pub fn new(token: &str) -> Bearer {
-        Bearer(format!("Bearer {token}").parse().ok())
-    }
-}
-
-impl tonic::service::Interceptor for Bearer {
-    fn call(
-        &mut self,
-        mut request: tonic::Request<()>,
-    ) -> Result<tonic::Request<()>, tonic::Status> {
-        if let Some(value) = &self.0 {
-            request
-                .metadata_mut()
-                .insert("authorization", value.clone());
-        }
-        Ok(request)
     }
 }
 

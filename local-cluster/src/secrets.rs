@@ -136,7 +136,7 @@ pub struct Secrets {
     /// The supervisors' trusted grant keys file.
     pub trusted_keys: PathBuf,
     /// The admin token.
-    admin_token: String,
+    admin_token: proto::secret::Secret,
     /// member id -> its credential.
     members: BTreeMap<String, String>,
 }
@@ -195,7 +195,7 @@ impl Secrets {
         )
         .map_err(io(&trusted_keys))?;
         let admin_token_file = dir.join(ADMIN_TOKEN_FILE);
-        let admin_token = secret_file("--admin-token-file", &admin_token_file)?;
+        let admin_token = secret_file("--admin-token-file", &admin_token_file)?.into();
         let mut listing = String::from("# member_id credential\n");
         let mut by_member = BTreeMap::new();
         for member in members {
@@ -225,7 +225,7 @@ impl Secrets {
 
     /// The admin token.
     pub fn admin_token(&self) -> &str {
-        &self.admin_token
+        self.admin_token.expose()
     }
 
     /// `member`'s credential (none: not a member of this cluster).

@@ -1,8 +1,14 @@
-//! Secrets: constant-time comparison, redaction in `Debug`, and reading a
-//! token from a file (so it need not show in `/proc/*/cmdline`).
+//! Secrets: the one type that holds them ([`Secret`]), constant-time
+//! comparison, and reading a token from a file (so it need not show in
+//! `/proc/*/cmdline`).
 //!
-//! Every crate that checks a token or credential compares it with [`ct_eq`];
-//! every config type that holds one prints [`REDACTED`] in its place.
+//! Every token, credential and key a config type holds is a [`Secret`]: its
+//! `Debug` prints [`REDACTED`] (so a config type derives `Debug` and never
+//! writes redaction by hand), it is zeroized when dropped (the `secrecy`
+//! crate's `SecretString` inside), compared in constant time, and read
+//! only through [`Secret::expose`], which makes every use greppable.
+//! Every crate that checks a token or credential compares it with
+//! [`ct_eq`] (or [`Secret`]'s `==`, which does).
 
 use std::path::{Path, PathBuf};
 
@@ -22,9 +28,78 @@ pub fn ct_eq(presented: &[u8], expected: &[u8]) -> bool {
     presented.ct_eq(expected).into()
 }
 
-/// Redacted form of an optional secret for `Debug` output.
+/// Redacted form of an optional secret for `Debug` output (for a field
+/// that cannot be a [`Secret`], such as another crate's type).
 pub fn redact_opt<T>(secret: &Option<T>) -> Option<&'static str> {
     secret.as_ref().map(|_| REDACTED)
+}
+
+/// A token, credential or key: printed as [`REDACTED`], zeroized on drop,
+/// compared in constant time, read through [`Secret::expose`] only.
+/// Serialized as its plain text (a configuration file a launcher writes,
+/// mode 0600, must hold what it was given); deserialized from a string.
+#[derive(Clone, Default)]
+pub struct Secret(secrecy::SecretString);
+
+impl Secret {
+    /// The secret's text, for the one place that needs it (a header, a
+    /// comparison, a file written 0600). Never log it.
+    pub fn expose(&self) -> &str {
+        secrecy::ExposeSecret::expose_secret(&self.0)
+    }
+
+    /// Whether it is the empty string (no secret at all).
+    pub fn is_empty(&self) -> bool {
+        self.expose().is_empty()
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(REDACTED)
+    }
+}
+
+impl PartialEq for Secret {
+    /// Constant time in the contents ([`ct_eq`]).
+    fn eq(&self, other: &Secret) -> bool {
+        ct_eq(self.expose().as_bytes(), other.expose().as_bytes())
+    }
+}
+
+impl Eq for Secret {}
+
+impl From<String> for Secret {
+    fn from(s: String) -> Secret {
+        Secret(s.into())
+    }
+}
+
+impl From<&str> for Secret {
+    fn from(s: &str) -> Secret {
+        Secret(s.into())
+    }
+}
+
+impl std::str::FromStr for Secret {
+    type Err = std::convert::Infallible;
+
+    /// For a command-line flag (`clap` parses a `Secret` with it).
+    fn from_str(s: &str) -> Result<Secret, Self::Err> {
+        Ok(Secret::from(s))
+    }
+}
+
+impl serde::Serialize for Secret {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.expose())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Secret {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Secret, D::Error> {
+        String::deserialize(deserializer).map(Secret::from)
+    }
 }
 
 /// Why a secret file could not be used.
@@ -100,6 +175,27 @@ pub fn read_secret_file(flag: &str, path: &Path) -> Result<String, SecretFileErr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_secret_never_prints_and_round_trips_through_serde() {
+        #[derive(Debug, serde::Serialize, serde::Deserialize)]
+        struct Config {
+            token: Secret,
+            tokens: Vec<Secret>,
+        }
+        let config = Config {
+            token: "s3cret-one".into(),
+            tokens: vec!["s3cret-two".into()],
+        };
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(shown.contains(REDACTED), "{shown}");
+        let json = serde_json::to_string(&config).unwrap();
+        let back: Config = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.token.expose(), "s3cret-one");
+        assert_eq!(back.tokens, config.tokens);
+        assert_ne!(back.token, Secret::from("s3cret-two"));
+    }
 
     #[test]
     fn ct_eq_compares_whole_secrets() {

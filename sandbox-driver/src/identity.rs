@@ -8,25 +8,16 @@ use proto::tls::generate::{Ca, Usage};
 
 use crate::DriverError;
 
-/// A runtime's certificate and key, and the CA certificate that verifies it.
-#[derive(Clone, PartialEq, Eq)]
+/// A runtime's certificate and key, and the CA certificate that verifies it
+/// (`Debug` prints the key as `<redacted>`).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Identity {
     /// PEM of the per-runtime CA certificate (public).
     pub ca_pem: String,
     /// PEM of the runtime's serving certificate.
     pub cert_pem: String,
     /// PEM of the runtime's private key.
-    pub key_pem: String,
-}
-
-impl std::fmt::Debug for Identity {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Identity")
-            .field("ca_pem", &self.ca_pem)
-            .field("cert_pem", &self.cert_pem)
-            .field("key_pem", &"<redacted>")
-            .finish()
-    }
+    pub key_pem: proto::secret::Secret,
 }
 
 /// Makes the identity of runtime `name`; its certificate names `name` and

@@ -294,7 +294,11 @@ impl ProcessDriver {
             )
         };
         let identity = crate::identity::issue("process", name, &[listen.ip()])?;
-        entry::write_atomically(&entry.join(ENTRY_KEY), identity.key_pem.as_bytes(), 0o600)?;
+        entry::write_atomically(
+            &entry.join(ENTRY_KEY),
+            identity.key_pem.expose().as_bytes(),
+            0o600,
+        )?;
         entry::write_atomically(&entry.join(ENTRY_CERT), identity.cert_pem.as_bytes(), 0o644)?;
         entry::write_atomically(&entry.join(ENTRY_CA), identity.ca_pem.as_bytes(), 0o644)?;
         let join = ns

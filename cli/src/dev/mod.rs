@@ -307,7 +307,7 @@ async fn bring_up(
         .map_err(|e| CliError::Local(e.to_string()))?;
     let token = proto::secret::read_secret_file("--token-file", &secrets.admin_token)
         .map_err(|e| CliError::Local(e.to_string()))?;
-    let gw = Gateway::new(endpoints.to_vec(), Some(token), Some(tls))?;
+    let gw = Gateway::new(endpoints.to_vec(), Some(token.into()), Some(tls))?;
     wait_until("a gateway leader", Duration::from_secs(30), || async {
         let s = gw.client().cluster_status(false).await;
         matches!(s, Ok(r) if r.leader_id != 0)

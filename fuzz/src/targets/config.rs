@@ -64,7 +64,7 @@ pub fn supervisor_settings(text: &str) -> RawAgentConfig {
         listen,
         http_listen,
         capacity,
-        credential,
+        credential: credential.map(Into::into),
         drain_timeout_ms,
         insecure: flags.contains('i'),
         listed_order: flags.contains('o'),

@@ -15,6 +15,7 @@ use gateway_plugin::config::{
 };
 use gateway_plugin::config_driver::SandboxDriverSection;
 use gateway_plugin::config_statefulset::AutopilotSection;
+use proto::secret::Secret;
 
 /// One replica of the OpenShell gateway's raft-replicated pool store.
 ///
@@ -152,7 +153,7 @@ struct Args {
         hide_env_values = true,
         value_delimiter = ','
     )]
-    admin_token: Option<Vec<String>>,
+    admin_token: Option<Vec<Secret>>,
     /// Bearer token that may only read (repeatable).
     #[arg(
         long,
@@ -160,11 +161,11 @@ struct Args {
         hide_env_values = true,
         value_delimiter = ','
     )]
-    viewer_token: Option<Vec<String>>,
+    viewer_token: Option<Vec<Secret>>,
     /// DEPRECATED (any supervisor holding it can join as any member): one
     /// credential for every supervisor; use --member-credentials-file.
     #[arg(long, env = "OPENSHELL_SUPERVISOR_TOKEN", hide_env_values = true)]
-    supervisor_token: Option<String>,
+    supervisor_token: Option<Secret>,
     /// File holding a platform_admin token (repeatable; one token per file,
     /// a trailing newline is trimmed). Keeps it out of /proc/*/cmdline.
     #[arg(long, env = "OPENSHELL_ADMIN_TOKEN_FILE", value_delimiter = ',')]
@@ -242,16 +243,16 @@ struct Args {
 
 /// `tokens` plus the token in each of `files` (given by `flag`).
 fn with_token_files(
-    tokens: Option<Vec<String>>,
+    tokens: Option<Vec<Secret>>,
     files: &[PathBuf],
     flag: &str,
-) -> anyhow::Result<Option<Vec<String>>> {
+) -> anyhow::Result<Option<Vec<Secret>>> {
     if files.is_empty() {
         return Ok(tokens);
     }
     let mut tokens = tokens.unwrap_or_default();
     for file in files {
-        tokens.push(proto::secret::read_secret_file(flag, file)?);
+        tokens.push(proto::secret::read_secret_file(flag, file)?.into());
     }
     Ok(Some(tokens))
 }
@@ -447,10 +448,9 @@ fn flag_section(args: Args) -> anyhow::Result<GatewaySection> {
             recovery_deadline_ms: args.recovery_deadline_ms,
             retention_ticks: args.retention_ticks,
             supervisor_token: match &args.supervisor_token_file {
-                Some(file) => Some(proto::secret::read_secret_file(
-                    "--supervisor-token-file",
-                    file,
-                )?),
+                Some(file) => {
+                    Some(proto::secret::read_secret_file("--supervisor-token-file", file)?.into())
+                }
                 None => args.supervisor_token,
             },
             member_credentials_file: args.member_credentials_file,

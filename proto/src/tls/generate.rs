@@ -40,22 +40,14 @@ pub struct Issued {
     pub key: PathBuf,
 }
 
-/// A certificate and its key, as PEM text in memory.
-#[derive(Clone, PartialEq, Eq)]
+/// A certificate and its key, as PEM text in memory (`Debug` prints the
+/// key as `<redacted>`).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IssuedPem {
     /// The PEM certificate.
     pub cert: String,
     /// The PEM private key.
-    pub key: String,
-}
-
-impl std::fmt::Debug for IssuedPem {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("IssuedPem")
-            .field("cert", &self.cert)
-            .field("key", &"<redacted>")
-            .finish()
-    }
+    pub key: crate::secret::Secret,
 }
 
 /// What a certificate may be used for.
@@ -212,7 +204,7 @@ impl Ca {
             key: dir.join(format!("{stem}.key")),
         };
         write_file(&issued.cert, &pem.cert, 0o644)?;
-        write_file(&issued.key, &pem.key, 0o600)?;
+        write_file(&issued.key, pem.key.expose(), 0o600)?;
         Ok(issued)
     }
 
@@ -261,7 +253,7 @@ impl Ca {
             .map_err(rcgen_err(stem))?;
         Ok(IssuedPem {
             cert: cert.pem(),
-            key: key.serialize_pem(),
+            key: key.serialize_pem().into(),
         })
     }
 }

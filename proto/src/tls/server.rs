@@ -94,8 +94,11 @@ impl ServerTls {
     ///
     /// # Errors
     /// The PEM does not parse, or the key does not match the certificate.
-    pub fn from_pem(cert_pem: &str, key_pem: &str) -> Result<Self, TlsError> {
-        let contents = vec![cert_pem.as_bytes().to_vec(), key_pem.as_bytes().to_vec()];
+    pub fn from_pem(cert_pem: &str, key_pem: &crate::secret::Secret) -> Result<Self, TlsError> {
+        let contents = vec![
+            cert_pem.as_bytes().to_vec(),
+            key_pem.expose().as_bytes().to_vec(),
+        ];
         Ok(ServerTls {
             inner: Arc::new(Watched::fixed(
                 &["<in-memory certificate>", "<in-memory key>"],

@@ -52,7 +52,7 @@ pub fn tls_secret(spec: &LaunchSpec, identity: &Identity) -> Secret {
         type_: Some("kubernetes.io/tls".to_string()),
         data: Some(BTreeMap::from([
             ("tls.crt".to_string(), bytes(&identity.cert_pem)),
-            ("tls.key".to_string(), bytes(&identity.key_pem)),
+            ("tls.key".to_string(), bytes(identity.key_pem.expose())),
             ("ca.crt".to_string(), bytes(&identity.ca_pem)),
         ])),
         ..Secret::default()

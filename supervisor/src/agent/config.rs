@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use proto::client::{ClientConfig, Role};
+use proto::secret::Secret;
 
 use crate::trusted_keys::TrustedKeys;
 
@@ -43,8 +44,9 @@ pub enum ConfigError {
     },
 }
 
-/// Raw settings as parsed (all optional), before validation.
-#[derive(Clone, Default)]
+/// Raw settings as parsed (all optional), before validation. `Debug`
+/// prints the credential as `<redacted>` ([`Secret`]).
+#[derive(Clone, Debug, Default)]
 pub struct RawAgentConfig {
     /// Gateway endpoints, host:port.
     pub gateways: Vec<String>,
@@ -63,7 +65,7 @@ pub struct RawAgentConfig {
     /// Sessions this supervisor hosts at most.
     pub capacity: Option<u32>,
     /// Supervisor credential presented to gateways.
-    pub credential: Option<String>,
+    pub credential: Option<Secret>,
     /// `--credential-file`, where `credential` was read from: re-read at
     /// every hello, so a rotated token (a Kubernetes projected
     /// ServiceAccount token) is the one presented.
@@ -99,31 +101,6 @@ pub const DEFAULT_DRAIN_TIMEOUT_MS: u64 = 25_000;
 /// The longest `--drain-timeout-ms` (one hour).
 pub const MAX_DRAIN_TIMEOUT_MS: u64 = 3_600_000;
 
-impl std::fmt::Debug for RawAgentConfig {
-    /// Prints every field but the secrets, which show as `<redacted>`.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RawAgentConfig")
-            .field("gateways", &self.gateways)
-            .field("member_id", &self.member_id)
-            .field("member_uid", &self.member_uid)
-            .field("advertise_ip", &self.advertise_ip)
-            .field("listen", &self.listen)
-            .field("http_listen", &self.http_listen)
-            .field("capacity", &self.capacity)
-            .field("credential", &proto::secret::redact_opt(&self.credential))
-            .field("credential_file", &self.credential_file)
-            .field("runtime_dir", &self.runtime_dir)
-            .field("runtime_bin", &self.runtime_bin)
-            .field("listed_order", &self.listed_order)
-            .field("trusted_grant_keys_file", &self.trusted_grant_keys_file)
-            .field("insecure", &self.insecure)
-            .field("tls_ca_file", &self.tls_ca_file)
-            .field("no_drain_on_stop", &self.no_drain_on_stop)
-            .field("drain_timeout_ms", &self.drain_timeout_ms)
-            .finish()
-    }
-}
-
 /// Validated settings.
 #[derive(Clone)]
 pub struct AgentConfig {
@@ -143,7 +120,7 @@ pub struct AgentConfig {
     /// Capacity in sessions.
     pub capacity: u32,
     /// Credential for gateways (empty: none).
-    pub credential: String,
+    pub credential: Secret,
     /// `--credential-file`: re-read at every hello ([`Self::current_credential`]).
     pub credential_file: Option<CredentialFile>,
     /// `--runtime-dir` if given: ignored, only warned about.
@@ -187,10 +164,7 @@ impl std::fmt::Debug for AgentConfig {
             .field("listen", &self.listen)
             .field("http_listen", &self.http_listen)
             .field("capacity", &self.capacity)
-            .field(
-                "credential",
-                &(!self.credential.is_empty()).then_some(proto::secret::REDACTED),
-            )
+            .field("credential", &self.credential)
             .field("credential_file", &self.credential_file)
             .field("runtime_dir", &self.runtime_dir)
             .field("runtime_bin", &self.runtime_bin)
@@ -260,7 +234,7 @@ impl RawAgentConfig {
             .transpose()?;
         if !self.insecure {
             check_secure(
-                &credential,
+                credential.expose(),
                 trusted_keys.as_ref(),
                 self.tls_ca_file.is_some(),
             )?;
@@ -295,7 +269,7 @@ impl RawAgentConfig {
             capacity,
             credential_file: self
                 .credential_file
-                .map(|path| CredentialFile::new(path, &credential)),
+                .map(|path| CredentialFile::new(path, credential.clone())),
             credential,
             runtime_dir,
             runtime_bin,
@@ -323,7 +297,7 @@ pub struct CredentialFile {
     path: PathBuf,
     /// The last credential read from it, presented when a re-read fails.
     /// A std mutex: held for a clone or an assignment only.
-    last: Arc<Mutex<String>>,
+    last: Arc<Mutex<Secret>>,
 }
 
 impl std::fmt::Debug for CredentialFile {
@@ -335,19 +309,19 @@ impl std::fmt::Debug for CredentialFile {
 
 impl CredentialFile {
     /// The file at `path`, whose contents at start were `first`.
-    pub fn new(path: PathBuf, first: &str) -> Self {
+    pub fn new(path: PathBuf, first: Secret) -> Self {
         CredentialFile {
             path,
-            last: Arc::new(Mutex::new(first.to_string())),
+            last: Arc::new(Mutex::new(first)),
         }
     }
 
     /// The file's credential now (a trailing newline trimmed); if it cannot
     /// be read or is empty, the last one read, with a warning.
-    pub fn read(&self) -> String {
+    pub fn read(&self) -> Secret {
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
         match proto::secret::read_secret_file("--credential-file", &self.path) {
-            Ok(credential) => *last = credential,
+            Ok(credential) => *last = credential.into(),
             Err(error) => {
                 tracing::warn!(%error, "credential file not re-read: presenting the last credential read from it")
             }
@@ -359,7 +333,7 @@ impl CredentialFile {
 impl AgentConfig {
     /// The credential a hello presents: the credential file re-read, else
     /// the credential given at start.
-    pub fn current_credential(&self) -> String {
+    pub fn current_credential(&self) -> Secret {
         match &self.credential_file {
             Some(file) => file.read(),
             None => self.credential.clone(),
@@ -499,7 +473,7 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"));
         let secure = |credential: Option<&str>, keys: Option<&std::path::Path>| RawAgentConfig {
             insecure: false,
-            credential: credential.map(String::from),
+            credential: credential.map(Secret::from),
             trusted_grant_keys_file: keys.map(|k| k.to_path_buf()),
             tls_ca_file: Some(ca.cert.clone()),
             ..raw()
@@ -565,14 +539,17 @@ mod tests {
         r.credential = Some("first-token".into());
         r.credential_file = Some(file.clone());
         let config = r.validate().unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(config.current_credential(), "first-token");
+        assert_eq!(config.current_credential().expose(), "first-token");
         std::fs::write(&file, "rotated-token").unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(config.current_credential(), "rotated-token");
+        assert_eq!(config.current_credential().expose(), "rotated-token");
         std::fs::remove_file(&file).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(config.current_credential(), "rotated-token");
+        assert_eq!(config.current_credential().expose(), "rotated-token");
         assert!(!format!("{config:?}").contains("rotated-token"));
         assert_eq!(
-            raw().validate().map(|c| c.current_credential()).ok(),
+            raw()
+                .validate()
+                .map(|c| c.current_credential().expose().to_string())
+                .ok(),
             Some(String::new())
         );
     }
@@ -584,7 +561,7 @@ mod tests {
         let shown = format!("{r:?}");
         assert!(!shown.contains("s3cret"), "{shown}");
         let config = r.validate().unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(config.credential, "cred-s3cret");
+        assert_eq!(config.credential.expose(), "cred-s3cret");
         let shown = format!("{config:?}");
         assert!(!shown.contains("s3cret"), "{shown}");
         assert!(shown.contains("<redacted>"), "{shown}");

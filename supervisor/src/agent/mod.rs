@@ -530,7 +530,7 @@ async fn attach_once(agent: &Arc<Agent>, gateway: &str) -> anyhow::Result<Ended>
         member_uid: agent.config.member_uid.clone(),
         advertise_address: agent.advertise_address.clone(),
         capacity: agent.config.capacity,
-        credential: agent.config.current_credential(),
+        credential: agent.config.current_credential().expose().to_string(),
         process_id: agent.process_id.load(Ordering::SeqCst),
         known_incarnation: agent.incarnation.load(Ordering::SeqCst),
         // The legacy, clock-chosen incarnation: never sent.

@@ -117,8 +117,8 @@ fn run() -> anyhow::Result<()> {
         http_listen: args.http_listen,
         capacity: args.capacity,
         credential: match &args.credential_file {
-            Some(file) => Some(proto::secret::read_secret_file("--credential-file", file)?),
-            None => args.credential,
+            Some(file) => Some(proto::secret::read_secret_file("--credential-file", file)?.into()),
+            None => args.credential.map(Into::into),
         },
         credential_file: args.credential_file,
         runtime_dir: args.runtime_dir,

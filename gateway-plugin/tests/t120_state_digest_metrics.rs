@@ -41,7 +41,12 @@ async fn replicas_export_equal_digests_at_equal_indexes() -> TestResult {
         assert_eq!(
             metric(cluster.get(id), "openshell_raft_state_digest_index").await?,
             Some(0),
-            "no digest before index 1024"
+            "no digest before index 1024 (index 0, openraft's first membership entry, is none)"
+        );
+        assert_eq!(
+            metric(cluster.get(id), "openshell_raft_state_digest_crc32").await?,
+            Some(0),
+            "no digest taken before index 1024"
         );
     }
 

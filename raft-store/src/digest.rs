@@ -179,7 +179,7 @@ impl<SM: Clone> DigestPoints<SM> {
         }
         let periodic = self.periodic.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((every, tx)) = periodic.as_ref() {
-            if index.is_multiple_of(*every) && tx.capacity() > 0 {
+            if index > 0 && index.is_multiple_of(*every) && tx.capacity() > 0 {
                 let _ = tx.try_send((index, machine.clone()));
             }
         }

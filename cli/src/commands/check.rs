@@ -219,7 +219,8 @@ impl Verdict {
         );
         for (id, addr) in &self.unchecked {
             text += &format!(
-                "member {id} ({addr}) not checked: pass its client address in --endpoints\n"
+                "member {id} (peer address {addr}) not compared: its gateway did not answer, or \
+                 its client address is not in --endpoints\n"
             );
         }
         text
@@ -249,7 +250,7 @@ impl Verdict {
             let mut missing: Vec<String> = self
                 .unchecked
                 .iter()
-                .map(|(id, addr)| format!("member {id} ({addr})"))
+                .map(|(id, addr)| format!("member {id} (peer address {addr})"))
                 .collect();
             missing.extend(self.failed.iter().map(|e| format!("gateway {e}")));
             return Err(CliError::Unavailable(format!(

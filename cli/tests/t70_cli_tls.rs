@@ -37,12 +37,7 @@ async fn the_cli_speaks_tls_with_its_ca_and_refuses_in_one_line_otherwise() -> T
         .collect::<Vec<_>>()
         .join(",");
     let path = |p: &std::path::Path| p.display().to_string();
-    let secure = vec![
-        "--ca-file".to_string(),
-        path(&material.ca.cert),
-        "--token-file".into(),
-        path(&material.admin_token_file),
-    ];
+    let secure = material_security(material);
 
     eprintln!("--- step: raft status with --ca-file and --token-file works");
     let status = json_as(&secure, &endpoints, &["raft", "status"]);

@@ -40,13 +40,7 @@ async fn idle_connections_do_not_lock_the_operator_out_and_the_cli_names_the_cau
     let mut cluster = Cluster::start_secure(1, &[]);
     cluster.wait_leader("secure gateway up").await;
     let material = cluster.material.as_ref().ok_or("material")?;
-    let path = |p: &std::path::Path| p.display().to_string();
-    let secure = vec![
-        "--ca-file".to_string(),
-        path(&material.ca.cert),
-        "--token-file".into(),
-        path(&material.admin_token_file),
-    ];
+    let secure = material_security(material);
     let addr = cluster.get(1).addr.clone();
 
     eprintln!("--- step: 200 idle connections from 127.0.0.2; raft status from 127.0.0.1");

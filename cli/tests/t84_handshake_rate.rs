@@ -68,13 +68,7 @@ async fn one_address_gets_its_handshakes_at_a_bounded_rate() -> TestResult {
     cluster.wait_leader("secure gateway up").await;
     let material = cluster.material.as_ref().ok_or("material")?;
     let tls = Arc::new(material.client().tls);
-    let path = |p: &std::path::Path| p.display().to_string();
-    let secure = vec![
-        "--ca-file".to_string(),
-        path(&material.ca.cert),
-        "--token-file".into(),
-        path(&material.admin_token_file),
-    ];
+    let secure = material_security(material);
     let addr = cluster.get(1).addr.clone();
     let rate = u64::from(proto::tls::HANDSHAKE_RATE_PER_ADDRESS.get());
     let burst = u64::from(proto::tls::HANDSHAKE_BURST_PER_ADDRESS.get());

@@ -199,6 +199,17 @@ impl Drop for Dev {
     }
 }
 
+/// The CLI flags that reach a secure test cluster made of `material`: its
+/// CA and admin token file.
+pub fn material_security(material: &Material) -> Vec<String> {
+    vec![
+        "--ca-file".into(),
+        material.ca.cert.display().to_string(),
+        "--token-file".into(),
+        material.admin_token_file.display().to_string(),
+    ]
+}
+
 /// The CLI flags that reach the dev cluster of `dir`: its CA and admin
 /// token, as `<dir>/env` names them.
 pub fn dev_security(dir: &Path) -> Vec<String> {

@@ -113,16 +113,25 @@ pub fn veth_names(name: &str) -> (String, String) {
 /// # Errors
 /// A failing `ip` command, with its stderr.
 pub async fn remove(ns: &str, host_link: &str) -> Result<(), DriverError> {
-    if Path::new("/run/netns").join(ns).exists() || Path::new("/var/run/netns").join(ns).exists() {
+    let ns_exists = || {
+        Path::new("/run/netns").join(ns).exists() || Path::new("/var/run/netns").join(ns).exists()
+    };
+    if ns_exists() {
         if let Err(e) = ip(&["netns", "del", ns]).await {
-            if !e.to_string().contains("No such file") {
+            if ns_exists() {
                 return Err(e);
             }
         }
     }
-    if Path::new("/sys/class/net").join(host_link).exists() {
+    // Deleting the namespace makes the kernel tear it down in the
+    // background, and the veth pair with it: the host end may vanish
+    // between the check and `ip link del` ("RTNETLINK answers: No such
+    // device"). What counts is that it is gone afterwards, whatever `ip`
+    // said about the race.
+    let link_exists = || Path::new("/sys/class/net").join(host_link).exists();
+    if link_exists() {
         if let Err(e) = ip(&["link", "del", host_link]).await {
-            if !e.to_string().contains("Cannot find device") {
+            if link_exists() {
                 return Err(e);
             }
         }

@@ -12,13 +12,14 @@
 //!   that is a multiple of `every` (the gateway exports it as metrics,
 //!   equal on every replica at equal index).
 //!
-//! Only a copy of the state is taken under the apply lock; encoding and
-//! hashing happen on the caller's side. Nothing here changes the state, so
-//! apply stays deterministic.
+//! Only a copy of the state is taken under the apply lock, one per index
+//! however many requests wait for it ([`StateCopy`], shared); encoding and
+//! hashing happen once per copy, on the callers' side. Nothing here changes
+//! the state, so apply stays deterministic.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -29,6 +30,11 @@ pub const DEFAULT_EVERY: u64 = 1024;
 /// Requests for a digest at a future index waiting at once, at most; one
 /// more is refused ([`DigestError::Busy`]) rather than queued.
 pub const MAX_WAITING: usize = 64;
+
+/// Distinct indexes requests wait for at once, at most: each costs one copy
+/// of the state when it is applied. `raft check` asks every gateway for
+/// the same index, so one is the usual count.
+pub const MAX_WAITING_INDEXES: usize = 4;
 
 /// How far ahead of the applied index a request may ask, at most.
 pub const MAX_AHEAD: u64 = 1_000_000;
@@ -87,32 +93,67 @@ pub enum DigestError {
         /// This replica's applied index.
         applied: u64,
     },
-    /// [`MAX_WAITING`] requests are already waiting.
-    #[error("{MAX_WAITING} digest requests are already waiting on this gateway; try again later")]
+    /// [`MAX_WAITING`] requests, or requests for [`MAX_WAITING_INDEXES`]
+    /// other indexes, are already waiting.
+    #[error("{MAX_WAITING} digest requests, or requests for {MAX_WAITING_INDEXES} other indexes, are already waiting on this gateway; try again later")]
     Busy,
+}
+
+/// One copy of the state after an index, shared by every request waiting
+/// for that index; its digest is computed once, by the first to ask.
+pub struct StateCopy<SM> {
+    index: u64,
+    machine: SM,
+    digest: OnceLock<Digest>,
+}
+
+impl<SM> StateCopy<SM> {
+    pub(crate) fn new(index: u64, machine: SM) -> Arc<Self> {
+        Arc::new(StateCopy {
+            index,
+            machine,
+            digest: OnceLock::new(),
+        })
+    }
+
+    /// The index this copy was taken after.
+    pub fn index(&self) -> u64 {
+        self.index
+    }
+
+    /// The digest of this copy, encoding it with `encode` on the first call
+    /// only (later callers wait for that one and share its result).
+    pub fn digest(&self, encode: impl FnOnce(&SM) -> Vec<u8>) -> Digest {
+        *self
+            .digest
+            .get_or_init(|| Digest::of_encoding(self.index, &encode(&self.machine)))
+    }
 }
 
 /// The digest points of one replica: requests waiting for an index, and
 /// the periodic digests' channel. Shared by the apply loop and the node.
 pub struct DigestPoints<SM> {
-    /// Waiting requests by index; each gets a copy of the state.
-    waiting: Mutex<BTreeMap<u64, Vec<oneshot::Sender<SM>>>>,
+    /// Waiting requests by index; those of one index share one copy.
+    waiting: Mutex<BTreeMap<u64, Vec<CopySender<SM>>>>,
     /// Number of waiting requests, read without the lock on every entry.
     count: AtomicUsize,
-    /// Periodic digests: every `.0`-th index, a copy of the state goes to
-    /// `.1` (dropped when the previous one is still being hashed).
-    periodic: Mutex<Option<Periodic<SM>>>,
+    /// Periodic digests, set once: every `.0`-th index, a copy of the state
+    /// goes to `.1` (dropped when the previous one is still being hashed).
+    periodic: OnceLock<Periodic<SM>>,
 }
 
+/// Where a waiting request's copy goes.
+type CopySender<SM> = oneshot::Sender<Arc<StateCopy<SM>>>;
+
 /// Where periodic digests go: every how many indexes, and the channel.
-type Periodic<SM> = (u64, mpsc::Sender<(u64, SM)>);
+type Periodic<SM> = (u64, mpsc::Sender<Arc<StateCopy<SM>>>);
 
 impl<SM> Default for DigestPoints<SM> {
     fn default() -> Self {
         DigestPoints {
             waiting: Mutex::new(BTreeMap::new()),
             count: AtomicUsize::new(0),
-            periodic: Mutex::new(None),
+            periodic: OnceLock::new(),
         }
     }
 }
@@ -120,10 +161,11 @@ impl<SM> Default for DigestPoints<SM> {
 impl<SM: Clone> DigestPoints<SM> {
     /// Sends a copy of the state after every index that is a multiple of
     /// `every` to the returned receiver (capacity one: a copy is dropped
-    /// while the previous one is still waiting to be hashed).
-    pub fn periodic(&self, every: u64) -> mpsc::Receiver<(u64, SM)> {
+    /// while the previous one is still waiting to be hashed). Set once per
+    /// node: a second call gets a receiver that never receives.
+    pub fn periodic(&self, every: u64) -> mpsc::Receiver<Arc<StateCopy<SM>>> {
         let (tx, rx) = mpsc::channel(1);
-        *self.periodic.lock().unwrap_or_else(|p| p.into_inner()) = Some((every.max(1), tx));
+        let _ = self.periodic.set((every.max(1), tx));
         rx
     }
 
@@ -134,7 +176,11 @@ impl<SM: Clone> DigestPoints<SM> {
     /// # Errors
     /// [`DigestError::Passed`], [`DigestError::TooFarAhead`],
     /// [`DigestError::Busy`].
-    pub fn register(&self, index: u64, applied: u64) -> Result<oneshot::Receiver<SM>, DigestError> {
+    pub fn register(
+        &self,
+        index: u64,
+        applied: u64,
+    ) -> Result<oneshot::Receiver<Arc<StateCopy<SM>>>, DigestError> {
         if index <= applied {
             return Err(DigestError::Passed { index, applied });
         }
@@ -148,7 +194,8 @@ impl<SM: Clone> DigestPoints<SM> {
             !senders.is_empty()
         });
         let held: usize = waiting.values().map(Vec::len).sum();
-        if held >= MAX_WAITING {
+        let new_index = !waiting.contains_key(&index);
+        if held >= MAX_WAITING || (new_index && waiting.len() >= MAX_WAITING_INDEXES) {
             self.count.store(held, Ordering::Release);
             return Err(DigestError::Busy);
         }
@@ -158,29 +205,30 @@ impl<SM: Clone> DigestPoints<SM> {
         Ok(rx)
     }
 
-    /// Called by the apply loop after the entry at `index`: hands a copy of
-    /// `machine` to the requests waiting for `index`, drops those waiting
+    /// Called by the apply loop after the entry at `index`: hands one copy
+    /// of `machine` to the requests waiting for `index`, drops those waiting
     /// for an earlier one (a snapshot install jumped over it: they read
     /// [`DigestError::Passed`]), and feeds the periodic digest.
     pub fn applied(&self, index: u64, machine: &SM) {
         if self.count.load(Ordering::Acquire) > 0 {
             let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
             let later = waiting.split_off(&(index + 1));
-            let due = std::mem::replace(&mut *waiting, later);
-            for (at, senders) in due {
-                if at == index {
+            let mut due = std::mem::replace(&mut *waiting, later);
+            // Earlier indexes' senders are dropped with `due`: closed.
+            if let Some(senders) = due.remove(&index) {
+                if senders.iter().any(|s| !s.is_closed()) {
+                    let copy = StateCopy::new(index, machine.clone());
                     for sender in senders {
-                        let _ = sender.send(machine.clone());
+                        let _ = sender.send(Arc::clone(&copy));
                     }
                 }
             }
             self.count
                 .store(waiting.values().map(Vec::len).sum(), Ordering::Release);
         }
-        let periodic = self.periodic.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((every, tx)) = periodic.as_ref() {
+        if let Some((every, tx)) = self.periodic.get() {
             if index > 0 && index.is_multiple_of(*every) && tx.capacity() > 0 {
-                let _ = tx.try_send((index, machine.clone()));
+                let _ = tx.try_send(StateCopy::new(index, machine.clone()));
             }
         }
     }
@@ -227,17 +275,53 @@ mod tests {
     fn waiting_requests_are_bounded_and_abandoned_ones_free_their_slot() {
         let points = DigestPoints::<Machine>::default();
         let mut held: Vec<_> = (0..MAX_WAITING as u64)
-            .map(|i| points.register(10 + i, 1).expect("registered"))
+            .map(|i| {
+                let index = 10 + i % MAX_WAITING_INDEXES as u64;
+                points.register(index, 1).expect("registered")
+            })
             .collect();
-        assert_eq!(points.register(100, 1).err(), Some(DigestError::Busy));
+        assert_eq!(points.register(10, 1).err(), Some(DigestError::Busy));
         held.pop();
-        assert!(points.register(100, 1).is_ok());
+        assert!(points.register(10, 1).is_ok());
         assert_eq!(
             points.register(MAX_AHEAD + 2, 1).err(),
             Some(DigestError::TooFarAhead {
                 index: MAX_AHEAD + 2,
                 applied: 1
             })
+        );
+    }
+
+    #[test]
+    fn requests_for_one_index_share_one_copy_and_one_digest() {
+        let points = DigestPoints::<Machine>::default();
+        let mut first = points.register(4, 1).expect("registered");
+        let mut second = points.register(4, 1).expect("registered");
+        points.applied(4, &Machine);
+        let (a, b) = (
+            first.try_recv().expect("a copy"),
+            second.try_recv().expect("a copy"),
+        );
+        assert!(Arc::ptr_eq(&a, &b), "one copy for both requests");
+        let mut encodings = 0;
+        let da = a.digest(|_| {
+            encodings += 1;
+            vec![1, 2, 3]
+        });
+        let db = b.digest(|_| unreachable!("encoded once"));
+        assert_eq!((da, encodings, a.index()), (db, 1, 4));
+    }
+
+    #[test]
+    fn distinct_waiting_indexes_are_bounded() {
+        let points = DigestPoints::<Machine>::default();
+        let _held: Vec<_> = (0..MAX_WAITING_INDEXES as u64)
+            .map(|i| points.register(10 + i, 1).expect("registered"))
+            .collect();
+        assert_eq!(points.register(100, 1).err(), Some(DigestError::Busy));
+        assert!(
+            points.register(10, 1).is_ok(),
+            "a waited-for index takes more"
         );
     }
 }

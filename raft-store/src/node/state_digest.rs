@@ -4,7 +4,9 @@
 use std::time::Duration;
 
 use super::RaftNode;
-use crate::digest::{Digest, DigestError};
+use std::sync::Arc;
+
+use crate::digest::{Digest, DigestError, StateCopy};
 use crate::state_machine::{Applied, StateMachine};
 use crate::store::{NodeLog, NodeMachine};
 use crate::NodeConfig;
@@ -29,15 +31,15 @@ impl<SM: StateMachine, L: NodeLog, M: NodeMachine<SM>> RaftNode<SM, L, M> {
         let registered = NodeMachine::read(self.machine_store(), |a: &Applied<SM>| {
             let applied = a.last_applied.map_or(0, |l| l.index);
             if index == 0 || applied == index {
-                Ok(Err((a.machine.clone(), applied)))
+                Ok(Err(StateCopy::new(applied, a.machine.clone())))
             } else {
                 a.digests.register(index, applied).map(Ok)
             }
         })?;
-        let machine = match registered {
-            Err((now, applied)) => return Ok(hash_off_the_runtime(now, applied).await),
+        let copy = match registered {
+            Err(now) => now,
             Ok(rx) => match tokio::time::timeout(wait, rx).await {
-                Ok(Ok(machine)) => machine,
+                Ok(Ok(copy)) => copy,
                 Ok(Err(_)) => {
                     return Err(DigestError::Passed {
                         index,
@@ -53,7 +55,7 @@ impl<SM: StateMachine, L: NodeLog, M: NodeMachine<SM>> RaftNode<SM, L, M> {
                 }
             },
         };
-        Ok(hash_off_the_runtime(machine, index).await)
+        Ok(hash_off_the_runtime(copy).await)
     }
 
     fn applied_index(&self) -> u64 {
@@ -61,11 +63,10 @@ impl<SM: StateMachine, L: NodeLog, M: NodeMachine<SM>> RaftNode<SM, L, M> {
     }
 }
 
-/// Encodes and hashes `machine` on a blocking thread (a large state takes
-/// a while; the runtime's workers keep serving).
-async fn hash_off_the_runtime<SM: StateMachine>(machine: SM, index: u64) -> Digest {
-    match tokio::task::spawn_blocking(move || Digest::of_encoding(index, &machine.snapshot())).await
-    {
+/// Encodes and hashes `copy` on a blocking thread (a large state takes
+/// a while; the runtime's workers keep serving), once for all who share it.
+async fn hash_off_the_runtime<SM: StateMachine>(copy: Arc<StateCopy<SM>>) -> Digest {
+    match tokio::task::spawn_blocking(move || copy.digest(StateMachine::snapshot)).await {
         Ok(digest) => digest,
         // Only a panic in the state machine's encoder gets here: re-raise.
         Err(e) => std::panic::resume_unwind(e.into_panic()),
@@ -85,8 +86,8 @@ pub(crate) fn start_periodic<SM: StateMachine>(
     let mut copies = machine.read(|a: &Applied<SM>| a.digests.periodic(config.digest_every));
     let observer = config.observer.clone();
     tokio::spawn(async move {
-        while let Some((index, machine)) = copies.recv().await {
-            observer.state_digest(hash_off_the_runtime(machine, index).await);
+        while let Some(copy) = copies.recv().await {
+            observer.state_digest(hash_off_the_runtime(copy).await);
         }
     });
 }

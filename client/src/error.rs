@@ -58,6 +58,17 @@ pub enum Error {
         /// The gateway's message.
         message: String,
     },
+    /// A watch asked for a revision the gateway no longer holds
+    /// (`OUT_OF_RANGE` or `RESOURCE_EXHAUSTED` carrying
+    /// `x-openshell-compacted-revision`): re-read the objects (`list`) and
+    /// watch again from `oldest` or later, as after an etcd compaction.
+    #[error("compacted: {message} (the oldest revision held is {oldest})")]
+    Compacted {
+        /// The oldest revision the gateway could serve.
+        oldest: u64,
+        /// The gateway's message.
+        message: String,
+    },
     /// The request is malformed (`INVALID_ARGUMENT`); the message names the
     /// field.
     #[error("invalid argument: {0}")]
@@ -176,6 +187,9 @@ impl Error {
     /// The error a non-retryable `status` from `endpoint` stands for.
     pub(crate) fn from_status(endpoint: &str, status: &Status) -> Self {
         let message = status.message().to_string();
+        if let Some(oldest) = number(status, proto::metadata::COMPACTED_REVISION) {
+            return Error::Compacted { oldest, message };
+        }
         match status.code() {
             Code::NotFound => Error::NotFound(message),
             Code::AlreadyExists => Error::AlreadyExists(message),

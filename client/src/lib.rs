@@ -76,14 +76,17 @@ pub mod error;
 pub mod objects;
 pub mod pool;
 pub mod retry;
+pub mod watch;
 
 pub use error::{Cause, Failure};
 pub use error::{Error, Result};
 pub use objects::Condition;
 pub use proto::client::Role;
 pub use proto::objects::{DeleteResponse, Object, PutResponse};
+pub use proto::objects::{WatchEvent, WatchEventKind, WatchResponse};
 pub use proto::pool_admin::{CreateSandboxRequest, Sandbox, SupervisorPoolStatus};
 pub use retry::{Repeat, RetryPolicy};
+pub use watch::{WatchSpec, Watcher};
 
 /// A write's outcome and how it was reached.
 #[derive(Clone, Debug)]

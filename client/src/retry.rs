@@ -240,6 +240,16 @@ impl Endpoints {
         Ok(channel)
     }
 
+    /// After a stream from `endpoint` broke: its channel is dialled afresh
+    /// next time, and the next call starts at the endpoint after it.
+    pub(crate) fn failed(&self, endpoint: &str) {
+        if let Some(i) = self.addrs.iter().position(|a| a == endpoint) {
+            self.set(i, None);
+            self.preferred
+                .store((i + 1) % self.addrs.len(), Ordering::Relaxed);
+        }
+    }
+
     /// A write: `request` (which carries `request_id`) sent with `call` on
     /// every attempt, answered as (value, replayed).
     pub(crate) async fn write<R, T, F, Fut>(

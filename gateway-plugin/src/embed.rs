@@ -83,6 +83,8 @@ pub struct Gateway {
     health: Health,
     metrics: Metrics,
     health_reporter: HealthReporter,
+    /// Turns true when the gateway starts to stop (ends the watchers).
+    stopping: tokio::sync::watch::Sender<bool>,
     _tasks: AbortOnDrop,
 }
 
@@ -174,6 +176,7 @@ impl Gateway {
             health,
             metrics,
             health_reporter,
+            stopping: tokio::sync::watch::channel(false).0,
             _tasks: AbortOnDrop(aborts),
         })
     }
@@ -268,6 +271,8 @@ impl Gateway {
         let deadline = started + STOP_BOUND;
         self.health.set_leaving();
         self.hub.begin_leaving();
+        // Watchers end now, so their clients resume on another gateway.
+        let _ = self.stopping.send(true);
         tracing::info!(
             bound_ms = STOP_BOUND.as_millis() as u64,
             "stopping: /readyz answers 503, new supervisor streams are refused"
@@ -318,6 +323,7 @@ impl Gateway {
                     self.node.clone(),
                     config.auth.clone(),
                     self.metrics.clone(),
+                    self.stopping.subscribe(),
                 ))
                 .max_decoding_message_size(MAX_REQUEST_BYTES),
             ))

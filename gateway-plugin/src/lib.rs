@@ -105,6 +105,7 @@ pub mod member_credentials;
 pub mod member_identity;
 pub mod metrics;
 pub mod object_store_service;
+pub mod object_watch;
 pub mod peer_relay_service;
 pub mod pool_admin_service;
 pub mod pool_tally;

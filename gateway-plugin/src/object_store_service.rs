@@ -26,13 +26,15 @@
 use proto::objects::object_store_server::ObjectStore;
 use proto::objects::{
     object_command, object_result, DeleteRequest, DeleteResponse, GetRequest, GetResponse,
-    ListRequest, ListResponse, ObjectCommand, PutRequest, PutResponse,
+    ListRequest, ListResponse, ObjectCommand, PutRequest, PutResponse, WatchRequest, WatchResponse,
 };
 use raft_store::RaftNode;
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use crate::auth::{Auth, Role};
 use crate::metrics::Metrics;
+use crate::object_watch::Watchers;
 use crate::state::{GatewayState, Replied, Reply};
 use crate::status;
 
@@ -43,12 +45,20 @@ pub struct ObjectStoreService {
     node: RaftNode<GatewayState>,
     auth: Auth,
     metrics: Metrics,
+    watchers: Watchers,
 }
 
 impl ObjectStoreService {
-    /// The service of `node`, checking callers with `auth`.
-    pub fn new(node: RaftNode<GatewayState>, auth: Auth, metrics: Metrics) -> Self {
+    /// The service of `node`, checking callers with `auth`; its watchers
+    /// end when `stopping` turns true.
+    pub fn new(
+        node: RaftNode<GatewayState>,
+        auth: Auth,
+        metrics: Metrics,
+        stopping: tokio::sync::watch::Receiver<bool>,
+    ) -> Self {
         ObjectStoreService {
+            watchers: Watchers::new(node.clone(), stopping),
             node,
             auth,
             metrics,
@@ -225,5 +235,18 @@ impl ObjectStore for ObjectStoreService {
         Ok(Response::new(crate::convert::to_proto::list_response(
             page, read_index,
         )))
+    }
+
+    type WatchStream = ReceiverStream<Result<WatchResponse, Status>>;
+
+    /// See [`crate::object_watch`].
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn watch(
+        &self,
+        request: Request<WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        self.allow(&request, Role::Viewer)?;
+        let rx = self.watchers.start(request.into_inner()).await?;
+        Ok(Response::new(ReceiverStream::new(rx)))
     }
 }

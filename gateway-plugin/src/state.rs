@@ -25,6 +25,7 @@ use proto::gateway::{
     log_command, log_result, LogCommand, LogResult, LogSnapshot, RequestIdReused,
 };
 use proto::objects::{object_command, object_result, Object, ObjectCommand, ObjectResult};
+use raft_store::object_events::ObjectEvents;
 use raft_store::objects::Objects;
 use raft_store::{InvalidCommand, SnapshotError, StateMachine};
 
@@ -46,6 +47,10 @@ pub struct GatewayState {
     /// state: not in the snapshot, empty after a restore (the hub then
     /// computes views in full until the journal reaches back far enough).
     pub pool_changes: pool::visibility::ChangeLog,
+    /// The object store's recent writes as watch events (`ObjectStore.Watch`).
+    /// Not replicated state: never read by apply, not in the snapshot;
+    /// after a restore it starts at the snapshot's revision.
+    pub object_events: ObjectEvents,
     /// What the pool commands applied here did, for the metrics. Not
     /// replicated state either: never read by apply, not in the snapshot,
     /// zero after a restore.
@@ -230,7 +235,9 @@ impl StateMachine for GatewayState {
         }
         let result = match &command.command {
             Some(log_command::Command::Objects(c)) => {
-                log_result::Result::Objects(self.objects.apply_command(index, c))
+                let result = self.objects.apply_command(index, c);
+                self.object_events.record(c, &result);
+                log_result::Result::Objects(result)
             }
             Some(log_command::Command::Pool(bytes)) => {
                 let command = match pool::Command::decode(bytes.as_slice()) {
@@ -282,6 +289,7 @@ impl StateMachine for GatewayState {
         };
         let requests = RequestTable::from_records(snapshot.requests, REQUEST_TABLE_CAPACITY)?;
         Ok(GatewayState {
+            object_events: ObjectEvents::starting_at(objects.revision()),
             objects,
             pool,
             pool_changes: pool::visibility::ChangeLog::new(),

@@ -11,7 +11,8 @@ use tonic::metadata::MetadataValue;
 use tonic::Status;
 
 pub use proto::metadata::{
-    FORWARDED, LEADER_ADDR, LEADER_ID, NO_QUORUM, REQUEST_ID_REUSED, RESOURCE_VERSION,
+    COMPACTED_REVISION, FORWARDED, LEADER_ADDR, LEADER_ID, NO_QUORUM, REQUEST_ID_REUSED,
+    RESOURCE_VERSION,
 };
 
 /// Maps an administration error.

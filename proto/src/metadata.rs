@@ -23,3 +23,7 @@ pub const RESOURCE_VERSION: &str = "x-openshell-resource-version";
 /// already used for a different write: the log index that applied that
 /// first write. Nothing was applied; a new write needs a fresh id.
 pub const REQUEST_ID_REUSED: &str = "x-openshell-request-id-reused";
+/// Set on an `ObjectStore.Watch` error whose revision is no longer held
+/// (`OUT_OF_RANGE` at the start, `RESOURCE_EXHAUSTED` for a watcher that
+/// fell behind): the oldest revision the gateway can still serve.
+pub const COMPACTED_REVISION: &str = "x-openshell-compacted-revision";

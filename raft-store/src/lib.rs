@@ -101,6 +101,7 @@ pub mod membership;
 pub mod modes;
 pub mod network;
 pub mod node;
+pub mod object_events;
 pub mod objects;
 pub mod observe;
 pub mod page_token;

@@ -1,0 +1,281 @@
+//! `ObjectStore.Watch`: one task per watcher, reading the applied state's
+//! journal ([`raft_store::object_events`]) whenever this gateway applies
+//! new entries, and sending what the watch covers.
+//!
+//! Bounded: at most [`MAX_WATCHERS`] watchers per gateway; each holds at
+//! most one response ready to send ([`RESPONSE_EVENTS`] events, about
+//! [`RESPONSE_BYTES`]) and reads the journal only once the previous one
+//! was taken, so a slow watcher costs no memory: it falls behind, and once
+//! the journal dropped the events it still had to receive it is cut with
+//! `RESOURCE_EXHAUSTED` naming the oldest revision held. Watchers end with
+//! `UNAVAILABLE` when the gateway stops, so a client resumes on another.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use proto::objects::{WatchRequest, WatchResponse};
+use raft_store::object_events::{Compacted, Found, WatchKey};
+use raft_store::RaftNode;
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+use tonic::metadata::MetadataValue;
+use tonic::Status;
+use tracing::Instrument;
+
+use crate::state::GatewayState;
+use crate::status;
+
+/// Watchers one gateway serves at once, at most.
+pub const MAX_WATCHERS: usize = 1024;
+/// Events in one response, at most.
+pub const RESPONSE_EVENTS: usize = 256;
+/// Bytes of events in one response: a response is closed once it passes
+/// this (an object is at most 32 KiB, so a response stays under 1.1 MiB).
+pub const RESPONSE_BYTES: usize = 1024 * 1024;
+/// Progress interval when the request names none.
+pub const DEFAULT_PROGRESS_MS: u32 = 5_000;
+/// Bounds of `progress_interval_ms`.
+pub const PROGRESS_MS: std::ops::RangeInclusive<u32> = 100..=60_000;
+
+/// The watchers of one gateway.
+#[derive(Clone)]
+pub struct Watchers {
+    node: RaftNode<GatewayState>,
+    slots: Arc<Semaphore>,
+    stopping: watch::Receiver<bool>,
+}
+
+/// A validated watch request.
+struct Watch {
+    key: WatchKey,
+    from: u64,
+    stale: bool,
+    progress: Duration,
+}
+
+impl Watchers {
+    /// The watchers of `node`; they end when `stopping` turns true.
+    pub fn new(node: RaftNode<GatewayState>, stopping: watch::Receiver<bool>) -> Self {
+        Watchers {
+            node,
+            slots: Arc::new(Semaphore::new(MAX_WATCHERS)),
+            stopping,
+        }
+    }
+
+    /// Starts a watcher for `request`: the stream of its responses.
+    ///
+    /// # Errors
+    /// `INVALID_ARGUMENT` naming the field, `RESOURCE_EXHAUSTED` when
+    /// [`MAX_WATCHERS`] watch already, `UNAVAILABLE`/`DEADLINE_EXCEEDED`
+    /// when a linearizable start cannot read, `OUT_OF_RANGE` when the
+    /// revision is compacted.
+    pub async fn start(
+        &self,
+        request: WatchRequest,
+    ) -> Result<mpsc::Receiver<Result<WatchResponse, Status>>, Status> {
+        let watch = validate(request)?;
+        let Ok(slot) = Arc::clone(&self.slots).try_acquire_owned() else {
+            return Err(Status::resource_exhausted(format!(
+                "this gateway serves {MAX_WATCHERS} watchers already; watch through another \
+                 gateway or close a watcher"
+            )));
+        };
+        // A linearizable start: this gateway has applied every write
+        // acknowledged before the call once `read` returns.
+        let revision = if watch.stale {
+            self.node.read_local(|s, _| s.objects.revision())
+        } else {
+            self.node
+                .read(|s, _| s.objects.revision())
+                .await
+                .map_err(status::read)?
+        };
+        let from = if watch.from == 0 {
+            revision + 1
+        } else {
+            watch.from
+        };
+        // The first response (at once, events or not): the watcher knows
+        // where it stands; an old revision fails the call itself.
+        let first = self
+            .next(&watch.key, from)
+            .map_err(|c| compacted(Status::out_of_range(c.to_string()), c))?;
+        let (tx, rx) = mpsc::channel(1);
+        let worker = Worker {
+            node: self.node.clone(),
+            key: watch.key,
+            progress: watch.progress,
+            stopping: self.stopping.clone(),
+            _slot: slot,
+        };
+        let span = tracing::debug_span!("watch", from);
+        tokio::spawn(worker.run(tx, first).instrument(span));
+        Ok(rx)
+    }
+
+    fn next(&self, key: &WatchKey, from: u64) -> Result<Found, Compacted> {
+        read_journal(&self.node, key, from)
+    }
+}
+
+fn read_journal(
+    node: &RaftNode<GatewayState>,
+    key: &WatchKey,
+    from: u64,
+) -> Result<Found, Compacted> {
+    node.read_local(|s, _| {
+        s.object_events.since(
+            key,
+            from,
+            s.objects.revision(),
+            RESPONSE_EVENTS,
+            RESPONSE_BYTES,
+        )
+    })
+}
+
+fn validate(request: WatchRequest) -> Result<Watch, Status> {
+    if request.r#type.is_empty() {
+        if !request.id.is_empty() || !request.id_prefix.is_empty() {
+            return Err(Status::invalid_argument(
+                "`id` and `id_prefix` need a `type`: name the type of the objects to watch",
+            ));
+        }
+    } else {
+        status::check_id("type", &request.r#type)?;
+    }
+    if !request.id.is_empty() {
+        if !request.id_prefix.is_empty() {
+            return Err(Status::invalid_argument(
+                "set `id` (one object) or `id_prefix` (several), not both",
+            ));
+        }
+        status::check_id("id", &request.id)?;
+    }
+    if request.id_prefix.len() > raft_store::objects::MAX_FIELD_BYTES {
+        return Err(Status::invalid_argument(format!(
+            "`id_prefix` is {} bytes; at most {}",
+            request.id_prefix.len(),
+            raft_store::objects::MAX_FIELD_BYTES
+        )));
+    }
+    let progress = match request.progress_interval_ms {
+        0 => DEFAULT_PROGRESS_MS,
+        ms if PROGRESS_MS.contains(&ms) => ms,
+        ms => return Err(Status::invalid_argument(format!(
+            "`progress_interval_ms` is {ms}; it must be from {} to {} (0: {DEFAULT_PROGRESS_MS})",
+            PROGRESS_MS.start(),
+            PROGRESS_MS.end()
+        ))),
+    };
+    Ok(Watch {
+        key: WatchKey {
+            object_type: request.r#type,
+            id: request.id,
+            id_prefix: request.id_prefix,
+        },
+        from: request.from_revision,
+        stale: request.stale,
+        progress: Duration::from_millis(u64::from(progress)),
+    })
+}
+
+/// `status` carrying the oldest revision held.
+fn compacted(mut status: Status, c: Compacted) -> Status {
+    if let Ok(v) = MetadataValue::try_from(c.oldest.to_string()) {
+        status.metadata_mut().insert(status::COMPACTED_REVISION, v);
+    }
+    status
+}
+
+/// One watcher's task.
+struct Worker {
+    node: RaftNode<GatewayState>,
+    key: WatchKey,
+    progress: Duration,
+    stopping: watch::Receiver<bool>,
+    /// Held while the watcher runs.
+    _slot: OwnedSemaphorePermit,
+}
+
+impl Worker {
+    async fn run(self, tx: mpsc::Sender<Result<WatchResponse, Status>>, first: Found) {
+        let mut applied = self.node.raft().metrics();
+        let mut stopping = self.stopping.clone();
+        let mut found = first;
+        loop {
+            let next = found.through + 1;
+            let more = !found.events.is_empty();
+            let response = WatchResponse {
+                events: found.events.iter().map(|e| (**e).clone()).collect(),
+                revision: found.through,
+            };
+            // Waits for the watcher to take the previous response: the one
+            // buffered response is all a slow watcher costs.
+            if tx.send(Ok(response)).await.is_err() {
+                return;
+            }
+            let Some(read) = self
+                .quiet(&tx, &mut applied, &mut stopping, next, more)
+                .await
+            else {
+                return;
+            };
+            found = match read {
+                Ok(f) => f,
+                Err(c) => {
+                    let status = Status::resource_exhausted(format!(
+                        "this watcher fell behind: {c}; re-read with List and watch from there"
+                    ));
+                    let _ = tx.send(Err(compacted(status, c))).await;
+                    return;
+                }
+            };
+        }
+    }
+
+    /// The next response's read: at once when events are waiting (`more`:
+    /// the last response was full of them), else once this gateway applies
+    /// an entry bringing events for the watch, or when a progress response
+    /// is due; `None`: the watch is over (the watcher left, the gateway
+    /// stops or raft stopped).
+    async fn quiet<M>(
+        &self,
+        tx: &mpsc::Sender<Result<WatchResponse, Status>>,
+        applied: &mut watch::Receiver<M>,
+        stopping: &mut watch::Receiver<bool>,
+        next: u64,
+        more: bool,
+    ) -> Option<Result<Found, Compacted>> {
+        let deadline = tokio::time::Instant::now() + self.progress;
+        if more {
+            match self.read(next) {
+                Ok(f) if f.events.is_empty() => {}
+                read => return Some(read),
+            }
+        }
+        let ended = loop {
+            tokio::select! {
+                () = tokio::time::sleep_until(deadline) => return Some(self.read(next)),
+                changed = applied.changed() => {
+                    if changed.is_err() {
+                        break "raft stopped on this gateway";
+                    }
+                    match self.read(next) {
+                        Ok(f) if f.events.is_empty() => continue,
+                        read => return Some(read),
+                    }
+                }
+                () = tx.closed() => return None,
+                _ = stopping.wait_for(|s| *s) => break "this gateway is stopping",
+            }
+        };
+        let ended = Status::unavailable(format!("{ended}: resume the watch on another gateway"));
+        let _ = tx.send(Err(ended)).await;
+        None
+    }
+
+    fn read(&self, from: u64) -> Result<Found, Compacted> {
+        read_journal(&self.node, &self.key, from)
+    }
+}

@@ -146,12 +146,13 @@ pub enum RaftCommand {
 pub enum PoolCommand {
     /// Members, sandboxes and operations.
     Status {
-        /// Re-run every --interval until Ctrl-C: a redrawn table on a
-        /// terminal, tables after `--- <unix ms>` lines when piped, one JSON
-        /// document per line with `-o json`.
+        /// Follow the pool as it changes (`PoolAdmin.WatchPool`: no polling)
+        /// until Ctrl-C: a redrawn table on a terminal, tables after
+        /// `--- <unix ms>` lines when piped, one JSON document per line with
+        /// `-o json`, each time something changed.
         #[arg(long)]
         watch: bool,
-        /// The --watch interval in ms (default 2000, at least 250).
+        /// With --watch: redraw at most every MS (default 250, at least 250).
         #[arg(long, value_name = "MS")]
         interval: Option<u64>,
     },
@@ -208,7 +209,16 @@ pub enum SandboxCommand {
         id: String,
     },
     /// Every sandbox.
-    List,
+    List {
+        /// Follow the sandboxes as they change (`PoolAdmin.WatchPool`) until
+        /// Ctrl-C: the table redrawn on each change (at most every
+        /// --interval), as `pool status --watch`.
+        #[arg(long)]
+        watch: bool,
+        /// With --watch: redraw at most every MS (default 250, at least 250).
+        #[arg(long, value_name = "MS")]
+        interval: Option<u64>,
+    },
     /// Run a command inside a sandbox (through its supervisor).
     ///
     /// stdout and stderr are kept up to 1 MiB each; past that the output is

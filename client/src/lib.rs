@@ -84,7 +84,7 @@ pub use objects::Condition;
 pub use proto::client::Role;
 pub use proto::objects::{DeleteResponse, Object, PutResponse};
 pub use proto::objects::{WatchEvent, WatchEventKind, WatchResponse};
-pub use proto::pool_admin::{CreateSandboxRequest, Sandbox, SupervisorPoolStatus};
+pub use proto::pool_admin::{CreateSandboxRequest, PoolChange, Sandbox, SupervisorPoolStatus};
 pub use retry::{Repeat, RetryPolicy};
 pub use watch::{WatchSpec, Watcher};
 
@@ -128,6 +128,12 @@ impl Client {
     /// The retry policy in force.
     pub fn policy(&self) -> &RetryPolicy {
         &self.endpoints.policy
+    }
+
+    /// After a stream from `endpoint` broke (a watch): the next call dials
+    /// it afresh and starts at the endpoint after it.
+    pub fn avoid(&self, endpoint: &str) {
+        self.endpoints.failed(endpoint);
     }
 }
 

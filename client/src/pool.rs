@@ -1,16 +1,16 @@
 //! The pool calls: [`Client::create_sandbox`], [`Client::delete_sandbox`]
 //! (writes, with one request id for every attempt), [`Client::get_sandbox`],
-//! [`Client::list_sandboxes`], [`Client::pool_status`].
+//! [`Client::list_sandboxes`], [`Client::pool_status`], [`Client::watch_pool`].
 
 use proto::pool_admin::pool_admin_client::PoolAdminClient;
 use proto::pool_admin::{
     CreateSandboxRequest, DeleteSandboxRequest, GetSandboxRequest, GetSupervisorPoolStatusRequest,
-    ListSandboxesRequest, Sandbox, SupervisorPoolStatus,
+    ListSandboxesRequest, PoolChange, Sandbox, SupervisorPoolStatus, WatchPoolRequest,
 };
-use tonic::{Code, Response, Status};
+use tonic::{Code, Response, Status, Streaming};
 
 use crate::error::{Error, Result};
-use crate::retry::Repeat;
+use crate::retry::{Attempted, Repeat};
 use crate::{new_request_id, Client, Written};
 
 /// The most pages a whole-list call follows (500 records each by default).
@@ -196,5 +196,33 @@ impl Client {
             }
         }
         Err(too_many_pages("pool status"))
+    }
+
+    /// Opens a pool watch (`PoolAdmin.WatchPool`): the whole pool, then
+    /// what each applied batch changed, with a progress change every
+    /// `progress` (zero: the gateway's 5 s). Only opening is retried; when
+    /// the stream breaks, open another (its first changes carry the whole
+    /// pool again, so nothing is missed).
+    ///
+    /// # Errors
+    /// [`Error`] when no gateway opened it.
+    pub async fn watch_pool(
+        &self,
+        progress: std::time::Duration,
+    ) -> Result<Attempted<Streaming<PoolChange>>> {
+        let request = WatchPoolRequest {
+            stale: false,
+            progress_interval_ms: u32::try_from(progress.as_millis()).unwrap_or(u32::MAX),
+        };
+        self.endpoints
+            .call("watch_pool", Repeat::Safe, |channel| {
+                async move {
+                    Ok(PoolAdminClient::new(channel)
+                        .watch_pool(request)
+                        .await?
+                        .into_inner())
+                }
+            })
+            .await
     }
 }

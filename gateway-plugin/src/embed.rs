@@ -335,8 +335,12 @@ impl Gateway {
                 &config.auth,
                 &self.metrics,
                 "pool_admin",
-                PoolAdminServer::new(PoolAdminService::new(self.hub.clone(), config.auth.clone()))
-                    .max_decoding_message_size(MAX_REQUEST_BYTES),
+                PoolAdminServer::new(PoolAdminService::new(
+                    self.hub.clone(),
+                    config.auth.clone(),
+                    self.stopping.subscribe(),
+                ))
+                .max_decoding_message_size(MAX_REQUEST_BYTES),
             ))
             .add_service(health)
             .add_service(authenticated(

@@ -23,6 +23,7 @@ use tracing::Instrument;
 
 use crate::state::GatewayState;
 use crate::status;
+use crate::watch_wait::{progress_interval, Waiter, Wake};
 
 /// Watchers one gateway serves at once, at most.
 pub const MAX_WATCHERS: usize = 1024;
@@ -31,10 +32,6 @@ pub const RESPONSE_EVENTS: usize = 256;
 /// Bytes of events in one response: a response is closed once it passes
 /// this (an object is at most 32 KiB, so a response stays under 1.1 MiB).
 pub const RESPONSE_BYTES: usize = 1024 * 1024;
-/// Progress interval when the request names none.
-pub const DEFAULT_PROGRESS_MS: u32 = 5_000;
-/// Bounds of `progress_interval_ms`.
-pub const PROGRESS_MS: std::ops::RangeInclusive<u32> = 100..=60_000;
 
 /// The watchers of one gateway.
 #[derive(Clone)]
@@ -159,15 +156,7 @@ fn validate(request: WatchRequest) -> Result<Watch, Status> {
             raft_store::objects::MAX_FIELD_BYTES
         )));
     }
-    let progress = match request.progress_interval_ms {
-        0 => DEFAULT_PROGRESS_MS,
-        ms if PROGRESS_MS.contains(&ms) => ms,
-        ms => return Err(Status::invalid_argument(format!(
-            "`progress_interval_ms` is {ms}; it must be from {} to {} (0: {DEFAULT_PROGRESS_MS})",
-            PROGRESS_MS.start(),
-            PROGRESS_MS.end()
-        ))),
-    };
+    let progress = progress_interval(request.progress_interval_ms)?;
     Ok(Watch {
         key: WatchKey {
             object_type: request.r#type,
@@ -176,7 +165,7 @@ fn validate(request: WatchRequest) -> Result<Watch, Status> {
         },
         from: request.from_revision,
         stale: request.stale,
-        progress: Duration::from_millis(u64::from(progress)),
+        progress,
     })
 }
 
@@ -200,8 +189,7 @@ struct Worker {
 
 impl Worker {
     async fn run(self, tx: mpsc::Sender<Result<WatchResponse, Status>>, first: Found) {
-        let mut applied = self.node.raft().metrics();
-        let mut stopping = self.stopping.clone();
+        let mut waiter = Waiter::new(&self.node, self.stopping.clone());
         let mut found = first;
         loop {
             let next = found.through + 1;
@@ -215,10 +203,7 @@ impl Worker {
             if tx.send(Ok(response)).await.is_err() {
                 return;
             }
-            let Some(read) = self
-                .quiet(&tx, &mut applied, &mut stopping, next, more)
-                .await
-            else {
+            let Some(read) = self.quiet(&tx, &mut waiter, next, more).await else {
                 return;
             };
             found = match read {
@@ -239,11 +224,10 @@ impl Worker {
     /// an entry bringing events for the watch, or when a progress response
     /// is due; `None`: the watch is over (the watcher left, the gateway
     /// stops or raft stopped).
-    async fn quiet<M>(
+    async fn quiet(
         &self,
         tx: &mpsc::Sender<Result<WatchResponse, Status>>,
-        applied: &mut watch::Receiver<M>,
-        stopping: &mut watch::Receiver<bool>,
+        waiter: &mut Waiter,
         next: u64,
         more: bool,
     ) -> Option<Result<Found, Compacted>> {
@@ -254,25 +238,16 @@ impl Worker {
                 read => return Some(read),
             }
         }
-        let ended = loop {
-            tokio::select! {
-                () = tokio::time::sleep_until(deadline) => return Some(self.read(next)),
-                changed = applied.changed() => {
-                    if changed.is_err() {
-                        break "raft stopped on this gateway";
-                    }
-                    match self.read(next) {
-                        Ok(f) if f.events.is_empty() => continue,
-                        read => return Some(read),
-                    }
-                }
-                () = tx.closed() => return None,
-                _ = stopping.wait_for(|s| *s) => break "this gateway is stopping",
+        loop {
+            match waiter.wait(tx, deadline).await {
+                Wake::Progress => return Some(self.read(next)),
+                Wake::Applied => match self.read(next) {
+                    Ok(f) if f.events.is_empty() => continue,
+                    read => return Some(read),
+                },
+                Wake::Closed | Wake::Ended => return None,
             }
-        };
-        let ended = Status::unavailable(format!("{ended}: resume the watch on another gateway"));
-        let _ = tx.send(Err(ended)).await;
-        None
+        }
     }
 
     fn read(&self, from: u64) -> Result<Found, Compacted> {

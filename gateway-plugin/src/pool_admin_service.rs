@@ -16,8 +16,9 @@ use proto::pool_admin::pool_admin_server::PoolAdmin;
 use proto::pool_admin::{
     CancelSupervisorPoolOperationRequest, CreateSandboxRequest, DeleteSandboxRequest,
     ExecSandboxRequest, ExecSandboxResponse, GetSandboxRequest, GetSupervisorPoolStatusRequest,
-    ListSandboxesRequest, ListSandboxesResponse, Sandbox, StartSupervisorPoolOperationRequest,
-    SupervisorPoolOperation, SupervisorPoolStatus,
+    ListSandboxesRequest, ListSandboxesResponse, PoolChange, Sandbox,
+    StartSupervisorPoolOperationRequest, SupervisorPoolOperation, SupervisorPoolStatus,
+    WatchPoolRequest,
 };
 use tonic::{Request, Response, Status};
 
@@ -27,6 +28,7 @@ use crate::convert::from_proto;
 use crate::convert::page::{self, PageRequest};
 use crate::convert::to_proto::{self, sandbox_phase};
 use crate::hub::Hub;
+use crate::pool_watch::PoolWatchers;
 use crate::state::GatewayState;
 use crate::status::{self, pool_rejection as rejection};
 
@@ -34,12 +36,18 @@ use crate::status::{self, pool_rejection as rejection};
 pub struct PoolAdminService {
     hub: Arc<Hub>,
     auth: Auth,
+    watchers: PoolWatchers,
 }
 
 impl PoolAdminService {
-    /// The service over `hub`, checking callers with `auth`.
-    pub fn new(hub: Arc<Hub>, auth: Auth) -> Self {
-        PoolAdminService { hub, auth }
+    /// The service over `hub`, checking callers with `auth`; its watchers
+    /// end when `stopping` turns true.
+    pub fn new(hub: Arc<Hub>, auth: Auth, stopping: tokio::sync::watch::Receiver<bool>) -> Self {
+        PoolAdminService {
+            watchers: PoolWatchers::new(hub.node().clone(), stopping),
+            hub,
+            auth,
+        }
     }
 
     fn allow<T>(&self, request: &Request<T>, role: Role) -> Result<(), Status> {
@@ -290,6 +298,21 @@ impl PoolAdmin for PoolAdminService {
             stdout_truncated: outcome.stdout_truncated,
             stderr_truncated: outcome.stderr_truncated,
         }))
+    }
+
+    type WatchPoolStream = tokio_stream::wrappers::ReceiverStream<Result<PoolChange, Status>>;
+
+    /// See [`crate::pool_watch`].
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn watch_pool(
+        &self,
+        request: Request<WatchPoolRequest>,
+    ) -> Result<Response<Self::WatchPoolStream>, Status> {
+        self.allow(&request, Role::Viewer)?;
+        let rx = self.watchers.start(request.into_inner()).await?;
+        Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(
+            rx,
+        )))
     }
 }
 

@@ -615,6 +615,15 @@ impl PoolState {
             .collect()
     }
 
+    /// Every member's operator view, by id.
+    pub fn member_views(&self) -> impl Iterator<Item = MemberView> + '_ {
+        self.members.values().map(|m| MemberView {
+            member: m.clone(),
+            ticks_since_heartbeat: self.now_tick.saturating_sub(m.last_heartbeat_tick),
+            eligible: self.is_eligible(m),
+        })
+    }
+
     /// The operator status view.
     pub fn status(&self) -> PoolStatus {
         let mut by_phase = BTreeMap::new();
@@ -625,15 +634,7 @@ impl PoolState {
         PoolStatus {
             now_tick: self.now_tick,
             config: self.config,
-            members: self
-                .members
-                .values()
-                .map(|m| MemberView {
-                    member: m.clone(),
-                    ticks_since_heartbeat: self.now_tick.saturating_sub(m.last_heartbeat_tick),
-                    eligible: self.is_eligible(m),
-                })
-                .collect(),
+            members: self.member_views().collect(),
             sandboxes_by_phase: by_phase,
             operations: self.operations.values().cloned().collect(),
         }

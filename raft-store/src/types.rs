@@ -80,6 +80,7 @@ pub mod typ {
     pub type SnapshotMeta = openraft::SnapshotMeta<u64, openraft::BasicNode>;
     pub type Snapshot = openraft::Snapshot<TypeConfig>;
     pub type Raft = openraft::Raft<TypeConfig>;
+    pub type RaftMetrics = openraft::RaftMetrics<u64, openraft::BasicNode>;
     pub type RaftError<E = openraft::error::Infallible> = openraft::error::RaftError<u64, E>;
     pub type RpcError<E = openraft::error::Infallible> =
         openraft::error::RPCError<u64, openraft::BasicNode, RaftError<E>>;

@@ -306,7 +306,9 @@ async fn attach_once(
     }
     // Never paused: the sender lives as long as the pinger needs it.
     let (_never_paused, paused) = watch::channel(false);
-    let pinger = spawn_pinger(tx.clone(), Duration::from_millis(100), paused);
+    // Aborted when this future ends or is dropped ([`ScriptedMember::stop`]
+    // aborts the task): a stopped member's heartbeats stop with it.
+    let _pinger = StopOnDrop(spawn_pinger(tx.clone(), Duration::from_millis(100), paused));
     // (sandbox, generation, term) -> when its ack was last sent on this
     // stream: as the supervisor does, an ack a snapshot still shows owed is
     // resent at most once per `ACK_RESEND_AFTER`.
@@ -351,8 +353,16 @@ async fn attach_once(
         Ok::<(), tonic::Status>(())
     }
     .await;
-    pinger.abort();
     result
+}
+
+/// Aborts a task when dropped.
+struct StopOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// [`hello`] presenting `credential` (the supervisor credential a secure

@@ -19,6 +19,7 @@
 pub mod backup;
 pub mod check;
 mod each;
+pub mod follow;
 pub mod local_status;
 pub mod pool;
 pub mod raft;

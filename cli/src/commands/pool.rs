@@ -18,7 +18,7 @@ fn operation_json(o: &SupervisorPoolOperation) -> Value {
            "max_parallel": o.max_parallel, "deadline_tick": o.deadline_tick})
 }
 
-fn pool_json(s: &SupervisorPoolStatus) -> Value {
+pub(crate) fn pool_json(s: &SupervisorPoolStatus) -> Value {
     json!({
         "now_tick": s.now_tick,
         "applied_index": s.applied_index,
@@ -129,7 +129,7 @@ impl Progress {
 }
 
 /// `pool status` as text: members, sandboxes, operations.
-fn status_table(s: &SupervisorPoolStatus) -> String {
+pub(crate) fn status_table(s: &SupervisorPoolStatus) -> String {
     let members = table(
         &[
             "MEMBER",
@@ -183,6 +183,13 @@ pub async fn pool(gw: &Gateway, output: Output, command: PoolCommand) -> Result<
             .map(|written| written.value)
     };
     let op = match command {
+        PoolCommand::Status {
+            watch: true,
+            interval,
+        } => {
+            return super::follow::follow(gw, output, super::follow::Shown::PoolStatus, interval)
+                .await;
+        }
         PoolCommand::Status { watch, interval } => {
             let fetch = || async {
                 let s = pool_status(gw).await?;

@@ -113,7 +113,22 @@ pub async fn sandbox(
                 sandbox_rows(std::slice::from_ref(&s))
             });
         }
-        SandboxCommand::List => {
+        SandboxCommand::List {
+            watch: true,
+            interval,
+        } => {
+            return super::follow::follow(gw, output, super::follow::Shown::Sandboxes, interval)
+                .await;
+        }
+        SandboxCommand::List {
+            watch: false,
+            interval: Some(_),
+        } => {
+            return Err(CliError::Usage(
+                "--interval is the --watch interval: add --watch".into(),
+            ))
+        }
+        SandboxCommand::List { .. } => {
             let list = gw.ask(client.list_sandboxes()).await?;
             emit(
                 output,

@@ -88,24 +88,14 @@ where
             round = fetch() => round,
             _ = tokio::signal::ctrl_c() => return Ok(()),
         };
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis())
-            .unwrap_or_default();
         let shown = match round {
-            Ok((document, table)) => {
-                let table = proto::text::escaped_lines(&table);
-                let text = match output {
-                    Output::Json => format!("{}\n", super::json_text(&document, false)),
-                    Output::Table if terminal => format!(
-                        "\x1b[2J\x1b[H{title} (every {} ms; Ctrl-C stops)\n\n{table}",
-                        interval.as_millis()
-                    ),
-                    Output::Table => format!("--- {now_ms}\n{table}"),
-                };
-                let mut out = std::io::stdout().lock();
-                out.write_all(text.as_bytes()).and_then(|()| out.flush())
-            }
+            Ok((document, table)) => show(
+                output,
+                terminal,
+                &format!("{title} (every {} ms; Ctrl-C stops)", interval.as_millis()),
+                &document,
+                &table,
+            ),
             Err(e) => {
                 eprintln!(
                     "{title}: {} (retrying)",
@@ -119,4 +109,31 @@ where
             return Ok(());
         }
     }
+}
+
+/// Prints one round of a watch: `document` as one NDJSON line with `-o
+/// json`; else `table` under `heading` on a cleared terminal, or after a
+/// `--- <unix ms>` line when piped.
+///
+/// # Errors
+/// Writing to stdout failed (the reader went away).
+pub fn show(
+    output: Output,
+    terminal: bool,
+    heading: &str,
+    document: &Value,
+    table: &str,
+) -> std::io::Result<()> {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or_default();
+    let table = proto::text::escaped_lines(table);
+    let text = match output {
+        Output::Json => format!("{}\n", super::json_text(document, false)),
+        Output::Table if terminal => format!("\x1b[2J\x1b[H{heading}\n\n{table}"),
+        Output::Table => format!("--- {now_ms}\n{table}"),
+    };
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes()).and_then(|()| out.flush())
 }

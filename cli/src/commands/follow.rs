@@ -1,0 +1,200 @@
+//! `pool status --watch` and `sandbox list --watch`: the pool followed
+//! through `PoolAdmin.WatchPool` (no polling).
+//!
+//! The watch's first changes carry the whole pool; the CLI keeps it and
+//! applies every later change, and redraws (as [`super::watch::show`]:
+//! a cleared terminal, `--- <unix ms>` tables when piped, NDJSON with `-o
+//! json`) when something changed, at most every `--interval`. So an
+//! operator sees a takeover, an expiry or a drain as it is applied. When
+//! the stream breaks (the gateway stopped or died), the CLI says so on
+//! stderr and watches again through the next gateway; the new stream's
+//! first changes replace the pool it kept. Ctrl-C ends it with exit code 0.
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use proto::pool_admin::{
+    PoolChange, PoolMember, Sandbox, SupervisorPoolOperation, SupervisorPoolStatus,
+};
+use serde_json::Value;
+
+use super::watch::{show, MIN_INTERVAL};
+use crate::{CliError, Gateway, Output};
+
+/// The redraw interval without `--interval`.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(250);
+
+/// What a follow prints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shown {
+    /// `pool status`: members, sandboxes, operations.
+    PoolStatus,
+    /// `sandbox list`: the sandboxes.
+    Sandboxes,
+}
+
+impl Shown {
+    fn title(self) -> &'static str {
+        match self {
+            Shown::PoolStatus => "pool status",
+            Shown::Sandboxes => "sandbox list",
+        }
+    }
+}
+
+/// The pool as the watch showed it.
+#[derive(Default)]
+struct Pool {
+    header: SupervisorPoolStatus,
+    members: BTreeMap<String, PoolMember>,
+    sandboxes: BTreeMap<String, Sandbox>,
+    operations: BTreeMap<String, SupervisorPoolOperation>,
+}
+
+impl Pool {
+    /// Applies `change`; whether it changed a record.
+    fn apply(&mut self, change: PoolChange) -> bool {
+        if let Some(header) = change.status {
+            self.header = header;
+        }
+        self.header.applied_index = change.applied_index;
+        let mut changed = false;
+        for m in change.members {
+            self.members.insert(m.id.clone(), m);
+            changed = true;
+        }
+        for s in change.sandboxes {
+            self.sandboxes.insert(s.id.clone(), s);
+            changed = true;
+        }
+        for o in change.operations {
+            self.operations.insert(o.id.clone(), o);
+            changed = true;
+        }
+        for id in change.removed_members {
+            changed |= self.members.remove(&id).is_some();
+        }
+        for id in change.removed_sandboxes {
+            changed |= self.sandboxes.remove(&id).is_some();
+        }
+        for id in change.removed_operations {
+            changed |= self.operations.remove(&id).is_some();
+        }
+        changed
+    }
+
+    /// The document and table of `shown`.
+    fn render(&self, shown: Shown) -> (Value, String) {
+        let sandboxes: Vec<Sandbox> = self.sandboxes.values().cloned().collect();
+        match shown {
+            Shown::Sandboxes => (
+                Value::Array(sandboxes.iter().map(super::sandbox::sandbox_json).collect()),
+                super::sandbox::sandbox_rows(&sandboxes),
+            ),
+            Shown::PoolStatus => {
+                let status = SupervisorPoolStatus {
+                    members: self.members.values().cloned().collect(),
+                    sandboxes,
+                    operations: self.operations.values().cloned().collect(),
+                    next_page_token: String::new(),
+                    ..self.header.clone()
+                };
+                (
+                    super::pool::pool_json(&status),
+                    super::pool::status_table(&status),
+                )
+            }
+        }
+    }
+}
+
+/// Follows the pool until Ctrl-C, printing `shown` on every change.
+///
+/// # Errors
+/// `--interval` below [`MIN_INTERVAL`]; no gateway opened the first watch.
+pub async fn follow(
+    gw: &Gateway,
+    output: Output,
+    shown: Shown,
+    interval_ms: Option<u64>,
+) -> Result<(), CliError> {
+    let interval = interval_ms.map_or(DEFAULT_INTERVAL, Duration::from_millis);
+    if interval < MIN_INTERVAL {
+        return Err(CliError::Usage(format!(
+            "--interval {} ms: at least {} ms",
+            interval.as_millis(),
+            MIN_INTERVAL.as_millis()
+        )));
+    }
+    let terminal = std::io::stdout().is_terminal();
+    let title = shown.title();
+    let client = gw.client();
+    let mut pool: Option<Pool> = None;
+    loop {
+        let opened = tokio::select! {
+            opened = gw.ask(client.watch_pool(Duration::ZERO)) => opened,
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+        };
+        let (endpoint, mut stream) = match opened {
+            Ok(opened) => (opened.endpoint, opened.value),
+            Err(e) if pool.is_none() => return Err(e),
+            Err(e) => {
+                eprintln!(
+                    "{title}: {} (retrying)",
+                    proto::text::escaped(&e.to_string())
+                );
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        // The whole pool of this stream, until its last initial change.
+        let mut building = Some(Pool::default());
+        let mut dirty = false;
+        let mut next_draw = tokio::time::Instant::now();
+        let broke = loop {
+            tokio::select! {
+                message = stream.message() => match message {
+                    Ok(Some(change)) => match building.as_mut() {
+                        Some(whole) if change.initial => {
+                            let complete = change.initial_complete;
+                            whole.apply(change);
+                            if complete {
+                                pool = building.take();
+                                dirty = true;
+                            }
+                        }
+                        _ => {
+                            if let Some(p) = pool.as_mut() {
+                                dirty |= p.apply(change);
+                            }
+                        }
+                    },
+                    Ok(None) => break "the stream ended".to_string(),
+                    Err(status) => break format!("{:?}: {}", status.code(), status.message()),
+                },
+                () = tokio::time::sleep_until(next_draw), if dirty => {
+                    dirty = false;
+                    next_draw = tokio::time::Instant::now() + interval;
+                    if let Some(p) = pool.as_ref() {
+                        let (document, table) = p.render(shown);
+                        let heading = format!(
+                            "{title} (following changes, applied index {}; Ctrl-C stops)",
+                            p.header.applied_index
+                        );
+                        // The reader went away (`| head`): the watch is over.
+                        if show(output, terminal, &heading, &document, &table).is_err() {
+                            return Ok(());
+                        }
+                    }
+                }
+                _ = tokio::signal::ctrl_c() => return Ok(()),
+            }
+        };
+        eprintln!(
+            "{title}: the watch through {endpoint} broke ({}); watching again",
+            proto::text::escaped(&broke)
+        );
+        client.avoid(&endpoint);
+    }
+}

@@ -334,7 +334,9 @@ async fn run_inner(
     );
     let started = Instant::now();
     let until = started + options.duration;
-    let mut running = workload.start(cluster.clone(), history.clone(), options.seed)?;
+    let mut running = workload
+        .start(cluster.clone(), history.clone(), options.seed)
+        .await?;
     let power_stats = Arc::new(PowerStats::default());
     let mut nemesis = nemesis(options, &cluster, &history, &power_stats);
     nemesis.run(until).await;

@@ -142,6 +142,12 @@ impl Credentials {
         self.client_tls.clone()
     }
 
+    /// The admin token (what [`Credentials::bearer`] sends), for clients
+    /// that take it as text (`openshell_client`'s builder).
+    pub fn admin_token(&self) -> &str {
+        self.secrets.admin_token()
+    }
+
     /// The interceptor adding the admin token to every call.
     pub fn bearer(&self) -> Bearer {
         // Hex: always a valid header value.

@@ -319,8 +319,9 @@ fn options(c: &Common) -> Result<RunOptions, String> {
     })
 }
 
-/// `check`: a register history against linearizability and one version
-/// per write, or a pool history against I1–I8 (and workload continuity when
+/// `check`: a register history against linearizability, one version per
+/// write and the watchers' records beside it (`watch-events`), or a pool
+/// history against I1–I8 (and workload continuity when
 /// its runtimes' logs are beside it).
 fn check_history(history: &std::path::Path) -> ExitCode {
     let events = match jepsen::history::read_jsonl(history) {
@@ -355,6 +356,7 @@ fn check_history(history: &std::path::Path) -> ExitCode {
                 ok &= k.verdict == jepsen::checker::linear::Verdict::Valid;
             }
             ok &= check_versions(&events);
+            ok &= check_watches(&events, history);
             if ok {
                 ExitCode::SUCCESS
             } else {
@@ -379,6 +381,42 @@ fn check_versions(events: &[jepsen::history::Event]) -> bool {
         println!("    {s}");
     }
     r.valid != jepsen::checker::Validity::Invalid
+}
+
+/// `check` of the watchers' records beside a register history
+/// (`watch-<n>.jsonl`): false when one is unreadable or the checker is not
+/// valid (a run without watchers passes with a note).
+fn check_watches(events: &[jepsen::history::Event], history: &std::path::Path) -> bool {
+    use jepsen::checker::watch_log;
+    use jepsen::checker::Checker;
+    let dir = history.parent().unwrap_or(std::path::Path::new("."));
+    let files = watch_log::files_in(dir);
+    if files.is_empty() {
+        println!("watch-events: no watch-<n>.jsonl beside the history; not checked");
+        return true;
+    }
+    let mut logs = Vec::new();
+    for file in files {
+        match watch_log::read(&file) {
+            Ok(log) => logs.push(log),
+            Err(e) => {
+                eprintln!("{e}");
+                return false;
+            }
+        }
+    }
+    let state = jepsen::checker::FinalState::default();
+    let r = jepsen::checker::watch::WatchEvents { logs }.check(events, &state);
+    println!("{} {:?}: {}", r.checker, r.valid, r.summary);
+    for v in r.details["violations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .take(5)
+    {
+        println!("    {v}");
+    }
+    r.valid == jepsen::checker::Validity::Valid
 }
 
 /// `check` of a pool history.

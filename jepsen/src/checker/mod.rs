@@ -6,6 +6,7 @@
 //! | [`linear`] (`linearizable`) | the register workload is linearizable, per key (WGL search) |
 //! | [`lost_writes`] (`acknowledged-writes`) | the final linearizable read of each key returns a value no acknowledged write superseded for certain (I7) |
 //! | [`versions`] (`one-version-per-write`) | register workload: per key, each `resource_version` an `ok` op reported names one value, and no two acknowledged writes were given the same one |
+//! | [`watch`] (`watch-events`) | register workload: every watcher's events (`ObjectStore.Watch` through the resuming client, recorded in [`watch_log`]) strictly increase in revision, each is a covered put of an attempted (`ok` or `info`) write with its acknowledged revision, key and value, and every acknowledged write it covers was delivered exactly once |
 //! | [`convergence`] (`replicas-identical`) | after healing, every replica applied the same commit index and holds byte-identical objects |
 //! | [`pool`] (`pool-i1-owner-term` … `pool-i8-delete-wins`) | the pool invariants I1–I8 of ARCHITECTURE.md over the pool workload's history and final state (see the module doc for exactly what each checks) |
 //! | [`pool::DigestsIdentical`] (`replicas-identical-digest`) | pool workload: every replica's `StateDigest` crc32 agrees at every applied index sampled on two or more replicas |
@@ -24,6 +25,8 @@ pub mod lost_writes;
 pub mod pool;
 pub mod verdict;
 pub mod versions;
+pub mod watch;
+pub mod watch_log;
 pub mod workload;
 
 use crate::history::Event;

@@ -1,8 +1,9 @@
 //! Workloads: the clients that generate the history.
 //!
 //! - [`register`]: read / write / cas registers over the object store
-//!   (linearizability, acknowledged writes, one version per write); its cas
-//!   reads first or uses the client's own last version ([`CasMode`]).
+//!   (linearizability, acknowledged writes, one version per write, watch
+//!   events); its cas reads first or uses the client's own last version
+//!   ([`CasMode`]).
 //! - [`pool`]: sandboxes launched, read and deleted, pool members and pool
 //!   faults (the invariants I1–I8); its members are in [`crate::members`].
 //!
@@ -44,7 +45,7 @@ impl Workload {
     ///
     /// # Errors
     /// When the pool workload's member processes cannot be started.
-    pub fn start(
+    pub async fn start(
         &self,
         cluster: Arc<Cluster>,
         history: Recorder,
@@ -52,7 +53,7 @@ impl Workload {
     ) -> anyhow::Result<Running> {
         Ok(match self {
             Workload::Register(options) => {
-                Running::Register(register::start(options, cluster, history, seed))
+                Running::Register(register::start(options, cluster, history, seed).await)
             }
             Workload::Pool(options) => Running::Pool(pool::start(options, cluster, history, seed)?),
         })

@@ -52,6 +52,12 @@
 //!
 //! Each key takes at most `ops_per_key` operations and is then retired for a
 //! fresh one, which keeps every key's history small enough for the WGL search.
+//!
+//! Beside the clients, [`watchers`] watch the registers (`ObjectStore.Watch`
+//! through `openshell_client`'s resuming watcher: the whole type, `r0`, the
+//! `r1` prefix) from before the first op to after the final heal, into
+//! `<run>/watch-<n>.jsonl`, for the `watch-events` checker
+//! ([`crate::checker::watch`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -65,14 +71,17 @@ use serde_json::{json, Value};
 
 use crate::checker::lost_writes::AcknowledgedWrites;
 use crate::checker::versions::OneVersionPerWrite;
+use crate::checker::watch::WatchEvents;
 use crate::checker::{Checker, Linearizable};
 use crate::cluster::{Cluster, OBJECT_TYPE};
 use crate::history::{EventSpec, OpType, Process, Recorder};
 
 mod failover;
+pub mod watchers;
 
 use failover::Avoid;
 pub use failover::Failover;
+use watchers::Watchers;
 
 /// Register workload settings.
 #[derive(Clone, Debug)]
@@ -466,10 +475,13 @@ pub struct RegisterRunning {
     shared: Arc<Shared>,
     stop: Arc<AtomicBool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// Until the final reads take them.
+    watchers: Option<Watchers>,
 }
 
-/// Starts `options.concurrency` register clients.
-pub fn start(
+/// Starts the watchers ([`watchers::scopes`]), waits until they are open,
+/// then starts `options.concurrency` register clients.
+pub async fn start(
     options: &RegisterOptions,
     cluster: Arc<Cluster>,
     history: Recorder,
@@ -486,6 +498,7 @@ pub fn start(
         used: Mutex::new(BTreeSet::new()),
         options: options.clone(),
     });
+    let watchers = Watchers::start(&shared.cluster, watchers::scopes()).await;
     let stop = Arc::new(AtomicBool::new(false));
     let tasks = (0..options.concurrency)
         .map(|w| tokio::spawn(shared.clone().client(w, seed, stop.clone())))
@@ -494,7 +507,19 @@ pub fn start(
         shared,
         stop,
         tasks,
+        watchers: Some(watchers),
     }
+}
+
+/// The highest `resource_version` an acknowledged write or cas of
+/// `history` was given.
+fn highest_acknowledged(history: &[crate::history::Event]) -> u64 {
+    history
+        .iter()
+        .filter(|e| e.kind == OpType::Ok && matches!(e.f.as_str(), "write" | "cas"))
+        .filter_map(|e| e.resource_version)
+        .max()
+        .unwrap_or(0)
 }
 
 impl RegisterRunning {
@@ -507,9 +532,11 @@ impl RegisterRunning {
     }
 
     /// After healing: one linearizable read per key, retried (each attempt
-    /// its own op) until it succeeds or `within` passes. Returns the
-    /// workload's checkers, which know the final reads.
-    pub async fn final_reads(&self, within: Duration) -> Vec<Box<dyn Checker>> {
+    /// its own op) until it succeeds or `within` passes; then the watchers
+    /// read until they are current past the highest acknowledged write
+    /// ([`watchers::CATCH_UP`] at most). Returns the workload's checkers,
+    /// which know the final reads and the watchers' records.
+    pub async fn final_reads(&mut self, within: Duration) -> Vec<Box<dyn Checker>> {
         let s = &self.shared;
         let keys: Vec<String> = lock(&s.used).iter().cloned().collect();
         let mut final_reads = BTreeMap::new();
@@ -551,12 +578,18 @@ impl RegisterRunning {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }
+        let target = highest_acknowledged(&s.history.snapshot());
+        let logs = match self.watchers.take() {
+            Some(w) => w.finish(target, watchers::CATCH_UP).await,
+            None => Vec::new(),
+        };
         vec![
             Box::new(Linearizable {
                 options: crate::checker::linear::Options::default(),
             }),
             Box::new(AcknowledgedWrites { final_reads }),
             Box::new(OneVersionPerWrite),
+            Box::new(WatchEvents { logs }),
         ]
     }
 }

@@ -62,8 +62,10 @@ pub enum Error {
     /// (`OUT_OF_RANGE` or `RESOURCE_EXHAUSTED` carrying
     /// `x-openshell-compacted-revision`): re-read the objects (`list`) and
     /// watch again from `oldest` or later, as after an etcd compaction.
-    #[error("compacted: {message} (the oldest revision held is {oldest})")]
+    #[error("compacted: {endpoint}: {message} (the oldest revision it holds is {oldest})")]
     Compacted {
+        /// The gateway that answered (for a watch: the last one asked).
+        endpoint: String,
         /// The oldest revision the gateway could serve.
         oldest: u64,
         /// The gateway's message.
@@ -188,7 +190,11 @@ impl Error {
     pub(crate) fn from_status(endpoint: &str, status: &Status) -> Self {
         let message = status.message().to_string();
         if let Some(oldest) = number(status, proto::metadata::COMPACTED_REVISION) {
-            return Error::Compacted { oldest, message };
+            return Error::Compacted {
+                endpoint: endpoint.to_string(),
+                oldest,
+                message,
+            };
         }
         match status.code() {
             Code::NotFound => Error::NotFound(message),

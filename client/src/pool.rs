@@ -215,13 +215,11 @@ impl Client {
             progress_interval_ms: u32::try_from(progress.as_millis()).unwrap_or(u32::MAX),
         };
         self.endpoints
-            .call("watch_pool", Repeat::Safe, |channel| {
-                async move {
-                    Ok(PoolAdminClient::new(channel)
-                        .watch_pool(request)
-                        .await?
-                        .into_inner())
-                }
+            .call("watch_pool", Repeat::Safe, |channel| async move {
+                Ok(PoolAdminClient::new(channel)
+                    .watch_pool(request)
+                    .await?
+                    .into_inner())
             })
             .await
     }

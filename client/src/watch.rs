@@ -7,8 +7,11 @@
 //! [`Watcher::silence_limit`]), it opens a new one on the next gateway from
 //! the revision after that, with a linearizable start; so no event is lost
 //! and none is delivered twice (the watcher also drops any event at or
-//! below a revision it already passed). A revision no gateway holds any
-//! more ends the watch with [`Error::Compacted`].
+//! below a revision it already passed). Gateways hold recent revisions
+//! only, each its own (a restarted one from its last snapshot on), so a
+//! gateway that no longer holds the next revision sends the watcher to the
+//! next one; only when every gateway said so does the watch end with
+//! [`Error::Compacted`].
 
 use std::time::Duration;
 
@@ -171,34 +174,53 @@ impl Watcher {
             progress_interval_ms: u32::try_from(self.spec.progress_interval.as_millis())
                 .unwrap_or(u32::MAX),
         };
-        let opened = self
-            .client
-            .endpoints
-            .call("watch", Repeat::Safe, |channel| {
-                let request = request.clone();
-                async move {
-                    Ok(ObjectStoreClient::new(channel)
-                        .watch(request)
-                        .await?
-                        .into_inner())
+        // One gateway that no longer holds the revision does not end the
+        // watch: each of the others is asked once more.
+        let mut compacted = 0;
+        loop {
+            let opened = self
+                .client
+                .endpoints
+                .call("watch", Repeat::Safe, |channel| {
+                    let request = request.clone();
+                    async move {
+                        Ok(ObjectStoreClient::new(channel)
+                            .watch(request)
+                            .await?
+                            .into_inner())
+                    }
+                })
+                .await;
+            match opened {
+                Ok(opened) => {
+                    self.opened += 1;
+                    self.stream = Some((opened.endpoint, opened.value));
+                    return Ok(());
                 }
-            })
-            .await?;
-        self.opened += 1;
-        self.stream = Some((opened.endpoint, opened.value));
-        Ok(())
+                Err(Error::Compacted { endpoint, .. })
+                    if compacted + 1 < self.client.endpoints.addrs().len() =>
+                {
+                    tracing::debug!(%endpoint, from = self.next, "this gateway no longer holds the revision; asking the next");
+                    compacted += 1;
+                    self.client.endpoints.failed(&endpoint);
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 }
 
 /// Whether a broken stream is resumed elsewhere: a lost connection, a
-/// gateway that stopped or lost raft, or one that cannot answer now;
-/// never a compacted revision, an auth failure or a bad request.
+/// gateway that stopped or lost raft, one that cannot answer now, or one
+/// that no longer holds the next revision (a watcher it cut for falling
+/// behind: another gateway may hold it, and [`Watcher::open`] asks each);
+/// never an auth failure or a bad request.
 fn resumable(status: &Status) -> bool {
     if status
         .metadata()
         .contains_key(proto::metadata::COMPACTED_REVISION)
     {
-        return false;
+        return true;
     }
     is_retryable(status) || matches!(status.code(), Code::Cancelled | Code::Internal)
 }

@@ -211,3 +211,85 @@ fn object(id: &str, value: &str) -> Object {
         ..Object::default()
     }
 }
+
+/// - given: three gateways and 40 writes; gateway 1 then takes a snapshot
+///   and is restarted (its journal now starts after the snapshot)
+/// - when: a watch from revision 1 is opened with gateway 1 first
+/// - then: gateway 1 answers that it no longer holds revision 1, and the
+///   watcher opens on another gateway that does: every write from
+///   revision 1 on is delivered
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revision_one_gateway_no_longer_holds_is_served_by_another() -> TestResult {
+    let mut cluster = Cluster::start(3, &[]);
+    cluster.wait_leader("bootstrap").await;
+    let writer = client(cluster.nodes.iter().map(|n| n.addr.clone()).collect())?;
+    eventually("a first write", || async {
+        Ok(writer.put(object("w0", "v0"), Condition::Always).await?)
+    })
+    .await;
+    for i in 1..40 {
+        writer
+            .put(
+                object(&format!("w{}", i % 4), &format!("v{i}")),
+                Condition::Always,
+            )
+            .await?;
+    }
+    eprintln!("--- step: gateway 1 snapshots and restarts");
+    let leader = cluster.wait_leader("before the snapshot").await;
+    let commit = cluster.get(leader).status().await?.commit_index;
+    cluster
+        .wait_applied(1, commit, "gateway 1 has every write")
+        .await;
+    cluster
+        .get(1)
+        .admin()
+        .await?
+        .trigger_snapshot(proto::cluster::TriggerSnapshotRequest {})
+        .await?;
+    eventually("gateway 1's snapshot", || async {
+        let status = cluster.get(1).status().await?;
+        if status.snapshot_index >= commit {
+            Ok(())
+        } else {
+            Err(format!("snapshot at {}", status.snapshot_index).into())
+        }
+    })
+    .await;
+    cluster.node(1).kill9();
+    cluster.node(1).start();
+    cluster.wait_applied(1, commit, "gateway 1 restarted").await;
+    let mut direct = cluster.get(1).objects().await?;
+    match direct
+        .watch(proto::objects::WatchRequest {
+            r#type: "w".into(),
+            from_revision: 1,
+            ..Default::default()
+        })
+        .await
+    {
+        Err(s) => assert_eq!(s.code(), tonic::Code::OutOfRange, "{s:?}"),
+        Ok(_) => panic!("gateway 1 still serves revision 1 after its restart from a snapshot"),
+    }
+
+    eprintln!("--- step: a watch from revision 1, gateway 1 first");
+    let mut endpoints = vec![cluster.get(1).addr.clone()];
+    endpoints.extend(cluster.nodes.iter().skip(1).map(|n| n.addr.clone()));
+    let mut watcher = client(endpoints)?
+        .watch(WatchSpec {
+            object_type: "w".into(),
+            from_revision: 1,
+            ..WatchSpec::default()
+        })
+        .await?;
+    let mut revisions = Vec::new();
+    while revisions.len() < 40 {
+        let response = tokio::time::timeout(Duration::from_secs(10), watcher.next())
+            .await
+            .map_err(|_| "no watch response within 10 s")??;
+        revisions.extend(response.events.iter().map(|e| e.revision));
+    }
+    assert_eq!(revisions, (1..=40).collect::<Vec<u64>>());
+    assert_ne!(watcher.endpoint(), Some(cluster.get(1).addr.as_str()));
+    Ok(())
+}

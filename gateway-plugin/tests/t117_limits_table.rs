@@ -19,11 +19,11 @@ use std::time::Duration;
 
 use prost::Message;
 use proto::objects::object_store_client::ObjectStoreClient;
-use proto::objects::{precondition, Object, Precondition, PutRequest};
+use proto::objects::{precondition, Object, Precondition, PutRequest, WatchRequest};
 use proto::pool_admin::pool_admin_client::PoolAdminClient;
 use proto::pool_admin::{
     start_supervisor_pool_operation_request, CreateSandboxRequest, GetSupervisorPoolStatusRequest,
-    ListSandboxesRequest, StartSupervisorPoolOperationRequest,
+    ListSandboxesRequest, StartSupervisorPoolOperationRequest, WatchPoolRequest,
 };
 use proto::supervisor_host::{supervisor_message, HostHello, SupervisorMessage};
 use testkit::gateway::*;
@@ -512,6 +512,58 @@ async fn every_documented_limit_is_the_real_one() -> TestResult {
                     proto::tls::HANDSHAKE_TIMEOUT,
                     "{row}"
                 );
+            }
+            "watch `progress_interval_ms` (Watch, WatchPool)" => {
+                assert_eq!(numbers(cell), vec![0, 5000, 100, 60000], "{row}");
+                let watch = |ms| {
+                    let addr = node.addr.clone();
+                    async move {
+                        let channel = test_channel(&addr, 2000)
+                            .await
+                            .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+                        ObjectStoreClient::new(channel)
+                            .watch(WatchRequest {
+                                progress_interval_ms: ms,
+                                ..WatchRequest::default()
+                            })
+                            .await
+                            .map(drop)
+                    }
+                };
+                edge(what, watch(60_000).await, watch(60_001).await, Code::InvalidArgument, "progress_interval_ms");
+                edge(what, watch(100).await, watch(99).await, Code::InvalidArgument, "progress_interval_ms");
+                let pool_watch = |ms| async move {
+                    admin(node)
+                        .await
+                        .watch_pool(WatchPoolRequest {
+                            progress_interval_ms: ms,
+                            ..WatchPoolRequest::default()
+                        })
+                        .await
+                        .map(drop)
+                };
+                edge(what, pool_watch(60_000).await, pool_watch(60_001).await, Code::InvalidArgument, "progress_interval_ms");
+            }
+            // The watchers' behaviour: gateway-plugin t121 (history, cut,
+            // compacted, responses) and cli t85 (the pool watch).
+            "object watchers" => {
+                assert_eq!(numbers(cell), vec![gateway_plugin::object_watch::MAX_WATCHERS as u64], "{row}");
+            }
+            "pool watchers" => {
+                assert_eq!(numbers(cell), vec![gateway_plugin::pool_watch::MAX_POOL_WATCHERS as u64], "{row}");
+            }
+            "watch history" => {
+                let n = numbers(cell);
+                assert_eq!(n[0], raft_store::object_events::MAX_EVENTS as u64, "{row}");
+                assert_eq!(n[1] * 1024 * 1024, raft_store::object_events::MAX_BYTES as u64, "{row}");
+            }
+            "one watch response" => {
+                let n = numbers(cell);
+                assert_eq!(n[0], gateway_plugin::object_watch::RESPONSE_EVENTS as u64, "{row}");
+                assert_eq!(n[1] * 1024 * 1024, gateway_plugin::object_watch::RESPONSE_BYTES as u64, "{row}");
+            }
+            "one pool watch change (the first, whole pool)" => {
+                assert_eq!(numbers(cell), vec![gateway_plugin::pool_watch::CHUNK_RECORDS as u64], "{row}");
             }
             // Their own tests: the runtime fields are recorded by the
             // leader's launcher only (pool::apply::runtimes unit tests);

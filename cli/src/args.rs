@@ -41,6 +41,24 @@ pub struct Cli {
     /// to gateways needs this or --insecure.
     #[arg(long, env = "OPENSHELL_CA_FILE", global = true)]
     pub ca_file: Option<std::path::PathBuf>,
+    /// A client certificate (PEM) to present: the gateways configured with
+    /// `auth.client_ca_file` map its common name to a role (instead of a
+    /// token). Needs --client-key-file and --ca-file.
+    #[arg(
+        long,
+        env = "OPENSHELL_CLIENT_CERT_FILE",
+        global = true,
+        requires = "client_key_file"
+    )]
+    pub client_cert_file: Option<std::path::PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(
+        long,
+        env = "OPENSHELL_CLIENT_KEY_FILE",
+        global = true,
+        requires = "client_cert_file"
+    )]
+    pub client_key_file: Option<std::path::PathBuf>,
     /// Talk plaintext, to gateways started with --insecure (development);
     /// overrides --ca-file.
     #[arg(long, global = true)]

@@ -228,7 +228,8 @@ impl Gateway {
         let handshake = failures.iter().find_map(|f| match &f.cause {
             Cause::Connect(e) => Some(transport::connect_error(&f.endpoint, tls, e))
                 .filter(|e| matches!(e, CliError::Tls(_))),
-            Cause::Status(status) => transport::plaintext_refused(&f.endpoint, tls, status),
+            Cause::Status(status) => transport::plaintext_refused(&f.endpoint, tls, status)
+                .or_else(|| transport::certificate_refused(&f.endpoint, tls, status)),
             Cause::TimedOut(_) => None,
         });
         if let Some(e) = handshake {

@@ -46,7 +46,11 @@ pub use client::{CliError, Gateway};
 /// Neither `--ca-file` nor `--insecure` ([`transport::NO_SECURITY`]), or a
 /// token or CA file that cannot be read.
 pub fn gateway(cli: &Cli) -> Result<Gateway, CliError> {
-    let tls = transport::security(cli.ca_file.as_deref(), cli.insecure)?;
+    let client_cert = cli
+        .client_cert_file
+        .as_deref()
+        .zip(cli.client_key_file.as_deref());
+    let tls = transport::security(cli.ca_file.as_deref(), client_cert, cli.insecure)?;
     let token = match &cli.token_file {
         Some(file) => Some(
             proto::secret::read_secret_file("--token-file", file)

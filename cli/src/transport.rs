@@ -26,12 +26,19 @@ pub const NO_SECURITY: &str = "no transport security chosen: pass --ca-file FILE
 /// # Errors
 /// [`CliError::Usage`] ([`NO_SECURITY`]) with neither; [`CliError::Local`]
 /// naming the file when the CA cannot be read or parsed.
-pub fn security(ca_file: Option<&Path>, insecure: bool) -> Result<Option<ClientTls>, CliError> {
+pub fn security(
+    ca_file: Option<&Path>,
+    client_cert: Option<(&Path, &Path)>,
+    insecure: bool,
+) -> Result<Option<ClientTls>, CliError> {
     match (ca_file, insecure) {
+        (_, true) if client_cert.is_some() => Err(CliError::Usage(
+            "--client-cert-file needs TLS: drop --insecure and pass --ca-file".into(),
+        )),
         (_, true) => Ok(None),
-        (Some(ca), false) => ClientTls::load(ca, None)
+        (Some(ca), false) => ClientTls::load(ca, client_cert)
             .map(Some)
-            .map_err(|e| CliError::Local(format!("--ca-file {e}"))),
+            .map_err(|e| CliError::Local(format!("--ca-file/--client-cert-file {e}"))),
         (None, false) => Err(CliError::Usage(NO_SECURITY.into())),
     }
 }
@@ -152,6 +159,30 @@ pub fn connect_error(addr: &str, tls: Option<&ClientTls>, err: &ClientError) -> 
         ));
     }
     CliError::Unreachable(addr.to_string())
+}
+
+/// A call presenting a client certificate (`--client-cert-file`) that
+/// `addr` cut off before any answer: with TLS 1.3 a server that refuses
+/// the certificate says so after the client finished its handshake, so the
+/// refusal surfaces on the first call (an alert, or a closed connection).
+/// `None` without a client certificate, or when the gateway answered.
+pub fn certificate_refused(
+    addr: &str,
+    tls: Option<&ClientTls>,
+    status: &tonic::Status,
+) -> Option<CliError> {
+    let tls = tls.filter(|t| t.presents_certificate())?;
+    let source = status.source()?;
+    let why = match rustls_cause(source) {
+        Some(rustls::Error::AlertReceived(alert)) => format!("{alert:?}"),
+        Some(other) => other.to_string(),
+        None => format!("the connection closed: {}", status.message()),
+    };
+    Some(CliError::Tls(format!(
+        "gateway {addr}: TLS: the gateway refused the client certificate ({why}): it accepts \
+         only certificates its openshell.gateway.auth.client_ca_file signed ({})",
+        tls.describe()
+    )))
 }
 
 /// A plaintext (`--insecure`) call that `addr` cut off before any answer

@@ -22,6 +22,15 @@ pub struct AuthSection {
     pub admin_token_files: Option<Vec<PathBuf>>,
     /// Files each holding one read-only token, added to `viewer_tokens`.
     pub viewer_token_files: Option<Vec<PathBuf>>,
+    /// A CA (PEM) whose client certificates, presented on the client port,
+    /// identify a caller next to tokens: the leaf's subject common name is
+    /// looked up in the two lists below. Not the cluster CA (`tls.ca_file`,
+    /// which signs gateways: a certificate it signed passes the peer port).
+    pub client_ca_file: Option<PathBuf>,
+    /// Common names of client certificates with the `platform_admin` role.
+    pub admin_certificate_names: Option<Vec<String>>,
+    /// Common names of client certificates that may only read.
+    pub viewer_certificate_names: Option<Vec<String>>,
 }
 
 impl AuthSection {
@@ -36,6 +45,15 @@ impl AuthSection {
         if other.viewer_tokens.is_some() || other.viewer_token_files.is_some() {
             self.viewer_tokens = other.viewer_tokens;
             self.viewer_token_files = other.viewer_token_files;
+        }
+        if other.client_ca_file.is_some() {
+            self.client_ca_file = other.client_ca_file;
+        }
+        if other.admin_certificate_names.is_some() {
+            self.admin_certificate_names = other.admin_certificate_names;
+        }
+        if other.viewer_certificate_names.is_some() {
+            self.viewer_certificate_names = other.viewer_certificate_names;
         }
         self
     }

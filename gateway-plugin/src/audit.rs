@@ -47,7 +47,7 @@ impl Record {
     ) -> Self {
         Record {
             action,
-            caller: auth.caller(request.metadata()),
+            caller: auth.caller(request),
             peer: request
                 .remote_addr()
                 .map_or_else(|| "-".to_string(), |a| a.to_string()),

@@ -57,7 +57,8 @@ impl ClusterAdminService {
 
     fn allow<T>(&self, request: &Request<T>, role: Role) -> Result<(), Status> {
         self.auth
-            .require(request.metadata(), role, "cluster_admin", &self.metrics)
+            .require(request, role, "cluster_admin", &self.metrics)
+            .map(drop)
     }
 
     /// A client of the leader when another node leads and the request was
@@ -97,18 +98,24 @@ impl ClusterAdminService {
     }
 }
 
-/// The call to replay on the leader: same message and credential, marked
-/// as forwarded.
-fn forwarded<T>(original: Request<T>) -> Request<T> {
-    let authorization = original.metadata().get("authorization").cloned();
-    let mut request = Request::new(original.into_inner());
-    request
-        .metadata_mut()
-        .insert(FORWARDED, tonic::metadata::MetadataValue::from_static("1"));
-    if let Some(value) = authorization {
-        request.metadata_mut().insert("authorization", value);
+impl ClusterAdminService {
+    /// The call to replay on the leader: same message and credential (the
+    /// caller's token, or the role this gateway vouches for a caller it
+    /// identified by certificate), marked as forwarded.
+    fn forwarded<T>(&self, original: Request<T>) -> Request<T> {
+        let carried = self.auth.carried(&original);
+        Self::replay(&carried, original.into_inner())
     }
-    request
+
+    /// `message` as a forwarded call carrying `carried`.
+    fn replay<T>(carried: &crate::auth::Carried, message: T) -> Request<T> {
+        let mut request = Request::new(message);
+        request
+            .metadata_mut()
+            .insert(FORWARDED, tonic::metadata::MetadataValue::from_static("1"));
+        carried.apply(request.metadata_mut());
+        request
+    }
 }
 
 /// Runs `local` here; on `NotLeader`, replays the call on the leader.
@@ -117,7 +124,7 @@ macro_rules! on_leader {
         match $local {
             Ok(reply) => Ok(Response::new(reply)),
             Err(err) => match $self.leader_client(&$request, &err).await {
-                Some(mut leader) => leader.$remote(forwarded($request)).await,
+                Some(mut leader) => leader.$remote($self.forwarded($request)).await,
                 None => Err(status::admin(err)),
             },
         }
@@ -277,11 +284,10 @@ impl ClusterAdmin for ClusterAdminService {
             };
             if let Some(mut leader) = self.leader_client(&request, &err).await {
                 if let Ok(reply) = leader
-                    .status(forwarded(Request::from_parts(
-                        request.metadata().clone(),
-                        Default::default(),
+                    .status(Self::replay(
+                        &self.auth.carried(&request),
                         *request.get_ref(),
-                    )))
+                    ))
                     .await
                 {
                     return Ok(reply);
@@ -390,7 +396,7 @@ impl ClusterAdminService {
         if let Some(leader) = self.client_of_other_leader(&request).await {
             return leader
                 .max_decoding_message_size(64 * 1024 * 1024)
-                .backup(forwarded(request))
+                .backup(self.forwarded(request))
                 .await;
         }
         let backup = self.node.backup().await.map_err(status::read)?;
@@ -412,7 +418,10 @@ impl ClusterAdminService {
     ) -> Result<Response<BackupChunks>, Status> {
         self.allow(&request, Role::PlatformAdmin)?;
         if let Some(mut leader) = self.client_of_other_leader(&request).await {
-            let relayed = leader.backup_stream(forwarded(request)).await?.into_inner();
+            let relayed = leader
+                .backup_stream(self.forwarded(request))
+                .await?
+                .into_inner();
             return Ok(Response::new(Box::pin(relayed) as BackupChunks));
         }
         let (term, index, state) = self.node.backup().await.map_err(status::read)?;

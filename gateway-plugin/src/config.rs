@@ -203,6 +203,10 @@ impl ValidateGateway for GatewaySection {
         let auth = crate::auth::Auth::new(
             auth_section.admin_tokens.unwrap_or_default(),
             auth_section.viewer_tokens.unwrap_or_default(),
+        )
+        .with_certificates(
+            auth_section.admin_certificate_names.unwrap_or_default(),
+            auth_section.viewer_certificate_names.unwrap_or_default(),
         );
         Ok(GatewayConfig {
             node,

@@ -63,8 +63,13 @@ fn check_secured(
     }
 }
 
-/// Loads `[openshell.gateway.tls]`: all three files, or none (plaintext).
-fn load_tls(section: &TlsSection) -> Result<Option<GatewayTls>, ConfigError> {
+/// Loads `[openshell.gateway.tls]`: all three files, or none (plaintext);
+/// the client port asks for client certificates signed by
+/// `client_ca` when one is given.
+fn load_tls(
+    section: &TlsSection,
+    client_ca: Option<&std::path::Path>,
+) -> Result<Option<GatewayTls>, ConfigError> {
     let (cert, key, ca) = match (&section.cert_file, &section.key_file, &section.ca_file) {
         (None, None, None) => return Ok(None),
         (Some(cert), Some(key), Some(ca)) => (cert, key, ca),
@@ -92,9 +97,15 @@ fn load_tls(section: &TlsSection) -> Result<Option<GatewayTls>, ConfigError> {
     use proto::tls::{ClientAuth, ClientTls, ServerTls};
     let rate = handshake_rate(section)?;
     Ok(Some(GatewayTls {
-        client_port: ServerTls::load(cert, key, ClientAuth::None)
-            .map_err(invalid)?
-            .with_handshake_rate(rate),
+        client_port: ServerTls::load(
+            cert,
+            key,
+            client_ca.map_or(ClientAuth::None, |ca| {
+                ClientAuth::Optional(ca.to_path_buf())
+            }),
+        )
+        .map_err(invalid)?
+        .with_handshake_rate(rate),
         peer_port: ServerTls::load(cert, key, ClientAuth::Required(ca.clone()))
             .map_err(invalid)?
             .with_handshake_rate(rate),
@@ -203,7 +214,8 @@ pub(crate) fn secure(
     if !insecure {
         check_secured(tls, peer_port, insecure_signing_key, auth)?;
     }
-    let loaded = load_tls(tls)?;
+    check_certificate_identity(tls, auth)?;
+    let loaded = load_tls(tls, auth.client_ca_file.as_deref())?;
     if loaded.is_some() && !peer_port {
         return Err(ConfigError::Missing {
             key: "openshell.gateway.peer_listen_addr",
@@ -213,9 +225,152 @@ pub(crate) fn secure(
     Ok(loaded)
 }
 
+/// Client certificates as identities (`auth.client_ca_file` and the two
+/// name lists): all or nothing, over TLS, with a CA of their own, and
+/// names a certificate can carry, each in one list.
+fn check_certificate_identity(tls: &TlsSection, auth: &AuthSection) -> Result<(), ConfigError> {
+    let names: Vec<(&'static str, &String)> = [
+        (
+            "openshell.gateway.auth.admin_certificate_names",
+            &auth.admin_certificate_names,
+        ),
+        (
+            "openshell.gateway.auth.viewer_certificate_names",
+            &auth.viewer_certificate_names,
+        ),
+    ]
+    .into_iter()
+    .flat_map(|(key, list)| list.iter().flatten().map(move |name| (key, name)))
+    .collect();
+    let invalid = |key: &'static str, value: String, problem: String| {
+        Err(ConfigError::Invalid {
+            key,
+            value,
+            problem,
+        })
+    };
+    let Some(ca) = &auth.client_ca_file else {
+        return match names.first() {
+            Some((key, name)) => invalid(
+                key,
+                (*name).clone(),
+                "certificate names need openshell.gateway.auth.client_ca_file, the CA that signs \
+                 those certificates"
+                    .into(),
+            ),
+            None => Ok(()),
+        };
+    };
+    let key = "openshell.gateway.auth.client_ca_file";
+    let shown = ca.display().to_string();
+    if names.is_empty() {
+        return invalid(
+            key,
+            shown,
+            "maps no certificate to a role: list common names in admin_certificate_names or \
+             viewer_certificate_names"
+                .into(),
+        );
+    }
+    if tls.cert_file.is_none() {
+        return invalid(
+            key,
+            shown,
+            "client certificates need TLS on the client port: set openshell.gateway.tls".into(),
+        );
+    }
+    if tls.ca_file.as_ref() == Some(ca) {
+        return invalid(
+            key,
+            shown,
+            "is the cluster CA (tls.ca_file), which signs gateways: a certificate it signed \
+             passes the peer port; give operators a CA of their own"
+                .into(),
+        );
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (key, name) in names {
+        if let Err(problem) = proto::text::check_printable("a certificate name", name, 256) {
+            return invalid(key, name.clone(), problem);
+        }
+        if !seen.insert(name) {
+            return invalid(
+                key,
+                name.clone(),
+                "is listed twice; give each name one role".into(),
+            );
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn certificate_identities_are_all_or_nothing_over_tls_with_their_own_ca() {
+        let tls = TlsSection {
+            cert_file: Some("/etc/gw.crt".into()),
+            key_file: Some("/etc/gw.key".into()),
+            ca_file: Some("/etc/cluster-ca.crt".into()),
+            ..TlsSection::default()
+        };
+        let auth = |ca: Option<&str>, admin: &[&str], viewer: &[&str]| AuthSection {
+            client_ca_file: ca.map(Into::into),
+            admin_certificate_names: Some(admin.iter().map(|s| s.to_string()).collect()),
+            viewer_certificate_names: Some(viewer.iter().map(|s| s.to_string()).collect()),
+            ..AuthSection::default()
+        };
+        let refused = |tls: &TlsSection, auth: AuthSection, key: &str, words: &str| {
+            let e = check_certificate_identity(tls, &auth)
+                .map(|()| "accepted".to_string())
+                .unwrap_or_else(|e| e.to_string());
+            assert!(e.contains(key) && e.contains(words), "{key} / {words}: {e}");
+        };
+        assert!(check_certificate_identity(
+            &tls,
+            &auth(Some("/etc/ops-ca.crt"), &["alice"], &["dana"])
+        )
+        .is_ok());
+        assert!(check_certificate_identity(&tls, &AuthSection::default()).is_ok());
+        refused(
+            &tls,
+            auth(None, &["alice"], &[]),
+            "admin_certificate_names",
+            "client_ca_file",
+        );
+        refused(
+            &tls,
+            auth(Some("/etc/ops-ca.crt"), &[], &[]),
+            "client_ca_file",
+            "maps no certificate",
+        );
+        refused(
+            &TlsSection::default(),
+            auth(Some("/etc/ops-ca.crt"), &["alice"], &[]),
+            "client_ca_file",
+            "need TLS",
+        );
+        refused(
+            &tls,
+            auth(Some("/etc/cluster-ca.crt"), &["alice"], &[]),
+            "client_ca_file",
+            "cluster CA",
+        );
+        refused(
+            &tls,
+            auth(Some("/etc/ops-ca.crt"), &["alice"], &["alice"]),
+            "viewer_certificate_names",
+            "twice",
+        );
+        refused(
+            &tls,
+            auth(Some("/etc/ops-ca.crt"), &["Alice Smith"], &[]),
+            "admin_certificate_names",
+            "Alice Smith",
+        );
+    }
 
     #[test]
     fn the_handshake_rate_defaults_and_refuses_out_of_range_naming_the_key() {

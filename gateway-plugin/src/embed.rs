@@ -51,7 +51,7 @@ use proto::supervisor_host::supervisor_host_server::SupervisorHostServer;
 use raft_store::RaftNode;
 use tonic::service::{Routes, RoutesBuilder};
 
-use crate::auth::authenticated;
+use crate::auth::{authenticated, Auth};
 use crate::cluster_admin_service::ClusterAdminService;
 use crate::config::GatewayConfig;
 use crate::health::Health;
@@ -195,10 +195,16 @@ impl Gateway {
     /// caller must be one of this cluster's gateways (module doc).
     pub fn peer_routes(&self) -> Routes {
         let mut routes = Routes::builder();
+        // Mutual TLS proves a caller here is one of the cluster's gateways:
+        // a role one of them vouches for counts (`Auth::trusting_vouched`).
+        let auth = match self.config.tls {
+            Some(_) => self.config.auth.trusting_vouched(),
+            None => self.config.auth.clone(),
+        };
         routes
             .add_service(self.node.transport_service())
-            .add_service(self.cluster_admin())
-            .add_service(self.relay());
+            .add_service(self.cluster_admin_with(auth.clone()))
+            .add_service(crate::peer_relay_service::service(self.hub.clone(), auth));
         routes.routes()
     }
 
@@ -361,9 +367,14 @@ impl Gateway {
     /// ClusterAdmin: on the client port, and on the peer port for calls
     /// another gateway forwards to the leader.
     fn cluster_admin(&self) -> ClusterAdminServer<ClusterAdminService> {
+        self.cluster_admin_with(self.config.auth.clone())
+    }
+
+    /// [`Gateway::cluster_admin`] checking callers with `auth`.
+    fn cluster_admin_with(&self, auth: Auth) -> ClusterAdminServer<ClusterAdminService> {
         ClusterAdminServer::new(ClusterAdminService::new(
             self.node.clone(),
-            self.config.auth.clone(),
+            auth,
             self.metrics.clone(),
         ))
         .max_encoding_message_size(64 * 1024 * 1024)

@@ -67,7 +67,8 @@ impl ObjectStoreService {
 
     fn allow<T>(&self, request: &Request<T>, role: Role) -> Result<(), Status> {
         self.auth
-            .require(request.metadata(), role, "object_store", &self.metrics)
+            .require(request, role, "object_store", &self.metrics)
+            .map(drop)
     }
 
     /// Proposes one write; returns its result, the log index of the

@@ -19,7 +19,6 @@ use proto::client::{self, ClientConfig, Role as ClientRole};
 use proto::gateway::peer_relay_client::PeerRelayClient;
 use proto::gateway::peer_relay_server::{PeerRelay, PeerRelayServer};
 use proto::gateway::{ExecOnStreamReply, ExecOnStreamRequest};
-use tonic::metadata::MetadataValue;
 use tonic::{Code, Request, Response, Status};
 
 use crate::auth::{Auth, Role};
@@ -48,7 +47,7 @@ impl PeerRelay for PeerRelayService {
         request: Request<ExecOnStreamRequest>,
     ) -> Result<Response<ExecOnStreamReply>, Status> {
         self.auth.require(
-            request.metadata(),
+            &request,
             Role::PlatformAdmin,
             "peer_relay",
             self.hub.metrics(),
@@ -92,15 +91,15 @@ impl PeerRelay for PeerRelayService {
 }
 
 /// Runs an exec through the gateway that holds `member`'s stream, asking
-/// every other node of the membership at once; `authorization` is the
-/// operator's, forwarded. The one answer that is not `NOT_FOUND` decides.
+/// every other node of the membership at once; `carried` is the operator's
+/// credential (token, or the role this gateway vouches for). The one answer that is not `NOT_FOUND` decides.
 ///
 /// # Errors
 /// The exec's own failure with its code; `UNAVAILABLE` when no gateway
 /// holds the member's stream (or none that holds it answered).
 pub async fn relay_exec(
     hub: &Hub,
-    authorization: Option<MetadataValue<tonic::metadata::Ascii>>,
+    carried: crate::auth::Carried,
     member: &str,
     request: ExecOnStreamRequest,
 ) -> Result<ExecOutcome, Status> {
@@ -129,9 +128,7 @@ pub async fn relay_exec(
         .map(|(id, addr)| {
             let mut call = Request::new(request.clone());
             call.set_timeout(deadline);
-            if let Some(value) = authorization.clone() {
-                call.metadata_mut().insert("authorization", value);
-            }
+            carried.apply(call.metadata_mut());
             async move { (id, ask(config, &addr, call).await) }
         })
         .collect();

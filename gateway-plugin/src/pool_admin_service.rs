@@ -52,7 +52,8 @@ impl PoolAdminService {
 
     fn allow<T>(&self, request: &Request<T>, role: Role) -> Result<(), Status> {
         self.auth
-            .require(request.metadata(), role, "pool_admin", self.hub.metrics())
+            .require(request, role, "pool_admin", self.hub.metrics())
+            .map(drop)
     }
 
     async fn read<T>(
@@ -240,7 +241,7 @@ impl PoolAdmin for PoolAdminService {
         let mut record =
             Record::start("sandbox.exec", &self.auth, &request, &[("sandbox_id", &id)]);
         record.check(self.allow(&request, Role::PlatformAdmin))?;
-        let authorization = request.metadata().get("authorization").cloned();
+        let carried = self.auth.carried(&request);
         let request = request.into_inner();
         status::check_id("sandbox_id", &request.sandbox_id)?;
         if request.argv.is_empty() {
@@ -284,8 +285,7 @@ impl PoolAdmin for PoolAdminService {
                     argv: request.argv,
                     timeout_ms: request.timeout_ms,
                 };
-                crate::peer_relay_service::relay_exec(&self.hub, authorization, &member, relayed)
-                    .await?
+                crate::peer_relay_service::relay_exec(&self.hub, carried, &member, relayed).await?
             }
         };
         record.ok();

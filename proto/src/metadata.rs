@@ -27,3 +27,12 @@ pub const REQUEST_ID_REUSED: &str = "x-openshell-request-id-reused";
 /// (`OUT_OF_RANGE` at the start, `RESOURCE_EXHAUSTED` for a watcher that
 /// fell behind): the oldest revision the gateway can still serve.
 pub const COMPACTED_REVISION: &str = "x-openshell-compacted-revision";
+/// Set by a gateway replaying, on the leader's or another gateway's peer
+/// port, a call whose caller it identified by a client certificate: the
+/// role (`platform_admin` or `viewer`) it vouches for. Honoured only by
+/// services on the peer port of a TLS cluster (mutual TLS: the sender is
+/// one of the cluster's gateways); ignored on the client port.
+pub const VOUCHED_ROLE: &str = "x-openshell-vouched-role";
+/// With [`VOUCHED_ROLE`]: who the caller is (`cert:<common name>`), for
+/// audit records.
+pub const VOUCHED_IDENTITY: &str = "x-openshell-vouched-identity";

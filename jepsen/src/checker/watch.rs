@@ -36,7 +36,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde::Serialize;
 
 use crate::checker::verdict::{CheckResult, Checker, FinalState, Validity};
-use crate::checker::watch_log::{EndReason, EventKind, WatchLog};
+use crate::checker::watch_log::{Delivered, EndReason, EventKind, WatchLog};
 use crate::cluster::OBJECT_TYPE;
 use crate::history::{Event, OpType, Process};
 
@@ -226,106 +226,7 @@ fn check_watcher(
                 Vec::new(),
             );
         }
-        if !log.scope.covers(&e.object_type, &e.key) {
-            violate(
-                format!(
-                    "revision {r}: {} {} is not covered by the watch",
-                    e.object_type, e.key
-                ),
-                Vec::new(),
-            );
-            continue;
-        }
-        if e.kind != EventKind::Put {
-            violate(
-                format!(
-                    "revision {r}: a {:?} event of {}, which no op of the workload made",
-                    e.kind, e.key
-                ),
-                Vec::new(),
-            );
-            continue;
-        }
-        if e.resource_version != r {
-            violate(
-                format!(
-                    "revision {r}: the put of {} carries resource_version {}",
-                    e.key, e.resource_version
-                ),
-                Vec::new(),
-            );
-        }
-        let Ok(value) = e.payload.trim().parse::<i64>() else {
-            violate(
-                format!(
-                    "revision {r}: {} holds {:?}, not a register value",
-                    e.key, e.payload
-                ),
-                Vec::new(),
-            );
-            continue;
-        };
-        if let Some(first) = value_at.insert(value, r) {
-            violate(
-                format!(
-                    "{}={value} delivered at revision {first} and again at {r} (one write applied twice)",
-                    e.key
-                ),
-                Vec::new(),
-            );
-        }
-        // The write acknowledged at this revision, if any, must be this one.
-        if let Some(acked) = writes.by_revision.get(&r) {
-            let other: Vec<&Write> = acked
-                .iter()
-                .filter(|w| w.key != e.key || w.value != value)
-                .collect();
-            if !other.is_empty() {
-                violate(
-                    format!(
-                        "revision {r}: delivered {}={value}, but revision {r} was acknowledged to {}",
-                        e.key,
-                        other
-                            .iter()
-                            .map(|w| format!("{}={}", w.key, w.value))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                    other.iter().map(|w| w.index).collect(),
-                );
-                continue;
-            }
-        }
-        let candidates = writes.by_value.get(&value).map(Vec::as_slice);
-        let Some(write) = candidates.and_then(|c| c.iter().find(|w| w.key == e.key)) else {
-            let elsewhere: Vec<u64> = candidates.into_iter().flatten().map(|w| w.index).collect();
-            violate(
-                format!(
-                    "revision {r}: {}={value} was never written to {} by any op",
-                    e.key, e.key
-                ),
-                elsewhere,
-            );
-            continue;
-        };
-        match write.outcome {
-            Outcome::Fail => violate(
-                format!(
-                    "revision {r}: {}={value} was written by an op that certainly failed",
-                    e.key
-                ),
-                vec![write.index],
-            ),
-            Outcome::Ok(Some(rv)) if rv != r => violate(
-                format!(
-                    "revision {r}: {}={value} was acknowledged with resource_version {rv}",
-                    e.key
-                ),
-                vec![write.index],
-            ),
-            Outcome::Info => report.info_delivered += 1,
-            Outcome::Ok(_) => {}
-        }
+        check_event(log, e, writes, &mut value_at, &mut report, &mut violate);
     }
     // Every acknowledged write the watch covers was delivered.
     if let (Some(start), Some(end)) = (log.start, log.end.as_ref()) {
@@ -349,6 +250,119 @@ fn check_watcher(
     }
     report.undecided = undecided(log, writes);
     report
+}
+
+/// The checks of one delivered event `e` at revision `r` against the
+/// history's writes (coverage, kind, version, value, acknowledgement).
+fn check_event(
+    log: &WatchLog,
+    e: &Delivered,
+    writes: &Writes,
+    value_at: &mut HashMap<i64, u64>,
+    report: &mut WatcherReport,
+    violate: &mut impl FnMut(String, Vec<u64>),
+) {
+    let r = e.revision;
+    if !log.scope.covers(&e.object_type, &e.key) {
+        violate(
+            format!(
+                "revision {r}: {} {} is not covered by the watch",
+                e.object_type, e.key
+            ),
+            Vec::new(),
+        );
+        return;
+    }
+    if e.kind != EventKind::Put {
+        violate(
+            format!(
+                "revision {r}: a {:?} event of {}, which no op of the workload made",
+                e.kind, e.key
+            ),
+            Vec::new(),
+        );
+        return;
+    }
+    if e.resource_version != r {
+        violate(
+            format!(
+                "revision {r}: the put of {} carries resource_version {}",
+                e.key, e.resource_version
+            ),
+            Vec::new(),
+        );
+    }
+    let Ok(value) = e.payload.trim().parse::<i64>() else {
+        violate(
+            format!(
+                "revision {r}: {} holds {:?}, not a register value",
+                e.key, e.payload
+            ),
+            Vec::new(),
+        );
+        return;
+    };
+    if let Some(first) = value_at.insert(value, r) {
+        violate(
+            format!(
+                "{}={value} delivered at revision {first} and again at {r} (one write applied twice)",
+                e.key
+            ),
+            Vec::new(),
+        );
+    }
+    // The write acknowledged at this revision, if any, must be this one.
+    if let Some(acked) = writes.by_revision.get(&r) {
+        let other: Vec<&Write> = acked
+            .iter()
+            .filter(|w| w.key != e.key || w.value != value)
+            .collect();
+        if !other.is_empty() {
+            violate(
+                format!(
+                    "revision {r}: delivered {}={value}, but revision {r} was acknowledged to {}",
+                    e.key,
+                    other
+                        .iter()
+                        .map(|w| format!("{}={}", w.key, w.value))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                other.iter().map(|w| w.index).collect(),
+            );
+            return;
+        }
+    }
+    let candidates = writes.by_value.get(&value).map(Vec::as_slice);
+    let Some(write) = candidates.and_then(|c| c.iter().find(|w| w.key == e.key)) else {
+        let elsewhere: Vec<u64> = candidates.into_iter().flatten().map(|w| w.index).collect();
+        violate(
+            format!(
+                "revision {r}: {}={value} was never written to {} by any op",
+                e.key, e.key
+            ),
+            elsewhere,
+        );
+        return;
+    };
+    match write.outcome {
+        Outcome::Fail => violate(
+            format!(
+                "revision {r}: {}={value} was written by an op that certainly failed",
+                e.key
+            ),
+            vec![write.index],
+        ),
+        Outcome::Ok(Some(rv)) if rv != r => violate(
+            format!(
+                "revision {r}: {}={value} was acknowledged with resource_version {rv}",
+                e.key
+            ),
+            vec![write.index],
+        ),
+        Outcome::Info => report.info_delivered += 1,
+        Outcome::Ok(_) => {}
+    }
 }
 
 /// Why `log` leaves the result undecided, if it does.

@@ -62,6 +62,11 @@ impl ClientTls {
         })
     }
 
+    /// Whether it presents a client certificate (loaded with an identity).
+    pub fn presents_certificate(&self) -> bool {
+        self.inner.files().len() > 1
+    }
+
     /// Trusts servers whose certificate chains to the in-memory PEM CA
     /// `ca_pem`; presents no certificate. Nothing is read from disk, so
     /// [`Reload::reload`] never changes it.

@@ -85,3 +85,16 @@ pub fn check_validity(path: &Path, cert: &CertificateDer<'_>) -> Result<(), TlsE
     }
     Ok(())
 }
+
+/// The subject common name of a certificate (a client certificate's
+/// identity on the client port), if it parses and has exactly one that is
+/// printable ASCII.
+pub fn common_name(cert: &CertificateDer<'_>) -> Option<String> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
+    let mut names = parsed.subject().iter_common_name();
+    let name = names.next()?.as_str().ok()?.to_string();
+    if names.next().is_some() || crate::text::check_printable("common name", &name, 256).is_err() {
+        return None;
+    }
+    Some(name)
+}

@@ -52,7 +52,7 @@ pub use accept::{
 };
 pub use client::HandshakeTimedOut;
 pub use client::{ClientTls, TlsConnector};
-pub use files::{check_validity, read_certs, read_key, read_roots};
+pub use files::{check_validity, common_name, read_certs, read_key, read_roots};
 pub use server::{ClientAuth, HandshakeRate, ServerTls};
 
 /// How often [`Reloader::spawn`] looks at the files again.

@@ -6,7 +6,8 @@
 //! a cleared terminal, `--- <unix ms>` tables when piped, NDJSON with `-o
 //! json`) when something changed, at most every `--interval`. So an
 //! operator sees a takeover, an expiry or a drain as it is applied. When
-//! the stream breaks (the gateway stopped or died), the CLI says so on
+//! the stream breaks (the gateway stopped or died, or went silent for
+//! [`SILENCE`]: paused), the CLI says so on
 //! stderr and watches again through the next gateway; the new stream's
 //! first changes replace the pool it kept. Ctrl-C ends it with exit code 0.
 
@@ -24,6 +25,10 @@ use crate::{CliError, Gateway, Output};
 
 /// The redraw interval without `--interval`.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(250);
+/// How long the stream may stay silent before the gateway counts as lost
+/// (a paused gateway keeps its connection open): two of the gateway's
+/// 5 s progress intervals and 5 s.
+pub const SILENCE: Duration = Duration::from_secs(15);
 
 /// What a follow prints.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -152,10 +157,16 @@ pub async fn follow(
         let mut building = Some(Pool::default());
         let mut dirty = false;
         let mut next_draw = tokio::time::Instant::now();
+        let mut heard = tokio::time::Instant::now();
         let broke = loop {
             tokio::select! {
+                () = tokio::time::sleep_until(heard + SILENCE) => {
+                    break format!("nothing heard for {} s", SILENCE.as_secs());
+                }
                 message = stream.message() => match message {
-                    Ok(Some(change)) => match building.as_mut() {
+                    Ok(Some(change)) => {
+                        heard = tokio::time::Instant::now();
+                        match building.as_mut() {
                         Some(whole) if change.initial => {
                             let complete = change.initial_complete;
                             whole.apply(change);
@@ -169,7 +180,8 @@ pub async fn follow(
                                 dirty |= p.apply(change);
                             }
                         }
-                    },
+                        }
+                    }
                     Ok(None) => break "the stream ended".to_string(),
                     Err(status) => break format!("{:?}: {}", status.code(), status.message()),
                 },

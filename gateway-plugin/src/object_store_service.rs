@@ -58,7 +58,7 @@ impl ObjectStoreService {
         stopping: tokio::sync::watch::Receiver<bool>,
     ) -> Self {
         ObjectStoreService {
-            watchers: Watchers::new(node.clone(), stopping),
+            watchers: Watchers::new(node.clone(), stopping, metrics.clone()),
             node,
             auth,
             metrics,

@@ -21,9 +21,10 @@ use tonic::metadata::MetadataValue;
 use tonic::Status;
 use tracing::Instrument;
 
+use crate::metrics::Metrics;
 use crate::state::GatewayState;
 use crate::status;
-use crate::watch_wait::{progress_interval, Waiter, Wake};
+use crate::watch_wait::{progress_interval, Counted, Waiter, Wake};
 
 /// Watchers one gateway serves at once, at most.
 pub const MAX_WATCHERS: usize = 1024;
@@ -39,6 +40,7 @@ pub struct Watchers {
     node: RaftNode<GatewayState>,
     slots: Arc<Semaphore>,
     stopping: watch::Receiver<bool>,
+    metrics: Metrics,
 }
 
 /// A validated watch request.
@@ -50,13 +52,26 @@ struct Watch {
 }
 
 impl Watchers {
-    /// The watchers of `node`; they end when `stopping` turns true.
-    pub fn new(node: RaftNode<GatewayState>, stopping: watch::Receiver<bool>) -> Self {
+    /// The watchers of `node`, counted in `metrics`; they end when
+    /// `stopping` turns true.
+    pub fn new(
+        node: RaftNode<GatewayState>,
+        stopping: watch::Receiver<bool>,
+        metrics: Metrics,
+    ) -> Self {
         Watchers {
             node,
             slots: Arc::new(Semaphore::new(MAX_WATCHERS)),
             stopping,
+            metrics,
         }
+    }
+
+    fn refused(&self, reason: &str) {
+        self.metrics
+            .watch_refusals
+            .with_label_values(&["objects", reason])
+            .inc();
     }
 
     /// Starts a watcher for `request`: the stream of its responses.
@@ -72,6 +87,7 @@ impl Watchers {
     ) -> Result<mpsc::Receiver<Result<WatchResponse, Status>>, Status> {
         let watch = validate(request)?;
         let Ok(slot) = Arc::clone(&self.slots).try_acquire_owned() else {
+            self.refused("limit");
             return Err(Status::resource_exhausted(format!(
                 "this gateway serves {MAX_WATCHERS} watchers already; watch through another \
                  gateway or close a watcher"
@@ -94,15 +110,18 @@ impl Watchers {
         };
         // The first response (at once, events or not): the watcher knows
         // where it stands; an old revision fails the call itself.
-        let first = self
-            .next(&watch.key, from)
-            .map_err(|c| compacted(Status::out_of_range(c.to_string()), c))?;
+        let first = self.next(&watch.key, from).map_err(|c| {
+            self.refused("compacted");
+            compacted(Status::out_of_range(c.to_string()), c)
+        })?;
         let (tx, rx) = mpsc::channel(1);
         let worker = Worker {
             node: self.node.clone(),
             key: watch.key,
             progress: watch.progress,
             stopping: self.stopping.clone(),
+            metrics: self.metrics.clone(),
+            _counted: Counted::new(&self.metrics, "objects"),
             _slot: slot,
         };
         let span = tracing::debug_span!("watch", from);
@@ -183,6 +202,9 @@ struct Worker {
     key: WatchKey,
     progress: Duration,
     stopping: watch::Receiver<bool>,
+    metrics: Metrics,
+    /// Counted while the watcher runs.
+    _counted: Counted,
     /// Held while the watcher runs.
     _slot: OwnedSemaphorePermit,
 }
@@ -209,6 +231,10 @@ impl Worker {
             found = match read {
                 Ok(f) => f,
                 Err(c) => {
+                    self.metrics
+                        .watch_refusals
+                        .with_label_values(&["objects", "fell_behind"])
+                        .inc();
                     let status = Status::resource_exhausted(format!(
                         "this watcher fell behind: {c}; re-read with List and watch from there"
                     ));

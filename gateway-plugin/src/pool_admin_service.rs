@@ -44,7 +44,7 @@ impl PoolAdminService {
     /// end when `stopping` turns true.
     pub fn new(hub: Arc<Hub>, auth: Auth, stopping: tokio::sync::watch::Receiver<bool>) -> Self {
         PoolAdminService {
-            watchers: PoolWatchers::new(hub.node().clone(), stopping),
+            watchers: PoolWatchers::new(hub.node().clone(), stopping, hub.metrics().clone()),
             hub,
             auth,
         }

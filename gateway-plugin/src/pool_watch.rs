@@ -35,8 +35,9 @@ use tonic::Status;
 use tracing::Instrument;
 
 use crate::convert::to_proto;
+use crate::metrics::Metrics;
 use crate::state::GatewayState;
-use crate::watch_wait::{progress_interval, Waiter, Wake};
+use crate::watch_wait::{progress_interval, Counted, Waiter, Wake};
 
 /// Pool watchers one gateway serves at once, at most.
 pub const MAX_POOL_WATCHERS: usize = 16;
@@ -55,17 +56,24 @@ pub struct PoolWatchers {
     node: RaftNode<GatewayState>,
     slots: Arc<Semaphore>,
     stopping: watch::Receiver<bool>,
+    metrics: Metrics,
 }
 
 type Sender = mpsc::Sender<Result<PoolChange, Status>>;
 
 impl PoolWatchers {
-    /// The pool watchers of `node`; they end when `stopping` turns true.
-    pub fn new(node: RaftNode<GatewayState>, stopping: watch::Receiver<bool>) -> Self {
+    /// The pool watchers of `node`, counted in `metrics`; they end when
+    /// `stopping` turns true.
+    pub fn new(
+        node: RaftNode<GatewayState>,
+        stopping: watch::Receiver<bool>,
+        metrics: Metrics,
+    ) -> Self {
         PoolWatchers {
             node,
             slots: Arc::new(Semaphore::new(MAX_POOL_WATCHERS)),
             stopping,
+            metrics,
         }
     }
 
@@ -82,6 +90,10 @@ impl PoolWatchers {
     ) -> Result<mpsc::Receiver<Result<PoolChange, Status>>, Status> {
         let progress = progress_interval(request.progress_interval_ms)?;
         let Ok(slot) = Arc::clone(&self.slots).try_acquire_owned() else {
+            self.metrics
+                .watch_refusals
+                .with_label_values(&["pool", "limit"])
+                .inc();
             return Err(Status::resource_exhausted(format!(
                 "this gateway serves {MAX_POOL_WATCHERS} pool watchers already; watch through \
                  another gateway or close a watcher"
@@ -98,6 +110,7 @@ impl PoolWatchers {
             node: self.node.clone(),
             progress,
             stopping: self.stopping.clone(),
+            _counted: Counted::new(&self.metrics, "pool"),
             _slot: slot,
         };
         let span = tracing::debug_span!("watch_pool", at = seen.at);
@@ -292,6 +305,8 @@ struct Worker {
     node: RaftNode<GatewayState>,
     progress: Duration,
     stopping: watch::Receiver<bool>,
+    /// Counted while the watcher runs.
+    _counted: Counted,
     /// Held while the watcher runs.
     _slot: OwnedSemaphorePermit,
 }

@@ -36,6 +36,24 @@ pub fn progress_interval(ms: u32) -> Result<Duration, Status> {
     Ok(Duration::from_millis(u64::from(ms)))
 }
 
+/// Counts one watcher in `openshell_watchers{kind}` while it lives.
+pub struct Counted(prometheus::IntGauge);
+
+impl Counted {
+    /// Counts a watcher of `kind` (`objects`, `pool`) in `metrics`.
+    pub fn new(metrics: &crate::metrics::Metrics, kind: &str) -> Self {
+        let gauge = metrics.watchers.with_label_values(&[kind]);
+        gauge.inc();
+        Counted(gauge)
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
 /// Why [`Waiter::wait`] returned.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Wake {

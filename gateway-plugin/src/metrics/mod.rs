@@ -42,6 +42,13 @@ pub struct Metrics {
     pub pool: PoolMetrics,
     /// Every gRPC call this gateway served.
     pub grpc: GrpcMetrics,
+    /// Watchers served now, by kind (`objects`, `pool`).
+    pub watchers: IntGaugeVec,
+    /// Watches refused or cut, by kind and reason (`limit`: too many
+    /// watchers; `compacted`: asked for a revision no longer held;
+    /// `fell_behind`: cut after the history dropped what it still had to
+    /// get).
+    pub watch_refusals: IntCounterVec,
 }
 
 /// Registers collectors in one registry. Every constructor panics only on
@@ -128,15 +135,34 @@ impl Metrics {
         // The refusals every service can count, at zero from the start (a
         // Kubernetes identity's `identity_*` reasons appear when counted).
         for service in ["cluster_admin", "object_store", "pool_admin", "peer_relay"] {
-            for reason in ["missing", "invalid", "forbidden"] {
+            for reason in ["missing", "invalid", "forbidden", "certificate"] {
                 auth_failures.with_label_values(&[service, reason]);
             }
         }
         for reason in ["credential", "malformed"] {
             auth_failures.with_label_values(&["supervisor_host", reason]);
         }
+        let watchers = reg.gauge_vec(
+            "openshell_watchers",
+            "Watchers this gateway serves now, by kind (objects: ObjectStore.Watch; pool: PoolAdmin.WatchPool)",
+            &["kind"],
+        );
+        let watch_refusals = reg.counter_vec(
+            "openshell_watch_refusals_total",
+            "Watches refused or cut, by kind and reason (limit, compacted, fell_behind)",
+            &["kind", "reason"],
+        );
+        for kind in ["objects", "pool"] {
+            watchers.with_label_values(&[kind]);
+            watch_refusals.with_label_values(&[kind, "limit"]);
+        }
+        for reason in ["compacted", "fell_behind"] {
+            watch_refusals.with_label_values(&["objects", reason]);
+        }
         Metrics {
             auth_failures,
+            watchers,
+            watch_refusals,
             raft: RaftMetrics::new(&reg),
             pool: PoolMetrics::new(&reg),
             grpc: GrpcMetrics::new(&reg),

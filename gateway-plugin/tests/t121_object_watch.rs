@@ -68,6 +68,18 @@ async fn watch(
     Ok(client.watch(request).await?.into_inner())
 }
 
+/// The value of the metric line `name` (with its labels) on `node`.
+async fn metric(node: &Gateway, name: &str) -> TestResult<u64> {
+    let addr = node.http_addr().ok_or("no --http-listen")?;
+    let (code, body) = testkit::supervisor::http_get(&addr, "/metrics").await;
+    assert_eq!(code, 200, "/metrics: {body}");
+    let value = body
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .ok_or_else(|| format!("no {name} in /metrics"))?;
+    Ok(value.trim().parse()?)
+}
+
 async fn next(stream: &mut Streaming<WatchResponse>) -> TestResult<WatchResponse> {
     Ok(
         tokio::time::timeout(Duration::from_secs(10), stream.message())
@@ -79,7 +91,13 @@ async fn next(stream: &mut Streaming<WatchResponse>) -> TestResult<WatchResponse
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watch_delivers_what_it_covers_reports_progress_and_is_bounded() -> TestResult {
-    let cluster = Cluster::start(1, &[]);
+    let cluster = Cluster::start(
+        1,
+        &[
+            "--http-listen",
+            &format!("127.0.0.1:{}", testkit::ports::free_port()),
+        ],
+    );
     cluster.wait_leader("bootstrap").await;
     let node = cluster.get(1);
     let mut client = node
@@ -211,6 +229,16 @@ async fn a_watch_delivers_what_it_covers_reports_progress_and_is_bounded() -> Te
     )
     .await?;
     let slow_start = next(&mut slow).await?.revision;
+    // The first watch was dropped: its task ends once the gateway sees
+    // the stream reset.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while metric(node, "openshell_watchers{kind=\"objects\"}").await? != 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "openshell_watchers does not count the one open watcher"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     // Another connection: the slow stream's unread data holds its own.
     let writers = ObjectStoreClient::new(test_channel(&node.addr, 2000).await?);
     let writes = futures::stream::iter(0..800)
@@ -246,6 +274,15 @@ async fn a_watch_delivers_what_it_covers_reports_progress_and_is_bounded() -> Te
         }
     };
     assert_eq!(cut.code(), Code::ResourceExhausted, "{cut:?}");
+    assert_eq!(
+        metric(
+            node,
+            "openshell_watch_refusals_total{kind=\"objects\",reason=\"fell_behind\"}"
+        )
+        .await?,
+        1,
+        "the cut is counted"
+    );
     let oldest: u64 = cut
         .metadata()
         .get("x-openshell-compacted-revision")
@@ -271,6 +308,15 @@ async fn a_watch_delivers_what_it_covers_reports_progress_and_is_bounded() -> Te
     {
         Err(s) => {
             assert_eq!(s.code(), Code::OutOfRange, "{s:?}");
+            assert_eq!(
+                metric(
+                    node,
+                    "openshell_watch_refusals_total{kind=\"objects\",reason=\"compacted\"}"
+                )
+                .await?,
+                1,
+                "the refusal is counted"
+            );
             let held: u64 = s
                 .metadata()
                 .get("x-openshell-compacted-revision")

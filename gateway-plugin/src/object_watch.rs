@@ -125,7 +125,7 @@ impl Watchers {
             _slot: slot,
         };
         let span = tracing::debug_span!("watch", from);
-        tokio::spawn(worker.run(tx, first).instrument(span));
+        tokio::spawn(worker.run(tx, first, from).instrument(span));
         Ok(rx)
     }
 
@@ -210,11 +210,14 @@ struct Worker {
 }
 
 impl Worker {
-    async fn run(self, tx: mpsc::Sender<Result<WatchResponse, Status>>, first: Found) {
+    /// Sends `first` and what follows, never an event before `from` (a
+    /// watch may start at a revision this gateway has not reached).
+    async fn run(self, tx: mpsc::Sender<Result<WatchResponse, Status>>, first: Found, from: u64) {
         let mut waiter = Waiter::new(&self.node, self.stopping.clone());
         let mut found = first;
+        let mut next = from;
         loop {
-            let next = found.through + 1;
+            next = next.max(found.through.saturating_add(1));
             let more = !found.events.is_empty();
             let response = WatchResponse {
                 events: found.events.iter().map(|e| (**e).clone()).collect(),

@@ -12,6 +12,8 @@
 //!   their revisions (the delete carrying the version `a1` had)
 //! - when: nothing is written; then: progress responses (no events, the
 //!   current revision) arrive at the asked interval
+//! - when: a watch asks for a revision three writes ahead; then: it
+//!   delivers the writes from that revision on, none before
 //! - when: a watcher opens a stream and reads nothing while 800 writes of
 //!   30,000 bytes go by (more than the gateway's 16 MiB of history); then:
 //!   reading it afterwards yields contiguous events and then
@@ -218,6 +220,28 @@ async fn a_watch_delivers_what_it_covers_reports_progress_and_is_bounded() -> Te
         "progress came faster than asked"
     );
     drop(stream);
+
+    eprintln!("--- step: a watch from a revision not reached yet starts there");
+    let now = put_w(&mut client, "w", "f0", 3).await?;
+    let mut future = watch(
+        &mut client,
+        WatchRequest {
+            r#type: "w".into(),
+            from_revision: now + 3,
+            ..WatchRequest::default()
+        },
+    )
+    .await?;
+    let mut put = Vec::new();
+    for i in 1..=5 {
+        put.push(put_w(&mut client, "w", &format!("f{i}"), 3).await?);
+    }
+    let mut got = Vec::new();
+    while got.len() < 3 {
+        got.extend(next(&mut future).await?.events.iter().map(|e| e.revision));
+    }
+    assert_eq!(got, put[2..].to_vec(), "nothing before the asked revision");
+    drop(future);
 
     eprintln!("--- step: a watcher that reads nothing while 800 writes of 30,000 bytes go by");
     let mut slow = watch(

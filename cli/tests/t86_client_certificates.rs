@@ -15,6 +15,8 @@
 //!   without certificate and token the call is refused naming both
 //! - then: a role claimed in `x-openshell-vouched-role` on the client port
 //!   counts for nothing; alice's certificate does not open the peer port
+//! - then: an anonymous `ObjectStore.Watch` or `PoolAdmin.WatchPool` is
+//!   `UNAUTHENTICATED`; dana's certificate follows `sandbox list --watch`
 //! - then: tokens still work next to certificates
 
 mod common;
@@ -140,13 +142,59 @@ async fn operators_identify_by_client_certificate_next_to_tokens() -> TestResult
     request
         .metadata_mut()
         .insert(proto::metadata::VOUCHED_ROLE, "platform_admin".parse()?);
-    let spoofed = proto::cluster::cluster_admin_client::ClusterAdminClient::new(channel)
+    let spoofed = proto::cluster::cluster_admin_client::ClusterAdminClient::new(channel.clone())
         .trigger_snapshot(request)
         .await;
     assert_eq!(
         spoofed.err().map(|s| s.code()),
         Some(tonic::Code::Unauthenticated),
         "a vouched role from a client is ignored"
+    );
+
+    eprintln!("--- step: the watches want an identity like every read");
+    let anonymous = proto::objects::object_store_client::ObjectStoreClient::new(channel.clone())
+        .watch(proto::objects::WatchRequest::default())
+        .await;
+    assert_eq!(
+        anonymous.err().map(|s| s.code()),
+        Some(tonic::Code::Unauthenticated),
+        "an anonymous object watch"
+    );
+    let anonymous = proto::pool_admin::pool_admin_client::PoolAdminClient::new(channel)
+        .watch_pool(proto::pool_admin::WatchPoolRequest::default())
+        .await;
+    assert_eq!(
+        anonymous.err().map(|s| s.code()),
+        Some(tonic::Code::Unauthenticated),
+        "an anonymous pool watch"
+    );
+    let (code, out, err) = {
+        let mut child = std::process::Command::new(pool_bin())
+            .args(&dana)
+            .args([
+                "--endpoints",
+                &all,
+                "sandbox",
+                "list",
+                "--watch",
+                "-o",
+                "json",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()?;
+        tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+        child.kill()?;
+        let output = child.wait_with_output()?;
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    assert!(
+        out.lines().next().is_some_and(|l| l.starts_with('[')),
+        "dana (viewer certificate) follows the sandboxes: rc {code:?}, {out} {err}"
     );
 
     eprintln!("--- step: alice's certificate does not open the peer port");

@@ -20,7 +20,7 @@ use proto::pool_admin::{
 };
 use serde_json::Value;
 
-use super::watch::{show, MIN_INTERVAL};
+use super::watch::{check_interval, show};
 use crate::{CliError, Gateway, Output};
 
 /// The redraw interval without `--interval`.
@@ -117,7 +117,7 @@ impl Pool {
 /// Follows the pool until Ctrl-C, printing `shown` on every change.
 ///
 /// # Errors
-/// `--interval` below [`MIN_INTERVAL`]; no gateway opened the first watch.
+/// `--interval` below [`super::watch::MIN_INTERVAL`]; no gateway opened the first watch.
 pub async fn follow(
     gw: &Gateway,
     output: Output,
@@ -125,13 +125,7 @@ pub async fn follow(
     interval_ms: Option<u64>,
 ) -> Result<(), CliError> {
     let interval = interval_ms.map_or(DEFAULT_INTERVAL, Duration::from_millis);
-    if interval < MIN_INTERVAL {
-        return Err(CliError::Usage(format!(
-            "--interval {} ms: at least {} ms",
-            interval.as_millis(),
-            MIN_INTERVAL.as_millis()
-        )));
-    }
+    check_interval(interval)?;
     let terminal = std::io::stdout().is_terminal();
     let title = shown.title();
     let client = gw.client();

@@ -69,13 +69,7 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<(Value, String), CliError>>,
 {
-    if interval < MIN_INTERVAL {
-        return Err(CliError::Usage(format!(
-            "--interval {} ms: at least {} ms",
-            interval.as_millis(),
-            MIN_INTERVAL.as_millis()
-        )));
-    }
+    check_interval(interval)?;
     let terminal = std::io::stdout().is_terminal();
     let mut every = tokio::time::interval(interval);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -136,4 +130,19 @@ pub fn show(
     };
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes()).and_then(|()| out.flush())
+}
+
+/// Refuses an `--interval` below [`MIN_INTERVAL`].
+///
+/// # Errors
+/// [`CliError::Usage`] naming both.
+pub fn check_interval(interval: Duration) -> Result<(), CliError> {
+    if interval < MIN_INTERVAL {
+        return Err(CliError::Usage(format!(
+            "--interval {} ms: at least {} ms",
+            interval.as_millis(),
+            MIN_INTERVAL.as_millis()
+        )));
+    }
+    Ok(())
 }

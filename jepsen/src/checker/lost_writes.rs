@@ -45,15 +45,7 @@ impl Checker for AcknowledgedWrites {
     fn check(&self, history: &[Event], _state: &FinalState) -> CheckResult {
         let by_key = match ops_by_key(history) {
             Ok(k) => k,
-            Err(e) => {
-                return CheckResult {
-                    checker: self.name().into(),
-                    valid: Validity::Unknown,
-                    summary: format!("malformed history: {e}"),
-                    offending: Vec::new(),
-                    details: serde_json::Value::Null,
-                }
-            }
+            Err(e) => return CheckResult::malformed_history(self.name(), e),
         };
         let mut problems = Vec::new();
         let mut offending = Vec::new();

@@ -46,13 +46,7 @@ impl Checker for Linearizable {
 
     fn check(&self, history: &[Event], _state: &FinalState) -> CheckResult {
         match linear::check(history, self.options) {
-            Err(e) => CheckResult {
-                checker: self.name().into(),
-                valid: Validity::Unknown,
-                summary: format!("malformed history: {e}"),
-                offending: Vec::new(),
-                details: serde_json::Value::Null,
-            },
+            Err(e) => CheckResult::malformed_history(self.name(), e),
             Ok(keys) => {
                 let invalid: Vec<&linear::KeyResult> = keys
                     .iter()

@@ -50,6 +50,18 @@ pub struct CheckResult {
 }
 
 impl CheckResult {
+    /// The result of a checker that could not read the history (`e` says
+    /// why): `unknown`, never valid.
+    pub fn malformed_history(checker: &str, e: impl std::fmt::Display) -> CheckResult {
+        CheckResult {
+            checker: checker.into(),
+            valid: Validity::Unknown,
+            summary: format!("malformed history: {e}"),
+            offending: Vec::new(),
+            details: serde_json::Value::Null,
+        }
+    }
+
     /// The result of a checker that found `violations` (what, and the
     /// history indexes that show it): invalid when there is any, else
     /// unknown when `undecided`, else valid; the offending events are

@@ -114,15 +114,7 @@ impl Checker for OneVersionPerWrite {
     fn check(&self, history: &[Event], _state: &FinalState) -> CheckResult {
         let (shared, checked) = match shared_versions(history) {
             Ok(r) => r,
-            Err(e) => {
-                return CheckResult {
-                    checker: self.name().into(),
-                    valid: Validity::Unknown,
-                    summary: format!("malformed history: {e}"),
-                    offending: Vec::new(),
-                    details: serde_json::Value::Null,
-                }
-            }
+            Err(e) => return CheckResult::malformed_history(self.name(), e),
         };
         let acknowledged_writes = history
             .iter()

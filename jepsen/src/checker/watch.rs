@@ -35,7 +35,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
-use crate::checker::verdict::{CheckResult, Checker, FinalState, Validity};
+use crate::checker::verdict::{CheckResult, Checker, FinalState};
 use crate::checker::watch_log::{Delivered, EndReason, EventKind, WatchLog};
 use crate::cluster::OBJECT_TYPE;
 use crate::history::{Event, OpType, Process};
@@ -409,15 +409,7 @@ impl Checker for WatchEvents {
     fn check(&self, history: &[Event], _state: &FinalState) -> CheckResult {
         let writes = match writes(history) {
             Ok(w) => Writes::new(w),
-            Err(e) => {
-                return CheckResult {
-                    checker: self.name().into(),
-                    valid: Validity::Unknown,
-                    summary: format!("malformed history: {e}"),
-                    offending: Vec::new(),
-                    details: serde_json::Value::Null,
-                }
-            }
+            Err(e) => return CheckResult::malformed_history(self.name(), e),
         };
         let mut violations = Vec::new();
         let reports: Vec<WatcherReport> = self

@@ -6,6 +6,7 @@ use serde_json::{json, Value};
 
 use super::*;
 use crate::checker::watch_log::{Delivered, WatchEnd, WatchScope};
+use crate::checker::Validity;
 
 /// A history under construction: each op is an invocation and its
 /// completion.

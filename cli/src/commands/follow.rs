@@ -30,24 +30,6 @@ pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(250);
 /// 5 s progress intervals and 5 s.
 pub const SILENCE: Duration = Duration::from_secs(15);
 
-/// What a follow prints.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Shown {
-    /// `pool status`: members, sandboxes, operations.
-    PoolStatus,
-    /// `sandbox list`: the sandboxes.
-    Sandboxes,
-}
-
-impl Shown {
-    fn title(self) -> &'static str {
-        match self {
-            Shown::PoolStatus => "pool status",
-            Shown::Sandboxes => "sandbox list",
-        }
-    }
-}
-
 /// The pool as the watch showed it.
 #[derive(Default)]
 struct Pool {
@@ -89,45 +71,34 @@ impl Pool {
         changed
     }
 
-    /// The document and table of `shown`.
-    fn render(&self, shown: Shown) -> (Value, String) {
-        let sandboxes: Vec<Sandbox> = self.sandboxes.values().cloned().collect();
-        match shown {
-            Shown::Sandboxes => (
-                Value::Array(sandboxes.iter().map(super::sandbox::sandbox_json).collect()),
-                super::sandbox::sandbox_rows(&sandboxes),
-            ),
-            Shown::PoolStatus => {
-                let status = SupervisorPoolStatus {
-                    members: self.members.values().cloned().collect(),
-                    sandboxes,
-                    operations: self.operations.values().cloned().collect(),
-                    next_page_token: String::new(),
-                    ..self.header.clone()
-                };
-                (
-                    super::pool::pool_json(&status),
-                    super::pool::status_table(&status),
-                )
-            }
+    /// The pool status this watch shows now (every page in one).
+    fn status(&self) -> SupervisorPoolStatus {
+        SupervisorPoolStatus {
+            members: self.members.values().cloned().collect(),
+            sandboxes: self.sandboxes.values().cloned().collect(),
+            operations: self.operations.values().cloned().collect(),
+            next_page_token: String::new(),
+            ..self.header.clone()
         }
     }
 }
 
-/// Follows the pool until Ctrl-C, printing `shown` on every change.
+/// Follows the pool until Ctrl-C, printing `render`'s document and table
+/// (`title` names the command) on every change. The caller renders, so this
+/// module needs none of the commands that use it.
 ///
 /// # Errors
 /// `--interval` below [`super::watch::MIN_INTERVAL`]; no gateway opened the first watch.
 pub async fn follow(
     gw: &Gateway,
     output: Output,
-    shown: Shown,
+    title: &str,
     interval_ms: Option<u64>,
+    render: impl Fn(&SupervisorPoolStatus) -> (Value, String),
 ) -> Result<(), CliError> {
     let interval = interval_ms.map_or(DEFAULT_INTERVAL, Duration::from_millis);
     check_interval(interval)?;
     let terminal = std::io::stdout().is_terminal();
-    let title = shown.title();
     let client = gw.client();
     let mut pool: Option<Pool> = None;
     loop {
@@ -183,7 +154,7 @@ pub async fn follow(
                     dirty = false;
                     next_draw = tokio::time::Instant::now() + interval;
                     if let Some(p) = pool.as_ref() {
-                        let (document, table) = p.render(shown);
+                        let (document, table) = render(&p.status());
                         let heading = format!(
                             "{title} (following changes, applied index {}; Ctrl-C stops)",
                             p.header.applied_index

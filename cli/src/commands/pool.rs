@@ -187,8 +187,10 @@ pub async fn pool(gw: &Gateway, output: Output, command: PoolCommand) -> Result<
             watch: true,
             interval,
         } => {
-            return super::follow::follow(gw, output, super::follow::Shown::PoolStatus, interval)
-                .await;
+            return super::follow::follow(gw, output, "pool status", interval, |s| {
+                (pool_json(s), status_table(s))
+            })
+            .await;
         }
         PoolCommand::Status { watch, interval } => {
             let fetch = || async {

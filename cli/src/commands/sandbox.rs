@@ -117,8 +117,13 @@ pub async fn sandbox(
             watch: true,
             interval,
         } => {
-            return super::follow::follow(gw, output, super::follow::Shown::Sandboxes, interval)
-                .await;
+            return super::follow::follow(gw, output, "sandbox list", interval, |s| {
+                (
+                    Value::Array(s.sandboxes.iter().map(sandbox_json).collect()),
+                    sandbox_rows(&s.sandboxes),
+                )
+            })
+            .await;
         }
         SandboxCommand::List {
             watch: false,

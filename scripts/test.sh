@@ -20,7 +20,17 @@ else
   echo "scripts/test.sh: not root: nothing installed; tests that need network namespaces will be skipped"
 fi
 
-cargo test --workspace
+# Every crate but the simulation, which runs below in its own build.
+cargo test --workspace --exclude sim
+
+# The deterministic simulation (sim/README.md): built in release and with
+# tokio's `--cfg tokio_unstable` (turmoil seeds each host's `select!` order
+# only then), in a target directory of its own since the flag changes every
+# crate's build. One build with the fault switches compiled in (each off
+# unless a run turns it on) serves the seed budget, the determinism check
+# and the proofs that the simulation finds the bugs it exists for.
+RUSTFLAGS="--cfg tokio_unstable" CARGO_TARGET_DIR=target/sim SIM_SEEDS="${SIM_SEEDS:-1000}" \
+  cargo test --release -p sim --features faults
 
 # Proofs that the checkers bite: a gateway with the stale-reads fault on
 # must be reported non-linearizable, one with shared-resource-version must be

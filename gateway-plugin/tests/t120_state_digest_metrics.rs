@@ -51,9 +51,17 @@ async fn replicas_export_equal_digests_at_equal_indexes() -> TestResult {
     }
 
     eprintln!("--- step: ask each gateway for its digest at 1024, ahead of time");
+    // The calls wait on the gateways up to 30 s (the writes below take
+    // 5-15 s on a loaded 2-core machine), so their deadline must be longer
+    // than that: with the usual 15 s one, CI's run failed with `Cancelled:
+    // Timeout expired` while the gateways were still waiting as asked.
     let mut asked = Vec::new();
     for id in 1..=3 {
-        let mut admin = cluster.get(id).admin().await?;
+        let channel = cluster
+            .get(id)
+            .channel_with_deadline(Duration::from_secs(45))
+            .await?;
+        let mut admin = proto::cluster::cluster_admin_client::ClusterAdminClient::new(channel);
         asked.push(tokio::spawn(async move {
             admin
                 .state_digest(proto::cluster::StateDigestRequest {

@@ -15,8 +15,8 @@
 //!   command and reply, and [`Applied`], the outcome of a write.
 //! - [`error`]: typed errors of each boundary, and the [`InvalidCommand`] /
 //!   [`SnapshotError`] a state machine reports.
-//! - [`fault`]: the Jepsen-only fault switch (off unless built with the
-//!   `fault-shared-resource-version` feature and turned on at start-up).
+//! - [`fault`]: the fault switches of the checkers' proofs (off unless
+//!   built with a `fault-*` feature and turned on at start-up).
 //! - [`codec`]: the versioned binary encoding of log entries, votes and raft
 //!   RPC bodies (a wire format: see `docs/storage.md`), and the largest
 //!   message a replica sends.

@@ -203,6 +203,9 @@ impl LogStore {
 /// restarted cluster that had lost its leader from electing a new one (cli
 /// t60's resume).
 pub fn vote_after_restart(vote: Vote, me: u64) -> Option<Vote> {
+    if crate::fault::restart_as_leader() {
+        return None;
+    }
     (vote.committed && vote.leader_id().voted_for() == Some(me)).then_some(Vote {
         committed: false,
         ..vote

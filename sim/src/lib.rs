@@ -1,17 +1,20 @@
-//! Deterministic simulation of the gateway raft group (issue 29, spike).
+//! Deterministic simulation of the gateway raft group (issue 29).
 //!
 //! Real `raft_store::RaftNode`s (openraft 0.9, the real write forwarding,
 //! read-index and tonic transport, with the gateway's `GatewayState` as the
-//! state machine) run in one process, on one thread, on
-//! turmoil's simulated time and network, over in-memory stores that model
-//! what a crash keeps; one seed decides every choice, and the run's trace
-//! hash is the same for the same seed. See `README.md` and
+//! state machine) run in one process, on one thread, on turmoil's simulated
+//! time and network, over in-memory stores that model what a crash keeps,
+//! under register clients and a nemesis drawn from the seed's swarm; the
+//! history is checked for linearizability and the replicas for equal
+//! states. One seed decides every choice, and the run's trace hash is the
+//! same for the same seed. See `README.md`, `docs/simulation.md` and
 //! `docs/design/0004-simulation.md`.
 //!
 //! # Layout
 //! Listed from the bottom up: each module imports only modules above it.
 //! - [`wall_clock`]: `clock_gettime` with the wall clock simulated on a
 //!   simulation's thread (hyper's `date` header reads it).
+//! - [`fault`]: the fixed bugs a fault build can turn back on.
 //! - [`trace`]: the run's trace (every byte received, every entry applied)
 //!   and its hash.
 //! - [`disk`]: one node's simulated disk: written, synced, and what a crash
@@ -23,16 +26,24 @@
 //! - [`net`]: turmoil's simulated TCP as the nodes' dialer and listener.
 //! - [`node`]: one simulated gateway process and the calls the workload
 //!   makes to it.
-//! - [`scenario`]: the three-node scenario and the driver that injects its
-//!   faults.
+//! - [`register`]: the register clients and their history, judged by the
+//!   Jepsen harness's linearizability checker.
+//! - [`swarm`]: what a seed turns on, and the nemesis that draws the faults.
+//! - [`scenario`]: bootstrap, the swarm, healing and the end checks.
+//! - [`harness`]: one run on its own thread: turmoil built from the seed,
+//!   the hosts, and the driver that steps it and injects the faults.
 
 pub mod disk;
+pub mod fault;
+pub mod harness;
 pub mod mem_log;
 pub mod mem_machine;
 pub mod net;
 pub mod node;
+pub mod register;
 pub mod scenario;
+pub mod swarm;
 pub mod trace;
 pub mod wall_clock;
 
-pub use scenario::{run, Failure, Outcome};
+pub use harness::{run, Failure, Outcome};

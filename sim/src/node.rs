@@ -55,6 +55,16 @@ pub enum Call {
         /// Its payload.
         payload: Vec<u8>,
     },
+    /// Compare-and-set on the object's payload: a linearizable read, then
+    /// a put conditional on the version read (so nothing came between).
+    Cas {
+        /// Object id.
+        id: String,
+        /// The payload it must hold.
+        expected: Vec<u8>,
+        /// The payload to write.
+        new: Vec<u8>,
+    },
     /// A linearizable read (read-index) of one object.
     Get {
         /// Object id.
@@ -74,6 +84,9 @@ pub enum Answer {
     Done,
     /// A put was applied at this resource version.
     Put(u64),
+    /// A compare-and-set found another value, or its put's precondition
+    /// failed: nothing was written.
+    Rejected(String),
     /// A read: the object's payload and resource version, if it exists.
     Get(Option<(Vec<u8>, u64)>),
     /// The node's status.
@@ -96,14 +109,36 @@ impl Slot {
         *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(sender);
     }
 
-    /// Calls the node's current process; `None` when it is down, died
-    /// during the call, or did not answer within `timeout`.
-    pub async fn call(&self, call: Call, timeout: Duration) -> Option<Answer> {
-        let sender = self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()?;
+    /// Calls the node's current process.
+    ///
+    /// # Errors
+    /// [`Unanswered::Down`] when the call never reached a process (the node
+    /// is down: it certainly did nothing), [`Unanswered::NoAnswer`] when the
+    /// process died during the call or did not answer within `timeout` (it
+    /// may have done it).
+    pub async fn call(&self, call: Call, timeout: Duration) -> Result<Answer, Unanswered> {
+        let sender = self
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .ok_or(Unanswered::Down)?;
         let (reply, answer) = oneshot::channel();
-        sender.send((call, reply)).ok()?;
-        tokio::time::timeout(timeout, answer).await.ok()?.ok()
+        sender.send((call, reply)).map_err(|_| Unanswered::Down)?;
+        match tokio::time::timeout(timeout, answer).await {
+            Ok(Ok(answer)) => Ok(answer),
+            _ => Err(Unanswered::NoAnswer),
+        }
     }
+}
+
+/// Why a call has no answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unanswered {
+    /// The node is down: the call reached no process.
+    Down,
+    /// The process died during the call, or did not answer in time.
+    NoAnswer,
 }
 
 /// What one node runs on: kept by the harness across the node's restarts.
@@ -166,19 +201,23 @@ async fn serve(node: &SimNode, call: Call) -> Answer {
             Ok(_) => Answer::Done,
             Err(e) => Answer::Failed(e.to_string()),
         },
-        Call::Put { id, payload } => put(node, id, payload).await,
-        Call::Get { id } => match node
-            .read(|state, _| {
-                state
-                    .objects
-                    .get(TYPE, &id)
-                    .map(|o| (o.payload.clone(), o.resource_version))
-            })
-            .await
-        {
-            Ok(found) => Answer::Get(found),
-            Err(e) => Answer::Failed(e.to_string()),
+        Call::Put { id, payload } => {
+            put(node, id, payload, precondition::Kind::Unconditional(true)).await
+        }
+        Call::Cas { id, expected, new } => match get(node, &id).await {
+            Answer::Get(Some((payload, version))) if payload == expected => {
+                put(
+                    node,
+                    id,
+                    new,
+                    precondition::Kind::MatchResourceVersion(version),
+                )
+                .await
+            }
+            Answer::Get(found) => Answer::Rejected(format!("holds {found:?}")),
+            other => other,
         },
+        Call::Get { id } => get(node, &id).await,
         Call::Status => Answer::Status(Box::new(node.status())),
         Call::Digest => {
             let d = node.state_digest();
@@ -187,7 +226,22 @@ async fn serve(node: &SimNode, call: Call) -> Answer {
     }
 }
 
-async fn put(node: &SimNode, id: String, payload: Vec<u8>) -> Answer {
+async fn get(node: &SimNode, id: &str) -> Answer {
+    let read = node
+        .read(|state, _| {
+            state
+                .objects
+                .get(TYPE, id)
+                .map(|o| (o.payload.clone(), o.resource_version))
+        })
+        .await;
+    match read {
+        Ok(found) => Answer::Get(found),
+        Err(e) => Answer::Failed(e.to_string()),
+    }
+}
+
+async fn put(node: &SimNode, id: String, payload: Vec<u8>, kind: precondition::Kind) -> Answer {
     let objects = ObjectCommand {
         op: Some(object_command::Op::Put(PutRequest {
             object: Some(Object {
@@ -196,9 +250,7 @@ async fn put(node: &SimNode, id: String, payload: Vec<u8>) -> Answer {
                 payload,
                 ..Object::default()
             }),
-            precondition: Some(Precondition {
-                kind: Some(precondition::Kind::Unconditional(true)),
-            }),
+            precondition: Some(Precondition { kind: Some(kind) }),
             request_id: String::new(),
         })),
     };
@@ -218,6 +270,13 @@ async fn put(node: &SimNode, id: String, payload: Vec<u8>) -> Answer {
                 })),
             ..
         }) => Answer::Put(stored.resource_version),
+        Ok(LogResult {
+            result:
+                Some(log_result::Result::Objects(ObjectResult {
+                    result: Some(object_result::Result::Rejected(rejection)),
+                })),
+            ..
+        }) => Answer::Rejected(format!("{rejection:?}")),
         other => Answer::Failed(format!("unexpected put result {other:?}")),
     }
 }

@@ -2,7 +2,7 @@
 //! trace (every byte received, every entry applied, every fault), byte for
 //! byte, twice in one process and in another process.
 //!
-//! - given: the three-node scenario and a seed
+//! - given: the scenario and a seed
 //! - when: it runs twice here, and once in a child process (the `sim` binary)
 //! - then: the three trace hashes are equal; another seed's differs
 

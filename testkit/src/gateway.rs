@@ -107,11 +107,18 @@ impl Gateway {
         self.peer_addr.as_deref().unwrap_or(&self.addr)
     }
 
-    /// A channel to the client port, with TLS for a secure gateway.
+    /// A channel to the client port, with TLS for a secure gateway, and a
+    /// 15 s call deadline.
     pub async fn channel(&self) -> TestResult<Channel> {
+        self.channel_with_deadline(Duration::from_secs(15)).await
+    }
+
+    /// [`Gateway::channel`] with another call deadline: for calls that wait
+    /// on the server longer than 15 s (a `StateDigest` with `wait_ms`).
+    pub async fn channel_with_deadline(&self, deadline: Duration) -> TestResult<Channel> {
         let config = ClientConfig::for_role(Role::Cli)
             .with_connect_timeout(Duration::from_millis(500))
-            .with_request_timeout(Duration::from_secs(15))
+            .with_request_timeout(deadline)
             .with_tls(self.security.as_ref().map(|s| s.tls.clone()));
         Ok(client::connect(Role::Cli, &self.addr, &config).await?)
     }

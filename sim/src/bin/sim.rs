@@ -13,7 +13,7 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use clap::Parser;
 
-/// Runs seeds of the three-node scenario.
+/// Runs seeds of the swarm scenario.
 #[derive(Parser)]
 #[command(name = "sim")]
 struct Args {
@@ -29,6 +29,10 @@ struct Args {
     /// Print only the summary, not a line per seed.
     #[arg(long)]
     quiet: bool,
+    /// Turn on a fixed bug again (a build with `--features faults`):
+    /// restart-as-leader.
+    #[arg(long)]
+    fault: Vec<String>,
     /// Run every seed twice and report the first event where the two
     /// traces differ (a determinism check).
     #[arg(long)]
@@ -55,6 +59,9 @@ fn diverges(seed: u64) -> Option<String> {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    for name in &args.fault {
+        sim::fault::set(name)?;
+    }
     if args.count == 0 {
         bail!("--count must be at least 1");
     }
@@ -80,12 +87,13 @@ fn main() -> anyhow::Result<()> {
                 }
                 if !args.quiet {
                     println!(
-                        "seed {seed} ok hash {} events {} sim {:?} acked {} lost-unsynced {}",
+                        "seed {seed} ok hash {} events {} sim {:?} acked {} lost-unsynced {} swarm {}",
                         outcome.hash,
                         outcome.events,
                         outcome.elapsed,
                         outcome.acked,
-                        outcome.writes_lost
+                        outcome.writes_lost,
+                        outcome.swarm
                     );
                 }
             }

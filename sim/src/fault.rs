@@ -1,0 +1,52 @@
+//! The fixed bugs a fault build (`--features faults`) can turn back on, to
+//! prove the simulation finds them. Each is off until a run turns it on; the
+//! switches are process-wide (one simulation at a time per process).
+
+/// The faults this crate knows, by the name `sim --fault` takes.
+pub const NAMES: &[&str] = &["restart-as-leader"];
+
+/// Why a fault cannot be turned on.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum FaultError {
+    /// Not one of [`NAMES`].
+    #[error("unknown fault '{0}' (known: restart-as-leader)")]
+    Unknown(String),
+    /// This build was made without `--features faults`.
+    #[error("fault '{0}' needs a build with `--features faults`")]
+    NotBuilt(String),
+}
+
+/// Turns on the fault `name`.
+///
+/// # Errors
+/// An unknown name, or a build without the fault features.
+pub fn set(name: &str) -> Result<(), FaultError> {
+    if !NAMES.contains(&name) {
+        return Err(FaultError::Unknown(name.to_string()));
+    }
+    #[cfg(feature = "faults")]
+    {
+        raft_store::fault::set_restart_as_leader(true);
+        Ok(())
+    }
+    #[cfg(not(feature = "faults"))]
+    Err(FaultError::NotBuilt(name.to_string()))
+}
+
+/// The faults turned on, as `sim` arguments (for the replay command).
+pub fn replay_args() -> String {
+    if raft_store::fault::restart_as_leader() {
+        " --fault restart-as-leader".to_string()
+    } else {
+        String::new()
+    }
+}
+
+/// The `--features` a replay needs.
+pub fn replay_features() -> &'static str {
+    if cfg!(feature = "faults") {
+        " --features faults"
+    } else {
+        ""
+    }
+}

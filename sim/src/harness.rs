@@ -1,0 +1,288 @@
+//! One run of the simulation: a fresh thread, turmoil built from the
+//! seed's [`Swarm`], one host per node, the scenario as turmoil's client,
+//! and the driver that steps the simulation and carries out the faults the
+//! scenario's nemesis asks for between steps (crash and restart need the
+//! simulation itself, so they cannot be done from inside a host).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::disk::Disk;
+use crate::mem_log::SyncDelay;
+use crate::node::{self, host, NodeParts, Slot};
+use crate::scenario::Scenario;
+use crate::swarm::{Fault, Faults, Swarm};
+use crate::trace::Trace;
+
+/// What a run gives.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    /// The seed.
+    pub seed: u64,
+    /// The trace hash.
+    pub hash: String,
+    /// Events in the trace.
+    pub events: u64,
+    /// Simulated time the run took.
+    pub elapsed: Duration,
+    /// Operations that completed `ok` (reads, writes, compare-and-sets).
+    pub acked: usize,
+    /// Unsynced writes the crashes dropped.
+    pub writes_lost: u64,
+    /// What the seed turned on.
+    pub swarm: String,
+    /// Every trace line, if asked for.
+    pub lines: Option<Vec<String>>,
+}
+
+/// A run that failed: why, and the end of its trace.
+#[derive(Clone, Debug)]
+pub struct Failure {
+    /// The seed.
+    pub seed: u64,
+    /// What failed.
+    pub error: String,
+    /// The last trace lines (every line, when the run kept them).
+    pub tail: Vec<String>,
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "seed {} failed: {}", self.seed, self.error)?;
+        writeln!(f, "--- last {} trace lines", self.tail.len())?;
+        for line in &self.tail {
+            writeln!(f, "{line}")?;
+        }
+        write!(
+            f,
+            "--- replay: RUSTFLAGS=\"--cfg tokio_unstable\" CARGO_TARGET_DIR=target/sim \
+             cargo run --release -p sim{} -- --seed {}{} --trace",
+            crate::fault::replay_features(),
+            self.seed,
+            crate::fault::replay_args()
+        )
+    }
+}
+
+/// Runs the scenario for `seed` on a thread of its own.
+///
+/// A fresh thread, because libraries keep per-thread state that would carry
+/// one run into the next: hyper caches its rendered `date` header per
+/// thread until the (simulated) second it expires, so a second run in the
+/// same thread sent other header bytes (found by `t20`); tokio's context
+/// and std's hash keys are per thread too.
+///
+/// # Errors
+/// [`Failure`] when a check fails or the run is not live.
+pub fn run(seed: u64, keep_lines: bool) -> Result<Outcome, Failure> {
+    std::thread::Builder::new()
+        .name(format!("sim-seed-{seed}"))
+        .spawn(move || run_here(seed, keep_lines))
+        .map_err(|e| Failure {
+            seed,
+            error: format!("cannot start the simulation's thread: {e}"),
+            tail: Vec::new(),
+        })?
+        .join()
+        .unwrap_or_else(|panic| {
+            let error = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "the simulation panicked".into());
+            Err(Failure {
+                seed,
+                error,
+                tail: Vec::new(),
+            })
+        })
+}
+
+/// Aligns tokio's task ids: the next task spawned gets an id that is a
+/// multiple of [`TASK_ID_ALIGN`].
+///
+/// tokio numbers tasks from one counter per process, and a runtime keeps
+/// its tasks in lists sharded by `id % shards` (4 for a current-thread
+/// runtime), which it drops shard by shard when it shuts down. A crash is
+/// turmoil dropping the host's runtime, and each dropped connection sends
+/// its FIN then: so the order in which peers saw the crashed node's
+/// connections close depended on how many tasks earlier runs in the same
+/// process had spawned (found by `sim --twice`). Every run spawns the same
+/// tasks in the same order, so starting each run at an aligned id gives
+/// every task the same shard. One simulation at a time per process:
+/// another thread spawning tokio tasks meanwhile would shift the ids.
+fn align_task_ids() -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .map_err(|e| format!("cannot build the task-id runtime: {e}"))?;
+    let _entered = runtime.enter();
+    for _ in 0..=TASK_ID_ALIGN {
+        let id: u64 = tokio::spawn(async {})
+            .id()
+            .to_string()
+            .parse()
+            .map_err(|e| format!("tokio task id is not a number: {e}"))?;
+        if id % TASK_ID_ALIGN == TASK_ID_ALIGN - 1 {
+            return Ok(());
+        }
+    }
+    Err("tokio task ids did not reach an aligned value".into())
+}
+
+/// A multiple of every shard count a current-thread runtime uses.
+const TASK_ID_ALIGN: u64 = 64;
+
+/// Runs the scenario for `seed` on this thread.
+fn run_here(seed: u64, keep_lines: bool) -> Result<Outcome, Failure> {
+    align_task_ids().map_err(|error| Failure {
+        seed,
+        error,
+        tail: Vec::new(),
+    })?;
+    raft_store::runtime::seed_thread_rng(seed);
+    let trace = if keep_lines {
+        Trace::keeping_lines()
+    } else {
+        Trace::new()
+    };
+    let mut rng = StdRng::seed_from_u64(seed);
+    let swarm = Swarm::pick(&mut rng);
+    trace.record_at(Duration::ZERO, format!("swarm {swarm}"), &[]);
+    let mut sim = turmoil::Builder::new()
+        .rng_seed(seed)
+        .tick_duration(Duration::from_millis(1))
+        .simulation_duration(swarm.duration + Duration::from_secs(240))
+        .min_message_latency(swarm.min_latency)
+        .max_message_latency(swarm.max_latency)
+        .enable_random_order()
+        .build();
+    let mut nodes = BTreeMap::new();
+    for id in 1..=swarm.nodes {
+        let parts = NodeParts {
+            id,
+            disk: Disk::new(),
+            delay: if swarm.slow_disk == Some(id) {
+                SyncDelay::new(
+                    rng.gen(),
+                    Duration::from_millis(10),
+                    Duration::from_millis(rng.gen_range(11..100)),
+                )
+            } else {
+                SyncDelay::new(
+                    rng.gen(),
+                    Duration::from_micros(50),
+                    Duration::from_millis(rng.gen_range(1..5)),
+                )
+            },
+            slot: Slot::default(),
+            trace: trace.clone(),
+        };
+        let software = parts.clone();
+        sim.host(host(id).as_str(), move || node::run(software.clone()));
+        nodes.insert(id, parts);
+    }
+    let faults = Faults::default();
+    let scenario = Scenario::new(
+        swarm.clone(),
+        nodes.values().map(|p| p.slot.clone()).collect(),
+        faults.clone(),
+        StdRng::seed_from_u64(rng.gen()),
+        trace.clone(),
+    );
+    let acked = scenario.acked();
+    sim.client(
+        "client",
+        async move { scenario.run().await.map_err(Into::into) },
+    );
+    // With every line kept (a replay), the failure shows them all.
+    let failure = |error: String| Failure {
+        seed,
+        error,
+        tail: trace.lines().unwrap_or_else(|| trace.tail()),
+    };
+    // Cleared however the run ends.
+    struct WallClock;
+    impl Drop for WallClock {
+        fn drop(&mut self) {
+            crate::wall_clock::set(None);
+        }
+    }
+    let _wall_clock = WallClock;
+    loop {
+        crate::wall_clock::set(Some(sim.elapsed()));
+        let done = sim.step().map_err(|e| failure(e.to_string()))?;
+        loop {
+            let next = faults.lock().unwrap_or_else(|p| p.into_inner()).pop_front();
+            let Some(fault) = next else { break };
+            inject(&mut sim, &nodes, &mut rng, &trace, fault);
+        }
+        if done {
+            break;
+        }
+    }
+    let acked = acked();
+    Ok(Outcome {
+        seed,
+        hash: trace.hash(),
+        events: trace.events(),
+        elapsed: sim.elapsed(),
+        acked,
+        writes_lost: nodes.values().map(|p| p.disk.stats().writes_lost).sum(),
+        swarm: swarm.to_string(),
+        lines: trace.lines(),
+    })
+}
+
+/// Carries out one fault between two steps, and records it.
+fn inject(
+    sim: &mut turmoil::Sim<'_>,
+    nodes: &BTreeMap<u64, NodeParts>,
+    rng: &mut StdRng,
+    trace: &Trace,
+    fault: Fault,
+) {
+    let at = sim.elapsed();
+    let pairs = |a: &[u64], b: &[u64]| {
+        let mut pairs = Vec::new();
+        for x in a {
+            for y in b {
+                pairs.push((host(*x), host(*y)));
+            }
+        }
+        pairs
+    };
+    match fault {
+        Fault::Crash(id) => {
+            sim.crash(host(id).as_str());
+            if let Some(parts) = nodes.get(&id) {
+                let pending = parts.disk.pending();
+                let keep = rng.gen_range(0..=pending);
+                let lost = parts.disk.crash(keep);
+                trace.record_at(
+                    at,
+                    format!("fault crash {} kept {keep} lost {lost}", host(id)),
+                    &[],
+                );
+            }
+        }
+        Fault::Restart(id) => {
+            trace.record_at(at, format!("fault restart {}", host(id)), &[]);
+            sim.bounce(host(id).as_str());
+        }
+        Fault::Hold(a, b) => {
+            trace.record_at(at, format!("fault hold {a:?} from {b:?}"), &[]);
+            for (x, y) in pairs(&a, &b) {
+                sim.hold(x.as_str(), y.as_str());
+            }
+        }
+        Fault::Release(a, b) => {
+            trace.record_at(at, format!("fault release {a:?} from {b:?}"), &[]);
+            for (x, y) in pairs(&a, &b) {
+                sim.release(x.as_str(), y.as_str());
+            }
+        }
+    }
+}

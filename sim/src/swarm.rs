@@ -1,0 +1,255 @@
+//! Swarm testing: each seed picks the shape of its run (how many nodes,
+//! clients and keys, the network's latencies) and which faults are on and
+//! how often, so that rare combinations get explored across seeds instead
+//! of every seed spreading thin over all of them. [`nemesis`] then draws
+//! the faults of the run from the seed, within what the swarm turned on.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::Rng;
+
+use crate::node::{Answer, Call, Slot};
+use crate::trace::Trace;
+
+/// A fault the nemesis asks the driver (`harness`) for.
+#[derive(Clone, Debug)]
+pub enum Fault {
+    /// Kill the node's process; its disk keeps the synced writes and a
+    /// seeded prefix of the rest (a power cut of that machine: the same
+    /// model, since nothing but the disk outlives the process here).
+    Crash(u64),
+    /// Start the node's process again over its disk.
+    Restart(u64),
+    /// Hold every message between the two groups (a partition that TCP
+    /// survives: held segments arrive after the release).
+    Hold(Vec<u64>, Vec<u64>),
+    /// Deliver what was held between the two groups.
+    Release(Vec<u64>, Vec<u64>),
+}
+
+/// The queue between the nemesis (inside the simulation) and the driver.
+pub type Faults = Arc<Mutex<VecDeque<Fault>>>;
+
+/// What one seed turned on.
+#[derive(Clone, Debug)]
+pub struct Swarm {
+    /// Voters (3 or 5).
+    pub nodes: u64,
+    /// Concurrent register clients.
+    pub clients: usize,
+    /// Registers they share (fewer keys, more contention).
+    pub keys: usize,
+    /// Clients keep to one node (as a client keeps its connection to one
+    /// gateway), going back to it as soon as it is up again, and pick
+    /// another node only now and then; otherwise each operation goes
+    /// through any node.
+    pub sticky: bool,
+    /// How long the clients and the nemesis run.
+    pub duration: Duration,
+    /// Fastest message.
+    pub min_latency: Duration,
+    /// Slowest message.
+    pub max_latency: Duration,
+    /// The gap between two faults, drawn from this range.
+    pub fault_gap: (Duration, Duration),
+    /// Crash a node (its unsynced writes cut at a seeded point) and
+    /// restart it later.
+    pub crash: bool,
+    /// Crash whichever node leads at that moment.
+    pub crash_leader: bool,
+    /// Restart a crashed node at once (within an election timeout): the
+    /// window where a node restarting as leader would do harm.
+    pub quick_restart: bool,
+    /// Power cut of every machine at once, then each restarted, one by
+    /// one.
+    pub power_cut: bool,
+    /// Cut one node off from the others.
+    pub isolate: bool,
+    /// This node's disk syncs slowly (10-100 ms per fsync): its followers
+    /// hold entries it has not synced yet, for longer.
+    pub slow_disk: Option<u64>,
+    /// Split the nodes into two groups.
+    pub split: bool,
+}
+
+impl Swarm {
+    /// Draws a swarm from the seed's generator.
+    pub fn pick(rng: &mut StdRng) -> Swarm {
+        let nodes = if rng.gen_bool(0.25) { 5 } else { 3 };
+        let min_latency = Duration::from_micros(rng.gen_range(100..500));
+        let slowest = if rng.gen_bool(0.2) { 60 } else { 10 };
+        let max_latency = Duration::from_millis(rng.gen_range(1..slowest));
+        let gap_min = rng.gen_range(100..1_000);
+        let mut swarm = Swarm {
+            nodes,
+            clients: rng.gen_range(2..=5),
+            keys: rng.gen_range(1..=3),
+            sticky: rng.gen_bool(0.5),
+            duration: Duration::from_millis(rng.gen_range(5_000..15_000)),
+            min_latency,
+            max_latency,
+            fault_gap: (
+                Duration::from_millis(gap_min),
+                Duration::from_millis(gap_min + rng.gen_range(200..3_000)),
+            ),
+            crash: rng.gen_bool(0.5),
+            crash_leader: rng.gen_bool(0.5),
+            quick_restart: rng.gen_bool(0.5),
+            power_cut: rng.gen_bool(0.2),
+            isolate: rng.gen_bool(0.5),
+            split: rng.gen_bool(0.4),
+            slow_disk: rng.gen_bool(0.3).then(|| rng.gen_range(1..=nodes)),
+        };
+        if !swarm.any_fault() {
+            swarm.crash = true;
+        }
+        swarm
+    }
+
+    fn any_fault(&self) -> bool {
+        self.crash || self.crash_leader || self.power_cut || self.isolate || self.split
+    }
+
+    fn kinds(&self) -> Vec<Kind> {
+        let mut kinds = Vec::new();
+        for (on, kind) in [
+            (self.crash, Kind::Crash),
+            (self.crash_leader, Kind::CrashLeader),
+            (self.power_cut, Kind::PowerCut),
+            (self.isolate, Kind::Isolate),
+            (self.split, Kind::Split),
+        ] {
+            if on {
+                kinds.push(kind);
+            }
+        }
+        kinds
+    }
+}
+
+impl fmt::Display for Swarm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "nodes {} clients {}{} keys {} for {:?} latency {:?}..{:?} fault gap {:?}..{:?} faults {:?}{}{}",
+            self.nodes,
+            self.clients,
+            if self.sticky { " sticky" } else { "" },
+            self.keys,
+            self.duration,
+            self.min_latency,
+            self.max_latency,
+            self.fault_gap.0,
+            self.fault_gap.1,
+            self.kinds(),
+            if self.quick_restart { " quick-restart" } else { "" },
+            match self.slow_disk {
+                Some(id) => format!(" slow-disk n{id}"),
+                None => String::new(),
+            }
+        )
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Crash,
+    CrashLeader,
+    PowerCut,
+    Isolate,
+    Split,
+}
+
+/// The nemesis: until `duration` has passed, waits a seeded gap, applies a
+/// seeded fault of a kind the swarm turned on, waits a seeded while and
+/// undoes it; at the end everything is healed and every node runs.
+pub async fn nemesis(
+    swarm: Swarm,
+    mut rng: StdRng,
+    faults: Faults,
+    slots: Vec<Slot>,
+    trace: Trace,
+) {
+    let ask = |fault: Fault| {
+        trace.record(format!("nemesis asks {fault:?}"), &[]);
+        faults
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push_back(fault);
+    };
+    let kinds = swarm.kinds();
+    let all: Vec<u64> = (1..=swarm.nodes).collect();
+    let end = tokio::time::Instant::now() + swarm.duration;
+    while tokio::time::Instant::now() < end {
+        let gap = rng.gen_range(swarm.fault_gap.0..=swarm.fault_gap.1);
+        tokio::time::sleep(gap).await;
+        let kind = kinds[rng.gen_range(0..kinds.len())];
+        // A quick restart comes back within the election timeout (150-300
+        // ms): before the others elect another leader.
+        let lasting = Duration::from_millis(if swarm.quick_restart && rng.gen_bool(0.5) {
+            rng.gen_range(0..150)
+        } else {
+            rng.gen_range(100..3_000)
+        });
+        match kind {
+            Kind::Crash | Kind::CrashLeader => {
+                let victim = match kind {
+                    Kind::CrashLeader => leader(&slots).await,
+                    _ => None,
+                }
+                .unwrap_or_else(|| all[rng.gen_range(0..all.len())]);
+                ask(Fault::Crash(victim));
+                tokio::time::sleep(lasting).await;
+                ask(Fault::Restart(victim));
+            }
+            Kind::PowerCut => {
+                for id in &all {
+                    ask(Fault::Crash(*id));
+                }
+                tokio::time::sleep(lasting).await;
+                // Machines come back one by one, in a seeded order, as
+                // they do after a power cut.
+                let mut order = all.clone();
+                while !order.is_empty() {
+                    let id = order.remove(rng.gen_range(0..order.len()));
+                    ask(Fault::Restart(id));
+                    let gap = rng.gen_range(0..1_000);
+                    tokio::time::sleep(Duration::from_millis(gap)).await;
+                }
+            }
+            Kind::Isolate | Kind::Split => {
+                let size = match kind {
+                    Kind::Isolate => 1,
+                    _ => rng.gen_range(1..=all.len() / 2),
+                };
+                let mut rest = all.clone();
+                let mut cut = Vec::new();
+                for _ in 0..size {
+                    cut.push(rest.remove(rng.gen_range(0..rest.len())));
+                }
+                ask(Fault::Hold(cut.clone(), rest.clone()));
+                tokio::time::sleep(lasting).await;
+                ask(Fault::Release(cut, rest));
+            }
+        }
+    }
+    trace.record("nemesis done", &[]);
+}
+
+/// The node the live nodes agree leads, if they answer at once.
+async fn leader(slots: &[Slot]) -> Option<u64> {
+    for slot in slots {
+        if let Ok(Answer::Status(status)) =
+            slot.call(Call::Status, Duration::from_millis(100)).await
+        {
+            if let Some(leader) = status.leader {
+                return Some(leader.0);
+            }
+        }
+    }
+    None
+}

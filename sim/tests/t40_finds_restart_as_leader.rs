@@ -1,0 +1,36 @@
+//! The simulation bites: built with `fault-restart-as-leader` (a node
+//! restarts as the leader its stored committed vote names, over a log that
+//! lost its unsynced tail: openraft 0.9's behaviour before the
+//! `vote_after_restart` fix), some seed of the CI budget fails a check.
+//!
+//! - given: the sim built with `--features faults`, the fault turned on
+//! - when: seeds 0.. run until one fails (at most `SIM_SEEDS`, default 1000)
+//! - then: one fails, with a check's words (lost write, not linearizable,
+//!   replicas differ, or not live), and the test prints how many seeds it
+//!   took
+//!
+//! Without the feature the file is empty: `cargo test -p sim` does not run
+//! it. `scripts/test.sh` runs it with the feature (one release build serves
+//! the seed budget, with every fault off, and this proof).
+#![cfg(feature = "faults")]
+
+#[test]
+fn restart_as_leader_is_found_within_the_seed_budget() {
+    let budget: u64 = std::env::var("SIM_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1000);
+    sim::fault::set("restart-as-leader").expect("a faults build");
+    for seed in 0..budget {
+        if let Err(failure) = sim::run(seed, false) {
+            println!("found after {} seeds:\n{failure}", seed + 1);
+            assert!(
+                !failure.error.contains("panicked") && !failure.error.contains("cannot start"),
+                "seed {seed} failed for another reason than a check: {}",
+                failure.error
+            );
+            return;
+        }
+    }
+    panic!("no seed of 0..{budget} found the restart-as-leader fault");
+}

@@ -7,13 +7,14 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use raft_store::types::typ::Entry;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::disk::Disk;
 use crate::mem_log::SyncDelay;
 use crate::node::{self, host, NodeParts, Slot};
-use crate::scenario::Scenario;
+use crate::scenario::{Agreed, Agreement, Scenario};
 use crate::swarm::{Fault, Faults, Swarm};
 use crate::trace::Trace;
 
@@ -36,6 +37,9 @@ pub struct Outcome {
     pub swarm: String,
     /// Every trace line, if asked for.
     pub lines: Option<Vec<String>>,
+    /// What the members agreed on at the end, with the log of one of them
+    /// up to that index, if asked for ([`run_keeping_log`]).
+    pub agreed: Option<(Agreement, Vec<Entry>)>,
 }
 
 /// A run that failed: why, and the end of its trace.
@@ -78,9 +82,23 @@ impl std::fmt::Display for Failure {
 /// # Errors
 /// [`Failure`] when a check fails or the run is not live.
 pub fn run(seed: u64, keep_lines: bool) -> Result<Outcome, Failure> {
+    run_on_thread(seed, keep_lines, false)
+}
+
+/// [`run`], keeping in [`Outcome::agreed`] what the members agreed on and
+/// the log entries that led there (so another store can apply them).
+///
+/// # Errors
+/// As [`run`]; also when no member's disk holds the whole log up to the
+/// agreed index.
+pub fn run_keeping_log(seed: u64) -> Result<Outcome, Failure> {
+    run_on_thread(seed, false, true)
+}
+
+fn run_on_thread(seed: u64, keep_lines: bool, keep_log: bool) -> Result<Outcome, Failure> {
     std::thread::Builder::new()
         .name(format!("sim-seed-{seed}"))
-        .spawn(move || run_here(seed, keep_lines))
+        .spawn(move || run_here(seed, keep_lines, keep_log))
         .map_err(|e| Failure {
             seed,
             error: format!("cannot start the simulation's thread: {e}"),
@@ -136,7 +154,7 @@ fn align_task_ids() -> Result<(), String> {
 const TASK_ID_ALIGN: u64 = 64;
 
 /// Runs the scenario for `seed` on this thread.
-fn run_here(seed: u64, keep_lines: bool) -> Result<Outcome, Failure> {
+fn run_here(seed: u64, keep_lines: bool, keep_log: bool) -> Result<Outcome, Failure> {
     align_task_ids().map_err(|error| Failure {
         seed,
         error,
@@ -159,31 +177,7 @@ fn run_here(seed: u64, keep_lines: bool) -> Result<Outcome, Failure> {
         .max_message_latency(swarm.max_latency)
         .enable_random_order()
         .build();
-    let mut nodes = BTreeMap::new();
-    for id in 1..=swarm.nodes {
-        let parts = NodeParts {
-            id,
-            disk: Disk::new(),
-            delay: if swarm.slow_disk == Some(id) {
-                SyncDelay::new(
-                    rng.gen(),
-                    Duration::from_millis(10),
-                    Duration::from_millis(rng.gen_range(11..100)),
-                )
-            } else {
-                SyncDelay::new(
-                    rng.gen(),
-                    Duration::from_micros(50),
-                    Duration::from_millis(rng.gen_range(1..5)),
-                )
-            },
-            slot: Slot::default(),
-            trace: trace.clone(),
-        };
-        let software = parts.clone();
-        sim.host(host(id).as_str(), move || node::run(software.clone()));
-        nodes.insert(id, parts);
-    }
+    let nodes = add_nodes(&mut sim, &swarm, &mut rng, &trace);
     let faults = Faults::default();
     let scenario = Scenario::new(
         swarm.clone(),
@@ -193,6 +187,7 @@ fn run_here(seed: u64, keep_lines: bool) -> Result<Outcome, Failure> {
         trace.clone(),
     );
     let acked = scenario.acked();
+    let agreed = scenario.agreed();
     sim.client(
         "client",
         async move { scenario.run().await.map_err(Into::into) },
@@ -224,6 +219,10 @@ fn run_here(seed: u64, keep_lines: bool) -> Result<Outcome, Failure> {
         }
     }
     let acked = acked();
+    let agreed = match keep_log {
+        true => Some(agreed_log(&agreed, &nodes).map_err(failure)?),
+        false => None,
+    };
     Ok(Outcome {
         seed,
         hash: trace.hash(),
@@ -233,7 +232,73 @@ fn run_here(seed: u64, keep_lines: bool) -> Result<Outcome, Failure> {
         writes_lost: nodes.values().map(|p| p.disk.stats().writes_lost).sum(),
         swarm: swarm.to_string(),
         lines: trace.lines(),
+        agreed,
     })
+}
+
+/// The agreement and the log entries `0..=applied_index` from the disk of
+/// the first member that holds them all.
+fn agreed_log(
+    agreed: &Agreed,
+    nodes: &BTreeMap<u64, NodeParts>,
+) -> Result<(Agreement, Vec<Entry>), String> {
+    let agreement = agreed
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone()
+        .ok_or("the scenario ended without an agreement")?;
+    for id in &agreement.members {
+        let Some(parts) = nodes.get(id) else { continue };
+        let entries: Vec<Entry> = parts.disk.read(|image| {
+            image
+                .log
+                .range(..=agreement.applied_index)
+                .map(|(_, e)| e.clone())
+                .collect()
+        });
+        if u64::try_from(entries.len()).ok() == Some(agreement.applied_index + 1) {
+            return Ok((agreement, entries));
+        }
+    }
+    Err(format!(
+        "no member's disk holds the whole log up to index {}",
+        agreement.applied_index
+    ))
+}
+
+/// One host per node of the swarm, each over its own disk.
+fn add_nodes(
+    sim: &mut turmoil::Sim<'_>,
+    swarm: &Swarm,
+    rng: &mut StdRng,
+    trace: &Trace,
+) -> BTreeMap<u64, NodeParts> {
+    let mut nodes = BTreeMap::new();
+    for id in 1..=swarm.hosts() {
+        let parts = NodeParts {
+            id,
+            disk: Disk::new(),
+            delay: if swarm.slow_disk == Some(id) {
+                SyncDelay::new(
+                    rng.gen(),
+                    Duration::from_millis(10),
+                    Duration::from_millis(rng.gen_range(11..100)),
+                )
+            } else {
+                SyncDelay::new(
+                    rng.gen(),
+                    Duration::from_micros(50),
+                    Duration::from_millis(rng.gen_range(1..5)),
+                )
+            },
+            slot: Slot::default(),
+            trace: trace.clone(),
+        };
+        let software = parts.clone();
+        sim.host(host(id).as_str(), move || node::run(software.clone()));
+        nodes.insert(id, parts);
+    }
+    nodes
 }
 
 /// Carries out one fault between two steps, and records it.

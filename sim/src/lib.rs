@@ -46,4 +46,4 @@ pub mod swarm;
 pub mod trace;
 pub mod wall_clock;
 
-pub use harness::{run, Failure, Outcome};
+pub use harness::{run, run_keeping_log, Failure, Outcome};

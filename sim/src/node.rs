@@ -43,6 +43,22 @@ pub fn addr(id: u64) -> String {
     format!("{}:{PORT}", host(id))
 }
 
+/// Membership changes and leadership transfer, as an operator (or the
+/// autopilot) asks the leader for them.
+#[derive(Clone, Debug)]
+pub enum Admin {
+    /// Add this node as a learner, returning once it caught up.
+    AddLearner(u64),
+    /// Promote this learner to voter.
+    Promote(u64),
+    /// Turn this voter into a learner.
+    Demote(u64),
+    /// Remove this node from the membership.
+    Remove(u64),
+    /// Move leadership to this voter.
+    Transfer(u64),
+}
+
 /// What the workload asks a node.
 #[derive(Debug)]
 pub enum Call {
@@ -72,6 +88,8 @@ pub enum Call {
     },
     /// The node's status.
     Status,
+    /// A membership change or a leadership transfer (leader only).
+    Admin(Admin),
     /// The applied index and the crc32 and length of the state's snapshot
     /// encoding.
     Digest,
@@ -219,6 +237,19 @@ async fn serve(node: &SimNode, call: Call) -> Answer {
         },
         Call::Get { id } => get(node, &id).await,
         Call::Status => Answer::Status(Box::new(node.status())),
+        Call::Admin(admin) => {
+            let done = match admin {
+                Admin::AddLearner(id) => node.add_learner(id, &addr(id), true).await.map(drop),
+                Admin::Promote(id) => node.promote(id, false).await.map(drop),
+                Admin::Demote(id) => node.demote(id).await.map(drop),
+                Admin::Remove(id) => node.remove(id).await.map(drop),
+                Admin::Transfer(id) => node.transfer_leader(Some(id)).await.map(drop),
+            };
+            match done {
+                Ok(()) => Answer::Done,
+                Err(e) => Answer::Failed(e.to_string()),
+            }
+        }
         Call::Digest => {
             let d = node.state_digest();
             Answer::Digest(d.applied_index, d.crc32, d.bytes)

@@ -38,7 +38,24 @@ pub struct Scenario {
     rng: StdRng,
     trace: Trace,
     history: History,
+    agreed: Agreed,
 }
+
+/// What the end checks agreed on: the members and their common state.
+#[derive(Clone, Debug)]
+pub struct Agreement {
+    /// The members a leader named after healing.
+    pub members: Vec<u64>,
+    /// The applied index every member reached.
+    pub applied_index: u64,
+    /// The crc32 of the state's snapshot encoding there.
+    pub crc32: u32,
+    /// Its length.
+    pub bytes: u64,
+}
+
+/// Where the scenario leaves its [`Agreement`] for the harness.
+pub type Agreed = Arc<Mutex<Option<Agreement>>>;
 
 type Checked<T> = Result<T, String>;
 
@@ -53,7 +70,13 @@ impl Scenario {
             rng,
             trace,
             history: History::default(),
+            agreed: Agreed::default(),
         }
+    }
+
+    /// Where the end checks leave what the members agreed on.
+    pub fn agreed(&self) -> Agreed {
+        self.agreed.clone()
     }
 
     /// How many operations completed `ok` so far (read after the run).
@@ -81,11 +104,17 @@ impl Scenario {
         self.swarm_phase().await;
         self.log("healed".into());
 
-        self.writes_resume().await?;
-        self.final_reads().await?;
+        let members = self
+            .until("a leader naming the members", |s| async move {
+                swarm::members(&s.slots).await.map(|(_, _, all)| all)
+            })
+            .await?;
+        self.log(format!("members {members:?}"));
+        self.writes_resume(&members).await?;
+        self.final_reads(&members).await?;
         let checked = self.history.check()?;
         self.log(format!("history of {checked} operations is linearizable"));
-        self.same_state().await
+        self.same_state(&members).await
     }
 
     /// The clients and the nemesis, for the swarm's duration; returns when
@@ -120,9 +149,9 @@ impl Scenario {
         }
     }
 
-    /// After healing, a write through every node is acknowledged.
-    async fn writes_resume(&self) -> Checked<()> {
-        for id in 1..=self.swarm.nodes {
+    /// After healing, a write through every member is acknowledged.
+    async fn writes_resume(&self, members: &[u64]) -> Checked<()> {
+        for &id in members {
             let process = self.history.process();
             self.until(
                 &format!("a write through n{id} after healing"),
@@ -149,9 +178,9 @@ impl Scenario {
         Ok(())
     }
 
-    /// Every node reads every register; the reads join the history.
-    async fn final_reads(&self) -> Checked<()> {
-        for id in 1..=self.swarm.nodes {
+    /// Every member reads every register; the reads join the history.
+    async fn final_reads(&self, members: &[u64]) -> Checked<()> {
+        for &id in members {
             for k in 0..self.swarm.keys {
                 let key = register::key(k);
                 let process = self.history.process();
@@ -180,12 +209,12 @@ impl Scenario {
         Ok(())
     }
 
-    /// All nodes reach the same applied index with the same state.
-    async fn same_state(&self) -> Checked<()> {
+    /// All members reach the same applied index with the same state.
+    async fn same_state(&self, members: &[u64]) -> Checked<()> {
         let digest = self
             .until("equal states", |s| async move {
                 let mut digests = Vec::new();
-                for id in 1..=s.swarm.nodes {
+                for &id in members {
                     match s.call(id, Call::Digest).await {
                         Some(Answer::Digest(index, crc, len)) => digests.push((index, crc, len)),
                         _ => return None,
@@ -196,9 +225,15 @@ impl Scenario {
             })
             .await?;
         self.log(format!(
-            "every node applied index {} with state crc {:08x} ({} bytes)",
+            "every member applied index {} with state crc {:08x} ({} bytes)",
             digest.0, digest.1, digest.2
         ));
+        *self.agreed.lock().unwrap_or_else(|p| p.into_inner()) = Some(Agreement {
+            members: members.to_vec(),
+            applied_index: digest.0,
+            crc32: digest.1,
+            bytes: digest.2,
+        });
         Ok(())
     }
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::Rng;
 
-use crate::node::{Answer, Call, Slot};
+use crate::node::{Admin, Answer, Call, Slot};
 use crate::trace::Trace;
 
 /// A fault the nemesis asks the driver (`harness`) for.
@@ -69,6 +69,12 @@ pub struct Swarm {
     pub power_cut: bool,
     /// Cut one node off from the others.
     pub isolate: bool,
+    /// Membership changes: one spare host beyond the voters; the nemesis
+    /// swaps it in (add learner, promote) and a seeded voter out (remove,
+    /// or demote then remove), leader included.
+    pub membership: bool,
+    /// Leadership transfers to a seeded voter.
+    pub transfer: bool,
     /// This node's disk syncs slowly (10-100 ms per fsync): its followers
     /// hold entries it has not synced yet, for longer.
     pub slow_disk: Option<u64>,
@@ -103,6 +109,8 @@ impl Swarm {
             isolate: rng.gen_bool(0.5),
             split: rng.gen_bool(0.4),
             slow_disk: rng.gen_bool(0.3).then(|| rng.gen_range(1..=nodes)),
+            membership: rng.gen_bool(0.3),
+            transfer: rng.gen_bool(0.3),
         };
         if !swarm.any_fault() {
             swarm.crash = true;
@@ -111,7 +119,18 @@ impl Swarm {
     }
 
     fn any_fault(&self) -> bool {
-        self.crash || self.crash_leader || self.power_cut || self.isolate || self.split
+        self.crash
+            || self.crash_leader
+            || self.power_cut
+            || self.isolate
+            || self.split
+            || self.membership
+            || self.transfer
+    }
+
+    /// Every host that runs a node: the voters, and the spare.
+    pub fn hosts(&self) -> u64 {
+        self.nodes + u64::from(self.membership)
     }
 
     fn kinds(&self) -> Vec<Kind> {
@@ -122,6 +141,8 @@ impl Swarm {
             (self.power_cut, Kind::PowerCut),
             (self.isolate, Kind::Isolate),
             (self.split, Kind::Split),
+            (self.membership, Kind::Membership),
+            (self.transfer, Kind::Transfer),
         ] {
             if on {
                 kinds.push(kind);
@@ -162,6 +183,8 @@ enum Kind {
     PowerCut,
     Isolate,
     Split,
+    Membership,
+    Transfer,
 }
 
 /// The nemesis: until `duration` has passed, waits a seeded gap, applies a
@@ -182,7 +205,7 @@ pub async fn nemesis(
             .push_back(fault);
     };
     let kinds = swarm.kinds();
-    let all: Vec<u64> = (1..=swarm.nodes).collect();
+    let all: Vec<u64> = (1..=swarm.hosts()).collect();
     let end = tokio::time::Instant::now() + swarm.duration;
     while tokio::time::Instant::now() < end {
         let gap = rng.gen_range(swarm.fault_gap.0..=swarm.fault_gap.1);
@@ -235,21 +258,116 @@ pub async fn nemesis(
                 tokio::time::sleep(lasting).await;
                 ask(Fault::Release(cut, rest));
             }
+            Kind::Membership => swap_member(&slots, &mut rng, &trace).await,
+            Kind::Transfer => {
+                if let Some((leader, voters)) = membership(&slots).await {
+                    let to = voters[rng.gen_range(0..voters.len())];
+                    admin(&slots, leader, Admin::Transfer(to), &trace).await;
+                }
+            }
         }
     }
     trace.record("nemesis done", &[]);
 }
 
-/// The node the live nodes agree leads, if they answer at once.
+/// How long a membership change or transfer may take.
+const ADMIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Asks the leader for a membership change or transfer, and records what
+/// it answered.
+async fn admin(slots: &[Slot], leader: u64, what: Admin, trace: &Trace) -> bool {
+    let Some(slot) = usize::try_from(leader - 1).ok().and_then(|i| slots.get(i)) else {
+        return false;
+    };
+    let answer = slot.call(Call::Admin(what.clone()), ADMIN_TIMEOUT).await;
+    let done = matches!(answer, Ok(Answer::Done));
+    trace.record(
+        format!(
+            "nemesis {what:?} via n{leader}: {}",
+            match &answer {
+                Ok(Answer::Done) => "done".to_string(),
+                Ok(Answer::Failed(e)) => e.clone(),
+                other => format!("{other:?}"),
+            }
+        ),
+        &[],
+    );
+    done
+}
+
+/// The leader and the voters it names, if a node answers at once.
+pub async fn membership(slots: &[Slot]) -> Option<(u64, Vec<u64>)> {
+    members(slots)
+        .await
+        .map(|(leader, voters, _)| (leader, voters))
+}
+
+/// The leader, the voters and every member (voters and learners) it
+/// names, if a node answers at once.
+pub async fn members(slots: &[Slot]) -> Option<(u64, Vec<u64>, Vec<u64>)> {
+    let leader = leader(slots).await?;
+    let slot = slots.get(usize::try_from(leader - 1).ok()?)?;
+    match slot.call(Call::Status, Duration::from_millis(100)).await {
+        Ok(Answer::Status(status)) if status.leader.as_ref().map(|l| l.0) == Some(leader) => {
+            let voters: Vec<u64> = status
+                .nodes
+                .iter()
+                .filter(|n| n.voter)
+                .map(|n| n.id)
+                .collect();
+            let all: Vec<u64> = status.nodes.iter().map(|n| n.id).collect();
+            (!voters.is_empty()).then_some((leader, voters, all))
+        }
+        _ => None,
+    }
+}
+
+/// Swaps the host that is not a voter in, and a seeded voter out (it may
+/// be the leader): add learner, promote, then remove (or demote, then
+/// remove). A step that fails ends the swap where it is; the next one
+/// starts from the membership as it is then.
+async fn swap_member(slots: &[Slot], rng: &mut StdRng, trace: &Trace) {
+    let Some((leader, voters)) = membership(slots).await else {
+        return;
+    };
+    let hosts = u64::try_from(slots.len()).unwrap_or(0);
+    if let Some(out) = (1..=hosts).find(|id| !voters.contains(id)) {
+        if !admin(slots, leader, Admin::AddLearner(out), trace).await
+            || !admin(slots, leader, Admin::Promote(out), trace).await
+        {
+            return;
+        }
+    }
+    let Some((leader, voters)) = membership(slots).await else {
+        return;
+    };
+    // Never below the voters the swarm started with.
+    if u64::try_from(voters.len()).unwrap_or(0) < hosts {
+        return;
+    }
+    let victim = voters[rng.gen_range(0..voters.len())];
+    if rng.gen_bool(0.5) && !admin(slots, leader, Admin::Demote(victim), trace).await {
+        return;
+    }
+    let Some((leader, _)) = membership(slots).await else {
+        return;
+    };
+    admin(slots, leader, Admin::Remove(victim), trace).await;
+}
+
+/// The node that claims to lead the highest term among those that answer
+/// at once (a removed or cut-off node may still name an old leader).
 async fn leader(slots: &[Slot]) -> Option<u64> {
+    let mut best: Option<(u64, u64)> = None;
     for slot in slots {
         if let Ok(Answer::Status(status)) =
             slot.call(Call::Status, Duration::from_millis(100)).await
         {
-            if let Some(leader) = status.leader {
-                return Some(leader.0);
+            let leads = status.leader.as_ref().map(|l| l.0) == Some(status.node_id);
+            if leads && best.is_none_or(|(term, _)| status.term > term) {
+                best = Some((status.term, status.node_id));
             }
         }
     }
-    None
+    best.map(|(_, id)| id)
 }

@@ -349,5 +349,17 @@ fn inject(
                 sim.release(x.as_str(), y.as_str());
             }
         }
+        Fault::Drop(a, b) => {
+            trace.record_at(at, format!("fault drop {a:?} from {b:?}"), &[]);
+            for (x, y) in pairs(&a, &b) {
+                sim.partition(x.as_str(), y.as_str());
+            }
+        }
+        Fault::Repair(a, b) => {
+            trace.record_at(at, format!("fault repair {a:?} from {b:?}"), &[]);
+            for (x, y) in pairs(&a, &b) {
+                sim.repair(x.as_str(), y.as_str());
+            }
+        }
     }
 }

@@ -29,6 +29,13 @@ pub enum Fault {
     Hold(Vec<u64>, Vec<u64>),
     /// Deliver what was held between the two groups.
     Release(Vec<u64>, Vec<u64>),
+    /// Drop every segment between the two groups. turmoil's TCP does not
+    /// retransmit, so every connection between them is wedged for good,
+    /// as behind a middlebox that forgot it: only keepalives and deadlines
+    /// find out.
+    Drop(Vec<u64>, Vec<u64>),
+    /// Stop dropping between the two groups (wedged connections stay so).
+    Repair(Vec<u64>, Vec<u64>),
 }
 
 /// The queue between the nemesis (inside the simulation) and the driver.
@@ -80,6 +87,9 @@ pub struct Swarm {
     pub slow_disk: Option<u64>,
     /// Split the nodes into two groups.
     pub split: bool,
+    /// Wedge the connections between a node and the others (segments
+    /// dropped, never retransmitted), then repair the links.
+    pub wedge: bool,
 }
 
 impl Swarm {
@@ -108,6 +118,7 @@ impl Swarm {
             power_cut: rng.gen_bool(0.2),
             isolate: rng.gen_bool(0.5),
             split: rng.gen_bool(0.4),
+            wedge: rng.gen_bool(0.25),
             slow_disk: rng.gen_bool(0.3).then(|| rng.gen_range(1..=nodes)),
             membership: rng.gen_bool(0.3),
             transfer: rng.gen_bool(0.3),
@@ -124,6 +135,7 @@ impl Swarm {
             || self.power_cut
             || self.isolate
             || self.split
+            || self.wedge
             || self.membership
             || self.transfer
     }
@@ -141,6 +153,7 @@ impl Swarm {
             (self.power_cut, Kind::PowerCut),
             (self.isolate, Kind::Isolate),
             (self.split, Kind::Split),
+            (self.wedge, Kind::Wedge),
             (self.membership, Kind::Membership),
             (self.transfer, Kind::Transfer),
         ] {
@@ -183,6 +196,7 @@ enum Kind {
     PowerCut,
     Isolate,
     Split,
+    Wedge,
     Membership,
     Transfer,
 }
@@ -244,19 +258,25 @@ pub async fn nemesis(
                     tokio::time::sleep(Duration::from_millis(gap)).await;
                 }
             }
-            Kind::Isolate | Kind::Split => {
+            Kind::Isolate | Kind::Split | Kind::Wedge => {
                 let size = match kind {
-                    Kind::Isolate => 1,
-                    _ => rng.gen_range(1..=all.len() / 2),
+                    Kind::Split => rng.gen_range(1..=all.len() / 2),
+                    _ => 1,
                 };
                 let mut rest = all.clone();
                 let mut cut = Vec::new();
                 for _ in 0..size {
                     cut.push(rest.remove(rng.gen_range(0..rest.len())));
                 }
-                ask(Fault::Hold(cut.clone(), rest.clone()));
-                tokio::time::sleep(lasting).await;
-                ask(Fault::Release(cut, rest));
+                if matches!(kind, Kind::Wedge) {
+                    ask(Fault::Drop(cut.clone(), rest.clone()));
+                    tokio::time::sleep(lasting).await;
+                    ask(Fault::Repair(cut, rest));
+                } else {
+                    ask(Fault::Hold(cut.clone(), rest.clone()));
+                    tokio::time::sleep(lasting).await;
+                    ask(Fault::Release(cut, rest));
+                }
             }
             Kind::Membership => swap_member(&slots, &mut rng, &trace).await,
             Kind::Transfer => {

@@ -8,9 +8,7 @@ use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use gateway_plugin::state::GatewayState;
-use prost::Message;
-use proto::gateway::{log_command, log_result, LogCommand, LogResult};
+use gateway_plugin::state::{GatewayState, Reply};
 use raft_store::objects::{
     object_command, object_result, precondition, Object, ObjectCommand, ObjectResult, Precondition,
     PutRequest,
@@ -64,22 +62,20 @@ pub enum Admin {
 pub enum Call {
     /// Bootstrap the cluster with these voters.
     Init(Vec<(u64, String)>),
-    /// Write an object unconditionally (forwarded to the leader if need be).
+    /// Write an object (forwarded to the leader if need be), as the
+    /// object store's `Put` does: with a request id, so that a retry of
+    /// the same write after an unknown outcome is answered with the first
+    /// attempt's outcome instead of applying twice.
     Put {
         /// Object id.
         id: String,
         /// Its payload.
         payload: Vec<u8>,
-    },
-    /// Compare-and-set on the object's payload: a linearizable read, then
-    /// a put conditional on the version read (so nothing came between).
-    Cas {
-        /// Object id.
-        id: String,
-        /// The payload it must hold.
-        expected: Vec<u8>,
-        /// The payload to write.
-        new: Vec<u8>,
+        /// Only if the object is at this resource version (`None`:
+        /// unconditionally).
+        version: Option<u64>,
+        /// Names this write across its retries.
+        request_id: String,
     },
     /// A linearizable read (read-index) of one object.
     Get {
@@ -102,8 +98,7 @@ pub enum Answer {
     Done,
     /// A put was applied at this resource version.
     Put(u64),
-    /// A compare-and-set found another value, or its put's precondition
-    /// failed: nothing was written.
+    /// A put's precondition failed: nothing was written.
     Rejected(String),
     /// A read: the object's payload and resource version, if it exists.
     Get(Option<(Vec<u8>, u64)>),
@@ -219,22 +214,12 @@ async fn serve(node: &SimNode, call: Call) -> Answer {
             Ok(_) => Answer::Done,
             Err(e) => Answer::Failed(e.to_string()),
         },
-        Call::Put { id, payload } => {
-            put(node, id, payload, precondition::Kind::Unconditional(true)).await
-        }
-        Call::Cas { id, expected, new } => match get(node, &id).await {
-            Answer::Get(Some((payload, version))) if payload == expected => {
-                put(
-                    node,
-                    id,
-                    new,
-                    precondition::Kind::MatchResourceVersion(version),
-                )
-                .await
-            }
-            Answer::Get(found) => Answer::Rejected(format!("holds {found:?}")),
-            other => other,
-        },
+        Call::Put {
+            id,
+            payload,
+            version,
+            request_id,
+        } => put(node, id, payload, version, request_id).await,
         Call::Get { id } => get(node, &id).await,
         Call::Status => Answer::Status(Box::new(node.status())),
         Call::Admin(admin) => {
@@ -272,7 +257,20 @@ async fn get(node: &SimNode, id: &str) -> Answer {
     }
 }
 
-async fn put(node: &SimNode, id: String, payload: Vec<u8>, kind: precondition::Kind) -> Answer {
+/// The object store service's write path for a put with a request id:
+/// `write_idempotent` within the write timeout, the reply decoded by
+/// `GatewayState::reply` (a replay is the first attempt's outcome).
+async fn put(
+    node: &SimNode,
+    id: String,
+    payload: Vec<u8>,
+    version: Option<u64>,
+    request_id: String,
+) -> Answer {
+    let kind = match version {
+        Some(v) => precondition::Kind::MatchResourceVersion(v),
+        None => precondition::Kind::Unconditional(true),
+    };
     let objects = ObjectCommand {
         op: Some(object_command::Op::Put(PutRequest {
             object: Some(Object {
@@ -282,32 +280,22 @@ async fn put(node: &SimNode, id: String, payload: Vec<u8>, kind: precondition::K
                 ..Object::default()
             }),
             precondition: Some(Precondition { kind: Some(kind) }),
-            request_id: String::new(),
+            request_id,
         })),
     };
-    let command = LogCommand {
-        command: Some(log_command::Command::Objects(objects)),
-        ..LogCommand::default()
-    };
-    let applied = match node.write(command.encode_to_vec()).await {
+    let command = GatewayState::object_command(objects);
+    let timeout = node.config().write_timeout;
+    let applied = match node.write_idempotent(command, timeout).await {
         Ok(applied) => applied,
         Err(e) => return Answer::Failed(e.to_string()),
     };
-    match LogResult::decode(applied.response.as_slice()) {
-        Ok(LogResult {
-            result:
-                Some(log_result::Result::Objects(ObjectResult {
-                    result: Some(object_result::Result::Put(stored)),
-                })),
-            ..
-        }) => Answer::Put(stored.resource_version),
-        Ok(LogResult {
-            result:
-                Some(log_result::Result::Objects(ObjectResult {
-                    result: Some(object_result::Result::Rejected(rejection)),
-                })),
-            ..
-        }) => Answer::Rejected(format!("{rejection:?}")),
+    match GatewayState::reply(&applied.response).map(|r| r.reply) {
+        Ok(Reply::Objects(ObjectResult {
+            result: Some(object_result::Result::Put(stored)),
+        })) => Answer::Put(stored.resource_version),
+        Ok(Reply::Objects(ObjectResult {
+            result: Some(object_result::Result::Rejected(rejection)),
+        })) => Answer::Rejected(format!("{rejection:?}")),
         other => Answer::Failed(format!("unexpected put result {other:?}")),
     }
 }

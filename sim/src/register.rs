@@ -154,73 +154,150 @@ pub enum Ended {
     Unknown,
 }
 
-/// One operation through node `via`, recorded.
-pub async fn operate(
-    history: &History,
-    trace: &Trace,
-    slot: &Slot,
-    via: u64,
-    process: u64,
-    key: &str,
-    op: RegOp,
-) -> Ended {
-    let invoked = history.invoke();
-    let call = match op {
-        RegOp::Read(_) => Call::Get { id: key.into() },
-        RegOp::Write(v) => Call::Put {
-            id: key.into(),
-            payload: v.to_string().into_bytes(),
-        },
-        RegOp::Cas(e, n) => Call::Cas {
-            id: key.into(),
-            expected: e.to_string().into_bytes(),
-            new: n.to_string().into_bytes(),
-        },
-    };
-    let answer = slot.call(call, OP_TIMEOUT).await;
-    // (completed ok, as this op; certainly not applied)
-    let (done, failed) = match (&op, &answer) {
-        (RegOp::Read(_), Ok(Answer::Get(found))) => {
-            let value = found.as_ref().and_then(|(p, _)| decode(p));
-            (Some(RegOp::Read(value)), false)
-        }
-        (RegOp::Read(_), _) => (None, true),
-        (RegOp::Write(_) | RegOp::Cas(..), Ok(Answer::Put(_))) => (Some(op), false),
-        (RegOp::Cas(..), Ok(Answer::Rejected(_))) => (None, true),
-        // Never reached a process: the node is down.
-        (_, Err(Unanswered::Down)) => (None, true),
-        _ => (None, false),
-    };
-    let verdict = match (&done, failed) {
-        (Some(_), _) => "ok",
-        (None, true) => "fail",
-        (None, false) => "info",
-    };
-    trace.record(
-        format!(
-            "client p{process} #{invoked} {:?} {key} via {} {verdict} {}",
-            done.unwrap_or(op),
-            host(via),
-            match &answer {
-                Ok(Answer::Failed(e)) => e.as_str(),
-                Ok(Answer::Rejected(why)) => why.as_str(),
-                Err(Unanswered::Down) => "node down",
-                Err(Unanswered::NoAnswer) => "no answer",
-                _ => "",
+/// Where an operation goes: the node of its first attempt, then the nodes
+/// a write whose outcome is unknown is retried through (with the same
+/// request id), and the run's shared parts.
+pub struct Route<'a> {
+    /// The run's history.
+    pub history: &'a History,
+    /// The run's trace.
+    pub trace: &'a Trace,
+    /// The nodes (node `i + 1` at index `i`).
+    pub slots: &'a [Slot],
+    /// The first attempt's node, then the retries' (at least one).
+    pub via: Vec<u64>,
+}
+
+/// How many times a client retries a write whose outcome is unknown (with
+/// the same request id, through seeded nodes).
+const RETRIES: usize = 3;
+
+/// Pause before a retry of a write whose outcome is unknown.
+const RETRY_PAUSE: Duration = Duration::from_millis(250);
+
+impl Route<'_> {
+    async fn call(&self, via: u64, call: Call) -> Result<Answer, Unanswered> {
+        let slot = usize::try_from(via.saturating_sub(1))
+            .ok()
+            .and_then(|i| self.slots.get(i))
+            .ok_or(Unanswered::Down)?;
+        slot.call(call, OP_TIMEOUT).await
+    }
+
+    /// A put with `request_id`, retried along the route while its outcome
+    /// is unknown: Ok(version) applied; Err(true) maybe applied (every
+    /// attempt unknown or some unknown and the rest undelivered);
+    /// Err(false) certainly not applied. A retry of a put that did apply
+    /// is answered with its first outcome (the request table): if that
+    /// ever failed, this would record `fail` for a write that took effect
+    /// and the history would show it.
+    async fn put(
+        &self,
+        key: &str,
+        value: i64,
+        version: Option<u64>,
+        request_id: &str,
+        notes: &mut Vec<String>,
+    ) -> Result<u64, bool> {
+        let mut maybe = false;
+        for (attempt, via) in self.via.iter().enumerate() {
+            if attempt > 0 {
+                tokio::time::sleep(RETRY_PAUSE).await;
             }
-        ),
-        &[],
-    );
-    match done {
-        Some(op) => {
-            history.complete(key, process, invoked, op, true);
-            Ended::Ok(op)
+            let call = Call::Put {
+                id: key.into(),
+                payload: value.to_string().into_bytes(),
+                version,
+                request_id: request_id.into(),
+            };
+            let answer = self.call(*via, call).await;
+            notes.push(format!("{}: {}", host(*via), said(&answer)));
+            match answer {
+                Ok(Answer::Put(version)) => return Ok(version),
+                Ok(Answer::Rejected(_)) => return Err(false),
+                Err(Unanswered::Down) => {}
+                _ => maybe = true,
+            }
         }
-        None if failed => Ended::Fail,
-        None => {
-            history.complete(key, process, invoked, op, false);
-            Ended::Unknown
+        Err(maybe)
+    }
+
+    /// One operation, recorded in the history and the trace.
+    pub async fn operate(&self, process: u64, key: &str, op: RegOp) -> Ended {
+        let invoked = self.history.invoke();
+        let request_id = format!("op-{invoked}");
+        let first = self.via.first().copied().unwrap_or(1);
+        let mut notes = Vec::new();
+        let ended = match op {
+            RegOp::Read(_) => self.read(first, key, &mut notes).await,
+            RegOp::Write(v) => match self.put(key, v, None, &request_id, &mut notes).await {
+                Ok(_) => Ended::Ok(op),
+                Err(true) => Ended::Unknown,
+                Err(false) => Ended::Fail,
+            },
+            RegOp::Cas(expected, new) => match self.call(first, Call::Get { id: key.into() }).await
+            {
+                Ok(Answer::Get(Some((payload, version)))) if decode(&payload) == Some(expected) => {
+                    match self
+                        .put(key, new, Some(version), &request_id, &mut notes)
+                        .await
+                    {
+                        Ok(_) => Ended::Ok(op),
+                        Err(true) => Ended::Unknown,
+                        Err(false) => Ended::Fail,
+                    }
+                }
+                // The read of a compare-and-set wrote nothing.
+                answer => {
+                    notes.push(format!("{}: read {}", host(first), said(&answer)));
+                    Ended::Fail
+                }
+            },
+        };
+        let (shown, verdict) = match ended {
+            Ended::Ok(done) => (done, "ok"),
+            Ended::Fail => (op, "fail"),
+            Ended::Unknown => (op, "info"),
+        };
+        self.trace.record(
+            format!(
+                "client p{process} #{invoked} {shown:?} {key} {verdict} [{}]",
+                notes.join("; ")
+            ),
+            &[],
+        );
+        match ended {
+            Ended::Ok(done) => self.history.complete(key, process, invoked, done, true),
+            Ended::Unknown => self.history.complete(key, process, invoked, op, false),
+            Ended::Fail => {}
         }
+        ended
+    }
+
+    async fn read(&self, via: u64, key: &str, notes: &mut Vec<String>) -> Ended {
+        match self.call(via, Call::Get { id: key.into() }).await {
+            Ok(Answer::Get(found)) => {
+                notes.push(format!("{}: read", host(via)));
+                Ended::Ok(RegOp::Read(found.as_ref().and_then(|(p, _)| decode(p))))
+            }
+            other => {
+                notes.push(format!("{}: {}", host(via), said(&other)));
+                Ended::Fail
+            }
+        }
+    }
+}
+
+/// What a node's answer says, in a few words.
+fn said(answer: &Result<Answer, Unanswered>) -> String {
+    match answer {
+        Ok(Answer::Put(version)) => format!("put at version {version}"),
+        Ok(Answer::Get(found)) => format!("found {found:?}"),
+        Ok(Answer::Failed(e)) => e.clone(),
+        Ok(Answer::Rejected(why)) => why.clone(),
+        Ok(other) => format!("{other:?}"),
+        Err(Unanswered::Down) => "node down".into(),
+        Err(Unanswered::NoAnswer) => "no answer".into(),
     }
 }
 
@@ -281,7 +358,18 @@ pub async fn client(clients: Clients, mut rng: StdRng) {
             }
         };
         let id = u64::try_from(via).unwrap_or(0) + 1;
-        let pause = match operate(&history, &trace, &slots[via], id, process, &k, op).await {
+        let mut route = Route {
+            history: &history,
+            trace: &trace,
+            slots: &slots,
+            via: vec![id],
+        };
+        for _ in 0..RETRIES {
+            route
+                .via
+                .push(rng.gen_range(1..=u64::try_from(slots.len()).unwrap_or(1)));
+        }
+        let pause = match route.operate(process, &k, op).await {
             Ended::Ok(RegOp::Read(Some(v)) | RegOp::Write(v) | RegOp::Cas(_, v)) => {
                 seen.insert(k, v);
                 rng.gen_range(0..200)

@@ -157,17 +157,7 @@ impl Scenario {
                 &format!("a write through n{id} after healing"),
                 |s| async move {
                     let op = RegOp::Write(-i64::try_from(id).unwrap_or(0));
-                    match register::operate(
-                        &s.history,
-                        &s.trace,
-                        s.slot(id)?,
-                        id,
-                        process,
-                        &register::key(0),
-                        op,
-                    )
-                    .await
-                    {
+                    match s.route(id).operate(process, &register::key(0), op).await {
                         Ended::Ok(_) => Some(()),
                         _ => None,
                     }
@@ -187,17 +177,7 @@ impl Scenario {
                 self.until(&format!("read {key} via n{id}"), |s| {
                     let key = key.clone();
                     async move {
-                        match register::operate(
-                            &s.history,
-                            &s.trace,
-                            s.slot(id)?,
-                            id,
-                            process,
-                            &key,
-                            RegOp::Read(None),
-                        )
-                        .await
-                        {
+                        match s.route(id).operate(process, &key, RegOp::Read(None)).await {
                             Ended::Ok(_) => Some(()),
                             _ => None,
                         }
@@ -239,6 +219,16 @@ impl Scenario {
 
     fn log(&self, what: String) {
         self.trace.record(format!("client {what}"), &[]);
+    }
+
+    /// Operations through node `id` alone.
+    fn route(&self, id: u64) -> register::Route<'_> {
+        register::Route {
+            history: &self.history,
+            trace: &self.trace,
+            slots: &self.slots,
+            via: vec![id],
+        }
     }
 
     fn slot(&self, id: u64) -> Option<&Slot> {

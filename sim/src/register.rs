@@ -314,6 +314,8 @@ pub struct Clients {
     pub keys: usize,
     /// Whether each client keeps to one node (see `Swarm::sticky`).
     pub sticky: bool,
+    /// The share of reads among the operations, in percent.
+    pub reads: u32,
     /// The last value written: each write and compare-and-set writes a
     /// new one.
     pub values: Arc<Mutex<i64>>,
@@ -330,6 +332,7 @@ pub async fn client(clients: Clients, mut rng: StdRng) {
         slots,
         keys,
         sticky,
+        reads,
         values,
         end,
     } = clients;
@@ -349,13 +352,13 @@ pub async fn client(clients: Clients, mut rng: StdRng) {
             *v += 1;
             *v
         };
-        let op = match rng.gen_range(0..10) {
-            0..=3 => RegOp::Read(None),
-            4..=6 => RegOp::Write(fresh()),
-            _ => {
-                let expected = seen.get(&k).copied().unwrap_or(1);
-                RegOp::Cas(expected, fresh())
-            }
+        let op = if rng.gen_range(0..100) < reads {
+            RegOp::Read(None)
+        } else if rng.gen_bool(0.5) {
+            RegOp::Write(fresh())
+        } else {
+            let expected = seen.get(&k).copied().unwrap_or(1);
+            RegOp::Cas(expected, fresh())
         };
         let id = u64::try_from(via).unwrap_or(0) + 1;
         let mut route = Route {

@@ -127,6 +127,7 @@ impl Scenario {
             slots: self.slots.clone(),
             keys: self.swarm.keys,
             sticky: self.swarm.sticky,
+            reads: self.swarm.reads,
             values: Arc::new(Mutex::new(0)),
             end,
         };

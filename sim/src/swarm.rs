@@ -55,6 +55,9 @@ pub struct Swarm {
     /// another node only now and then; otherwise each operation goes
     /// through any node.
     pub sticky: bool,
+    /// The share of reads among the clients' operations, in percent (the
+    /// rest half writes, half compare-and-sets).
+    pub reads: u32,
     /// How long the clients and the nemesis run.
     pub duration: Duration,
     /// Fastest message.
@@ -105,6 +108,7 @@ impl Swarm {
             clients: rng.gen_range(2..=5),
             keys: rng.gen_range(1..=3),
             sticky: rng.gen_bool(0.5),
+            reads: [20, 40, 80][rng.gen_range(0..3)],
             duration: Duration::from_millis(rng.gen_range(5_000..15_000)),
             min_latency,
             max_latency,
@@ -169,10 +173,11 @@ impl fmt::Display for Swarm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "nodes {} clients {}{} keys {} for {:?} latency {:?}..{:?} fault gap {:?}..{:?} faults {:?}{}{}",
+            "nodes {} clients {}{} reads {}% keys {} for {:?} latency {:?}..{:?} fault gap {:?}..{:?} faults {:?}{}{}",
             self.nodes,
             self.clients,
             if self.sticky { " sticky" } else { "" },
+            self.reads,
             self.keys,
             self.duration,
             self.min_latency,
@@ -244,6 +249,7 @@ pub async fn nemesis(
                 ask(Fault::Restart(victim));
             }
             Kind::PowerCut => {
+                let leader = leader(&slots).await;
                 for id in &all {
                     ask(Fault::Crash(*id));
                 }
@@ -251,6 +257,14 @@ pub async fn nemesis(
                 // Machines come back one by one, in a seeded order, as
                 // they do after a power cut.
                 let mut order = all.clone();
+                // Half the time the leader comes back first: alone, with
+                // its log and its vote, before any follower can answer it.
+                if let Some(first) = leader.filter(|_| rng.gen_bool(0.5)) {
+                    order.retain(|id| *id != first);
+                    ask(Fault::Restart(first));
+                    let gap = rng.gen_range(0..1_000);
+                    tokio::time::sleep(Duration::from_millis(gap)).await;
+                }
                 while !order.is_empty() {
                     let id = order.remove(rng.gen_range(0..order.len()));
                     ask(Fault::Restart(id));

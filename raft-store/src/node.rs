@@ -44,7 +44,7 @@ use crate::network::forward_batch::{ForwardBatcher, ForwardStats};
 use crate::network::peer::NetworkFactory;
 use crate::network::server::{PeerAuthenticator, TransportService};
 use crate::state_machine::{Applied as AppliedState, StateMachine, StateMachineStore};
-use crate::store::{NodeLog, NodeMachine};
+use crate::store::{NodeLog, NodeMachine, Stores, StoresOf};
 use crate::types::typ::Raft;
 use crate::types::NodeId;
 
@@ -63,15 +63,13 @@ pub use crate::membership::MembershipChange;
 pub use crate::types::Applied;
 pub use write::Resend;
 
-struct Inner<SM: StateMachine, L, M> {
+struct Inner<SM: StateMachine> {
     config: NodeConfig,
     raft: Raft,
     /// Local proposals (this node's writes and forwarded ones), batched.
     proposer: Proposer,
-    log: L,
-    state_machine: M,
-    /// The state machine type `M` applies.
-    machine: std::marker::PhantomData<fn() -> SM>,
+    /// The log and the applied state, whatever stores they are.
+    stores: Box<dyn Stores<SM>>,
     /// Channels to peers: forwarding, remote read-index, transfer calls.
     channels: Channels,
     /// Forwarded writes, batched per leader.
@@ -88,12 +86,12 @@ struct Inner<SM: StateMachine, L, M> {
 ///
 /// It runs on sled and snapshot files ([`RaftNode::start`]) unless started
 /// on other storage ([`RaftNode::start_on`], the simulation's in-memory
-/// stores): `L` is its raft log, `M` its applied state.
-pub struct RaftNode<SM: StateMachine, L = LogStore, M = StateMachineStore<SM>> {
-    inner: Arc<Inner<SM, L, M>>,
+/// stores); either way it is one type.
+pub struct RaftNode<SM: StateMachine> {
+    inner: Arc<Inner<SM>>,
 }
 
-impl<SM: StateMachine, L, M> Clone for RaftNode<SM, L, M> {
+impl<SM: StateMachine> Clone for RaftNode<SM> {
     fn clone(&self) -> Self {
         RaftNode {
             inner: self.inner.clone(),
@@ -162,7 +160,7 @@ impl<SM: StateMachine> RaftNode<SM> {
     }
 }
 
-impl<SM: StateMachine, L: NodeLog, M: NodeMachine<SM>> RaftNode<SM, L, M> {
+impl<SM: StateMachine> RaftNode<SM> {
     /// Starts raft over `log` and `state_machine`, already opened, dialling
     /// peers through `dialer` (`None`: TCP, with `config.peer_tls`). The
     /// deterministic simulation starts its nodes here, over in-memory
@@ -171,7 +169,7 @@ impl<SM: StateMachine, L: NodeLog, M: NodeMachine<SM>> RaftNode<SM, L, M> {
     /// # Errors
     /// [`Error::Config`] for invalid settings; [`Error::Raft`] when raft
     /// cannot start over the storage.
-    pub async fn start_on(
+    pub async fn start_on<L: NodeLog, M: NodeMachine<SM>>(
         config: NodeConfig,
         log: L,
         state_machine: M,
@@ -223,9 +221,10 @@ impl<SM: StateMachine, L: NodeLog, M: NodeMachine<SM>> RaftNode<SM, L, M> {
                 config,
                 raft,
                 proposer,
-                log,
-                state_machine,
-                machine: std::marker::PhantomData,
+                stores: Box::new(StoresOf {
+                    log,
+                    machine: state_machine,
+                }),
                 channels,
                 forwards: ForwardBatcher::default(),
                 hold,
@@ -295,7 +294,7 @@ impl<SM: StateMachine, L: NodeLog, M: NodeMachine<SM>> RaftNode<SM, L, M> {
     /// Runs `f` on this node's applied state (no consistency guarantee beyond
     /// "some applied prefix of the log"); see [`RaftNode::read_index`].
     pub fn read_local<T>(&self, f: impl FnOnce(&SM, u64) -> T) -> T {
-        NodeMachine::read(&self.inner.state_machine, |a: &AppliedState<SM>| {
+        self.read_applied(|a: &AppliedState<SM>| {
             f(&a.machine, a.last_applied.map(|l| l.index).unwrap_or(0))
         })
     }
@@ -535,7 +534,7 @@ impl<SM: StateMachine, L: NodeLog, M: NodeMachine<SM>> RaftNode<SM, L, M> {
     /// [`ReadError`] when no leader confirms a read index.
     pub async fn backup(&self) -> Result<(u64, u64, Vec<u8>), ReadError> {
         self.read_index().await?;
-        Ok(NodeMachine::read(&self.inner.state_machine, |a| {
+        Ok(self.read_applied(|a| {
             let (term, index) = a
                 .last_applied
                 .map(|l| (l.leader_id.term, l.index))
@@ -544,9 +543,20 @@ impl<SM: StateMachine, L: NodeLog, M: NodeMachine<SM>> RaftNode<SM, L, M> {
         }))
     }
 
-    /// This node's state-machine storage.
-    pub(crate) fn machine_store(&self) -> &M {
-        &self.inner.state_machine
+    /// Runs `f` on this node's applied state.
+    pub(crate) fn read_applied<T>(&self, f: impl FnOnce(&AppliedState<SM>) -> T) -> T {
+        let mut f = Some(f);
+        let mut out = None;
+        self.inner.stores.read_applied(&mut |applied| {
+            if let Some(f) = f.take() {
+                out = Some(f(applied));
+            }
+        });
+        match out {
+            Some(out) => out,
+            // Both `Stores` implementations call the closure exactly once.
+            None => unreachable!("Stores::read_applied did not run its closure"),
+        }
     }
 
     /// Stops raft. The data directory stays as it is.

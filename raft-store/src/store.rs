@@ -31,6 +31,37 @@ pub trait NodeMachine<SM: StateMachine>:
     fn read<T>(&self, f: impl FnOnce(&Applied<SM>) -> T) -> T;
 }
 
+/// What a running node keeps of its stores, whatever they are (openraft
+/// owns them otherwise): the committed index the log last reported and
+/// reads of the applied state. The stores' types end here, so a node is
+/// one type, `RaftNode<SM>`, on sled and in the simulation alike, and the
+/// code above it (the gateway's hub, services and leader-side actors) runs
+/// unchanged on either.
+pub(crate) trait Stores<SM: StateMachine>: Send + Sync + 'static {
+    /// See [`NodeLog::committed_index`].
+    fn committed_index(&self) -> u64;
+    /// Runs `f` once on the applied state.
+    fn read_applied(&self, f: &mut dyn FnMut(&Applied<SM>));
+}
+
+/// A log and a state machine as [`Stores`].
+pub(crate) struct StoresOf<L, M> {
+    /// The raft log.
+    pub(crate) log: L,
+    /// The state-machine storage.
+    pub(crate) machine: M,
+}
+
+impl<SM: StateMachine, L: NodeLog, M: NodeMachine<SM>> Stores<SM> for StoresOf<L, M> {
+    fn committed_index(&self) -> u64 {
+        self.log.committed_index()
+    }
+
+    fn read_applied(&self, f: &mut dyn FnMut(&Applied<SM>)) {
+        self.machine.read(|applied| f(applied));
+    }
+}
+
 impl NodeLog for LogStore {
     fn committed_index(&self) -> u64 {
         LogStore::committed_index(self)

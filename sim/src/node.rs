@@ -28,8 +28,9 @@ pub const PORT: u16 = 7001;
 pub const TYPE: &str = "sim";
 
 /// A node of the simulation: the real node, with the gateway's replicated
-/// state, over the in-memory stores.
-pub type SimNode = RaftNode<GatewayState, MemLog, MemMachine<GatewayState>>;
+/// state (started over the in-memory stores: the node's type does not say
+/// which stores it runs on).
+pub type SimNode = RaftNode<GatewayState>;
 
 /// The host name of node `id`.
 pub fn host(id: u64) -> String {

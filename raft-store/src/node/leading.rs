@@ -28,7 +28,6 @@ use tokio::time::Instant;
 use super::RaftNode;
 use crate::batcher::Proposed;
 use crate::state_machine::StateMachine;
-use crate::store::{NodeLog, NodeMachine};
 use crate::types::{Applied, NodeId};
 
 /// Why a call bound to a raft term did not run (nothing was read or
@@ -69,7 +68,7 @@ pub enum Leading {
     Failed(String),
 }
 
-impl<SM: StateMachine, L: NodeLog, M: NodeMachine<SM>> RaftNode<SM, L, M> {
+impl<SM: StateMachine> RaftNode<SM> {
     /// Whether this node leads raft `term`.
     ///
     /// # Errors

@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use crate::digest::{Digest, DigestError, StateCopy};
 use crate::state_machine::{Applied, StateMachine};
-use crate::store::{NodeLog, NodeMachine};
+use crate::store::NodeMachine;
 use crate::NodeConfig;
 
-impl<SM: StateMachine, L: NodeLog, M: NodeMachine<SM>> RaftNode<SM, L, M> {
+impl<SM: StateMachine> RaftNode<SM> {
     /// The digest of this node's applied state now (the applied index it
     /// reflects included), encoded under the read lock. Replicas at the
     /// same applied index must agree byte for byte.
@@ -28,7 +28,7 @@ impl<SM: StateMachine, L: NodeLog, M: NodeMachine<SM>> RaftNode<SM, L, M> {
     /// [`DigestError`]: the index was applied already, was not reached in
     /// time, is too far ahead, or too many requests wait.
     pub async fn state_digest_at(&self, index: u64, wait: Duration) -> Result<Digest, DigestError> {
-        let registered = NodeMachine::read(self.machine_store(), |a: &Applied<SM>| {
+        let registered = self.read_applied(|a: &Applied<SM>| {
             let applied = a.last_applied.map_or(0, |l| l.index);
             if index == 0 || applied == index {
                 Ok(Err(StateCopy::new(applied, a.machine.clone())))

@@ -10,7 +10,6 @@ use openraft::ServerState;
 use super::RaftNode;
 use crate::membership;
 use crate::state_machine::StateMachine;
-use crate::store::{NodeLog, NodeMachine};
 use crate::types::NodeId;
 
 /// One node in [`ClusterStatus`].
@@ -80,7 +79,7 @@ impl ClusterStatus {
     }
 }
 
-impl<SM: StateMachine, L: NodeLog, M: NodeMachine<SM>> RaftNode<SM, L, M> {
+impl<SM: StateMachine> RaftNode<SM> {
     /// Leader, term, indexes, voters, learners and (on the leader)
     /// replication lag.
     pub fn status(&self) -> ClusterStatus {
@@ -125,7 +124,7 @@ impl<SM: StateMachine, L: NodeLog, M: NodeMachine<SM>> RaftNode<SM, L, M> {
             term: metrics.current_term,
             commit_index: self
                 .inner
-                .log
+                .stores
                 .committed_index()
                 .max(metrics.last_applied.map(|l| l.index).unwrap_or(0)),
             applied_index: metrics.last_applied.map(|l| l.index).unwrap_or(0),

@@ -21,7 +21,6 @@ use crate::batcher::{check_size, Proposed};
 use crate::error::WriteError;
 use crate::network::client::Forwarded;
 use crate::state_machine::StateMachine;
-use crate::store::{NodeLog, NodeMachine};
 use crate::types::{Applied, NodeId};
 
 /// Whether a write may be sent again after an attempt whose outcome is
@@ -41,7 +40,7 @@ pub enum Resend {
     Idempotent,
 }
 
-impl<SM: StateMachine, L: NodeLog, M: NodeMachine<SM>> RaftNode<SM, L, M> {
+impl<SM: StateMachine> RaftNode<SM> {
     /// Proposes `command` (in the state machine's wire format), forwarding to
     /// the leader when this node is not it, within
     /// [`crate::NodeConfig::write_timeout`]. A forward that is in flight when

@@ -114,6 +114,18 @@ impl<SM: StateMachine> Applied<SM> {
     /// After each entry, the digest points see the state (see
     /// [`crate::digest`]).
     pub fn apply_entries(&mut self, entries: Vec<Entry>) -> Vec<Reply> {
+        self.apply_entries_observed(entries, |_, _, _| {})
+    }
+
+    /// [`Applied::apply_entries`], calling `observe(index, command, state)`
+    /// after each command of a normal entry with the state it left (the
+    /// simulation checks the pool's invariants there, command by command,
+    /// on every replica).
+    pub fn apply_entries_observed(
+        &mut self,
+        entries: Vec<Entry>,
+        mut observe: impl FnMut(u64, &[u8], &SM),
+    ) -> Vec<Reply> {
         let mut replies = Vec::with_capacity(entries.len());
         for entry in entries {
             let index = entry.log_id.index;
@@ -123,7 +135,11 @@ impl<SM: StateMachine> Applied<SM> {
                 EntryPayload::Normal(batch) => batch
                     .0
                     .iter()
-                    .map(|command| self.machine.apply(entry.log_id.index, command))
+                    .map(|command| {
+                        let response = self.machine.apply(index, command);
+                        observe(index, command, &self.machine);
+                        response
+                    })
                     .collect(),
                 EntryPayload::Membership(membership) => {
                     self.membership = StoredMembership::new(Some(entry.log_id), membership);

@@ -3,13 +3,13 @@
 //! switches are process-wide (one simulation at a time per process).
 
 /// The faults this crate knows, by the name `sim --fault` takes.
-pub const NAMES: &[&str] = &["restart-as-leader"];
+pub const NAMES: &[&str] = &["restart-as-leader", "skip-i4"];
 
 /// Why a fault cannot be turned on.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum FaultError {
     /// Not one of [`NAMES`].
-    #[error("unknown fault '{0}' (known: restart-as-leader)")]
+    #[error("unknown fault '{0}' (known: restart-as-leader, skip-i4)")]
     Unknown(String),
     /// This build was made without `--features faults`.
     #[error("fault '{0}' needs a build with `--features faults`")]
@@ -26,7 +26,10 @@ pub fn set(name: &str) -> Result<(), FaultError> {
     }
     #[cfg(feature = "faults")]
     {
-        raft_store::fault::set_restart_as_leader(true);
+        match name {
+            "restart-as-leader" => raft_store::fault::set_restart_as_leader(true),
+            _ => pool::fault::set_skip_i4(true),
+        }
         Ok(())
     }
     #[cfg(not(feature = "faults"))]
@@ -35,11 +38,14 @@ pub fn set(name: &str) -> Result<(), FaultError> {
 
 /// The faults turned on, as `sim` arguments (for the replay command).
 pub fn replay_args() -> String {
+    let mut args = String::new();
     if raft_store::fault::restart_as_leader() {
-        " --fault restart-as-leader".to_string()
-    } else {
-        String::new()
+        args.push_str(" --fault restart-as-leader");
     }
+    if pool::fault::skip_i4() {
+        args.push_str(" --fault skip-i4");
+    }
+    args
 }
 
 /// The `--features` a replay needs.

@@ -11,8 +11,12 @@ use raft_store::types::typ::Entry;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use tokio::sync::watch;
+
 use crate::disk::Disk;
+use crate::invariants::Violations;
 use crate::mem_log::SyncDelay;
+use crate::members::{self, MemberParts};
 use crate::node::{self, host, NodeParts, Slot};
 use crate::scenario::{Agreed, Agreement, Scenario};
 use crate::swarm::{Fault, Faults, Swarm};
@@ -169,6 +173,16 @@ fn run_here(seed: u64, keep_lines: bool, keep_log: bool) -> Result<Outcome, Fail
     let mut rng = StdRng::seed_from_u64(seed);
     let swarm = Swarm::pick(&mut rng);
     trace.record_at(Duration::ZERO, format!("swarm {swarm}"), &[]);
+    // Cleared however the run ends.
+    struct WallClock;
+    impl Drop for WallClock {
+        fn drop(&mut self) {
+            crate::wall_clock::set(None);
+        }
+    }
+    let _wall_clock = WallClock;
+    // The hosts' runtimes read the clocks as they are built.
+    crate::wall_clock::set(Some(Duration::ZERO));
     let mut sim = turmoil::Builder::new()
         .rng_seed(seed)
         .tick_duration(Duration::from_millis(1))
@@ -177,7 +191,9 @@ fn run_here(seed: u64, keep_lines: bool, keep_log: bool) -> Result<Outcome, Fail
         .max_message_latency(swarm.max_latency)
         .enable_random_order()
         .build();
-    let nodes = add_nodes(&mut sim, &swarm, &mut rng, &trace);
+    let violations = Violations::default();
+    let nodes = add_nodes(&mut sim, &swarm, &mut rng, &trace, &violations);
+    let pauses = add_members(&mut sim, &swarm, &trace);
     let faults = Faults::default();
     let scenario = Scenario::new(
         swarm.clone(),
@@ -185,7 +201,8 @@ fn run_here(seed: u64, keep_lines: bool, keep_log: bool) -> Result<Outcome, Fail
         faults.clone(),
         StdRng::seed_from_u64(rng.gen()),
         trace.clone(),
-    );
+    )
+    .with_members(pauses);
     let acked = scenario.acked();
     let agreed = scenario.agreed();
     sim.client(
@@ -198,14 +215,13 @@ fn run_here(seed: u64, keep_lines: bool, keep_log: bool) -> Result<Outcome, Fail
         error,
         tail: trace.lines().unwrap_or_else(|| trace.tail()),
     };
-    // Cleared however the run ends.
-    struct WallClock;
-    impl Drop for WallClock {
-        fn drop(&mut self) {
-            crate::wall_clock::set(None);
-        }
-    }
-    let _wall_clock = WallClock;
+    // An invariant violation is the first thing that went wrong, whatever
+    // failed after it.
+    let fail_with = failure;
+    let failure = |error: String| match violations.first() {
+        Some(violation) => fail_with(format!("invariant violated: {violation} (then: {error})")),
+        None => fail_with(error),
+    };
     loop {
         crate::wall_clock::set(Some(sim.elapsed()));
         let done = sim.step().map_err(|e| failure(e.to_string()))?;
@@ -217,6 +233,9 @@ fn run_here(seed: u64, keep_lines: bool, keep_log: bool) -> Result<Outcome, Fail
         if done {
             break;
         }
+    }
+    if let Some(violation) = violations.first() {
+        return Err(fail_with(format!("invariant violated: {violation}")));
     }
     let acked = acked();
     let agreed = match keep_log {
@@ -272,6 +291,7 @@ fn add_nodes(
     swarm: &Swarm,
     rng: &mut StdRng,
     trace: &Trace,
+    violations: &Violations,
 ) -> BTreeMap<u64, NodeParts> {
     let mut nodes = BTreeMap::new();
     for id in 1..=swarm.hosts() {
@@ -293,12 +313,37 @@ fn add_nodes(
             },
             slot: Slot::default(),
             trace: trace.clone(),
+            violations: violations.clone(),
         };
         let software = parts.clone();
         sim.host(host(id).as_str(), move || node::run(software.clone()));
         nodes.insert(id, parts);
     }
     nodes
+}
+
+/// One host per pool member of the swarm; returns the switches that pause
+/// each member's statuses.
+fn add_members(
+    sim: &mut turmoil::Sim<'_>,
+    swarm: &Swarm,
+    trace: &Trace,
+) -> Vec<watch::Sender<bool>> {
+    let mut pauses = Vec::new();
+    for index in 1..=swarm.members {
+        let (pause, paused) = watch::channel(false);
+        let parts = MemberParts {
+            index,
+            gateways: (1..=swarm.hosts()).collect(),
+            paused,
+            trace: trace.clone(),
+        };
+        sim.host(members::host(index).as_str(), move || {
+            members::run(parts.clone())
+        });
+        pauses.push(pause);
+    }
+    pauses
 }
 
 /// Carries out one fault between two steps, and records it.

@@ -17,6 +17,8 @@
 //! - [`fault`]: the fixed bugs a fault build can turn back on.
 //! - [`trace`]: the run's trace (every byte received, every entry applied)
 //!   and its hash.
+//! - [`invariants`]: the pool's invariants, checked on every replica after
+//!   every applied command.
 //! - [`disk`]: one node's simulated disk: written, synced, and what a crash
 //!   keeps.
 //! - [`mem_log`]: openraft's log storage over a [`disk::Disk`], acknowledging
@@ -24,8 +26,11 @@
 //! - [`mem_machine`]: openraft's state-machine storage, applying through
 //!   the gateway's own apply function.
 //! - [`net`]: turmoil's simulated TCP as the nodes' dialer and listener.
-//! - [`node`]: one simulated gateway process and the calls the workload
+//! - [`node`]: one simulated gateway process (raft node, supervision hub,
+//!   coordinator, supervisor host service) and the calls the workload
 //!   makes to it.
+//! - [`members`]: the pool's supervisors, attached over the simulated
+//!   network, and the pauses the nemesis gives them.
 //! - [`register`]: the register clients and their history, judged by the
 //!   Jepsen harness's linearizability checker.
 //! - [`swarm`]: what a seed turns on, and the nemesis that draws the faults.
@@ -36,8 +41,10 @@
 pub mod disk;
 pub mod fault;
 pub mod harness;
+pub mod invariants;
 pub mod mem_log;
 pub mod mem_machine;
+pub mod members;
 pub mod net;
 pub mod node;
 pub mod register;
@@ -47,3 +54,20 @@ pub mod trace;
 pub mod wall_clock;
 
 pub use harness::{run, run_keeping_log, Failure, Outcome};
+
+/// `SIM_SEEDS` is set but is not a seed count.
+#[derive(Debug, thiserror::Error)]
+#[error("SIM_SEEDS must be a number of seeds, not {0:?}")]
+pub struct BadSeedBudget(String);
+
+/// The number of seeds a test runs: `SIM_SEEDS`, or `default` when it is
+/// unset.
+///
+/// # Errors
+/// [`BadSeedBudget`] when `SIM_SEEDS` is set but is not a number.
+pub fn seed_budget(default: u64) -> Result<u64, BadSeedBudget> {
+    match std::env::var("SIM_SEEDS") {
+        Ok(text) => text.trim().parse().map_err(|_| BadSeedBudget(text)),
+        Err(_) => Ok(default),
+    }
+}

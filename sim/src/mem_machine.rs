@@ -18,6 +18,7 @@ use raft_store::types::Reply;
 use raft_store::{NodeMachine, SnapshotError, StateMachine, TypeConfig};
 
 use crate::disk::Disk;
+use crate::invariants::Check;
 use crate::trace::Trace;
 
 /// The state-machine storage of one simulated node. Cloning shares it.
@@ -28,6 +29,8 @@ pub struct MemMachine<SM> {
     builds: Arc<AtomicU64>,
     /// Where applies are recorded, with this node's name.
     trace: Option<(Trace, Arc<str>)>,
+    /// What checks every applied command.
+    check: Option<Arc<Mutex<dyn Check<SM>>>>,
 }
 
 impl<SM> Clone for MemMachine<SM> {
@@ -37,6 +40,7 @@ impl<SM> Clone for MemMachine<SM> {
             disk: self.disk.clone(),
             builds: self.builds.clone(),
             trace: self.trace.clone(),
+            check: self.check.clone(),
         }
     }
 }
@@ -58,6 +62,7 @@ impl<SM: StateMachine> MemMachine<SM> {
             disk,
             builds: Arc::new(AtomicU64::new(0)),
             trace: None,
+            check: None,
         })
     }
 
@@ -68,11 +73,25 @@ impl<SM: StateMachine> MemMachine<SM> {
         self
     }
 
+    /// Calls `check` after every applied command (and, from now on, at
+    /// every snapshot installed).
+    #[must_use]
+    pub fn checked(mut self, check: impl Check<SM>) -> Self {
+        let check: Arc<Mutex<dyn Check<SM>>> = Arc::new(Mutex::new(check));
+        lock(&check).restored(&self.state().machine);
+        self.check = Some(check);
+        self
+    }
+
     /// One thread runs the simulation; a poisoned lock means a panic inside
     /// apply, which already failed the run.
     fn state(&self) -> MutexGuard<'_, Applied<SM>> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+fn lock<T: ?Sized>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn snapshot_error(e: impl ToString) -> StorageError<u64> {
@@ -118,7 +137,16 @@ impl<SM: StateMachine> RaftStateMachine<TypeConfig> for MemMachine<SM> {
     {
         let entries: Vec<Entry> = entries.into_iter().collect();
         let ids: Vec<LogId> = entries.iter().map(|e| e.log_id).collect();
-        let replies = self.state().apply_entries(entries);
+        let replies = match &self.check {
+            Some(check) => {
+                let mut check = lock(check);
+                self.state()
+                    .apply_entries_observed(entries, |index, command, machine| {
+                        check.applied(index, command, machine)
+                    })
+            }
+            None => self.state().apply_entries(entries),
+        };
         if let Some((trace, name)) = &self.trace {
             for (id, reply) in ids.iter().zip(&replies) {
                 let bytes: Vec<u8> = reply.0.concat();
@@ -155,6 +183,9 @@ impl<SM: StateMachine> RaftStateMachine<TypeConfig> for MemMachine<SM> {
         let machine = SM::restore(&data).map_err(snapshot_error)?;
         self.disk.store_snapshot(meta.clone(), data);
         let mut state = self.state();
+        if let Some(check) = &self.check {
+            lock(check).restored(&machine);
+        }
         state.machine = machine;
         state.last_applied = meta.last_log_id;
         state.membership = meta.last_membership.clone();

@@ -8,7 +8,13 @@ use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use gateway_plugin::config_pool::PoolSettings;
+use gateway_plugin::hub::Hub;
+use gateway_plugin::metrics::Metrics;
 use gateway_plugin::state::{GatewayState, Reply};
+use gateway_plugin::supervisor_host_service::SupervisorHostService;
+use proto::grant::GrantSigner;
+use proto::supervisor_host::supervisor_host_server::SupervisorHostServer;
 use raft_store::objects::{
     object_command, object_result, precondition, Object, ObjectCommand, ObjectResult, Precondition,
     PutRequest,
@@ -17,6 +23,7 @@ use raft_store::{ClusterStatus, NodeConfig, RaftNode};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::disk::Disk;
+use crate::invariants::{PoolCheck, Violations};
 use crate::mem_log::{MemLog, SyncDelay};
 use crate::mem_machine::MemMachine;
 use crate::net;
@@ -90,6 +97,16 @@ pub enum Call {
     /// The applied index and the crc32 and length of the state's snapshot
     /// encoding.
     Digest,
+    /// Admit a sandbox (`launch_id` is the idempotency key), as the pool
+    /// admin service's `Launch` does.
+    Launch {
+        /// The sandbox id.
+        sandbox: String,
+        /// Names this launch across its retries.
+        launch_id: String,
+    },
+    /// The pool as a linearizable read sees it.
+    Pool,
 }
 
 /// A node's answer.
@@ -107,8 +124,26 @@ pub enum Answer {
     Status(Box<ClusterStatus>),
     /// See [`Call::Digest`].
     Digest(u64, u32, u64),
+    /// A launch was admitted (or already had been).
+    Launched,
+    /// The pool's sandboxes.
+    Pool(Vec<SandboxView>),
     /// The call failed (the error, in words).
     Failed(String),
+}
+
+/// One sandbox as [`Call::Pool`] shows it.
+#[derive(Clone, Debug)]
+pub struct SandboxView {
+    /// Its id.
+    pub id: String,
+    /// Its phase.
+    pub phase: pool::Phase,
+    /// Its owner's member id.
+    pub owner: String,
+    /// Whether the owner is an active member in the incarnation that owns
+    /// the sandbox.
+    pub owner_active: bool,
 }
 
 type Request = (Call, oneshot::Sender<Answer>);
@@ -168,6 +203,8 @@ pub struct NodeParts {
     pub slot: Slot,
     /// The run's trace.
     pub trace: Trace,
+    /// Where the pool checks report.
+    pub violations: Violations,
 }
 
 /// The software of one simulated host: starts the node over its disk,
@@ -182,6 +219,7 @@ pub async fn run(parts: NodeParts) -> turmoil::Result {
         delay,
         slot,
         trace,
+        violations,
     } = parts;
     let name = host(id);
     trace.record(format!("{name} start"), &[]);
@@ -190,26 +228,43 @@ pub async fn run(parts: NodeParts) -> turmoil::Result {
     // the simulated schedule); the sim asks for digests itself.
     config.digest_every = 0;
     let log = MemLog::open(disk.clone(), id, delay);
-    let machine = MemMachine::open(disk)?.traced(trace.clone(), &name);
+    let machine = MemMachine::open(disk)?
+        .traced(trace.clone(), &name)
+        .checked(PoolCheck::new(&name, violations, trace.clone()));
     let node: SimNode =
         RaftNode::start_on(config, log, machine, Some(net::dialer(trace.clone()))).await?;
+    // The gateway's supervision hub and its background tasks, as
+    // `gateway_plugin::embed` starts them, on the default pool timing.
+    let hub = Hub::new(
+        node.clone(),
+        PoolSettings::default(),
+        GrantSigner::insecure_development_key("sim"),
+        Metrics::new(),
+    );
+    tokio::spawn(hub.clone().run_heartbeats());
+    tokio::spawn(hub.clone().run_snapshot_pusher());
+    tokio::spawn(hub.clone().run_coordinator());
     let listener = net::TcpListener::bind((Ipv4Addr::UNSPECIFIED, PORT)).await?;
     let server = tonic::transport::Server::builder()
         .add_service(node.transport_service())
+        .add_service(SupervisorHostServer::new(SupervisorHostService::new(
+            hub.clone(),
+        )))
         .serve_with_incoming(net::incoming(listener, trace));
     tokio::spawn(server);
     let (sender, mut requests) = mpsc::unbounded_channel::<Request>();
     slot.set(sender);
     while let Some((call, reply)) = requests.recv().await {
-        let node = node.clone();
+        let hub = hub.clone();
         tokio::spawn(async move {
-            let _ = reply.send(serve(&node, call).await);
+            let _ = reply.send(serve(&hub, call).await);
         });
     }
     Ok(())
 }
 
-async fn serve(node: &SimNode, call: Call) -> Answer {
+async fn serve(hub: &Hub, call: Call) -> Answer {
+    let node = hub.node();
     match call {
         Call::Init(voters) => match node.initialize(voters).await {
             Ok(_) => Answer::Done,
@@ -240,6 +295,51 @@ async fn serve(node: &SimNode, call: Call) -> Answer {
             let d = node.state_digest();
             Answer::Digest(d.applied_index, d.crc32, d.bytes)
         }
+        Call::Launch { sandbox, launch_id } => launch(hub, sandbox, launch_id).await,
+        Call::Pool => pool_view(node).await,
+    }
+}
+
+/// The pool admin service's `Launch`: the command with its idempotency
+/// key, proposed through the hub (forwarded to the leader if need be).
+async fn launch(hub: &Hub, sandbox: String, launch_id: String) -> Answer {
+    let command = pool::Command::Launch(pool::Launch {
+        launch_id,
+        sandbox,
+        material_ref: String::new(),
+    });
+    match hub.propose(&command).await {
+        Ok(pool::Outcome::Applied(pool::Effect::Admitted { .. })) => Answer::Launched,
+        // Recorded as refused: this launch id is spent.
+        Ok(pool::Outcome::Applied(pool::Effect::LaunchRefused(reason))) => {
+            Answer::Rejected(reason.to_string())
+        }
+        Ok(pool::Outcome::Applied(other)) => Answer::Failed(format!("launch applied as {other:?}")),
+        Ok(pool::Outcome::Rejected(reason)) => Answer::Rejected(reason.to_string()),
+        Err(status) => Answer::Failed(status.to_string()),
+    }
+}
+
+async fn pool_view(node: &SimNode) -> Answer {
+    let read = node
+        .read(|state, _| {
+            let pool = &state.pool;
+            pool.sandboxes()
+                .values()
+                .map(|s| SandboxView {
+                    id: s.id.clone(),
+                    phase: s.phase,
+                    owner: s.owner.member.clone(),
+                    owner_active: pool.member(&s.owner.member).is_some_and(|m| {
+                        m.incarnation == s.owner.incarnation && pool.is_eligible(m)
+                    }),
+                })
+                .collect()
+        })
+        .await;
+    match read {
+        Ok(sandboxes) => Answer::Pool(sandboxes),
+        Err(e) => Answer::Failed(e.to_string()),
     }
 }
 

@@ -20,6 +20,10 @@ use jepsen::checker::linear::RegOp;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use pool::Phase;
+use tokio::sync::watch;
+
+use crate::members;
 use crate::node::{self, Answer, Call, Slot};
 use crate::register::{self, Ended, History};
 use crate::swarm::{self, Faults, Swarm};
@@ -39,6 +43,8 @@ pub struct Scenario {
     trace: Trace,
     history: History,
     agreed: Agreed,
+    /// The switch that pauses each pool member's statuses.
+    pauses: Vec<watch::Sender<bool>>,
 }
 
 /// What the end checks agreed on: the members and their common state.
@@ -71,7 +77,15 @@ impl Scenario {
             trace,
             history: History::default(),
             agreed: Agreed::default(),
+            pauses: Vec::new(),
         }
+    }
+
+    /// With pool members paused through `pauses` (one per member).
+    #[must_use]
+    pub fn with_members(mut self, pauses: Vec<watch::Sender<bool>>) -> Self {
+        self.pauses = pauses;
+        self
     }
 
     /// Where the end checks leave what the members agreed on.
@@ -100,6 +114,7 @@ impl Scenario {
         .await?;
         let leader = self.agreed_leader().await?;
         self.log(format!("leader n{leader}"));
+        self.launch_sandboxes().await?;
 
         self.swarm_phase().await;
         self.log("healed".into());
@@ -111,6 +126,7 @@ impl Scenario {
             .await?;
         self.log(format!("members {members:?}"));
         self.writes_resume(&members).await?;
+        self.pool_settles(&members).await?;
         self.final_reads(&members).await?;
         let checked = self.history.check()?;
         self.log(format!("history of {checked} operations is linearizable"));
@@ -136,6 +152,14 @@ impl Scenario {
             let rng = StdRng::seed_from_u64(self.rng.gen());
             tasks.push(tokio::spawn(register::client(clients.clone(), rng)));
         }
+        if self.swarm.member_pauses {
+            tasks.push(tokio::spawn(members::pauser(
+                self.pauses.clone(),
+                StdRng::seed_from_u64(self.rng.gen()),
+                end,
+                self.trace.clone(),
+            )));
+        }
         tasks.push(tokio::spawn(swarm::nemesis(
             self.swarm.clone(),
             StdRng::seed_from_u64(self.rng.gen()),
@@ -148,6 +172,77 @@ impl Scenario {
             // (its operations are missing, or the run is not healed).
             let _ = task.await;
         }
+    }
+
+    /// The sandboxes of the run, two per pool member.
+    fn sandboxes(&self) -> Vec<String> {
+        (1..=2 * self.swarm.members)
+            .map(|k| format!("s{k}"))
+            .collect()
+    }
+
+    /// Admits every sandbox, each through a node of its own, until
+    /// admitted (members join as the cluster comes up): an attempt whose
+    /// outcome is unknown is retried with its launch id, a refused one (a
+    /// spent launch id) with the next.
+    async fn launch_sandboxes(&self) -> Checked<()> {
+        for (k, sandbox) in self.sandboxes().into_iter().enumerate() {
+            let via = 1 + (k as u64 % self.swarm.nodes);
+            let attempt = std::cell::Cell::new(0u32);
+            self.until(&format!("launch {sandbox} via n{via}"), |s| {
+                let call = Call::Launch {
+                    sandbox: sandbox.clone(),
+                    launch_id: format!("launch-{sandbox}-{}", attempt.get()),
+                };
+                let attempt = &attempt;
+                async move {
+                    match s.call(via, call).await {
+                        Some(Answer::Launched) => Some(()),
+                        Some(Answer::Rejected(_)) => {
+                            attempt.set(attempt.get() + 1);
+                            None
+                        }
+                        _ => None,
+                    }
+                }
+            })
+            .await?;
+        }
+        self.log(format!("launched {} sandboxes", self.sandboxes().len()));
+        Ok(())
+    }
+
+    /// After healing, every sandbox is owned by an active member that
+    /// acknowledged it, and none failed: no member died in this run, so a
+    /// failed sandbox is a healthy one the control plane failed.
+    async fn pool_settles(&self, members: &[u64]) -> Checked<()> {
+        let expected = self.sandboxes().len();
+        let last = std::cell::RefCell::new(String::new());
+        let settled = self
+            .until("every sandbox owned and acknowledged", |s| {
+                let last = &last;
+                async move {
+                    let Some(Answer::Pool(sandboxes)) = s.call(members[0], Call::Pool).await else {
+                        return None;
+                    };
+                    if let Some(failed) = sandboxes.iter().find(|v| v.phase == Phase::Failed) {
+                        return Some(Err(format!("healthy sandbox failed: {failed:?}")));
+                    }
+                    let settled = sandboxes.len() == expected
+                        && sandboxes
+                            .iter()
+                            .all(|v| v.phase == Phase::Assigned && v.owner_active);
+                    *last.borrow_mut() = format!("{sandboxes:?}");
+                    settled.then_some(Ok(()))
+                }
+            })
+            .await;
+        match settled {
+            Ok(result) => result?,
+            Err(e) => return Err(format!("{e}; last seen: {}", last.borrow())),
+        }
+        self.log(format!("{expected} sandboxes owned and acknowledged"));
+        Ok(())
     }
 
     /// After healing, a write through every member is acknowledged.

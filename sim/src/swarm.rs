@@ -93,6 +93,13 @@ pub struct Swarm {
     /// Wedge the connections between a node and the others (segments
     /// dropped, never retransmitted), then repair the links.
     pub wedge: bool,
+    /// Pool members (supervisors, each on a host of its own), each
+    /// admitted two sandboxes at the start.
+    pub members: usize,
+    /// Pause a member's statuses now and then, for less than its heartbeat
+    /// TTL (a GC pause, a stalled process): a live member that must not be
+    /// taken over.
+    pub member_pauses: bool,
 }
 
 impl Swarm {
@@ -126,6 +133,8 @@ impl Swarm {
             slow_disk: rng.gen_bool(0.3).then(|| rng.gen_range(1..=nodes)),
             membership: rng.gen_bool(0.3),
             transfer: rng.gen_bool(0.3),
+            members: rng.gen_range(2..=3),
+            member_pauses: rng.gen_bool(0.5),
         };
         if !swarm.any_fault() {
             swarm.crash = true;
@@ -173,7 +182,7 @@ impl fmt::Display for Swarm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "nodes {} clients {}{} reads {}% keys {} for {:?} latency {:?}..{:?} fault gap {:?}..{:?} faults {:?}{}{}",
+            "nodes {} clients {}{} reads {}% keys {} for {:?} latency {:?}..{:?} fault gap {:?}..{:?} faults {:?}{}{} members {}{}",
             self.nodes,
             self.clients,
             if self.sticky { " sticky" } else { "" },
@@ -189,7 +198,9 @@ impl fmt::Display for Swarm {
             match self.slow_disk {
                 Some(id) => format!(" slow-disk n{id}"),
                 None => String::new(),
-            }
+            },
+            self.members,
+            if self.member_pauses { " pausing" } else { "" },
         )
     }
 }

@@ -14,10 +14,7 @@ use std::process::{Command, Stdio};
 
 #[test]
 fn the_scenario_holds_for_every_seed() {
-    let seeds: u64 = std::env::var("SIM_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(20);
+    let seeds = sim::seed_budget(20).expect("SIM_SEEDS");
     let processes = std::thread::available_parallelism()
         .map(|n| n.get() as u64)
         .unwrap_or(1)

@@ -16,10 +16,7 @@
 
 #[test]
 fn restart_as_leader_is_found_within_the_seed_budget() {
-    let budget: u64 = std::env::var("SIM_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1000);
+    let budget = sim::seed_budget(1000).expect("SIM_SEEDS");
     sim::fault::set("restart-as-leader").expect("a faults build");
     for seed in 0..budget {
         if let Err(failure) = sim::run(seed, false) {

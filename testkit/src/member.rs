@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use proto::client::{connect, ClientConfig, ClientError, Role};
+use proto::client::{connect, connect_via, ClientConfig, ClientError, Dialer, Role};
 use proto::supervisor_host::supervisor_host_client::SupervisorHostClient;
 use proto::supervisor_host::{
     gateway_message, supervisor_message, AssignmentSnapshot, GatewayMessage, HostHello, HostStatus,
@@ -128,22 +128,40 @@ pub async fn attach(
     hello: SupervisorMessage,
     buffer: usize,
 ) -> Result<Attached, tonic::Status> {
-    let (tx, rx) = mpsc::channel::<SupervisorMessage>(buffer);
-    let _ = tx.try_send(hello);
     // A supervisor's stream, without keepalive pings: the scripted member
     // notices a vanished gateway by its stream ending.
     let config = ClientConfig {
         keepalive_interval: None,
         ..ClientConfig::for_role(Role::SupervisorToGateway).with_connect_timeout(connect_timeout)
     };
-    let channel = connect(Role::SupervisorToGateway, gateway, &config)
-        .await
-        .map_err(|e| match e {
-            ClientError::InvalidAddress { .. } => tonic::Status::internal(e.to_string()),
-            ClientError::Unreachable { source, .. } => {
-                tonic::Status::unavailable(format!("connection refused: {source}"))
-            }
-        })?;
+    attach_via(gateway, &config, None, hello, buffer).await
+}
+
+/// [`attach`] with the client settings `config`, dialing through `dialer`
+/// (the simulation's network) or, with `None`, over TCP.
+///
+/// # Errors
+/// As [`attach`].
+pub async fn attach_via(
+    gateway: &str,
+    config: &ClientConfig,
+    dialer: Option<&Dialer>,
+    hello: SupervisorMessage,
+    buffer: usize,
+) -> Result<Attached, tonic::Status> {
+    let (tx, rx) = mpsc::channel::<SupervisorMessage>(buffer);
+    let _ = tx.try_send(hello);
+    let role = Role::SupervisorToGateway;
+    let channel = match dialer {
+        Some(dialer) => connect_via(role, gateway, config, dialer).await,
+        None => connect(role, gateway, config).await,
+    }
+    .map_err(|e| match e {
+        ClientError::InvalidAddress { .. } => tonic::Status::internal(e.to_string()),
+        ClientError::Unreachable { source, .. } => {
+            tonic::Status::unavailable(format!("connection refused: {source}"))
+        }
+    })?;
     let mut client = SupervisorHostClient::new(channel);
     let mut inbound = client.attach(ReceiverStream::new(rx)).await?.into_inner();
     match inbound.message().await? {
@@ -312,7 +330,7 @@ async fn attach_once(
     // (sandbox, generation, term) -> when its ack was last sent on this
     // stream: as the supervisor does, an ack a snapshot still shows owed is
     // resent at most once per `ACK_RESEND_AFTER`.
-    let mut acks_sent: BTreeMap<(String, u64, u64), Instant> = BTreeMap::new();
+    let mut acks_sent = AcksSent::new();
     let result = async {
         while let Some(message) = inbound.message().await? {
             let Some(gateway_message::Message::Snapshot(snapshot)) = message.message else {
@@ -326,22 +344,7 @@ async fn attach_once(
                     .map(|a| (a.sandbox_id.clone(), a.clone()))
                     .collect();
             }
-            let owed = |a: &SandboxInstanceAssignment| (a.sandbox_id.clone(), a.generation, a.term);
-            let now = Instant::now();
-            let due: Vec<SandboxInstanceAssignment> = snapshot
-                .assignments
-                .into_iter()
-                .filter(|a| !a.acknowledged)
-                .filter(|a| {
-                    acks_sent
-                        .get(&owed(a))
-                        .is_none_or(|at| now.duration_since(*at) >= ACK_RESEND_AFTER)
-                })
-                .collect();
-            for a in &due {
-                acks_sent.insert(owed(a), now);
-            }
-            for a in due {
+            for a in acks_due(&mut acks_sent, snapshot, Instant::now()) {
                 let tx = tx.clone();
                 let ack_delay = script.ack_delay;
                 tokio::spawn(async move {
@@ -354,6 +357,36 @@ async fn attach_once(
     }
     .await;
     result
+}
+
+/// When each term's ack was last sent: `(sandbox, generation, term)` ->
+/// the time.
+pub type AcksSent = BTreeMap<(String, u64, u64), Instant>;
+
+/// The assignments of `snapshot` whose ack is owed and not sent within
+/// [`ACK_RESEND_AFTER`] before `now` (as the supervisor does, an ack a
+/// snapshot still shows owed is resent at most that often); records them
+/// in `acks_sent` as sent at `now`.
+pub fn acks_due(
+    acks_sent: &mut AcksSent,
+    snapshot: AssignmentSnapshot,
+    now: Instant,
+) -> Vec<SandboxInstanceAssignment> {
+    let owed = |a: &SandboxInstanceAssignment| (a.sandbox_id.clone(), a.generation, a.term);
+    let due: Vec<SandboxInstanceAssignment> = snapshot
+        .assignments
+        .into_iter()
+        .filter(|a| !a.acknowledged)
+        .filter(|a| {
+            acks_sent
+                .get(&owed(a))
+                .is_none_or(|at| now.duration_since(*at) >= ACK_RESEND_AFTER)
+        })
+        .collect();
+    for a in &due {
+        acks_sent.insert(owed(a), now);
+    }
+    due
 }
 
 /// Aborts a task when dropped.

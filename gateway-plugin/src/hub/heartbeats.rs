@@ -17,7 +17,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use pool::Command;
 use prost::Message;
@@ -102,6 +102,11 @@ impl Hub {
             in_flight.retain(|batch| !batch.is_finished());
             let beats = self.fresh_beats(fresh_within);
             if beats.is_empty() {
+                self.beats_written_now();
+                continue;
+            }
+            if self.beats_written_at().elapsed() > deadline {
+                self.send_away_unheard(deadline);
                 continue;
             }
             while in_flight.len() >= HEARTBEATS_IN_FLIGHT {
@@ -121,13 +126,60 @@ impl Hub {
     /// Proposes one tick's beats (in chunks under the command bound), each
     /// chunk as an idempotent write within `deadline`.
     async fn propose_beats(&self, beats: Vec<pool::Beat>, deadline: Duration) {
+        let mut written = true;
         for beats in chunks(beats) {
             let command =
                 GatewayState::pool_command(&Command::Heartbeat(pool::Heartbeat { beats }));
             if let Err(e) = self.node.write_idempotent(command, deadline).await {
                 tracing::debug!(error = %e, "heartbeat batch not applied");
+                written = false;
             }
         }
+        if written {
+            self.beats_written_now();
+        }
+    }
+
+    /// When this gateway last wrote its members' heartbeats (or had none to
+    /// write).
+    fn beats_written_at(&self) -> Instant {
+        *self.beats_written.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn beats_written_now(&self) {
+        *self.beats_written.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+    }
+
+    /// No heartbeat batch of this gateway was written for `deadline` (half
+    /// the heartbeat TTL: what one batch may take) while supervisors are
+    /// attached: it cannot reach a leader (cut off, or removed from the
+    /// group while still running), so its supervisors will expire however
+    /// alive they are, and would stay attached here (their keepalives are
+    /// answered). It sends them away (`GatewayLeaving`, as a stopping
+    /// gateway does, so nothing of the pool changes), each to attach where
+    /// its heartbeats can be written within the other half of its TTL; it
+    /// keeps accepting streams (a join is a write too: it succeeds once this
+    /// gateway can write again). During an election longer than `deadline`
+    /// every gateway does this once: supervisors re-attach with the
+    /// incarnation they have. Found by the simulation (seed 12): a gateway
+    /// removed from the group kept every supervisor attached, and their
+    /// sandboxes were left without an active owner.
+    fn send_away_unheard(&self, deadline: Duration) {
+        let moved = self.send_supervisors_away(&format!(
+            "gateway {} could not write heartbeats for {} ms; attach to another gateway",
+            self.node.id(),
+            deadline.as_millis()
+        ));
+        self.metrics
+            .pool
+            .supervisors_sent_away
+            .inc_by(u64::try_from(moved).unwrap_or(u64::MAX));
+        tracing::warn!(
+            moved,
+            deadline_ms = deadline.as_millis() as u64,
+            "no heartbeat batch written within half the heartbeat TTL: supervisors sent to other gateways"
+        );
+        self.beats_written_now();
     }
 }
 

@@ -54,6 +54,9 @@ pub struct Hub {
     metrics: Metrics,
     /// The attached supervisor streams.
     streams: Streams,
+    /// When this gateway last wrote its members' heartbeats (or had none
+    /// to write): see [`heartbeats`].
+    beats_written: std::sync::Mutex<std::time::Instant>,
 }
 
 impl Hub {
@@ -70,6 +73,7 @@ impl Hub {
             signer,
             metrics,
             streams: Streams::default(),
+            beats_written: std::sync::Mutex::new(std::time::Instant::now()),
         })
     }
 

@@ -227,29 +227,23 @@ impl Hub {
             self.streams.phase.send_replace(StopPhase::Moved);
             std::mem::take(&mut *streams).into_iter().collect()
         };
-        let count = moved.len();
-        let reason = format!("gateway {} is shutting down", self.node.id());
-        for (member, attached) in &moved {
-            tracing::info!(
-                member,
-                stream_id = attached.stream_id,
-                "telling the supervisor to move"
-            );
-        }
-        for (_, attached) in moved {
-            let message = GatewayMessage {
-                message: Some(gateway_message::Message::Leaving(GatewayLeaving {
-                    reason: reason.clone(),
-                })),
-            };
-            // The sender is dropped after the message is queued: the stream
-            // then ends once the supervisor has read it.
-            tokio::spawn(async move {
-                let _ =
-                    tokio::time::timeout(LEAVING_SEND_TIMEOUT, attached.tx.send(Ok(message))).await;
-            });
-        }
-        count
+        tell_to_move(
+            moved,
+            &format!("gateway {} is shutting down", self.node.id()),
+        )
+    }
+
+    /// Unregisters every attached stream and sends each `GatewayLeaving`
+    /// (`reason`) as its last message, as [`Hub::move_supervisors`] does,
+    /// but keeps accepting new streams: for a gateway that cannot commit
+    /// its supervisors' heartbeats ([`super::heartbeats`]), so that they
+    /// attach where theirs can be written before their TTL runs out.
+    /// Returns how many streams were told.
+    pub fn send_supervisors_away(&self, reason: &str) -> usize {
+        let moved: Vec<(String, Attached)> = std::mem::take(&mut *self.streams.lock())
+            .into_iter()
+            .collect();
+        tell_to_move(moved, reason)
     }
 
     /// Unregisters a stream (if it is still the member's current one).
@@ -299,6 +293,31 @@ impl Hub {
     pub fn attached(&self) -> usize {
         self.streams.lock().len()
     }
+}
+
+/// Sends each of `moved` (already unregistered) `GatewayLeaving` with
+/// `reason` as its last message; returns how many.
+fn tell_to_move(moved: Vec<(String, Attached)>, reason: &str) -> usize {
+    let count = moved.len();
+    for (member, attached) in moved {
+        tracing::info!(
+            member,
+            stream_id = attached.stream_id,
+            reason,
+            "telling the supervisor to move"
+        );
+        let message = GatewayMessage {
+            message: Some(gateway_message::Message::Leaving(GatewayLeaving {
+                reason: reason.to_string(),
+            })),
+        };
+        // The sender is dropped after the message is queued: the stream
+        // then ends once the supervisor has read it.
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(LEAVING_SEND_TIMEOUT, attached.tx.send(Ok(message))).await;
+        });
+    }
+    count
 }
 
 #[cfg(test)]

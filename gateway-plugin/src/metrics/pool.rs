@@ -74,6 +74,9 @@ pub struct PoolMetrics {
     pub push_sandboxes_examined: IntCounter,
     /// Grants this gateway signed and sent to a supervisor.
     pub grants_issued: IntCounter,
+    /// Supervisor streams this gateway sent to another gateway because it
+    /// could not write their heartbeats.
+    pub supervisors_sent_away: IntCounter,
     /// Takeovers applied.
     pub takeovers: IntCounter,
     /// Moves applied (drain or rebalance).
@@ -128,6 +131,10 @@ impl PoolMetrics {
             grants_issued: reg.counter(
                 "openshell_pool_grants_issued_total",
                 "Grants this gateway signed and sent to a supervisor with an assignment",
+            ),
+            supervisors_sent_away: reg.counter(
+                "openshell_pool_supervisors_sent_away_total",
+                "Supervisor streams this gateway sent to another gateway because it wrote none of their heartbeats within half the heartbeat TTL (cut off from the leader, or removed from the group)",
             ),
             takeovers: reg.counter(
                 "openshell_pool_takeovers_total",

@@ -1,0 +1,172 @@
+//! A gateway that runs but cannot write its supervisors' heartbeats sends
+//! them to another gateway before they expire.
+//!
+//! Found by the simulation (`sim --seed 12`, before the fix): a gateway
+//! removed from the group while still running kept its supervisors'
+//! streams (it answers their keep-alives), none of their heartbeats was
+//! written any more, and their sandboxes were left without an active owner.
+//!
+//! - given: 3 gateways (6 s heartbeat TTL), member `m-a` attached to a
+//!   follower F (its list: F, then the leader), owning sandbox `s-a`
+//! - when: F is removed from the group (`raft remove`) and keeps running
+//! - then: F sends `m-a` away (`GatewayLeaving`, counted in
+//!   `openshell_pool_supervisors_sent_away_total`) about half a TTL later,
+//!   and `m-a` attaches to the leader with the incarnation it had
+//! - and: a whole TTL later `m-a` is still active and still owns `s-a` in
+//!   the same term: nothing expired, nothing was taken over
+
+use std::time::Duration;
+
+use proto::cluster::RemoveRequest;
+use proto::pool_admin::{CreateSandboxRequest, ListSandboxesRequest};
+use proto::pool_types::SandboxPhase;
+use testkit::gateway::*;
+use testkit::member::ScriptedMember;
+use testkit::ports::free_port;
+use testkit::supervisor::{http_get, pool_admin};
+use testkit::TestResult;
+
+const SENT_AWAY: &str = "openshell_pool_supervisors_sent_away_total";
+
+fn http_args(_: u64) -> Vec<String> {
+    vec!["--http-listen".into(), format!("127.0.0.1:{}", free_port())]
+}
+
+/// One counter of `/metrics` on `node` (0 when absent).
+async fn counter(node: &Gateway, name: &str) -> u64 {
+    let Some(http) = node.http_addr() else {
+        panic!("node {} has no --http-listen", node.id)
+    };
+    let (_, body) = http_get(&http, "/metrics").await;
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
+        .map_or(0, |v| v as u64)
+}
+
+/// `s-a` as the leader lists it: (owner, owner incarnation, term, phase,
+/// acknowledged).
+async fn sandbox(node: &Gateway) -> TestResult<(String, u64, u64, SandboxPhase, bool)> {
+    let page = pool_admin(node)
+        .await?
+        .list_sandboxes(ListSandboxesRequest {
+            page_size: 10,
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    let s = page
+        .sandboxes
+        .into_iter()
+        .find(|s| s.id == "s-a")
+        .ok_or("s-a is not listed")?;
+    let phase = SandboxPhase::try_from(s.phase)?;
+    Ok((s.owner, s.owner_incarnation, s.term, phase, s.acknowledged))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_that_cannot_write_heartbeats_sends_its_supervisors_away() -> TestResult {
+    let mut cluster = Cluster::start_each(
+        3,
+        &["--tick-interval-ms", "250", "--heartbeat-ttl-ms", "6000"],
+        http_args,
+    );
+    let leader = cluster.wait_leader("a leader").await;
+    let follower = (1..=3).find(|id| *id != leader).ok_or("no follower")?;
+    let gateways = vec![
+        cluster.get(follower).addr.clone(),
+        cluster.get(leader).addr.clone(),
+    ];
+    eprintln!("--- step: m-a attaches to follower {follower}, then s-a is launched");
+    let member = ScriptedMember::start("m-a", 1, 4, gateways.clone(), Duration::from_millis(10));
+    eventually("m-a attached", || async {
+        let seen = member.seen.lock().unwrap_or_else(|p| p.into_inner());
+        match seen.attached_to.is_empty() {
+            true => Err("not yet".into()),
+            false => Ok(()),
+        }
+    })
+    .await;
+    pool_admin(cluster.get(leader))
+        .await?
+        .create_sandbox(CreateSandboxRequest {
+            sandbox_id: "s-a".into(),
+            launch_id: "launch-s-a".into(),
+            material_ref: "t122".into(),
+            request_id: "t122-launch-s-a".into(),
+        })
+        .await?;
+    eventually("s-a acknowledged by m-a", || async {
+        match sandbox(cluster.get(leader)).await? {
+            (owner, _, _, SandboxPhase::Assigned, true) if owner == "m-a" => Ok(()),
+            other => Err(format!("s-a is {other:?}").into()),
+        }
+    })
+    .await;
+    let before = sandbox(cluster.get(leader)).await?;
+    let incarnation = member
+        .seen
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .incarnation;
+    assert_eq!(
+        member
+            .seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .attached_to,
+        vec![gateways[0].clone()],
+        "m-a should be attached to the follower only"
+    );
+
+    eprintln!("--- step: remove follower {follower} from the group; it keeps running");
+    cluster
+        .get(leader)
+        .admin()
+        .await?
+        .remove(RemoveRequest { id: follower })
+        .await?;
+    assert!(
+        cluster.node(follower).is_running(),
+        "the removed gateway must keep running"
+    );
+
+    eventually("m-a attached to the leader", || async {
+        let seen = member.seen.lock().unwrap_or_else(|p| p.into_inner());
+        if seen.attached_to.last() == Some(&gateways[1]) {
+            Ok(())
+        } else {
+            Err(format!("attached to {:?}", seen.attached_to).into())
+        }
+    })
+    .await;
+    let sent_away = counter(cluster.get(follower), SENT_AWAY).await;
+    assert!(
+        sent_away >= 1,
+        "{SENT_AWAY} on the removed gateway: {sent_away}"
+    );
+    assert!(
+        cluster
+            .get(follower)
+            .log()
+            .contains("supervisors sent to other gateways"),
+        "the removed gateway does not say it sent its supervisors away"
+    );
+
+    eprintln!("--- step: a whole TTL later, nothing expired and nothing moved");
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let after = sandbox(cluster.get(leader)).await?;
+    assert_eq!(
+        after, before,
+        "s-a changed owner or term: {before:?} -> {after:?}"
+    );
+    let seen = member.seen.lock().unwrap_or_else(|p| p.into_inner());
+    assert_eq!(
+        seen.incarnation, incarnation,
+        "m-a was given a new incarnation"
+    );
+    assert_eq!(
+        seen.attached_to, gateways,
+        "m-a attached once to each: the follower, then the leader"
+    );
+    Ok(())
+}

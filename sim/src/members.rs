@@ -1,0 +1,178 @@
+//! The pool's members in the simulation: supervisors speaking the real
+//! `SupervisorHost.Attach` protocol (testkit's hello, status and term-ack
+//! messages; the supervisor's client settings, keepalive pings included)
+//! to the gateways' real `SupervisorHostService`, over the simulated
+//! network, each on a host of its own. A member attaches to one gateway,
+//! sends its status every 250 ms (held while the nemesis pauses it),
+//! acknowledges every assignment term it is shown, and attaches to the next
+//! gateway when its stream breaks.
+
+use std::time::{Duration, Instant};
+
+use proto::client::{ClientConfig, Role};
+use proto::supervisor_host::{gateway_message, AttachRefusal};
+use rand::rngs::StdRng;
+use rand::Rng;
+use testkit::member::{self, AcksSent};
+use tokio::sync::watch;
+
+use crate::net;
+use crate::node;
+use crate::trace::Trace;
+
+/// How often a member sends its status (the gateway's default).
+const STATUS_INTERVAL: Duration = Duration::from_millis(250);
+/// Sandbox slots per member.
+const CAPACITY: u32 = 8;
+
+/// The host name of member `index` (from 1).
+pub fn host(index: usize) -> String {
+    format!("m{index}")
+}
+
+/// What one member runs on.
+#[derive(Clone)]
+pub struct MemberParts {
+    /// From 1; also its process id.
+    pub index: usize,
+    /// The node ids of the gateways it may attach to, in the order it
+    /// tries them (starting at its own index).
+    pub gateways: Vec<u64>,
+    /// True while its statuses are held.
+    pub paused: watch::Receiver<bool>,
+    /// The run's trace.
+    pub trace: Trace,
+}
+
+/// The software of one member host: attaches, serves its stream, and
+/// attaches again elsewhere when the stream breaks, forever.
+///
+/// # Errors
+/// None: it runs until the simulation ends.
+pub async fn run(parts: MemberParts) -> turmoil::Result {
+    let name = host(parts.index);
+    let dialer = net::dialer(parts.trace.clone());
+    let config = ClientConfig::for_role(Role::SupervisorToGateway);
+    // As the supervisor: the process id and the incarnation the pool
+    // granted it, both renewed when the pool retires the incarnation.
+    let mut process = Process {
+        id: parts.index as u64 * 1_000,
+        known: 0,
+    };
+    let mut next = parts.index;
+    loop {
+        let id = parts.gateways[next % parts.gateways.len()];
+        next += 1;
+        let hello = member::hello(
+            &name,
+            process.id,
+            process.known,
+            CAPACITY,
+            format!("{name}:1"),
+        );
+        match member::attach_via(&node::addr(id), &config, Some(&dialer), hello, 64).await {
+            Ok(attached) => {
+                process.known = attached.incarnation;
+                parts.trace.record(
+                    format!("{name} attached to n{id} as incarnation {}", process.known),
+                    &[],
+                );
+                let ended = serve(attached, parts.paused.clone()).await;
+                parts.trace.record(
+                    format!("{name} stream to n{id} ended: {:?}", ended.code()),
+                    &[],
+                );
+                process.after(&ended);
+            }
+            Err(status) => {
+                parts.trace.record(
+                    format!("{name} attach to n{id} refused: {:?}", status.code()),
+                    &[],
+                );
+                process.after(&status);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Who a member's hellos say it is.
+struct Process {
+    /// Its process id (never 0).
+    id: u64,
+    /// The incarnation the pool last granted it (0: none yet).
+    known: u64,
+}
+
+impl Process {
+    /// After a refusal or a broken stream: as the supervisor does, a
+    /// member whose incarnation the pool retired (it expired or left)
+    /// continues as a restarted process would, with a new process id and
+    /// no incarnation, so its next hello joins as a new incarnation.
+    fn after(&mut self, status: &tonic::Status) {
+        if proto::attach::refusal_of(status) == Some(AttachRefusal::IncarnationRetired) {
+            self.id += 1;
+            self.known = 0;
+        }
+    }
+}
+
+/// Serves one attached stream until it breaks: statuses from a pinger,
+/// and an ack for every term a snapshot shows owed.
+async fn serve(attached: member::Attached, paused: watch::Receiver<bool>) -> tonic::Status {
+    let member::Attached {
+        tx, mut inbound, ..
+    } = attached;
+    let pinger = member::spawn_pinger(tx.clone(), STATUS_INTERVAL, paused.clone());
+    let mut acks_sent = AcksSent::new();
+    // The last snapshot shown: its owed acks are resent on a timer too (a
+    // snapshot comes only when something changed, and one that came while
+    // the member was paused must still be acknowledged).
+    let mut shown = None;
+    let mut resend = tokio::time::interval(member::ACK_RESEND_AFTER);
+    let ended = loop {
+        tokio::select! {
+            message = inbound.message() => match message {
+                Ok(Some(message)) => {
+                    if let Some(gateway_message::Message::Snapshot(snapshot)) = message.message {
+                        shown = Some(snapshot);
+                    }
+                }
+                Ok(None) => break tonic::Status::ok("stream ended"),
+                Err(status) => break status,
+            },
+            _ = resend.tick() => {}
+        }
+        // A paused process acknowledges nothing either.
+        if let (Some(snapshot), false) = (&shown, *paused.borrow()) {
+            for a in member::acks_due(&mut acks_sent, snapshot.clone(), Instant::now()) {
+                let _ = tx.try_send(member::term_ack(&a));
+            }
+        }
+    };
+    pinger.abort();
+    ended
+}
+
+/// Pauses members now and then until `end`: one at a time, for 0.3 to
+/// 1.9 s (their heartbeat TTL is 2 s), every 1 to 4 s.
+pub async fn pauser(
+    pauses: Vec<watch::Sender<bool>>,
+    mut rng: StdRng,
+    end: tokio::time::Instant,
+    trace: Trace,
+) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(rng.gen_range(1_000..4_000))).await;
+        if tokio::time::Instant::now() >= end || pauses.is_empty() {
+            return;
+        }
+        let which = rng.gen_range(0..pauses.len());
+        let length = Duration::from_millis(rng.gen_range(300..1_900));
+        trace.record(format!("fault pause {} {length:?}", host(which + 1)), &[]);
+        let _ = pauses[which].send(true);
+        tokio::time::sleep(length).await;
+        let _ = pauses[which].send(false);
+        trace.record(format!("fault resume {}", host(which + 1)), &[]);
+    }
+}

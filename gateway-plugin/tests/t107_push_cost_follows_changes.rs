@@ -36,8 +36,7 @@ use proto::pool_admin::{CreateSandboxRequest, DeleteSandboxRequest, ListSandboxe
 use proto::pool_types::SandboxPhase;
 use testkit::gateway::*;
 use testkit::member::ScriptedMember;
-use testkit::ports::free_port;
-use testkit::supervisor::{http_get, pool_admin};
+use testkit::supervisor::{http_args, metric, pool_admin};
 use testkit::TestResult;
 
 /// Sandboxes in the pool.
@@ -47,26 +46,11 @@ const MEMBERS: usize = 30;
 /// Concurrent create calls.
 const CLIENTS: usize = 32;
 
-fn http_args(_: u64) -> Vec<String> {
-    vec!["--http-listen".into(), format!("127.0.0.1:{}", free_port())]
-}
-
-/// One counter of `/metrics` on `node` (0 when absent).
-async fn counter(node: &Gateway, name: &str) -> u64 {
-    let Some(http) = node.http_addr() else {
-        panic!("node {} has no --http-listen", node.id)
-    };
-    let (_, body) = http_get(&http, "/metrics").await;
-    body.lines()
-        .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
-        .map_or(0, |v| v as u64)
-}
-
 /// Sum of `name` over every gateway.
 async fn total(cluster: &Cluster, name: &str) -> u64 {
     let mut sum = 0;
     for node in &cluster.nodes {
-        sum += counter(node, name).await;
+        sum += metric(node, name).await;
     }
     sum
 }

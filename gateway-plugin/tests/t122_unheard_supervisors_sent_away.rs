@@ -22,26 +22,10 @@ use proto::pool_admin::{CreateSandboxRequest, ListSandboxesRequest};
 use proto::pool_types::SandboxPhase;
 use testkit::gateway::*;
 use testkit::member::ScriptedMember;
-use testkit::ports::free_port;
-use testkit::supervisor::{http_get, pool_admin};
+use testkit::supervisor::{http_args, metric, pool_admin};
 use testkit::TestResult;
 
 const SENT_AWAY: &str = "openshell_pool_supervisors_sent_away_total";
-
-fn http_args(_: u64) -> Vec<String> {
-    vec!["--http-listen".into(), format!("127.0.0.1:{}", free_port())]
-}
-
-/// One counter of `/metrics` on `node` (0 when absent).
-async fn counter(node: &Gateway, name: &str) -> u64 {
-    let Some(http) = node.http_addr() else {
-        panic!("node {} has no --http-listen", node.id)
-    };
-    let (_, body) = http_get(&http, "/metrics").await;
-    body.lines()
-        .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
-        .map_or(0, |v| v as u64)
-}
 
 /// `s-a` as the leader lists it: (owner, owner incarnation, term, phase,
 /// acknowledged).
@@ -139,7 +123,7 @@ async fn a_gateway_that_cannot_write_heartbeats_sends_its_supervisors_away() -> 
         }
     })
     .await;
-    let sent_away = counter(cluster.get(follower), SENT_AWAY).await;
+    let sent_away = metric(cluster.get(follower), SENT_AWAY).await;
     assert!(
         sent_away >= 1,
         "{SENT_AWAY} on the removed gateway: {sent_away}"

@@ -5,6 +5,8 @@
 //! simulation itself, so they cannot be done from inside a host).
 
 use std::collections::BTreeMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 use std::time::Duration;
 
 use raft_store::types::typ::Entry;
@@ -336,6 +338,7 @@ fn add_members(
             index,
             gateways: (1..=swarm.hosts()).collect(),
             paused,
+            process_ids: Arc::new(AtomicU64::new(index as u64 * 1_000)),
             trace: trace.clone(),
         };
         sim.host(members::host(index).as_str(), move || {
@@ -355,15 +358,6 @@ fn inject(
     fault: Fault,
 ) {
     let at = sim.elapsed();
-    let pairs = |a: &[u64], b: &[u64]| {
-        let mut pairs = Vec::new();
-        for x in a {
-            for y in b {
-                pairs.push((host(*x), host(*y)));
-            }
-        }
-        pairs
-    };
     match fault {
         Fault::Crash(id) => {
             sim.crash(host(id).as_str());
@@ -382,29 +376,37 @@ fn inject(
             trace.record_at(at, format!("fault restart {}", host(id)), &[]);
             sim.bounce(host(id).as_str());
         }
-        Fault::Hold(a, b) => {
-            trace.record_at(at, format!("fault hold {a:?} from {b:?}"), &[]);
-            for (x, y) in pairs(&a, &b) {
-                sim.hold(x.as_str(), y.as_str());
-            }
+        Fault::CrashMember(index) => {
+            trace.record_at(at, format!("fault crash {}", members::host(index)), &[]);
+            sim.crash(members::host(index).as_str());
         }
+        Fault::RestartMember(index) => {
+            trace.record_at(at, format!("fault restart {}", members::host(index)), &[]);
+            sim.bounce(members::host(index).as_str());
+        }
+        Fault::Hold(a, b) => on_links(sim, trace, "hold", &a, &b, |sim, x, y| sim.hold(x, y)),
         Fault::Release(a, b) => {
-            trace.record_at(at, format!("fault release {a:?} from {b:?}"), &[]);
-            for (x, y) in pairs(&a, &b) {
-                sim.release(x.as_str(), y.as_str());
-            }
+            on_links(sim, trace, "release", &a, &b, |sim, x, y| sim.release(x, y))
         }
-        Fault::Drop(a, b) => {
-            trace.record_at(at, format!("fault drop {a:?} from {b:?}"), &[]);
-            for (x, y) in pairs(&a, &b) {
-                sim.partition(x.as_str(), y.as_str());
-            }
-        }
-        Fault::Repair(a, b) => {
-            trace.record_at(at, format!("fault repair {a:?} from {b:?}"), &[]);
-            for (x, y) in pairs(&a, &b) {
-                sim.repair(x.as_str(), y.as_str());
-            }
+        Fault::Drop(a, b) => on_links(sim, trace, "drop", &a, &b, |sim, x, y| sim.partition(x, y)),
+        Fault::Repair(a, b) => on_links(sim, trace, "repair", &a, &b, |sim, x, y| sim.repair(x, y)),
+    }
+}
+
+/// Records the link fault `what` from the nodes `b` to the nodes `a`, and
+/// carries it out on every such link with `act(sim, a, b)`.
+fn on_links(
+    sim: &mut turmoil::Sim<'_>,
+    trace: &Trace,
+    what: &str,
+    a: &[u64],
+    b: &[u64],
+    act: impl Fn(&mut turmoil::Sim<'_>, &str, &str),
+) {
+    trace.record_at(sim.elapsed(), format!("fault {what} {a:?} from {b:?}"), &[]);
+    for x in a {
+        for y in b {
+            act(sim, host(*x).as_str(), host(*y).as_str());
         }
     }
 }

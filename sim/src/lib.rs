@@ -29,11 +29,11 @@
 //! - [`node`]: one simulated gateway process (raft node, supervision hub,
 //!   coordinator, supervisor host service) and the calls the workload
 //!   makes to it.
-//! - [`members`]: the pool's supervisors, attached over the simulated
-//!   network, and the pauses the nemesis gives them.
 //! - [`register`]: the register clients and their history, judged by the
 //!   Jepsen harness's linearizability checker.
 //! - [`swarm`]: what a seed turns on, and the nemesis that draws the faults.
+//! - [`members`]: the pool's supervisors, attached over the simulated
+//!   network, and their nemesis (pauses, crashes).
 //! - [`scenario`]: bootstrap, the swarm, healing and the end checks.
 //! - [`harness`]: one run on its own thread: turmoil built from the seed,
 //!   the hosts, and the driver that steps it and injects the faults.
@@ -70,4 +70,10 @@ pub fn seed_budget(default: u64) -> Result<u64, BadSeedBudget> {
         Ok(text) => text.trim().parse().map_err(|_| BadSeedBudget(text)),
         Err(_) => Ok(default),
     }
+}
+
+/// The first of `seeds` that fails, if any (a proof that a fault build's
+/// bug is found: `tests/t40`, `tests/t60`).
+pub fn first_failure(seeds: std::ops::Range<u64>) -> Option<Failure> {
+    seeds.into_iter().find_map(|seed| run(seed, false).err())
 }

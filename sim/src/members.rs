@@ -7,6 +7,8 @@
 //! acknowledges every assignment term it is shown, and attaches to the next
 //! gateway when its stream breaks.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use proto::client::{ClientConfig, Role};
@@ -18,6 +20,7 @@ use tokio::sync::watch;
 
 use crate::net;
 use crate::node;
+use crate::swarm::{self, Fault, Faults, Swarm};
 use crate::trace::Trace;
 
 /// How often a member sends its status (the gateway's default).
@@ -40,6 +43,9 @@ pub struct MemberParts {
     pub gateways: Vec<u64>,
     /// True while its statuses are held.
     pub paused: watch::Receiver<bool>,
+    /// The next process id (each process, and each renewal of a retired
+    /// incarnation, takes one): kept across the host's restarts.
+    pub process_ids: Arc<AtomicU64>,
     /// The run's trace.
     pub trace: Trace,
 }
@@ -56,9 +62,13 @@ pub async fn run(parts: MemberParts) -> turmoil::Result {
     // As the supervisor: the process id and the incarnation the pool
     // granted it, both renewed when the pool retires the incarnation.
     let mut process = Process {
-        id: parts.index as u64 * 1_000,
+        id: parts.process_ids.fetch_add(1, Ordering::Relaxed),
         known: 0,
+        ids: parts.process_ids.clone(),
     };
+    parts
+        .trace
+        .record(format!("{name} start as process {}", process.id), &[]);
     let mut next = parts.index;
     loop {
         let id = parts.gateways[next % parts.gateways.len()];
@@ -102,6 +112,8 @@ struct Process {
     id: u64,
     /// The incarnation the pool last granted it (0: none yet).
     known: u64,
+    /// Where the next process id comes from.
+    ids: Arc<AtomicU64>,
 }
 
 impl Process {
@@ -111,7 +123,7 @@ impl Process {
     /// no incarnation, so its next hello joins as a new incarnation.
     fn after(&mut self, status: &tonic::Status) {
         if proto::attach::refusal_of(status) == Some(AttachRefusal::IncarnationRetired) {
-            self.id += 1;
+            self.id = self.ids.fetch_add(1, Ordering::Relaxed);
             self.known = 0;
         }
     }
@@ -154,10 +166,13 @@ async fn serve(attached: member::Attached, paused: watch::Receiver<bool>) -> ton
     ended
 }
 
-/// Pauses members now and then until `end`: one at a time, for 0.3 to
-/// 1.9 s (their heartbeat TTL is 2 s), every 1 to 4 s.
-pub async fn pauser(
+/// The members' nemesis, until `end`: every 1 to 4 s, one member is
+/// paused for 0.3 to 1.9 s (its heartbeat TTL is 2 s) or, if the swarm
+/// crashes members, killed and started again 0.5 to 3 s later.
+pub async fn nemesis(
+    swarm: Swarm,
     pauses: Vec<watch::Sender<bool>>,
+    faults: Faults,
     mut rng: StdRng,
     end: tokio::time::Instant,
     trace: Trace,
@@ -168,6 +183,17 @@ pub async fn pauser(
             return;
         }
         let which = rng.gen_range(0..pauses.len());
+        let crash = match (swarm.member_pauses, swarm.member_crashes) {
+            (true, true) => rng.gen_bool(0.5),
+            (false, true) => true,
+            _ => false,
+        };
+        if crash {
+            swarm::ask(&faults, &trace, Fault::CrashMember(which + 1));
+            tokio::time::sleep(Duration::from_millis(rng.gen_range(500..3_000))).await;
+            swarm::ask(&faults, &trace, Fault::RestartMember(which + 1));
+            continue;
+        }
         let length = Duration::from_millis(rng.gen_range(300..1_900));
         trace.record(format!("fault pause {} {length:?}", host(which + 1)), &[]);
         let _ = pauses[which].send(true);

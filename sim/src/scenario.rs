@@ -152,9 +152,11 @@ impl Scenario {
             let rng = StdRng::seed_from_u64(self.rng.gen());
             tasks.push(tokio::spawn(register::client(clients.clone(), rng)));
         }
-        if self.swarm.member_pauses {
-            tasks.push(tokio::spawn(members::pauser(
+        if self.swarm.member_pauses || self.swarm.member_crashes {
+            tasks.push(tokio::spawn(members::nemesis(
+                self.swarm.clone(),
                 self.pauses.clone(),
+                self.faults.clone(),
                 StdRng::seed_from_u64(self.rng.gen()),
                 end,
                 self.trace.clone(),

@@ -18,16 +18,13 @@
 fn restart_as_leader_is_found_within_the_seed_budget() {
     let budget = sim::seed_budget(1000).expect("SIM_SEEDS");
     sim::fault::set("restart-as-leader").expect("a faults build");
-    for seed in 0..budget {
-        if let Err(failure) = sim::run(seed, false) {
-            println!("found after {} seeds:\n{failure}", seed + 1);
-            assert!(
-                !failure.error.contains("panicked") && !failure.error.contains("cannot start"),
-                "seed {seed} failed for another reason than a check: {}",
-                failure.error
-            );
-            return;
-        }
-    }
-    panic!("no seed of 0..{budget} found the restart-as-leader fault");
+    let failure = sim::first_failure(0..budget)
+        .unwrap_or_else(|| panic!("no seed of 0..{budget} found the restart-as-leader fault"));
+    println!("found after {} seeds:\n{failure}", failure.seed + 1);
+    assert!(
+        !failure.error.contains("panicked") && !failure.error.contains("cannot start"),
+        "seed {} failed for another reason than a check: {}",
+        failure.seed,
+        failure.error
+    );
 }

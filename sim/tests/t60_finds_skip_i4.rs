@@ -16,16 +16,13 @@
 fn skip_i4_is_found_within_the_seed_budget() {
     let budget = sim::seed_budget(1000).expect("SIM_SEEDS");
     sim::fault::set("skip-i4").expect("a faults build");
-    for seed in 0..budget {
-        if let Err(failure) = sim::run(seed, false) {
-            println!("found after {} seeds:\n{failure}", seed + 1);
-            assert!(
-                failure.error.starts_with("invariant violated") && failure.error.contains("I4"),
-                "seed {seed} failed for another reason than an I4 violation: {}",
-                failure.error
-            );
-            return;
-        }
-    }
-    panic!("no seed of 0..{budget} found the skip-i4 fault");
+    let failure = sim::first_failure(0..budget)
+        .unwrap_or_else(|| panic!("no seed of 0..{budget} found the skip-i4 fault"));
+    println!("found after {} seeds:\n{failure}", failure.seed + 1);
+    assert!(
+        failure.error.starts_with("invariant violated") && failure.error.contains("I4"),
+        "seed {} failed for another reason than an I4 violation: {}",
+        failure.seed,
+        failure.error
+    );
 }

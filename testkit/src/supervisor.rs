@@ -134,6 +134,26 @@ impl Drop for Supervisor {
     }
 }
 
+/// A gateway's extra arguments for an HTTP listener (`/metrics`, probes)
+/// on a free loopback port (for [`Cluster::start_each`]).
+pub fn http_args(_: u64) -> Vec<String> {
+    vec!["--http-listen".into(), format!("127.0.0.1:{}", free_port())]
+}
+
+/// One counter or gauge of `node`'s `/metrics` (0 when absent).
+///
+/// # Panics
+/// When `node` was started without `--http-listen` ([`http_args`]).
+pub async fn metric(node: &Gateway, name: &str) -> u64 {
+    let Some(http) = node.http_addr() else {
+        panic!("node {} has no --http-listen", node.id)
+    };
+    let (_, body) = http_get(&http, "/metrics").await;
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
+        .map_or(0, |v| v as u64)
+}
+
 /// A minimal HTTP/1.0 GET on loopback.
 pub async fn http_get(addr: &str, path: &str) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

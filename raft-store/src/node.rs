@@ -332,19 +332,6 @@ impl<SM: StateMachine> RaftNode<SM> {
         Ok(index)
     }
 
-    /// Waits until this node applied `index`, at most `timeout`; whether
-    /// it did. A write this node forwarded commits on the leader whether or
-    /// not this node still receives the log (removed from the group, or
-    /// cut off from the leader in one direction): only this tells.
-    pub async fn wait_applied(&self, index: u64, timeout: Duration) -> bool {
-        self.inner
-            .raft
-            .wait(Some(timeout.max(Duration::from_millis(1))))
-            .applied_index_at_least(Some(index), "applied locally")
-            .await
-            .is_ok()
-    }
-
     /// The leader's read index (its commit index, confirmed by a quorum),
     /// asked of the leader, without waiting for this node to apply up to
     /// it: how far behind this node is. Retries until `deadline`.

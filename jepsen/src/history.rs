@@ -11,7 +11,7 @@ use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
@@ -135,10 +135,26 @@ struct Inner {
     file: Option<BufWriter<File>>,
 }
 
+/// The file beside `history.jsonl` holding the wall-clock time of event
+/// time 0, as nanoseconds since the Unix epoch.
+pub const STARTED_FILE: &str = "history-started.txt";
+
+/// Reads a run's [`STARTED_FILE`]; None when absent or malformed (a run
+/// kept before it existed).
+pub fn read_started_at(path: &Path) -> Option<SystemTime> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let nanos: u64 = text.trim().parse().ok()?;
+    Some(UNIX_EPOCH + Duration::from_nanos(nanos))
+}
+
 /// Thread-safe history recorder.
 #[derive(Clone)]
 pub struct Recorder {
     start: Instant,
+    /// The wall clock when `start` was taken: maps event times onto the
+    /// timestamps that processes on this machine log (see
+    /// [`Recorder::started_at`]).
+    started_at: SystemTime,
     // A std mutex: held only to push one event and write one line, never
     // across an await.
     inner: Arc<Mutex<Inner>>,
@@ -156,11 +172,34 @@ impl Recorder {
         };
         Ok(Recorder {
             start: Instant::now(),
+            started_at: SystemTime::now(),
             inner: Arc::new(Mutex::new(Inner {
                 events: Vec::new(),
                 file,
             })),
         })
+    }
+
+    /// The wall-clock time at which event time 0 fell. Only for comparing
+    /// event times with the logs of processes on this same machine (the
+    /// harness runs them all), never with another machine's clock.
+    pub fn started_at(&self) -> SystemTime {
+        self.started_at
+    }
+
+    /// Writes [`Recorder::started_at`] into `path` (the run's
+    /// [`STARTED_FILE`]) so that `openshell-jepsen check` can map a kept
+    /// history onto its runtimes' logs later.
+    ///
+    /// # Errors
+    /// When the file cannot be written.
+    pub fn write_started_at(&self, path: &Path) -> std::io::Result<()> {
+        let nanos = self
+            .started_at
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
+        std::fs::write(path, format!("{nanos}\n"))
     }
 
     /// Nanoseconds since the run started.

@@ -327,6 +327,7 @@ async fn run_inner(
     tracing::info!(?transport, "transport checked");
 
     let history = Recorder::new(Some(&dir.join("history.jsonl")))?;
+    history.write_started_at(&dir.join(crate::history::STARTED_FILE))?;
     let sampler = crate::lag::Sampler::start(
         cluster.clone(),
         history.clone(),

@@ -439,6 +439,9 @@ fn check_pool(events: &[jepsen::history::Event], history: &std::path::Path) -> E
         let runtimes = jepsen::members::runtime_log::runtime_logs(&runtimes);
         checkers.push(Box::new(jepsen::checker::kept::HealthyWorkloadsKept {
             runtimes: runtimes.clone(),
+            history_started_at: jepsen::history::read_started_at(
+                &history.with_file_name(jepsen::history::STARTED_FILE),
+            ),
         }));
         checkers.push(Box::new(jepsen::checker::workload::WorkloadContinuity {
             runtimes,

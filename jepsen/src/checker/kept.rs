@@ -13,26 +13,53 @@
 //!
 //! From the runtimes' own logs ([`crate::members::runtime_log`]): every
 //! time a runtime's workload was ended from outside while it was running
-//! (a release grant, or the driver's delete) is a violation unless the
-//! history holds a client `delete` of that sandbox (sandbox ids are never
-//! reused, so the id names the one generation). The report names the
-//! sandbox, how and when its workload was ended, and the phases the
-//! linearizable views showed.
+//! (a release grant, or the driver's delete) is a violation unless a client
+//! had invoked a `delete` of that sandbox before then (sandbox ids are
+//! never reused, so the id names the one generation). "Before" compares the
+//! runtime log's timestamp with the history's clock mapped onto the same
+//! machine's wall clock ([`crate::history::Recorder::started_at`]), with
+//! [`SLACK`] in the client's favour. The pool workload deletes nearly every
+//! sandbox sooner or later, so "a client deleted it at some time" would
+//! excuse almost every kill. Without the mapping (a kept run from before
+//! `history-started.txt` existed) any client delete excuses. The report
+//! names the sandbox, how and when its workload was ended, and the phases
+//! the linearizable views showed.
 //!
 //! Process members only (scripted members start no runtimes). A run in
 //! which no runtime log was read is `unknown`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
 
 use super::pool::observations;
 use crate::checker::verdict::{CheckResult, Checker, FinalState};
 use crate::history::{Event, OpType, Process};
 use crate::members::runtime_log::RuntimeLog;
 
+/// How much later than a workload's end a client's `delete` invoke may be
+/// recorded and still excuse it: the two clocks are one machine's, read by
+/// different processes, so only scheduling separates them.
+pub const SLACK: Duration = Duration::from_millis(50);
+
 /// The checker; built by the pool workload after its final reads.
 pub struct HealthyWorkloadsKept {
     /// Sandbox id -> what its runtimes logged.
     pub runtimes: BTreeMap<String, RuntimeLog>,
+    /// The wall-clock time of history time 0
+    /// ([`crate::history::Recorder::started_at`]); None: any client delete
+    /// excuses, whenever it came.
+    pub history_started_at: Option<SystemTime>,
+}
+
+impl HealthyWorkloadsKept {
+    /// History time (ns) of a runtime log's timestamp; None when it does not
+    /// parse or there is no mapping. A time before the history began is 0.
+    fn history_time(&self, logged: &str) -> Option<u64> {
+        let started = self.history_started_at?;
+        let at: SystemTime = chrono::DateTime::parse_from_rfc3339(logged).ok()?.into();
+        let since = at.duration_since(started).unwrap_or_default();
+        Some(u64::try_from(since.as_nanos()).unwrap_or(u64::MAX))
+    }
 }
 
 impl Checker for HealthyWorkloadsKept {
@@ -42,16 +69,17 @@ impl Checker for HealthyWorkloadsKept {
 
     fn check(&self, history: &[Event], _state: &FinalState) -> CheckResult {
         // Sandboxes a client asked to delete (any delete invoke: one whose
-        // outcome is unknown may have applied).
-        let deleted: BTreeSet<&str> = history
-            .iter()
-            .filter(|e| {
-                e.kind == OpType::Invoke
-                    && matches!(e.process, Process::Client(_))
-                    && e.f == "delete"
-            })
-            .filter_map(|e| e.key.as_deref())
-            .collect();
+        // outcome is unknown may have applied) -> when it first asked.
+        let mut deleted: BTreeMap<&str, u64> = BTreeMap::new();
+        for e in history.iter().filter(|e| {
+            e.kind == OpType::Invoke && matches!(e.process, Process::Client(_)) && e.f == "delete"
+        }) {
+            if let Some(sandbox) = e.key.as_deref() {
+                let first = deleted.entry(sandbox).or_insert(e.time);
+                *first = (*first).min(e.time);
+            }
+        }
+        let slack = u64::try_from(SLACK.as_nanos()).unwrap_or(u64::MAX);
         let observations = match observations(history) {
             Ok(o) => o,
             Err(e) => return super::pool::malformed(self.name(), &e),
@@ -70,9 +98,23 @@ impl Checker for HealthyWorkloadsKept {
         for (sandbox, log) in &self.runtimes {
             for end in &log.ended_running {
                 ended += 1;
-                if deleted.contains(sandbox.as_str()) {
+                let asked = deleted.get(sandbox.as_str()).copied();
+                let excused = match (asked, self.history_time(&end.at)) {
+                    (None, _) => false,
+                    (Some(_), None) => true,
+                    (Some(asked), Some(at)) => asked <= at.saturating_add(slack),
+                };
+                if excused {
                     continue;
                 }
+                let later = asked
+                    .map(|t| {
+                        format!(
+                            " (its first delete came {:.2} s into the run, later)",
+                            t as f64 / 1e9
+                        )
+                    })
+                    .unwrap_or_default();
                 let seen = phases.get(sandbox.as_str());
                 let shown: Vec<String> = seen
                     .map(|p| {
@@ -83,7 +125,7 @@ impl Checker for HealthyWorkloadsKept {
                     .unwrap_or_default();
                 violations.push((
                     format!(
-                        "{sandbox} gen {}: its running workload was {} at {} (runtime-logs/) and no client deleted it; the views showed {}",
+                        "{sandbox} gen {}: its running workload was {} at {} (runtime-logs/) and no client deleted it before then{later}; the views showed {}",
                         end.generation,
                         end.how,
                         end.at,
@@ -163,6 +205,7 @@ mod tests {
     fn check(r: &Recorder, log: &str) -> CheckResult {
         HealthyWorkloadsKept {
             runtimes: [("sb1".to_string(), parse_runtime_log(log))].into(),
+            history_started_at: None,
         }
         .check(&r.snapshot(), &FinalState::default())
     }
@@ -205,6 +248,40 @@ mod tests {
         assert_eq!(result.valid, Validity::Valid, "{}", result.summary);
     }
 
+    /// - given: the killed workload's log (released at 15:38:08.431), the
+    ///   history's clock mapped to start at 15:38:00, and a client delete
+    ///   of sb1 invoked 9 s into the run (after the release), or 8 s (before)
+    /// - then: invalid when the delete came later, naming when; valid when
+    ///   it came first
+    #[test]
+    fn a_delete_only_excuses_a_kill_that_came_after_it() {
+        let r = Recorder::new(None).unwrap_or_else(|e| panic!("{e}"));
+        get(&r, "assigned");
+        let delete = record(&r, OpType::Invoke, "delete", json!({"sandbox": "sb1"}));
+        let started = chrono::DateTime::parse_from_rfc3339("2026-12-03T15:38:00Z")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let checker = HealthyWorkloadsKept {
+            runtimes: [("sb1".to_string(), parse_runtime_log(KILLED))].into(),
+            history_started_at: Some(started.into()),
+        };
+        let at = |secs: u64| {
+            let mut events = r.snapshot();
+            events[usize::try_from(delete).unwrap_or(usize::MAX)].time = secs * 1_000_000_000;
+            checker.check(&events, &FinalState::default())
+        };
+        let late = at(9);
+        assert_eq!(late.valid, Validity::Invalid, "{}", late.summary);
+        let what = late.details["violations"][0]["what"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            what.contains("no client deleted it before then (its first delete came 9.00 s"),
+            "{what}"
+        );
+        let early = at(8);
+        assert_eq!(early.valid, Validity::Valid, "{}", early.summary);
+    }
+
     /// A driver delete of a running runtime (no release first) counts too;
     /// no runtime log at all is unknown.
     #[test]
@@ -220,6 +297,7 @@ mod tests {
         assert_eq!(result.valid, Validity::Invalid, "{}", result.summary);
         let none = HealthyWorkloadsKept {
             runtimes: BTreeMap::new(),
+            history_started_at: None,
         }
         .check(&r.snapshot(), &FinalState::default());
         assert_eq!(none.valid, Validity::Unknown);

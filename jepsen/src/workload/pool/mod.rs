@@ -419,6 +419,7 @@ impl PoolRunning {
             let runtimes = runtime_logs(&host.runtime_logs_dir());
             checkers.push(Box::new(HealthyWorkloadsKept {
                 runtimes: runtimes.clone(),
+                history_started_at: Some(s.history.started_at()),
             }));
             checkers.push(Box::new(WorkloadContinuity {
                 runtimes,

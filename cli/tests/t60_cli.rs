@@ -340,10 +340,12 @@ async fn cli_drives_the_dev_cluster_membership_and_backup_restore() -> TestResul
         "restored cluster serves",
         |_| true,
     );
+    let restored_log =
+        std::fs::read_to_string(root.path().join("restored.log")).unwrap_or_default();
     assert_eq!(
         sandbox_key(&after_pool),
         sandbox_key(&before_pool),
-        "sandboxes differ after restore"
+        "sandboxes differ after restore; restored: {after_pool}\nbackup: {saved}\nrestored gateway's log:\n{restored_log}"
     );
     let after_objects = objects_at(&addr, None).await?;
     assert_eq!(

@@ -11,7 +11,12 @@
 //! - when: F is removed from the group (`raft remove`) and keeps running
 //! - then: F sends `m-a` away (`GatewayLeaving`, counted in
 //!   `openshell_pool_supervisors_sent_away_total`) about half a TTL later,
-//!   and `m-a` attaches to the leader with the incarnation it had
+//!   and `m-a` attaches to the leader with the incarnation it had. Which
+//!   of the two reasons F gives depends on timing: a removed gateway that
+//!   still knows the leader forwards its batches, and they commit, but it
+//!   no longer applies them ("... is not applied on this gateway", the
+//!   seed-1417 case); one that does not cannot write them at all ("no
+//!   heartbeat batch written ...", seed 12)
 //! - and: a whole TTL later `m-a` is still active and still owns `s-a` in
 //!   the same term: nothing expired, nothing was taken over
 
@@ -128,13 +133,12 @@ async fn a_gateway_that_cannot_write_heartbeats_sends_its_supervisors_away() -> 
         sent_away >= 1,
         "{SENT_AWAY} on the removed gateway: {sent_away}"
     );
-    assert!(
-        cluster
-            .get(follower)
-            .log()
-            .contains("supervisors sent to other gateways"),
-        "the removed gateway does not say it sent its supervisors away"
-    );
+    let log = cluster.get(follower).log();
+    let said = log
+        .lines()
+        .find(|l| l.contains("supervisors sent to other gateways"))
+        .ok_or("the removed gateway does not say it sent its supervisors away")?;
+    eprintln!("the removed gateway said: {said}");
 
     eprintln!("--- step: a whole TTL later, nothing expired and nothing moved");
     tokio::time::sleep(Duration::from_secs(7)).await;

@@ -14,6 +14,13 @@
 //! leader at once. The new leader's `LeaderChanged` grace then has the
 //! whole TTL minus about one tick of margin (see `docs/operations.md`, "A
 //! paused or stalled gateway").
+//!
+//! A gateway whose batches stop being written (cut off from the leader,
+//! or removed from the group while still running), or whose own state
+//! stops following them (its forwarded batches commit, but it no longer
+//! receives the log, so it never shows its supervisors what the pool
+//! assigns them), sends its supervisors to other gateways:
+//! [`BeatsHealth`].
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -46,6 +53,74 @@ pub const HEARTBEATS_IN_FLIGHT: usize = 4;
 pub fn heartbeat_deadline(tick_interval: Duration, heartbeat_ttl_ticks: u64) -> Duration {
     let ttl = tick_interval.saturating_mul(u32::try_from(heartbeat_ttl_ticks).unwrap_or(u32::MAX));
     (ttl / 2).max(tick_interval)
+}
+
+/// What the heartbeat task knows of its own batches: when one was last
+/// written (or there was none to write), and the oldest written batch this
+/// gateway has not applied yet.
+#[derive(Debug)]
+pub(crate) struct BeatsHealth {
+    written_at: Instant,
+    /// (log index, when it was written) of the oldest batch written through
+    /// this gateway that its own state machine had not applied by then.
+    unapplied: Option<(u64, Instant)>,
+}
+
+/// Why a gateway sends its supervisors away (see [`BeatsHealth::check`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Unheard {
+    /// No batch written for the deadline.
+    NotWritten,
+    /// A batch written that long ago is still not applied here.
+    NotApplied,
+}
+
+impl BeatsHealth {
+    pub(crate) fn new() -> Self {
+        BeatsHealth {
+            written_at: Instant::now(),
+            unapplied: None,
+        }
+    }
+
+    /// A batch was written at `index` (None: there was nothing to write)
+    /// while this gateway had applied up to `applied`.
+    fn written(&mut self, index: Option<u64>, applied: u64, now: Instant) {
+        self.written_at = now;
+        if let Some(index) = index.filter(|i| *i > applied) {
+            // Keep the oldest: the lag is measured from it.
+            self.unapplied.get_or_insert((index, now));
+        }
+    }
+
+    /// At a tick with beats to write, this gateway having applied up to
+    /// `applied`: whether its supervisors must go elsewhere. Each condition
+    /// is reported once, then measured again from `now`.
+    ///
+    /// - not written for `deadline` (half the TTL, what one batch may take):
+    ///   the members expire however alive they are;
+    /// - written but not applied here for `deadline`: the gateway no longer
+    ///   follows the log (a healthy follower applies a committed entry one
+    ///   replication round after the leader, far less than half a TTL), so
+    ///   its supervisors are never shown their takeovers or moves.
+    fn check(&mut self, applied: u64, deadline: Duration, now: Instant) -> Option<Unheard> {
+        if self.unapplied.is_some_and(|(index, _)| applied >= index) {
+            self.unapplied = None;
+        }
+        if now.duration_since(self.written_at) > deadline {
+            self.written_at = now;
+            self.unapplied = None;
+            return Some(Unheard::NotWritten);
+        }
+        if self
+            .unapplied
+            .is_some_and(|(_, since)| now.duration_since(since) > deadline)
+        {
+            self.unapplied = None;
+            return Some(Unheard::NotApplied);
+        }
+        None
+    }
 }
 
 /// Splits `beats` into runs of at most [`HEARTBEAT_CHUNK_BYTES`] encoded
@@ -102,11 +177,16 @@ impl Hub {
             in_flight.retain(|batch| !batch.is_finished());
             let beats = self.fresh_beats(fresh_within);
             if beats.is_empty() {
-                self.beats_written_now();
+                self.beats_written(None);
                 continue;
             }
-            if self.beats_written_at().elapsed() > deadline {
-                self.send_away_unheard(deadline);
+            let unheard = self.beats.lock().unwrap_or_else(|p| p.into_inner()).check(
+                self.applied_index(),
+                deadline,
+                Instant::now(),
+            );
+            if let Some(why) = unheard {
+                self.send_away_unheard(why, deadline);
                 continue;
             }
             while in_flight.len() >= HEARTBEATS_IN_FLIGHT {
@@ -126,47 +206,67 @@ impl Hub {
     /// Proposes one tick's beats (in chunks under the command bound), each
     /// chunk as an idempotent write within `deadline`.
     async fn propose_beats(&self, beats: Vec<pool::Beat>, deadline: Duration) {
-        let mut written = true;
+        let mut written = Some(0u64);
         for beats in chunks(beats) {
             let command =
                 GatewayState::pool_command(&Command::Heartbeat(pool::Heartbeat { beats }));
-            if let Err(e) = self.node.write_idempotent(command, deadline).await {
-                tracing::debug!(error = %e, "heartbeat batch not applied");
-                written = false;
+            match self.node.write_idempotent(command, deadline).await {
+                Ok(applied) => written = written.map(|i| i.max(applied.log_index)),
+                Err(e) => {
+                    tracing::debug!(error = %e, "heartbeat batch not applied");
+                    written = None;
+                }
             }
         }
-        if written {
-            self.beats_written_now();
+        if let Some(index) = written {
+            self.beats_written(Some(index));
         }
     }
 
-    /// When this gateway last wrote its members' heartbeats (or had none to
-    /// write).
-    fn beats_written_at(&self) -> Instant {
-        *self.beats_written.lock().unwrap_or_else(|p| p.into_inner())
+    /// A heartbeat batch was written at `index` (None: none to write).
+    fn beats_written(&self, index: Option<u64>) {
+        let applied = self.applied_index();
+        self.beats
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .written(index, applied, Instant::now());
     }
 
-    fn beats_written_now(&self) {
-        *self.beats_written.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+    /// The last log index this gateway's state machine applied.
+    fn applied_index(&self) -> u64 {
+        self.node
+            .raft()
+            .metrics()
+            .borrow()
+            .last_applied
+            .map_or(0, |l| l.index)
     }
 
-    /// No heartbeat batch of this gateway was written for `deadline` (half
-    /// the heartbeat TTL: what one batch may take) while supervisors are
-    /// attached: it cannot reach a leader (cut off, or removed from the
-    /// group while still running), so its supervisors will expire however
-    /// alive they are, and would stay attached here (their keepalives are
-    /// answered). It sends them away (`GatewayLeaving`, as a stopping
-    /// gateway does, so nothing of the pool changes), each to attach where
-    /// its heartbeats can be written within the other half of its TTL; it
-    /// keeps accepting streams (a join is a write too: it succeeds once this
-    /// gateway can write again). During an election longer than `deadline`
-    /// every gateway does this once: supervisors re-attach with the
-    /// incarnation they have. Found by the simulation (seed 12): a gateway
-    /// removed from the group kept every supervisor attached, and their
-    /// sandboxes were left without an active owner.
-    fn send_away_unheard(&self, deadline: Duration) {
+    /// This gateway's supervisors cannot be served here (see
+    /// [`BeatsHealth::check`]): no heartbeat batch written for `deadline`
+    /// (cut off from the leader, or removed from the group while still
+    /// running: its supervisors would expire however alive they are), or
+    /// one written that long ago still not applied here (its forwarded
+    /// batches commit, but it no longer follows the log: its supervisors
+    /// stay active but are never shown their takeovers, which stay
+    /// recovering until their deadline fails them). Either way they would
+    /// stay attached here (their keepalives are answered). It sends them
+    /// away (`GatewayLeaving`, as a stopping gateway does, so nothing of the
+    /// pool changes), each to attach where its heartbeats can be written
+    /// within the other half of its TTL; it keeps accepting streams (a join
+    /// is a write too: it succeeds once this gateway can write again).
+    /// During an election longer than `deadline` every gateway does this
+    /// once: supervisors re-attach with the incarnation they have. Found by
+    /// the simulation: seed 12 (not written) and seed 1417 (not applied).
+    fn send_away_unheard(&self, why: Unheard, deadline: Duration) {
+        let what = match why {
+            Unheard::NotWritten => "could not write heartbeats",
+            Unheard::NotApplied => {
+                "has not applied its own heartbeats (it no longer follows the log)"
+            }
+        };
         let moved = self.send_supervisors_away(&format!(
-            "gateway {} could not write heartbeats for {} ms; attach to another gateway",
+            "gateway {} {what} for {} ms; attach to another gateway",
             self.node.id(),
             deadline.as_millis()
         ));
@@ -174,12 +274,19 @@ impl Hub {
             .pool
             .supervisors_sent_away
             .inc_by(u64::try_from(moved).unwrap_or(u64::MAX));
-        tracing::warn!(
-            moved,
-            deadline_ms = deadline.as_millis() as u64,
-            "no heartbeat batch written within half the heartbeat TTL: supervisors sent to other gateways"
-        );
-        self.beats_written_now();
+        match why {
+            Unheard::NotWritten => tracing::warn!(
+                moved,
+                deadline_ms = deadline.as_millis() as u64,
+                "no heartbeat batch written within half the heartbeat TTL: supervisors sent to other gateways"
+            ),
+            Unheard::NotApplied => tracing::warn!(
+                moved,
+                deadline_ms = deadline.as_millis() as u64,
+                applied = self.applied_index(),
+                "a heartbeat batch written half the heartbeat TTL ago is not applied on this gateway: supervisors sent to other gateways"
+            ),
+        }
     }
 }
 
@@ -205,6 +312,49 @@ mod tests {
         assert_eq!(
             heartbeat_deadline(Duration::from_millis(100), 10),
             Duration::from_millis(500)
+        );
+    }
+
+    /// - given: a gateway that writes a batch at index 10 having applied 9
+    /// - then: nothing while the lag is under the deadline or once index 10
+    ///   is applied; `NotApplied` once it has lasted longer, reported once;
+    ///   `NotWritten` when no batch was written for the deadline
+    #[test]
+    fn a_gateway_is_unheard_when_its_batches_are_not_written_or_not_applied_in_time() {
+        let deadline = Duration::from_secs(1);
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+
+        let mut h = BeatsHealth::new();
+        h.written_at = t0;
+        h.written(Some(10), 9, at(0));
+        assert_eq!(h.check(9, deadline, at(900)), None);
+        h.written(Some(11), 9, at(900));
+        assert_eq!(
+            h.check(9, deadline, at(1001)),
+            Some(Unheard::NotApplied),
+            "measured from the oldest"
+        );
+        assert_eq!(h.check(9, deadline, at(1100)), None, "reported once");
+
+        let mut h = BeatsHealth::new();
+        h.written_at = t0;
+        h.written(Some(10), 9, at(0));
+        assert_eq!(h.check(10, deadline, at(900)), None, "applied: no lag");
+        assert!(h.unapplied.is_none());
+        h.written(Some(12), 12, at(1500));
+        assert_eq!(
+            h.check(12, deadline, at(2400)),
+            None,
+            "a leader applies before it answers"
+        );
+        assert_eq!(h.check(12, deadline, at(2501)), Some(Unheard::NotWritten));
+        assert_eq!(h.check(12, deadline, at(2600)), None, "reported once");
+        h.written(None, 12, at(3000));
+        assert_eq!(
+            h.check(12, deadline, at(3900)),
+            None,
+            "nothing to write counts as written"
         );
     }
 

@@ -54,9 +54,9 @@ pub struct Hub {
     metrics: Metrics,
     /// The attached supervisor streams.
     streams: Streams,
-    /// When this gateway last wrote its members' heartbeats (or had none
-    /// to write): see [`heartbeats`].
-    beats_written: std::sync::Mutex<std::time::Instant>,
+    /// Whether this gateway's heartbeat batches are written and applied
+    /// here: see [`heartbeats`].
+    beats: std::sync::Mutex<heartbeats::BeatsHealth>,
 }
 
 impl Hub {
@@ -73,7 +73,7 @@ impl Hub {
             signer,
             metrics,
             streams: Streams::default(),
-            beats_written: std::sync::Mutex::new(std::time::Instant::now()),
+            beats: std::sync::Mutex::new(heartbeats::BeatsHealth::new()),
         })
     }
 

@@ -39,6 +39,13 @@ pub fn stale_runtime_list() -> bool {
     STALE_RUNTIME_LIST.load(std::sync::atomic::Ordering::SeqCst)
 }
 
+/// Turns the stale-runtime-list fault on or off (the simulation's switch;
+/// a gateway process turns it on from [`FAULT_ENV`]).
+#[cfg(feature = "fault-stale-runtime-list")]
+pub fn set_stale_runtime_list(on: bool) {
+    STALE_RUNTIME_LIST.store(on, std::sync::atomic::Ordering::SeqCst);
+}
+
 /// Always false: this build has no fault injection.
 #[cfg(not(feature = "fault-stale-runtime-list"))]
 pub const fn stale_runtime_list() -> bool {

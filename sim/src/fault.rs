@@ -3,13 +3,13 @@
 //! switches are process-wide (one simulation at a time per process).
 
 /// The faults this crate knows, by the name `sim --fault` takes.
-pub const NAMES: &[&str] = &["restart-as-leader", "skip-i4"];
+pub const NAMES: &[&str] = &["restart-as-leader", "skip-i4", "stale-runtime-list"];
 
 /// Why a fault cannot be turned on.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum FaultError {
     /// Not one of [`NAMES`].
-    #[error("unknown fault '{0}' (known: restart-as-leader, skip-i4)")]
+    #[error("unknown fault '{0}' (known: restart-as-leader, skip-i4, stale-runtime-list)")]
     Unknown(String),
     /// This build was made without `--features faults`.
     #[error("fault '{0}' needs a build with `--features faults`")]
@@ -28,7 +28,8 @@ pub fn set(name: &str) -> Result<(), FaultError> {
     {
         match name {
             "restart-as-leader" => raft_store::fault::set_restart_as_leader(true),
-            _ => pool::fault::set_skip_i4(true),
+            "skip-i4" => pool::fault::set_skip_i4(true),
+            _ => gateway_plugin::fault::set_stale_runtime_list(true),
         }
         Ok(())
     }
@@ -44,6 +45,9 @@ pub fn replay_args() -> String {
     }
     if pool::fault::skip_i4() {
         args.push_str(" --fault skip-i4");
+    }
+    if gateway_plugin::fault::stale_runtime_list() {
+        args.push_str(" --fault stale-runtime-list");
     }
     args
 }

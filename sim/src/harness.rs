@@ -16,6 +16,7 @@ use rand::{Rng, SeedableRng};
 use tokio::sync::watch;
 
 use crate::disk::Disk;
+use crate::driver::SimDriver;
 use crate::invariants::Violations;
 use crate::mem_log::SyncDelay;
 use crate::members::{self, MemberParts};
@@ -173,7 +174,14 @@ fn run_here(seed: u64, keep_lines: bool, keep_log: bool) -> Result<Outcome, Fail
         Trace::new()
     };
     let mut rng = StdRng::seed_from_u64(seed);
-    let swarm = Swarm::pick(&mut rng);
+    let mut swarm = Swarm::pick(&mut rng);
+    // The launcher's choices come from a generator of their own, so a seed
+    // without launchers runs as it did before they were simulated.
+    let mut launcher = StdRng::seed_from_u64(seed ^ 0x6c61_756e_6368_6572);
+    swarm.pick_launcher(&mut launcher);
+    let driver = swarm
+        .driver_latency
+        .map(|max| SimDriver::new(launcher.gen(), max, trace.clone()));
     trace.record_at(Duration::ZERO, format!("swarm {swarm}"), &[]);
     // Cleared however the run ends.
     struct WallClock;
@@ -194,7 +202,14 @@ fn run_here(seed: u64, keep_lines: bool, keep_log: bool) -> Result<Outcome, Fail
         .enable_random_order()
         .build();
     let violations = Violations::default();
-    let nodes = add_nodes(&mut sim, &swarm, &mut rng, &trace, &violations);
+    let nodes = add_nodes(
+        &mut sim,
+        &swarm,
+        &mut rng,
+        &trace,
+        &violations,
+        driver.as_ref(),
+    );
     let pauses = add_members(&mut sim, &swarm, &trace);
     let faults = Faults::default();
     let scenario = Scenario::new(
@@ -204,7 +219,8 @@ fn run_here(seed: u64, keep_lines: bool, keep_log: bool) -> Result<Outcome, Fail
         StdRng::seed_from_u64(rng.gen()),
         trace.clone(),
     )
-    .with_members(pauses);
+    .with_members(pauses)
+    .with_driver(driver);
     let acked = scenario.acked();
     let agreed = scenario.agreed();
     sim.client(
@@ -294,6 +310,7 @@ fn add_nodes(
     rng: &mut StdRng,
     trace: &Trace,
     violations: &Violations,
+    driver: Option<&SimDriver>,
 ) -> BTreeMap<u64, NodeParts> {
     let mut nodes = BTreeMap::new();
     for id in 1..=swarm.hosts() {
@@ -316,6 +333,7 @@ fn add_nodes(
             slot: Slot::default(),
             trace: trace.clone(),
             violations: violations.clone(),
+            driver: driver.cloned(),
         };
         let software = parts.clone();
         sim.host(host(id).as_str(), move || node::run(software.clone()));
@@ -340,6 +358,7 @@ fn add_members(
             paused,
             process_ids: Arc::new(AtomicU64::new(index as u64 * 1_000)),
             trace: trace.clone(),
+            needs_runtime: swarm.driver_latency.is_some(),
         };
         sim.host(members::host(index).as_str(), move || {
             members::run(parts.clone())

@@ -39,6 +39,7 @@
 //!   the hosts, and the driver that steps it and injects the faults.
 
 pub mod disk;
+pub mod driver;
 pub mod fault;
 pub mod harness;
 pub mod invariants;

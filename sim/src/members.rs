@@ -48,6 +48,9 @@ pub struct MemberParts {
     pub process_ids: Arc<AtomicU64>,
     /// The run's trace.
     pub trace: Trace,
+    /// The gateways launch runtimes: an assignment is acknowledged only
+    /// once it names its runtime.
+    pub needs_runtime: bool,
 }
 
 /// The software of one member host: attaches, serves its stream, and
@@ -87,7 +90,7 @@ pub async fn run(parts: MemberParts) -> turmoil::Result {
                     format!("{name} attached to n{id} as incarnation {}", process.known),
                     &[],
                 );
-                let ended = serve(attached, parts.paused.clone()).await;
+                let ended = serve(attached, parts.paused.clone(), parts.needs_runtime).await;
                 parts.trace.record(
                     format!("{name} stream to n{id} ended: {:?}", ended.code()),
                     &[],
@@ -131,7 +134,11 @@ impl Process {
 
 /// Serves one attached stream until it breaks: statuses from a pinger,
 /// and an ack for every term a snapshot shows owed.
-async fn serve(attached: member::Attached, paused: watch::Receiver<bool>) -> tonic::Status {
+async fn serve(
+    attached: member::Attached,
+    paused: watch::Receiver<bool>,
+    needs_runtime: bool,
+) -> tonic::Status {
     let member::Attached {
         tx, mut inbound, ..
     } = attached;
@@ -157,7 +164,14 @@ async fn serve(attached: member::Attached, paused: watch::Receiver<bool>) -> ton
         }
         // A paused process acknowledges nothing either.
         if let (Some(snapshot), false) = (&shown, *paused.borrow()) {
-            for a in member::acks_due(&mut acks_sent, snapshot.clone(), Instant::now()) {
+            let mut snapshot = snapshot.clone();
+            if needs_runtime {
+                // As the supervisor does: an assignment is activated (and
+                // then acknowledged) only once it carries the runtime the
+                // leader's launcher recorded.
+                snapshot.assignments.retain(|a| a.runtime.is_some());
+            }
+            for a in member::acks_due(&mut acks_sent, snapshot, Instant::now()) {
                 let _ = tx.try_send(member::term_ack(&a));
             }
         }

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use gateway_plugin::config_pool::PoolSettings;
 use gateway_plugin::hub::Hub;
+use gateway_plugin::launcher::Launcher;
 use gateway_plugin::metrics::Metrics;
 use gateway_plugin::state::{GatewayState, Reply};
 use gateway_plugin::supervisor_host_service::SupervisorHostService;
@@ -23,6 +24,7 @@ use raft_store::{ClusterStatus, NodeConfig, RaftNode};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::disk::Disk;
+use crate::driver::SimDriver;
 use crate::invariants::{PoolCheck, Violations};
 use crate::mem_log::{MemLog, SyncDelay};
 use crate::mem_machine::MemMachine;
@@ -144,6 +146,10 @@ pub struct SandboxView {
     /// Whether the owner is an active member in the incarnation that owns
     /// the sandbox.
     pub owner_active: bool,
+    /// Its generation.
+    pub generation: u64,
+    /// The name of its recorded runtime (the launcher's record), if any.
+    pub runtime: Option<String>,
 }
 
 type Request = (Call, oneshot::Sender<Answer>);
@@ -205,6 +211,9 @@ pub struct NodeParts {
     pub trace: Trace,
     /// Where the pool checks report.
     pub violations: Violations,
+    /// The runtime API this gateway's launcher drives when it leads; None:
+    /// no launcher (a gateway with `--sandbox-driver none`).
+    pub driver: Option<SimDriver>,
 }
 
 /// The software of one simulated host: starts the node over its disk,
@@ -220,6 +229,7 @@ pub async fn run(parts: NodeParts) -> turmoil::Result {
         slot,
         trace,
         violations,
+        driver,
     } = parts;
     let name = host(id);
     trace.record(format!("{name} start"), &[]);
@@ -244,6 +254,10 @@ pub async fn run(parts: NodeParts) -> turmoil::Result {
     tokio::spawn(hub.clone().run_heartbeats());
     tokio::spawn(hub.clone().run_snapshot_pusher());
     tokio::spawn(hub.clone().run_coordinator());
+    if let Some(driver) = driver {
+        let launcher = Launcher::new(hub.clone(), Arc::new(driver), None);
+        tokio::spawn(launcher.run());
+    }
     let listener = net::TcpListener::bind((Ipv4Addr::UNSPECIFIED, PORT)).await?;
     let server = tonic::transport::Server::builder()
         .add_service(node.transport_service())
@@ -333,6 +347,8 @@ async fn pool_view(node: &SimNode) -> Answer {
                     owner_active: pool.member(&s.owner.member).is_some_and(|m| {
                         m.incarnation == s.owner.incarnation && pool.is_eligible(m)
                     }),
+                    generation: s.generation,
+                    runtime: s.runtime.as_ref().map(|r| r.name.clone()),
                 })
                 .collect()
         })

@@ -23,6 +23,7 @@ use rand::{Rng, SeedableRng};
 use pool::Phase;
 use tokio::sync::watch;
 
+use crate::driver::SimDriver;
 use crate::members;
 use crate::node::{self, Answer, Call, Slot};
 use crate::register::{self, Ended, History};
@@ -45,6 +46,8 @@ pub struct Scenario {
     agreed: Agreed,
     /// The switch that pauses each pool member's statuses.
     pauses: Vec<watch::Sender<bool>>,
+    /// The runtime API the gateways' launchers share, if they run.
+    driver: Option<SimDriver>,
 }
 
 /// What the end checks agreed on: the members and their common state.
@@ -78,7 +81,15 @@ impl Scenario {
             history: History::default(),
             agreed: Agreed::default(),
             pauses: Vec::new(),
+            driver: None,
         }
+    }
+
+    /// With the gateways' launchers driving `driver`.
+    #[must_use]
+    pub fn with_driver(mut self, driver: Option<SimDriver>) -> Self {
+        self.driver = driver;
+        self
     }
 
     /// With pool members paused through `pauses` (one per member).
@@ -216,7 +227,10 @@ impl Scenario {
 
     /// After healing, every sandbox is owned by an active member that
     /// acknowledged it, and none failed: no member died in this run, so a
-    /// failed sandbox is a healthy one the control plane failed.
+    /// failed sandbox is a healthy one the control plane failed. With the
+    /// launchers on, each also has its runtime recorded, and the runtime
+    /// API holds exactly that one runtime for it, serving ([`runtimes_match`]):
+    /// none deleted under a live sandbox, none started twice.
     async fn pool_settles(&self, members: &[u64]) -> Checked<()> {
         let expected = self.sandboxes().len();
         let last = std::cell::RefCell::new(String::new());
@@ -234,7 +248,15 @@ impl Scenario {
                         && sandboxes
                             .iter()
                             .all(|v| v.phase == Phase::Assigned && v.owner_active);
-                    *last.borrow_mut() = format!("{sandboxes:?}");
+                    let runtimes = match &s.driver {
+                        Some(driver) => runtimes_match(&sandboxes, &driver.runtimes()),
+                        None => Ok(()),
+                    };
+                    *last.borrow_mut() = match &runtimes {
+                        Ok(()) => format!("{sandboxes:?}"),
+                        Err(e) => format!("{sandboxes:?}; runtimes: {e}"),
+                    };
+                    let settled = settled && runtimes.is_ok();
                     settled.then_some(Ok(()))
                 }
             })
@@ -373,4 +395,40 @@ impl Scenario {
         })
         .await
     }
+}
+
+/// Whether the runtime API holds, for each sandbox, exactly the runtime its
+/// record names (its sandbox and generation), serving; the mismatch in words.
+pub fn runtimes_match(
+    sandboxes: &[node::SandboxView],
+    listed: &[sandbox_driver::Observed],
+) -> Result<(), String> {
+    for v in sandboxes {
+        let expected = sandbox_driver::runtime_name(&v.id, v.generation);
+        if v.runtime.as_deref() != Some(expected.as_str()) {
+            return Err(format!(
+                "{} gen {}: runtime recorded {:?}",
+                v.id, v.generation, v.runtime
+            ));
+        }
+        let theirs: Vec<&sandbox_driver::Observed> =
+            listed.iter().filter(|o| o.sandbox_id == v.id).collect();
+        match theirs.as_slice() {
+            [one]
+                if one.name == expected
+                    && matches!(one.state, sandbox_driver::RuntimeState::Running(_)) => {}
+            _ => {
+                return Err(format!(
+                    "{} gen {}: the runtime API holds {:?}",
+                    v.id,
+                    v.generation,
+                    theirs
+                        .iter()
+                        .map(|o| (&o.name, &o.state))
+                        .collect::<Vec<_>>()
+                ))
+            }
+        }
+    }
+    Ok(())
 }

@@ -122,6 +122,11 @@ pub struct Swarm {
     /// later: a new process, which joins as a new incarnation (its
     /// sandboxes are taken over, by it or another member).
     pub member_crashes: bool,
+    /// The gateways run their launchers over one shared simulated runtime
+    /// API ([`crate::driver`]) whose calls take up to this long (and whose
+    /// runtimes take up to this long to start); None: no launcher. Drawn
+    /// only when there are members.
+    pub driver_latency: Option<Duration>,
 }
 
 impl Swarm {
@@ -158,11 +163,23 @@ impl Swarm {
             members: [0, 2, 3][rng.gen_range(0..3)],
             member_pauses: rng.gen_bool(0.5),
             member_crashes: rng.gen_bool(0.4),
+            driver_latency: None,
         };
         if !swarm.any_fault() {
             swarm.crash = true;
         }
         swarm
+    }
+
+    /// Draws whether the gateways run their launchers, from a generator of
+    /// its own (`launcher`): a seed without them runs the schedule it ran
+    /// before the launcher was simulated.
+    pub fn pick_launcher(&mut self, launcher: &mut StdRng) {
+        if self.members > 0 && launcher.gen_bool(0.6) {
+            self.driver_latency = Some(Duration::from_millis(
+                [20, 300, 3_000][launcher.gen_range(0..3)],
+            ));
+        }
     }
 
     fn any_fault(&self) -> bool {
@@ -205,7 +222,7 @@ impl fmt::Display for Swarm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "nodes {} clients {}{} reads {}% keys {} for {:?} latency {:?}..{:?} fault gap {:?}..{:?} faults {:?}{}{} members {}{}{}",
+            "nodes {} clients {}{} reads {}% keys {} for {:?} latency {:?}..{:?} fault gap {:?}..{:?} faults {:?}{}{} members {}{}{}{}",
             self.nodes,
             self.clients,
             if self.sticky { " sticky" } else { "" },
@@ -225,6 +242,10 @@ impl fmt::Display for Swarm {
             self.members,
             if self.member_pauses { " pausing" } else { "" },
             if self.member_crashes { " crashing" } else { "" },
+            match self.driver_latency {
+                Some(max) => format!(" launcher (driver calls up to {max:?})"),
+                None => String::new(),
+            },
         )
     }
 }

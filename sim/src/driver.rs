@@ -7,12 +7,13 @@
 //! inside it (a create the API made before its reply was lost, a list that
 //! was answered from a cache a moment old): the windows in which a leader
 //! change meets a launcher pass. A runtime is `Pending` for a seeded time
-//! after its creation, then serves. Nothing in the simulation ever makes a
-//! runtime fail or vanish, so a sandbox failed as `RuntimeLost` or
-//! `LaunchFailed` is a healthy one the control plane failed
-//! ([`crate::invariants`]).
+//! after its creation, then serves. Only the runtime nemesis ([`nemesis`],
+//! when the seed turns it on) makes a runtime fail or vanish, and it
+//! records each generation it killed ([`Killed`]): a sandbox failed as
+//! `RuntimeLost` or `LaunchFailed` that it did not kill is a healthy one the
+//! control plane failed ([`crate::invariants`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -37,7 +38,12 @@ struct Runtime {
     /// Where it serves: the n-th runtime created listens on the n-th
     /// address of 10.0.0.0/16.
     address: String,
+    /// Why it will never serve again, once the nemesis made it fail.
+    failed: Option<String>,
 }
+
+/// The sandbox generations whose runtime the nemesis killed.
+pub type Killed = Arc<Mutex<BTreeSet<(String, u64)>>>;
 
 struct Api {
     runtimes: BTreeMap<String, Runtime>,
@@ -52,6 +58,7 @@ pub struct SimDriver {
     api: Arc<Mutex<Api>>,
     /// The slowest call (and the longest start of a runtime).
     max_latency: Duration,
+    killed: Killed,
     trace: Trace,
 }
 
@@ -66,8 +73,50 @@ impl SimDriver {
                 rng: StdRng::seed_from_u64(seed),
             })),
             max_latency,
+            killed: Killed::default(),
             trace,
         }
+    }
+
+    /// The generations whose runtime the nemesis killed so far.
+    pub fn killed(&self) -> Killed {
+        self.killed.clone()
+    }
+
+    /// Kills one serving runtime, drawn by `rng` (in name order): half the
+    /// time it vanishes (its node was lost, it was evicted and removed),
+    /// otherwise it stays listed as failed (its process exited, its pod was
+    /// OOM-killed). Records its generation in [`SimDriver::killed`] first.
+    fn kill(&self, rng: &mut StdRng) {
+        let now = Instant::now();
+        let mut api = self.api();
+        let serving: Vec<String> = api
+            .runtimes
+            .iter()
+            .filter(|(name, r)| matches!(state(name, r, now), RuntimeState::Running(_)))
+            .map(|(name, _)| name.clone())
+            .collect();
+        if serving.is_empty() {
+            return;
+        }
+        let name = serving[rng.gen_range(0..serving.len())].clone();
+        let vanish = rng.gen_bool(0.5);
+        let Some(runtime) = api.runtimes.get_mut(&name) else {
+            return;
+        };
+        self.killed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert((runtime.sandbox_id.clone(), runtime.generation));
+        if vanish {
+            api.runtimes.remove(&name);
+        } else {
+            runtime.failed = Some("OOMKilled: the simulation's runtime nemesis".into());
+        }
+        drop(api);
+        let how = if vanish { "removed" } else { "failed" };
+        self.trace
+            .record(format!("driver killed {name} ({how})"), &[]);
     }
 
     fn api(&self) -> std::sync::MutexGuard<'_, Api> {
@@ -108,6 +157,11 @@ fn observed(name: &str, r: &Runtime, now: Instant) -> Observed {
 }
 
 fn state(name: &str, r: &Runtime, now: Instant) -> RuntimeState {
+    if let Some(reason) = &r.failed {
+        return RuntimeState::Failed {
+            reason: reason.clone(),
+        };
+    }
     if now < r.serving_from {
         RuntimeState::Pending {
             detail: "starting".into(),
@@ -145,6 +199,7 @@ impl SandboxDriver for SimDriver {
                 generation: spec.generation,
                 serving_from: now + start,
                 address: format!("10.0.{}.{}:50051", (n >> 8) & 0xff, n & 0xff),
+                failed: None,
             });
             (created, state(&name, runtime, now))
         };
@@ -171,5 +226,21 @@ impl SandboxDriver for SimDriver {
         }
         tokio::time::sleep(after).await;
         Ok(())
+    }
+}
+
+/// The runtime nemesis, until `end`: every 1 to 4 s, half the time, one
+/// serving runtime dies ([`SimDriver::kill`]). Its sandbox must then be
+/// failed by the launcher (or, killed before its runtime was recorded,
+/// launched again), and no other.
+pub async fn nemesis(driver: SimDriver, mut rng: StdRng, end: Instant) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(rng.gen_range(1_000..4_000))).await;
+        if Instant::now() >= end {
+            return;
+        }
+        if rng.gen_bool(0.5) {
+            driver.kill(&mut rng);
+        }
     }
 }

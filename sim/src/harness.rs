@@ -161,6 +161,17 @@ fn align_task_ids() -> Result<(), String> {
 const TASK_ID_ALIGN: u64 = 64;
 
 /// Runs the scenario for `seed` on this thread.
+/// Whether the seed runs launchers (and the runtime nemesis), drawn into
+/// `swarm` from a generator of their own, so that a seed without launchers
+/// runs as it did before they were simulated; the runtime API they share.
+fn launchers(seed: u64, swarm: &mut Swarm, trace: &Trace) -> Option<SimDriver> {
+    let mut launcher = StdRng::seed_from_u64(seed ^ 0x6c61_756e_6368_6572);
+    swarm.pick_launcher(&mut launcher);
+    swarm
+        .driver_latency
+        .map(|max| SimDriver::new(launcher.gen(), max, trace.clone()))
+}
+
 fn run_here(seed: u64, keep_lines: bool, keep_log: bool) -> Result<Outcome, Failure> {
     align_task_ids().map_err(|error| Failure {
         seed,
@@ -175,13 +186,7 @@ fn run_here(seed: u64, keep_lines: bool, keep_log: bool) -> Result<Outcome, Fail
     };
     let mut rng = StdRng::seed_from_u64(seed);
     let mut swarm = Swarm::pick(&mut rng);
-    // The launcher's choices come from a generator of their own, so a seed
-    // without launchers runs as it did before they were simulated.
-    let mut launcher = StdRng::seed_from_u64(seed ^ 0x6c61_756e_6368_6572);
-    swarm.pick_launcher(&mut launcher);
-    let driver = swarm
-        .driver_latency
-        .map(|max| SimDriver::new(launcher.gen(), max, trace.clone()));
+    let driver = launchers(seed, &mut swarm, &trace);
     trace.record_at(Duration::ZERO, format!("swarm {swarm}"), &[]);
     // Cleared however the run ends.
     struct WallClock;

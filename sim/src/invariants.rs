@@ -6,9 +6,10 @@
 //! previous log position, I4; stop and delete win, I8; time, incarnations
 //! and generations never go back). And one of the simulation's own: no
 //! sandbox fails, because nothing in it ever loses a workload (no runtime
-//! dies, and a member is only ever paused for less than its TTL or cut
-//! off until it attaches elsewhere), so a failed sandbox is a healthy one
-//! the control plane failed. A violation is recorded in the trace where it
+//! dies but those the runtime nemesis kills, which it records, and a member
+//! is only ever paused for less than its TTL or cut off until it attaches
+//! elsewhere), so any other failed sandbox is a healthy one the control
+//! plane failed. A violation is recorded in the trace where it
 //! happened and in [`Violations`], which fails the seed.
 
 use std::collections::BTreeSet;
@@ -19,6 +20,7 @@ use pool::InvariantTracker;
 use prost::Message;
 use proto::gateway::{log_command, LogCommand};
 
+use crate::driver::Killed;
 use crate::trace::Trace;
 
 /// What a state-machine store calls as it applies (see
@@ -56,6 +58,9 @@ pub struct PoolCheck {
     tracker: InvariantTracker,
     /// The failed sandbox generations already seen (or restored).
     failed: BTreeSet<(String, u64)>,
+    /// The generations whose runtime the runtime nemesis killed: failing
+    /// them is right.
+    killed: Option<Killed>,
     violations: Violations,
     trace: Trace,
 }
@@ -67,9 +72,17 @@ impl PoolCheck {
             node: node.to_string(),
             tracker: InvariantTracker::new(),
             failed: BTreeSet::new(),
+            killed: None,
             violations,
             trace,
         }
+    }
+
+    /// Failing a generation of `killed` is no violation.
+    #[must_use]
+    pub fn with_killed(mut self, killed: Option<Killed>) -> Self {
+        self.killed = killed;
+        self
     }
 }
 
@@ -100,7 +113,15 @@ impl Check<GatewayState> for PoolCheck {
                 let new: Vec<(String, u64)> = failed(&machine.pool)
                     .filter(|f| !self.failed.contains(f))
                     .collect();
-                match new.first() {
+                self.failed.extend(new.iter().cloned());
+                let killed = self
+                    .killed
+                    .as_ref()
+                    .map(|k| k.lock().unwrap_or_else(|p| p.into_inner()).clone())
+                    .unwrap_or_default();
+                let healthy: Vec<&(String, u64)> =
+                    new.iter().filter(|f| !killed.contains(*f)).collect();
+                match healthy.first() {
                     None => Ok(()),
                     Some((id, generation)) => {
                         let reason = machine
@@ -108,7 +129,6 @@ impl Check<GatewayState> for PoolCheck {
                             .sandbox(id)
                             .and_then(|s| s.failure.clone())
                             .unwrap_or_default();
-                        self.failed.extend(new.iter().cloned());
                         Err(format!(
                             "healthy sandbox failed: {id} generation {generation}: {reason}"
                         ))

@@ -240,7 +240,10 @@ pub async fn run(parts: NodeParts) -> turmoil::Result {
     let log = MemLog::open(disk.clone(), id, delay);
     let machine = MemMachine::open(disk)?
         .traced(trace.clone(), &name)
-        .checked(PoolCheck::new(&name, violations, trace.clone()));
+        .checked(
+            PoolCheck::new(&name, violations, trace.clone())
+                .with_killed(driver.as_ref().map(SimDriver::killed)),
+        );
     let node: SimNode =
         RaftNode::start_on(config, log, machine, Some(net::dialer(trace.clone()))).await?;
     // The gateway's supervision hub and its background tasks, as

@@ -85,6 +85,15 @@ impl Scenario {
         }
     }
 
+    /// The generations whose runtime the nemesis killed (none without
+    /// launchers).
+    fn killed(&self) -> std::collections::BTreeSet<(String, u64)> {
+        self.driver
+            .as_ref()
+            .map(|d| d.killed().lock().unwrap_or_else(|p| p.into_inner()).clone())
+            .unwrap_or_default()
+    }
+
     /// With the gateways' launchers driving `driver`.
     #[must_use]
     pub fn with_driver(mut self, driver: Option<SimDriver>) -> Self {
@@ -180,6 +189,13 @@ impl Scenario {
             self.slots.clone(),
             self.trace.clone(),
         )));
+        if let (true, Some(driver)) = (self.swarm.runtime_deaths, &self.driver) {
+            tasks.push(tokio::spawn(crate::driver::nemesis(
+                driver.clone(),
+                StdRng::seed_from_u64(self.rng.gen()),
+                end,
+            )));
+        }
         for task in tasks {
             // A client or the nemesis that panicked fails the run below
             // (its operations are missing, or the run is not healed).
@@ -241,15 +257,25 @@ impl Scenario {
                     let Some(Answer::Pool(sandboxes)) = s.call(members[0], Call::Pool).await else {
                         return None;
                     };
-                    if let Some(failed) = sandboxes.iter().find(|v| v.phase == Phase::Failed) {
+                    let killed = s.killed();
+                    if let Some(failed) = sandboxes.iter().find(|v| {
+                        v.phase == Phase::Failed && !killed.contains(&(v.id.clone(), v.generation))
+                    }) {
                         return Some(Err(format!("healthy sandbox failed: {failed:?}")));
                     }
+                    // A sandbox whose runtime the nemesis killed ends failed
+                    // (or, killed before its runtime was recorded, runs a
+                    // new one); every other one assigned.
+                    let (failed, live): (Vec<_>, Vec<_>) = sandboxes
+                        .iter()
+                        .cloned()
+                        .partition(|v| v.phase == Phase::Failed);
                     let settled = sandboxes.len() == expected
-                        && sandboxes
+                        && live
                             .iter()
                             .all(|v| v.phase == Phase::Assigned && v.owner_active);
                     let runtimes = match &s.driver {
-                        Some(driver) => runtimes_match(&sandboxes, &driver.runtimes()),
+                        Some(driver) => runtimes_match(&live, &failed, &driver.runtimes()),
                         None => Ok(()),
                     };
                     *last.borrow_mut() = match &runtimes {
@@ -397,13 +423,24 @@ impl Scenario {
     }
 }
 
-/// Whether the runtime API holds, for each sandbox, exactly the runtime its
-/// record names (its sandbox and generation), serving; the mismatch in words.
+/// Whether the runtime API holds, for each live sandbox, exactly the
+/// runtime its record names (its sandbox and generation), serving, and for
+/// each failed one none (the launcher deletes it); the mismatch in words.
 pub fn runtimes_match(
-    sandboxes: &[node::SandboxView],
+    live: &[node::SandboxView],
+    failed: &[node::SandboxView],
     listed: &[sandbox_driver::Observed],
 ) -> Result<(), String> {
-    for v in sandboxes {
+    if let Some(left) = listed
+        .iter()
+        .find(|o| failed.iter().any(|v| v.id == o.sandbox_id))
+    {
+        return Err(format!(
+            "{} ({:?}) of a failed sandbox is not deleted",
+            left.name, left.state
+        ));
+    }
+    for v in live {
         let expected = sandbox_driver::runtime_name(&v.id, v.generation);
         if v.runtime.as_deref() != Some(expected.as_str()) {
             return Err(format!(

@@ -127,6 +127,9 @@ pub struct Swarm {
     /// runtimes take up to this long to start); None: no launcher. Drawn
     /// only when there are members.
     pub driver_latency: Option<Duration>,
+    /// With launchers: the runtime nemesis kills a serving runtime now and
+    /// then ([`crate::driver::nemesis`]).
+    pub runtime_deaths: bool,
 }
 
 impl Swarm {
@@ -164,6 +167,7 @@ impl Swarm {
             member_pauses: rng.gen_bool(0.5),
             member_crashes: rng.gen_bool(0.4),
             driver_latency: None,
+            runtime_deaths: false,
         };
         if !swarm.any_fault() {
             swarm.crash = true;
@@ -179,6 +183,7 @@ impl Swarm {
             self.driver_latency = Some(Duration::from_millis(
                 [20, 300, 3_000][launcher.gen_range(0..3)],
             ));
+            self.runtime_deaths = launcher.gen_bool(0.4);
         }
     }
 
@@ -243,7 +248,10 @@ impl fmt::Display for Swarm {
             if self.member_pauses { " pausing" } else { "" },
             if self.member_crashes { " crashing" } else { "" },
             match self.driver_latency {
-                Some(max) => format!(" launcher (driver calls up to {max:?})"),
+                Some(max) => format!(
+                    " launcher (driver calls up to {max:?}){}",
+                    if self.runtime_deaths { " runtime-deaths" } else { "" }
+                ),
                 None => String::new(),
             },
         )

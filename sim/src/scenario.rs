@@ -283,15 +283,21 @@ impl Scenario {
                         Err(e) => format!("{sandboxes:?}; runtimes: {e}"),
                     };
                     let settled = settled && runtimes.is_ok();
-                    settled.then_some(Ok(()))
+                    settled.then_some(Ok(failed.len()))
                 }
             })
             .await;
-        match settled {
+        let failed = match settled {
             Ok(result) => result?,
             Err(e) => return Err(format!("{e}; last seen: {}", last.borrow())),
-        }
-        self.log(format!("{expected} sandboxes owned and acknowledged"));
+        };
+        self.log(match failed {
+            0 => format!("{expected} sandboxes owned and acknowledged"),
+            _ => format!(
+                "{} sandboxes owned and acknowledged, {failed} failed: the nemesis killed their runtime",
+                expected - failed
+            ),
+        });
         Ok(())
     }
 

@@ -140,9 +140,16 @@ struct Inner {
 pub const STARTED_FILE: &str = "history-started.txt";
 
 /// Reads a run's [`STARTED_FILE`]; None when absent or malformed (a run
-/// kept before it existed).
+/// kept before it existed). Reads at most 64 bytes: the file holds one
+/// integer, and a larger one is not a file this harness wrote.
 pub fn read_started_at(path: &Path) -> Option<SystemTime> {
-    let text = std::fs::read_to_string(path).ok()?;
+    use std::io::Read;
+    let mut text = String::new();
+    File::open(path)
+        .ok()?
+        .take(64)
+        .read_to_string(&mut text)
+        .ok()?;
     let nanos: u64 = text.trim().parse().ok()?;
     Some(UNIX_EPOCH + Duration::from_nanos(nanos))
 }
@@ -329,6 +336,27 @@ pub fn read_jsonl(path: &Path) -> Result<Vec<Event>, ReadError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The started-at file round-trips; a missing, malformed or oversized
+    /// one reads as absent.
+    #[test]
+    fn started_at_round_trips_and_bad_files_read_as_absent() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join(STARTED_FILE);
+        let r = Recorder::new(None).unwrap_or_else(|e| panic!("{e}"));
+        r.write_started_at(&path).unwrap_or_else(|e| panic!("{e}"));
+        let read = read_started_at(&path).unwrap_or_else(|| panic!("not read back"));
+        let drift = read
+            .duration_since(r.started_at())
+            .or_else(|e| Ok::<_, std::time::SystemTimeError>(e.duration()))
+            .unwrap_or_default();
+        assert!(drift < Duration::from_micros(1), "{drift:?}");
+        assert_eq!(read_started_at(&dir.path().join("absent")), None);
+        std::fs::write(&path, "not a number").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(read_started_at(&path), None);
+        std::fs::write(&path, "1".repeat(100)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(read_started_at(&path), None);
+    }
 
     #[test]
     fn events_serialize_as_history_md_says() {

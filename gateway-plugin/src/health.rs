@@ -160,6 +160,38 @@ pub fn next(memory: &mut Memory, seen: &Observation, now: Instant) -> Verdict {
     }
 }
 
+/// What the node shows now, the input of [`next`]: its leader, what it
+/// applied, whether raft stopped, and the leader's commit index (a
+/// read-index round, bounded by [`CHECK_INTERVAL`] or a second, whichever
+/// is longer). `commit_at_start` is the commit index the node found at
+/// start-up. The simulation observes its gateways through it too.
+pub async fn observe(node: &RaftNode<GatewayState>, commit_at_start: u64) -> Observation {
+    let fatal = node.fatal_error();
+    let leader_commit = if fatal.is_none() {
+        let wait = CHECK_INTERVAL.max(Duration::from_secs(1));
+        let deadline = tokio::time::Instant::now() + wait;
+        // Bounded twice over: the verdict must never stick because one
+        // call did not return.
+        tokio::time::timeout(wait * 2, node.leader_read_index(deadline))
+            .await
+            .ok()
+            .and_then(Result::ok)
+    } else {
+        None
+    };
+    let status = node.status();
+    let is_leader = status.leader.as_ref().map(|(id, _)| *id) == Some(status.node_id);
+    let election_timeout = node.config().election_timeout_max;
+    Observation {
+        leader_without_quorum: is_leader && !status.leads_with_quorum(election_timeout),
+        fatal,
+        leader: status.leader.map(|(id, _)| id),
+        leader_commit,
+        applied: status.applied_index,
+        commit_at_start,
+    }
+}
+
 impl Health {
     /// Starts evaluating `node` every [`CHECK_INTERVAL`] in a task that the
     /// caller aborts on shutdown.
@@ -213,32 +245,9 @@ impl Health {
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticker.tick().await;
-            let fatal = node.fatal_error();
-            let leader_commit = if fatal.is_none() {
-                let wait = CHECK_INTERVAL.max(Duration::from_secs(1));
-                let deadline = tokio::time::Instant::now() + wait;
-                // Bounded twice over: the verdict must never stick because
-                // one call did not return.
-                tokio::time::timeout(wait * 2, node.leader_read_index(deadline))
-                    .await
-                    .ok()
-                    .and_then(Result::ok)
-            } else {
-                None
-            };
-            let status = node.status();
-            let is_leader = status.leader.as_ref().map(|(id, _)| *id) == Some(status.node_id);
-            let election_timeout = node.config().election_timeout_max;
-            let seen = Observation {
-                leader_without_quorum: is_leader && !status.leads_with_quorum(election_timeout),
-                fatal,
-                leader: status.leader.map(|(id, _)| id),
-                leader_commit,
-                applied: status.applied_index,
-                commit_at_start,
-            };
+            let seen = observe(&node, commit_at_start).await;
             let verdict = next(&mut memory, &seen, Instant::now());
-            if let (Some(reason), false) = (&verdict.fatal, fatal_logged) {
+            if let (Some(reason), false) = (&seen.fatal, fatal_logged) {
                 fatal_logged = true;
                 tracing::error!(
                     error = %reason,

@@ -1,6 +1,6 @@
 //! Fault injection for the proofs that the checkers bite: the switches the
-//! `fault-shared-resource-version` (Jepsen) and `fault-restart-as-leader`
-//! (the simulation) features add.
+//! `fault-shared-resource-version` (Jepsen), `fault-restart-as-leader` and
+//! `fault-committed-as-log-id` (the simulation) features add.
 //!
 //! Without the feature `shared_resource_version()` is a constant `false`.
 //! With it, the fault is still off until the embedding binary turns it on at
@@ -52,5 +52,32 @@ pub fn restart_as_leader() -> bool {
 /// Always false: this build has no fault injection.
 #[cfg(not(feature = "fault-restart-as-leader"))]
 pub const fn restart_as_leader() -> bool {
+    false
+}
+
+#[cfg(feature = "fault-committed-as-log-id")]
+static COMMITTED_AS_LOG_ID: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// Turns the committed-as-log-id fault on or off (the simulation's proof:
+/// `sim --fault committed-as-log-id`).
+#[cfg(feature = "fault-committed-as-log-id")]
+pub fn set_committed_as_log_id(on: bool) {
+    COMMITTED_AS_LOG_ID.store(on, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// True while the committed-as-log-id fault is on:
+/// `log_store::commit_index_at_start` decodes the stored `Option<LogId>`
+/// as a bare `LogId` (the start-up bug fixed in `e97f0df`), so a restarted
+/// node takes a commit index about 256 times the real one and never
+/// becomes ready.
+#[cfg(feature = "fault-committed-as-log-id")]
+pub fn committed_as_log_id() -> bool {
+    COMMITTED_AS_LOG_ID.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// Always false: this build has no fault injection.
+#[cfg(not(feature = "fault-committed-as-log-id"))]
+pub const fn committed_as_log_id() -> bool {
     false
 }

@@ -66,6 +66,41 @@ const COMMITTED: MetaRecord<Option<LogId>> = MetaRecord::new(b"committed");
 /// The last purged log id, written before the purged entries are removed.
 const LAST_PURGED: MetaRecord<LogId> = MetaRecord::new(b"last_purged");
 
+/// The bytes stored under the `committed` record for `committed`: the one
+/// encoding of it, shared with the simulation's in-memory log, which keeps
+/// it as these bytes so that start-up decodes what sled would hold.
+pub fn encode_committed(committed: Option<LogId>) -> Vec<u8> {
+    codec::encode(&committed)
+}
+
+/// Decodes the `committed` record's bytes as openraft's `read_committed`
+/// takes them.
+///
+/// # Errors
+/// The bytes are not an encoded `Option<LogId>`.
+pub fn decode_committed(bytes: &[u8]) -> Result<Option<LogId>, codec::DecodeError> {
+    codec::decode(bytes, "committed")
+}
+
+/// The commit index a node finds at start-up in its stored `committed`
+/// record (`None`: never saved, 0). Readiness waits until the node applied
+/// up to it, so a wrong figure keeps a restarted gateway out of service.
+///
+/// # Errors
+/// The bytes are not an encoded `Option<LogId>`.
+pub fn commit_index_at_start(stored: Option<&[u8]>) -> Result<u64, codec::DecodeError> {
+    let Some(bytes) = stored else {
+        return Ok(0);
+    };
+    if crate::fault::committed_as_log_id() {
+        // The bug, put back for the simulation's proof: the `Option<LogId>`
+        // read as a bare `LogId`, one byte off.
+        let bare: LogId = codec::decode(bytes, "committed")?;
+        return Ok(bare.index);
+    }
+    Ok(decode_committed(bytes)?.map_or(0, |c| c.index))
+}
+
 /// The raft log of one node. Cloning shares it (the clone is the log reader).
 #[derive(Clone)]
 pub struct LogStore {
@@ -91,10 +126,13 @@ impl LogStore {
             committed_index: Arc::new(AtomicU64::new(0)),
             sync: LogSync::Durable,
         };
-        let committed = store.stored_committed()?;
-        store
-            .committed_index
-            .store(committed.map(|c| c.index).unwrap_or(0), Ordering::Relaxed);
+        let stored = store
+            .meta
+            .get(COMMITTED.key)
+            .map_err(|e| StorageIOError::read(&e))?;
+        let at_start =
+            commit_index_at_start(stored.as_deref()).map_err(|e| StorageIOError::read(&e))?;
+        store.committed_index.store(at_start, Ordering::Relaxed);
         Ok(store)
     }
 
@@ -116,8 +154,8 @@ impl LogStore {
         self.committed_index.load(Ordering::Relaxed)
     }
 
-    /// The committed log id as stored: start-up and `read_committed` both
-    /// read it here.
+    /// The committed log id as stored, for openraft's `read_committed`
+    /// (start-up takes only its index, through [`commit_index_at_start`]).
     fn stored_committed(&self) -> Result<Option<LogId>, StorageError<u64>> {
         Ok(self.read_meta(&COMMITTED)?.flatten())
     }
@@ -472,6 +510,21 @@ mod tests {
             log.try_get_log_entries(0..10).await.expect("entries"),
             vec![]
         );
+    }
+
+    /// The shared encoding of the `committed` record (the simulation's log
+    /// keeps these bytes): it round-trips, start-up takes its index, a
+    /// record never saved reads as 0 and a malformed one is an error.
+    #[test]
+    fn the_committed_record_encoding_round_trips_and_start_up_reads_its_index() {
+        let committed = Some(log_id(3, 70_000));
+        let bytes = encode_committed(committed);
+        assert_eq!(decode_committed(&bytes).expect("decode"), committed);
+        assert_eq!(commit_index_at_start(Some(&bytes)).expect("index"), 70_000);
+        assert_eq!(commit_index_at_start(None).expect("absent"), 0);
+        let none = encode_committed(None);
+        assert_eq!(commit_index_at_start(Some(&none)).expect("none"), 0);
+        assert!(commit_index_at_start(Some(&[1, 2])).is_err());
     }
 
     /// One AppendEntries carries at most `MAX_APPEND_BYTES` of entries, at

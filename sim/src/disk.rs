@@ -26,8 +26,9 @@ use raft_store::types::typ::{Entry, LogId, SnapshotMeta, Vote};
 pub enum Op {
     /// `save_vote`.
     Vote(Vote),
-    /// `save_committed`.
-    Committed(Option<LogId>),
+    /// `save_committed`: the record's bytes, as sled would store them
+    /// (`raft_store::log_store::encode_committed`).
+    Committed(Vec<u8>),
     /// One entry of an `append`.
     Append(Box<Entry>),
     /// `truncate`: entries from this index on are removed.
@@ -41,8 +42,9 @@ pub enum Op {
 pub struct Image {
     /// The vote.
     pub vote: Option<Vote>,
-    /// The committed log id as openraft last saved it.
-    pub committed: Option<LogId>,
+    /// The committed log id as openraft last saved it, encoded as the
+    /// sled log stores it (start-up decodes these bytes).
+    pub committed: Option<Vec<u8>>,
     /// The last purged log id.
     pub last_purged: Option<LogId>,
     /// Log entries by index.
@@ -55,7 +57,7 @@ impl Image {
     fn apply(&mut self, op: &Op) {
         match op {
             Op::Vote(vote) => self.vote = Some(*vote),
-            Op::Committed(committed) => self.committed = *committed,
+            Op::Committed(bytes) => self.committed = Some(bytes.clone()),
             Op::Append(entry) => {
                 self.log.insert(entry.log_id.index, (**entry).clone());
             }

@@ -3,13 +3,21 @@
 //! switches are process-wide (one simulation at a time per process).
 
 /// The faults this crate knows, by the name `sim --fault` takes.
-pub const NAMES: &[&str] = &["restart-as-leader", "skip-i4", "stale-runtime-list"];
+pub const NAMES: &[&str] = &[
+    "restart-as-leader",
+    "skip-i4",
+    "stale-runtime-list",
+    "committed-as-log-id",
+];
 
 /// Why a fault cannot be turned on.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum FaultError {
     /// Not one of [`NAMES`].
-    #[error("unknown fault '{0}' (known: restart-as-leader, skip-i4, stale-runtime-list)")]
+    #[error(
+        "unknown fault '{0}' (known: restart-as-leader, skip-i4, stale-runtime-list, \
+         committed-as-log-id)"
+    )]
     Unknown(String),
     /// This build was made without `--features faults`.
     #[error("fault '{0}' needs a build with `--features faults`")]
@@ -29,6 +37,7 @@ pub fn set(name: &str) -> Result<(), FaultError> {
         match name {
             "restart-as-leader" => raft_store::fault::set_restart_as_leader(true),
             "skip-i4" => pool::fault::set_skip_i4(true),
+            "committed-as-log-id" => raft_store::fault::set_committed_as_log_id(true),
             _ => gateway_plugin::fault::set_stale_runtime_list(true),
         }
         Ok(())
@@ -48,6 +57,9 @@ pub fn replay_args() -> String {
     }
     if gateway_plugin::fault::stale_runtime_list() {
         args.push_str(" --fault stale-runtime-list");
+    }
+    if raft_store::fault::committed_as_log_id() {
+        args.push_str(" --fault committed-as-log-id");
     }
     args
 }

@@ -19,7 +19,10 @@ use std::time::Duration;
 
 use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{LogState, RaftLogReader, StorageError};
-use raft_store::log_store::{vote_after_restart, MAX_APPEND_BYTES};
+use raft_store::codec::DecodeError;
+use raft_store::log_store::{
+    commit_index_at_start, decode_committed, encode_committed, vote_after_restart, MAX_APPEND_BYTES,
+};
 use raft_store::types::typ::{Entry, LogId, Vote};
 use raft_store::{NodeLog, TypeConfig};
 use rand::rngs::StdRng;
@@ -76,9 +79,14 @@ pub struct MemLog {
 impl MemLog {
     /// Opens the log on `disk` for node `me`, as start-up opens sled: the
     /// node's own committed vote is uncommitted and synced first
-    /// (`raft_store::log_store::vote_after_restart`). Spawns the flusher
-    /// on the current runtime (the node's simulated process).
-    pub fn open(disk: Disk, me: u64, delay: SyncDelay) -> Self {
+    /// (`raft_store::log_store::vote_after_restart`), and the start-up
+    /// commit index is decoded from the stored record's bytes as the sled
+    /// log does (`raft_store::log_store::commit_index_at_start`). Spawns
+    /// the flusher on the current runtime (the node's simulated process).
+    ///
+    /// # Errors
+    /// The stored commit record cannot be decoded.
+    pub fn open(disk: Disk, me: u64, delay: SyncDelay) -> Result<Self, DecodeError> {
         if let Some(plain) = disk
             .read(|image| image.vote)
             .and_then(|vote| vote_after_restart(vote, me))
@@ -86,14 +94,14 @@ impl MemLog {
             disk.write(Op::Vote(plain));
             disk.sync();
         }
-        let committed = disk.read(|image| image.committed.map_or(0, |c| c.index));
+        let committed = disk.read(|image| commit_index_at_start(image.committed.as_deref()))?;
         let (flusher, requests) = mpsc::unbounded_channel();
         tokio::spawn(flush(disk.clone(), delay, requests));
-        MemLog {
+        Ok(MemLog {
             disk,
             flusher,
             committed_index: Arc::new(AtomicU64::new(committed)),
-        }
+        })
     }
 
     fn entries(&self, range: impl RangeBounds<u64>) -> Vec<Entry> {
@@ -187,14 +195,19 @@ impl RaftLogStorage<TypeConfig> for MemLog {
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError<u64>> {
-        self.disk.write(Op::Committed(committed));
+        self.disk.write(Op::Committed(encode_committed(committed)));
         self.committed_index
             .store(committed.map_or(0, |c| c.index), Ordering::Relaxed);
         Ok(())
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError<u64>> {
-        Ok(self.disk.read(|image| image.committed))
+        match self.disk.read(|image| image.committed.clone()) {
+            None => Ok(None),
+            Some(bytes) => {
+                decode_committed(&bytes).map_err(|e| openraft::StorageIOError::read(&e).into())
+            }
+        }
     }
 
     async fn append<I>(

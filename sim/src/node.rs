@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use gateway_plugin::config_pool::PoolSettings;
+use gateway_plugin::health::{self, Verdict};
 use gateway_plugin::hub::Hub;
 use gateway_plugin::launcher::Launcher;
 use gateway_plugin::metrics::Metrics;
@@ -109,6 +110,10 @@ pub enum Call {
     },
     /// The pool as a linearizable read sees it.
     Pool,
+    /// Readiness as the gateway's `/readyz` decides it
+    /// (`gateway_plugin::health`): caught up with the commit index the
+    /// node found at start-up and with the leader's.
+    Ready,
 }
 
 /// A node's answer.
@@ -130,6 +135,8 @@ pub enum Answer {
     Launched,
     /// The pool's sandboxes.
     Pool(Vec<SandboxView>),
+    /// See [`Call::Ready`]: whether ready, and why (not).
+    Ready(Verdict),
     /// The call failed (the error, in words).
     Failed(String),
 }
@@ -237,7 +244,7 @@ pub async fn run(parts: NodeParts) -> turmoil::Result {
     // No periodic digest task (it hashes on a blocking thread, outside
     // the simulated schedule); the sim asks for digests itself.
     config.digest_every = 0;
-    let log = MemLog::open(disk.clone(), id, delay);
+    let log = MemLog::open(disk.clone(), id, delay)?;
     let machine = MemMachine::open(disk)?
         .traced(trace.clone(), &name)
         .checked(
@@ -246,6 +253,8 @@ pub async fn run(parts: NodeParts) -> turmoil::Result {
         );
     let node: SimNode =
         RaftNode::start_on(config, log, machine, Some(net::dialer(trace.clone()))).await?;
+    // As `gateway_plugin::embed` takes it: what readiness waits for.
+    let commit_at_start = node.status().commit_index;
     // The gateway's supervision hub and its background tasks, as
     // `gateway_plugin::embed` starts them, on the default pool timing.
     let hub = Hub::new(
@@ -274,13 +283,13 @@ pub async fn run(parts: NodeParts) -> turmoil::Result {
     while let Some((call, reply)) = requests.recv().await {
         let hub = hub.clone();
         tokio::spawn(async move {
-            let _ = reply.send(serve(&hub, call).await);
+            let _ = reply.send(serve(&hub, commit_at_start, call).await);
         });
     }
     Ok(())
 }
 
-async fn serve(hub: &Hub, call: Call) -> Answer {
+async fn serve(hub: &Hub, commit_at_start: u64, call: Call) -> Answer {
     let node = hub.node();
     match call {
         Call::Init(voters) => match node.initialize(voters).await {
@@ -314,6 +323,16 @@ async fn serve(hub: &Hub, call: Call) -> Answer {
         }
         Call::Launch { sandbox, launch_id } => launch(hub, sandbox, launch_id).await,
         Call::Pool => pool_view(node).await,
+        Call::Ready => {
+            // A verdict from this observation alone (no hysteresis): ready
+            // exactly when nothing holds the gateway back now.
+            let seen = health::observe(node, commit_at_start).await;
+            Answer::Ready(health::next(
+                &mut health::Memory::default(),
+                &seen,
+                std::time::Instant::now(),
+            ))
+        }
     }
 }
 

@@ -7,7 +7,9 @@
 //!    register linearizably, and the whole history (the clients' operations
 //!    and these reads) is linearizable per register (WGL);
 //! 3. every replica reaches the same state at the same applied index
-//!    (state digests).
+//!    (state digests);
+//! 4. every member is ready as its `/readyz` decides (caught up with the
+//!    commit index it found at start-up and with the leader's).
 //!
 //! The scenario runs as turmoil's client host; it asks the driver
 //! (`harness`) for crashes and partitions through a queue emptied between
@@ -150,7 +152,8 @@ impl Scenario {
         self.final_reads(&members).await?;
         let checked = self.history.check()?;
         self.log(format!("history of {checked} operations is linearizable"));
-        self.same_state(&members).await
+        self.same_state(&members).await?;
+        self.every_member_ready(&members).await
     }
 
     /// The clients and the nemesis, for the swarm's duration; returns when
@@ -366,6 +369,33 @@ impl Scenario {
             crc32: digest.1,
             bytes: digest.2,
         });
+        Ok(())
+    }
+
+    /// Every member is ready as its `/readyz` would say: it knows the
+    /// leader, applied what was committed when it started and is caught up
+    /// with the leader's commit index.
+    async fn every_member_ready(&self, members: &[u64]) -> Checked<()> {
+        for &id in members {
+            let why = Mutex::new(String::from("no answer"));
+            let why = &why;
+            self.until(&format!("n{id} ready"), |s| async move {
+                match s.call(id, Call::Ready).await {
+                    Some(Answer::Ready(verdict)) if verdict.ready => Some(()),
+                    Some(Answer::Ready(verdict)) => {
+                        *why.lock().unwrap_or_else(|p| p.into_inner()) = verdict.reason;
+                        None
+                    }
+                    _ => None,
+                }
+            })
+            .await
+            .map_err(|e| {
+                let why = why.lock().unwrap_or_else(|p| p.into_inner());
+                format!("{e} (its last verdict: {why})")
+            })?;
+        }
+        self.log("every member is ready".into());
         Ok(())
     }
 

@@ -21,7 +21,8 @@ struct MemBuilder;
 impl StoreBuilder<TypeConfig, MemLog, MemMachine<Objects>, Disk> for MemBuilder {
     async fn build(&self) -> Result<(Disk, MemLog, MemMachine<Objects>), StorageError<u64>> {
         let disk = Disk::new();
-        let log = MemLog::open(disk.clone(), 1, SyncDelay::none());
+        let log = MemLog::open(disk.clone(), 1, SyncDelay::none())
+            .map_err(|e| openraft::StorageIOError::read(&e))?;
         let machine = MemMachine::open(disk.clone())
             .map_err(|e| openraft::StorageIOError::read(&std::io::Error::other(e.to_string())))?;
         Ok((disk, log, machine))

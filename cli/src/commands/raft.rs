@@ -119,17 +119,42 @@ fn status_table(s: &ClusterStatus) -> String {
     )
 }
 
+/// The status `raft status` heads its output with: the group as the
+/// leader sees it. `asked` is the first gateway's answer (forwarded to the
+/// leader it knows); when that gateway knows no leader or is no longer a
+/// member (a gateway removed from the group answers, alone, with its own
+/// rising campaign term and no leader), the leader's own answer among
+/// `each` takes its place, else the first member's that names a leader;
+/// `asked` when no gateway does (a group without a leader shows as one).
+fn headline<'a>(
+    asked: &'a ClusterStatus,
+    each: &'a [each::Answer<ClusterStatus>],
+) -> &'a ClusterStatus {
+    let member = |s: &ClusterStatus| s.nodes.iter().any(|n| n.id == s.node_id);
+    if asked.leader_id != 0 && member(asked) {
+        return asked;
+    }
+    let answers: Vec<&ClusterStatus> = each.iter().filter_map(|a| a.reply.as_ref().ok()).collect();
+    answers
+        .iter()
+        .find(|s| s.leader_id != 0 && s.leader_id == s.node_id && member(s))
+        .or_else(|| answers.iter().find(|s| s.leader_id != 0 && member(s)))
+        .copied()
+        .unwrap_or(asked)
+}
+
 /// `raft ...`
 pub async fn raft(gw: &Gateway, output: Output, command: RaftCommand) -> Result<(), CliError> {
     let client = gw.client();
     match command {
         RaftCommand::Status { watch, interval } => {
             let fetch = || async {
-                let s = gw.ask(client.cluster_status(false)).await?;
+                let asked = gw.ask(client.cluster_status(false)).await?;
                 let each = each::statuses(gw).await?;
-                let mut json = raft_json(&s);
+                let s = headline(&asked, &each);
+                let mut json = raft_json(s);
                 json["gateways"] = each::statuses_json(&each);
-                let text = status_table(&s) + "\n" + &each::statuses_table(&each);
+                let text = status_table(s) + "\n" + &each::statuses_table(&each);
                 Ok::<_, CliError>((json, text))
             };
             return super::watch::once_or_watch("raft status", output, watch, interval, fetch)
@@ -166,4 +191,62 @@ pub async fn raft(gw: &Gateway, output: Output, command: RaftCommand) -> Result<
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use proto::cluster::{ClusterStatus, NodeStatus};
+
+    use super::{each, headline};
+
+    fn status(node_id: u64, leader_id: u64, term: u64, members: &[u64]) -> ClusterStatus {
+        ClusterStatus {
+            node_id,
+            leader_id,
+            term,
+            nodes: members
+                .iter()
+                .map(|&id| NodeStatus {
+                    id,
+                    voter: true,
+                    ..NodeStatus::default()
+                })
+                .collect(),
+            ..ClusterStatus::default()
+        }
+    }
+
+    fn answer(s: ClusterStatus) -> each::Answer<ClusterStatus> {
+        each::Answer {
+            endpoint: format!("gw{}", s.node_id),
+            reply: Ok(s),
+        }
+    }
+
+    /// A removed gateway asked first (no leader, its own campaign term,
+    /// not in its membership) does not head the output: the leader does.
+    #[test]
+    fn a_removed_gateway_does_not_head_raft_status() {
+        let removed = status(3, 0, 40, &[1, 2, 3]);
+        let removed_alone = status(3, 0, 40, &[1, 2]);
+        let each = vec![
+            answer(removed_alone.clone()),
+            answer(status(1, 2, 7, &[1, 2])),
+            answer(status(2, 2, 7, &[1, 2])),
+        ];
+        assert_eq!(
+            headline(&removed_alone, &each).node_id,
+            2,
+            "the leader's own view"
+        );
+        // Knows no leader though still listed: a member naming one heads.
+        let leaderless = vec![answer(removed.clone()), answer(status(1, 2, 7, &[1, 2, 3]))];
+        assert_eq!(headline(&removed, &leaderless).node_id, 1);
+        // A healthy first answer stays.
+        let healthy = status(1, 2, 7, &[1, 2]);
+        assert_eq!(headline(&healthy, &each).node_id, 1);
+        // Nobody knows a leader: the group shows as leaderless.
+        let none = vec![answer(removed_alone.clone())];
+        assert_eq!(headline(&removed_alone, &none).leader_id, 0);
+    }
 }

@@ -12,6 +12,9 @@
 //!   checksum and is dropped, which is the same as a shorter prefix.
 //! - A snapshot is written to a temporary file, synced and renamed
 //!   (`SnapshotDir::store`): durable at once and atomically.
+//! - A full disk refuses the log's writes and syncs (the log's callers see
+//!   `ENOSPC`, as from sled); what was pending stays pending, for a crash
+//!   to cut. Snapshots are not refused (not modelled).
 //!
 //! The disk outlives the node's process: the harness keeps it across a
 //! crash and hands it to the restarted node.
@@ -92,6 +95,8 @@ struct State {
     /// Writes since the last sync, in order.
     pending: Vec<Op>,
     stats: DiskStats,
+    /// No space left: the log's writes and syncs are refused.
+    full: bool,
 }
 
 /// One node's disk. Cloning shares it.
@@ -172,6 +177,17 @@ impl Disk {
     /// What the disk did so far.
     pub fn stats(&self) -> DiskStats {
         self.state().stats
+    }
+
+    /// Fills the disk (`true`: the log's writes and syncs fail from now on,
+    /// as `ENOSPC` makes sled's) or frees space again.
+    pub fn set_full(&self, full: bool) {
+        self.state().full = full;
+    }
+
+    /// Whether the disk is full ([`Disk::set_full`]).
+    pub fn is_full(&self) -> bool {
+        self.state().full
     }
 }
 

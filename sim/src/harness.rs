@@ -187,6 +187,7 @@ fn run_here(seed: u64, keep_lines: bool, keep_log: bool) -> Result<Outcome, Fail
     let mut rng = StdRng::seed_from_u64(seed);
     let mut swarm = Swarm::pick(&mut rng);
     let driver = launchers(seed, &mut swarm, &trace);
+    swarm.pick_later_faults(&mut StdRng::seed_from_u64(seed ^ 0x6c61_7465_7266_6c74));
     trace.record_at(Duration::ZERO, format!("swarm {swarm}"), &[]);
     // Cleared however the run ends.
     struct WallClock;
@@ -414,6 +415,23 @@ fn inject(
         }
         Fault::Drop(a, b) => on_links(sim, trace, "drop", &a, &b, |sim, x, y| sim.partition(x, y)),
         Fault::Repair(a, b) => on_links(sim, trace, "repair", &a, &b, |sim, x, y| sim.repair(x, y)),
+        Fault::DropOneWay(from, to) => {
+            on_links(sim, trace, "drop-one-way", &to, &from, |sim, x, y| {
+                sim.partition_oneway(y, x)
+            })
+        }
+        Fault::RepairOneWay(from, to) => {
+            on_links(sim, trace, "repair-one-way", &to, &from, |sim, x, y| {
+                sim.repair_oneway(y, x)
+            })
+        }
+        Fault::DiskFull(id) | Fault::DiskFreed(id) => {
+            let full = matches!(fault, Fault::DiskFull(_));
+            trace.record_at(at, format!("fault disk-full {} {full}", host(id)), &[]);
+            if let Some(parts) = nodes.get(&id) {
+                parts.disk.set_full(full);
+            }
+        }
     }
 }
 

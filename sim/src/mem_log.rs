@@ -30,6 +30,7 @@ use rand::{Rng, SeedableRng};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::disk::{Disk, Op};
+use crate::trace::Trace;
 
 /// How long one simulated fsync takes: drawn uniformly from a range by a
 /// generator seeded by the schedule. Cloning shares the generator.
@@ -65,7 +66,8 @@ impl SyncDelay {
 /// Who waits for a sync.
 enum Waiter {
     Append(LogFlushed<TypeConfig>),
-    Vote(oneshot::Sender<()>),
+    /// Told whether the sync covering the vote succeeded.
+    Vote(oneshot::Sender<bool>),
 }
 
 /// The raft log of one simulated node. Cloning shares it.
@@ -74,6 +76,8 @@ pub struct MemLog {
     disk: Disk,
     flusher: mpsc::UnboundedSender<Waiter>,
     committed_index: Arc<AtomicU64>,
+    /// Where refused writes are recorded, and the node's name.
+    trace: Option<(Trace, String)>,
 }
 
 impl MemLog {
@@ -101,7 +105,15 @@ impl MemLog {
             disk,
             flusher,
             committed_index: Arc::new(AtomicU64::new(committed)),
+            trace: None,
         })
+    }
+
+    /// Records the writes a full disk refuses in `trace`, as node `name`'s.
+    #[must_use]
+    pub fn traced(mut self, trace: Trace, name: &str) -> Self {
+        self.trace = Some((trace, name.into()));
+        self
     }
 
     fn entries(&self, range: impl RangeBounds<u64>) -> Vec<Entry> {
@@ -111,7 +123,8 @@ impl MemLog {
 }
 
 /// The flusher: one sync at a time, each covering every write before it,
-/// then every waiter it covers is told.
+/// then every waiter it covers is told. On a full disk the sync fails:
+/// appends are told the error, votes are never confirmed.
 async fn flush(disk: Disk, delay: SyncDelay, mut requests: mpsc::UnboundedReceiver<Waiter>) {
     while let Some(first) = requests.recv().await {
         tokio::time::sleep(delay.next()).await;
@@ -119,15 +132,48 @@ async fn flush(disk: Disk, delay: SyncDelay, mut requests: mpsc::UnboundedReceiv
         while let Ok(more) = requests.try_recv() {
             waiters.push(more);
         }
+        if disk.is_full() {
+            for waiter in waiters {
+                match waiter {
+                    Waiter::Append(callback) => callback.log_io_completed(Err(no_space())),
+                    Waiter::Vote(done) => {
+                        let _ = done.send(false);
+                    }
+                }
+            }
+            continue;
+        }
         disk.sync();
         for waiter in waiters {
             match waiter {
                 Waiter::Append(callback) => callback.log_io_completed(Ok(())),
                 Waiter::Vote(done) => {
-                    let _ = done.send(());
+                    let _ = done.send(true);
                 }
             }
         }
+    }
+}
+
+/// What a write or sync on a full disk fails with.
+fn no_space() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::StorageFull,
+        "no space left on device (simulated)",
+    )
+}
+
+impl MemLog {
+    /// Whether a write (`what`) must be refused because the disk is full,
+    /// as sled's would fail; a refusal is recorded in the trace.
+    fn refuses(&self, what: &str) -> bool {
+        if !self.disk.is_full() {
+            return false;
+        }
+        if let Some((trace, name)) = &self.trace {
+            trace.record(format!("{name} disk full: {what} refused"), &[]);
+        }
+        true
     }
 }
 
@@ -182,12 +228,19 @@ impl RaftLogStorage<TypeConfig> for MemLog {
     }
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError<u64>> {
+        if self.refuses("save_vote") {
+            return Err(openraft::StorageIOError::write_vote(&no_space()).into());
+        }
         self.disk.write(Op::Vote(*vote));
         let (done, synced) = oneshot::channel();
         self.flusher
             .send(Waiter::Vote(done))
             .map_err(|_| stopped())?;
-        synced.await.map_err(|_| stopped())
+        match synced.await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(openraft::StorageIOError::write_vote(&no_space()).into()),
+            Err(_) => Err(stopped()),
+        }
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError<u64>> {
@@ -195,6 +248,9 @@ impl RaftLogStorage<TypeConfig> for MemLog {
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError<u64>> {
+        if self.refuses("save_committed") {
+            return Err(openraft::StorageIOError::write_logs(&no_space()).into());
+        }
         self.disk.write(Op::Committed(encode_committed(committed)));
         self.committed_index
             .store(committed.map_or(0, |c| c.index), Ordering::Relaxed);
@@ -219,6 +275,9 @@ impl RaftLogStorage<TypeConfig> for MemLog {
         I: IntoIterator<Item = Entry> + Send,
         I::IntoIter: Send,
     {
+        if self.refuses("append") {
+            return Err(openraft::StorageIOError::write_logs(&no_space()).into());
+        }
         for entry in entries {
             self.disk.write(Op::Append(Box::new(entry)));
         }
@@ -228,11 +287,17 @@ impl RaftLogStorage<TypeConfig> for MemLog {
     }
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError<u64>> {
+        if self.refuses("truncate") {
+            return Err(openraft::StorageIOError::write_logs(&no_space()).into());
+        }
         self.disk.write(Op::Truncate(log_id.index));
         Ok(())
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError<u64>> {
+        if self.refuses("purge") {
+            return Err(openraft::StorageIOError::write_logs(&no_space()).into());
+        }
         self.disk.write(Op::Purge(log_id));
         Ok(())
     }

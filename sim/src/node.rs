@@ -244,7 +244,7 @@ pub async fn run(parts: NodeParts) -> turmoil::Result {
     // No periodic digest task (it hashes on a blocking thread, outside
     // the simulated schedule); the sim asks for digests itself.
     config.digest_every = 0;
-    let log = MemLog::open(disk.clone(), id, delay)?;
+    let log = MemLog::open(disk.clone(), id, delay)?.traced(trace.clone(), &name);
     let machine = MemMachine::open(disk)?
         .traced(trace.clone(), &name)
         .checked(

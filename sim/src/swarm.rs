@@ -40,6 +40,16 @@ pub enum Fault {
     CrashMember(usize),
     /// Start pool member `index`'s supervisor again (a new process).
     RestartMember(usize),
+    /// Drop every segment from the first group to the second only (the
+    /// other direction still delivers): connections carrying data that
+    /// way are wedged, as by an asymmetric route or a one-way firewall.
+    DropOneWay(Vec<u64>, Vec<u64>),
+    /// Stop dropping from the first group to the second.
+    RepairOneWay(Vec<u64>, Vec<u64>),
+    /// The node's disk is full: its log's writes and syncs fail.
+    DiskFull(u64),
+    /// Space is freed on the node's disk.
+    DiskFreed(u64),
 }
 
 /// Asks the driver for `fault` (carried out between two steps), and
@@ -130,6 +140,14 @@ pub struct Swarm {
     /// With launchers: the runtime nemesis kills a serving runtime now and
     /// then ([`crate::driver::nemesis`]).
     pub runtime_deaths: bool,
+    /// Drop one direction only between a node and the others, then repair
+    /// it ([`Swarm::pick_later_faults`]).
+    pub one_way: bool,
+    /// Fill a node's disk: its raft stops on the failed write (a storage
+    /// error is fatal), and, as Kubernetes restarts a gateway whose
+    /// `/healthz` fails, it is killed, space is freed and it is started
+    /// again ([`Swarm::pick_later_faults`]).
+    pub disk_full: bool,
 }
 
 impl Swarm {
@@ -168,6 +186,8 @@ impl Swarm {
             member_crashes: rng.gen_bool(0.4),
             driver_latency: None,
             runtime_deaths: false,
+            one_way: false,
+            disk_full: false,
         };
         if !swarm.any_fault() {
             swarm.crash = true;
@@ -185,6 +205,14 @@ impl Swarm {
             ));
             self.runtime_deaths = launcher.gen_bool(0.4);
         }
+    }
+
+    /// Draws the faults simulated after the launcher (one-way drops, a
+    /// full disk) from a generator of their own (`later`): a seed with
+    /// neither runs the schedule it ran before they were simulated.
+    pub fn pick_later_faults(&mut self, later: &mut StdRng) {
+        self.one_way = later.gen_bool(0.25);
+        self.disk_full = later.gen_bool(0.2);
     }
 
     fn any_fault(&self) -> bool {
@@ -214,6 +242,8 @@ impl Swarm {
             (self.wedge, Kind::Wedge),
             (self.membership, Kind::Membership),
             (self.transfer, Kind::Transfer),
+            (self.one_way, Kind::OneWay),
+            (self.disk_full, Kind::DiskFull),
         ] {
             if on {
                 kinds.push(kind);
@@ -268,6 +298,8 @@ enum Kind {
     Wedge,
     Membership,
     Transfer,
+    OneWay,
+    DiskFull,
 }
 
 /// The nemesis: until `duration` has passed, waits a seeded gap, applies a
@@ -349,6 +381,30 @@ pub async fn nemesis(
                     tokio::time::sleep(lasting).await;
                     ask(Fault::Release(cut, rest));
                 }
+            }
+            Kind::OneWay => {
+                let mut rest = all.clone();
+                let node = vec![rest.remove(rng.gen_range(0..rest.len()))];
+                let (from, to) = if rng.gen_bool(0.5) {
+                    (node, rest)
+                } else {
+                    (rest, node)
+                };
+                ask(Fault::DropOneWay(from.clone(), to.clone()));
+                tokio::time::sleep(lasting).await;
+                ask(Fault::RepairOneWay(from, to));
+            }
+            Kind::DiskFull => {
+                let victim = all[rng.gen_range(0..all.len())];
+                ask(Fault::DiskFull(victim));
+                tokio::time::sleep(lasting).await;
+                // Its raft stopped at the first failed write: /healthz
+                // fails and the pod is restarted, once space is freed.
+                ask(Fault::Crash(victim));
+                ask(Fault::DiskFreed(victim));
+                let gap = rng.gen_range(0..1_000);
+                tokio::time::sleep(Duration::from_millis(gap)).await;
+                ask(Fault::Restart(victim));
             }
             Kind::Membership => swap_member(&slots, &mut rng, &trace).await,
             Kind::Transfer => {

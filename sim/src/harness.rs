@@ -15,6 +15,7 @@ use rand::{Rng, SeedableRng};
 
 use tokio::sync::watch;
 
+use crate::autopilot::StatefulSet;
 use crate::disk::Disk;
 use crate::driver::SimDriver;
 use crate::invariants::Violations;
@@ -188,6 +189,7 @@ fn run_here(seed: u64, keep_lines: bool, keep_log: bool) -> Result<Outcome, Fail
     let mut swarm = Swarm::pick(&mut rng);
     let driver = launchers(seed, &mut swarm, &trace);
     swarm.pick_later_faults(&mut StdRng::seed_from_u64(seed ^ 0x6c61_7465_7266_6c74));
+    let statefulset = swarm.autopilot.then(|| StatefulSet::new(swarm.nodes));
     trace.record_at(Duration::ZERO, format!("swarm {swarm}"), &[]);
     // Cleared however the run ends.
     struct WallClock;
@@ -214,7 +216,7 @@ fn run_here(seed: u64, keep_lines: bool, keep_log: bool) -> Result<Outcome, Fail
         &mut rng,
         &trace,
         &violations,
-        driver.as_ref(),
+        (driver.as_ref(), statefulset.as_ref()),
     );
     let pauses = add_members(&mut sim, &swarm, &trace);
     let faults = Faults::default();
@@ -226,7 +228,8 @@ fn run_here(seed: u64, keep_lines: bool, keep_log: bool) -> Result<Outcome, Fail
         trace.clone(),
     )
     .with_members(pauses)
-    .with_driver(driver);
+    .with_driver(driver)
+    .with_statefulset(statefulset);
     let acked = scenario.acked();
     let agreed = scenario.agreed();
     sim.client(
@@ -316,7 +319,7 @@ fn add_nodes(
     rng: &mut StdRng,
     trace: &Trace,
     violations: &Violations,
-    driver: Option<&SimDriver>,
+    (driver, statefulset): (Option<&SimDriver>, Option<&StatefulSet>),
 ) -> BTreeMap<u64, NodeParts> {
     let mut nodes = BTreeMap::new();
     for id in 1..=swarm.hosts() {
@@ -340,6 +343,7 @@ fn add_nodes(
             trace: trace.clone(),
             violations: violations.clone(),
             driver: driver.cloned(),
+            statefulset: statefulset.cloned(),
         };
         let software = parts.clone();
         sim.host(host(id).as_str(), move || node::run(software.clone()));

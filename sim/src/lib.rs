@@ -26,6 +26,8 @@
 //! - [`mem_machine`]: openraft's state-machine storage, applying through
 //!   the gateway's own apply function.
 //! - [`net`]: turmoil's simulated TCP as the nodes' dialer and listener.
+//! - [`autopilot`]: the gateways' StatefulSet, read by the real voter
+//!   autopilot through a simulated Kubernetes API.
 //! - [`node`]: one simulated gateway process (raft node, supervision hub,
 //!   coordinator, supervisor host service) and the calls the workload
 //!   makes to it.
@@ -38,6 +40,7 @@
 //! - [`harness`]: one run on its own thread: turmoil built from the seed,
 //!   the hosts, and the driver that steps it and injects the faults.
 
+pub mod autopilot;
 pub mod disk;
 pub mod driver;
 pub mod fault;

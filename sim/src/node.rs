@@ -24,6 +24,7 @@ use raft_store::objects::{
 use raft_store::{ClusterStatus, NodeConfig, RaftNode};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::autopilot::StatefulSet;
 use crate::disk::Disk;
 use crate::driver::SimDriver;
 use crate::invariants::{PoolCheck, Violations};
@@ -221,6 +222,9 @@ pub struct NodeParts {
     /// The runtime API this gateway's launcher drives when it leads; None:
     /// no launcher (a gateway with `--sandbox-driver none`).
     pub driver: Option<SimDriver>,
+    /// The StatefulSet this gateway's voter autopilot reads; None: no
+    /// autopilot.
+    pub statefulset: Option<StatefulSet>,
 }
 
 /// The software of one simulated host: starts the node over its disk,
@@ -237,6 +241,7 @@ pub async fn run(parts: NodeParts) -> turmoil::Result {
         trace,
         violations,
         driver,
+        statefulset,
     } = parts;
     let name = host(id);
     trace.record(format!("{name} start"), &[]);
@@ -269,6 +274,9 @@ pub async fn run(parts: NodeParts) -> turmoil::Result {
     if let Some(driver) = driver {
         let launcher = Launcher::new(hub.clone(), Arc::new(driver), None);
         tokio::spawn(launcher.run());
+    }
+    if let Some(statefulset) = statefulset {
+        tokio::spawn(statefulset.autopilot(node.clone(), PORT).run());
     }
     let listener = net::TcpListener::bind((Ipv4Addr::UNSPECIFIED, PORT)).await?;
     let server = tonic::transport::Server::builder()

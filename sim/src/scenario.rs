@@ -9,7 +9,9 @@
 //! 3. every replica reaches the same state at the same applied index
 //!    (state digests);
 //! 4. every member is ready as its `/readyz` decides (caught up with the
-//!    commit index it found at start-up and with the leader's).
+//!    commit index it found at start-up and with the leader's);
+//! 5. (first of all, with the autopilot) the members become the voters
+//!    `1..=replicas` of the StatefulSet as last scaled.
 //!
 //! The scenario runs as turmoil's client host; it asks the driver
 //! (`harness`) for crashes and partitions through a queue emptied between
@@ -25,6 +27,7 @@ use rand::{Rng, SeedableRng};
 use pool::Phase;
 use tokio::sync::watch;
 
+use crate::autopilot::StatefulSet;
 use crate::driver::SimDriver;
 use crate::members;
 use crate::node::{self, Answer, Call, Slot};
@@ -50,6 +53,8 @@ pub struct Scenario {
     pauses: Vec<watch::Sender<bool>>,
     /// The runtime API the gateways' launchers share, if they run.
     driver: Option<SimDriver>,
+    /// The gateways' StatefulSet, with the autopilot.
+    statefulset: Option<StatefulSet>,
 }
 
 /// What the end checks agreed on: the members and their common state.
@@ -84,6 +89,7 @@ impl Scenario {
             agreed: Agreed::default(),
             pauses: Vec::new(),
             driver: None,
+            statefulset: None,
         }
     }
 
@@ -100,6 +106,14 @@ impl Scenario {
     #[must_use]
     pub fn with_driver(mut self, driver: Option<SimDriver>) -> Self {
         self.driver = driver;
+        self
+    }
+
+    /// With the gateways' autopilot reading `statefulset`, which the
+    /// nemesis scales.
+    #[must_use]
+    pub fn with_statefulset(mut self, statefulset: Option<StatefulSet>) -> Self {
+        self.statefulset = statefulset;
         self
     }
 
@@ -140,7 +154,9 @@ impl Scenario {
 
         self.swarm_phase().await;
         self.log("healed".into());
-
+        // The autopilot may still be changing the membership: the checks
+        // below go through the members it settles on.
+        self.autopilot_converges().await?;
         let members = self
             .until("a leader naming the members", |s| async move {
                 swarm::members(&s.slots).await.map(|(_, _, all)| all)
@@ -154,6 +170,28 @@ impl Scenario {
         self.log(format!("history of {checked} operations is linearizable"));
         self.same_state(&members).await?;
         self.every_member_ready(&members).await
+    }
+
+    /// With the autopilot: the members become exactly the voters
+    /// `1..=replicas` of the StatefulSet as the nemesis last scaled it (no
+    /// learner left over).
+    async fn autopilot_converges(&self) -> Checked<()> {
+        let Some(set) = &self.statefulset else {
+            return Ok(());
+        };
+        let wanted: Vec<u64> = (1..=set.replicas()).collect();
+        let wanted = &wanted;
+        self.until(
+            &format!("the autopilot's membership: voters {wanted:?}"),
+            |s| async move {
+                let (_, mut voters, all) = swarm::members(&s.slots).await?;
+                voters.sort_unstable();
+                (voters == *wanted && all.len() == wanted.len()).then_some(())
+            },
+        )
+        .await?;
+        self.log(format!("the autopilot's voters are {wanted:?}"));
+        Ok(())
     }
 
     /// The clients and the nemesis, for the swarm's duration; returns when
@@ -191,6 +229,7 @@ impl Scenario {
             self.faults.clone(),
             self.slots.clone(),
             self.trace.clone(),
+            self.statefulset.clone(),
         )));
         if let (true, Some(driver)) = (self.swarm.runtime_deaths, &self.driver) {
             tasks.push(tokio::spawn(crate::driver::nemesis(

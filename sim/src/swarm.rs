@@ -12,6 +12,7 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::Rng;
 
+use crate::autopilot::StatefulSet;
 use crate::node::{Admin, Answer, Call, Slot};
 use crate::trace::Trace;
 
@@ -148,6 +149,11 @@ pub struct Swarm {
     /// `/healthz` fails, it is killed, space is freed and it is started
     /// again ([`Swarm::pick_later_faults`]).
     pub disk_full: bool,
+    /// The gateways run the voter autopilot over their StatefulSet
+    /// ([`crate::autopilot`]); the nemesis scales it between the voters
+    /// and one more (the spare host), in place of its own membership
+    /// changes ([`Swarm::pick_later_faults`]).
+    pub autopilot: bool,
 }
 
 impl Swarm {
@@ -188,6 +194,7 @@ impl Swarm {
             runtime_deaths: false,
             one_way: false,
             disk_full: false,
+            autopilot: false,
         };
         if !swarm.any_fault() {
             swarm.crash = true;
@@ -208,11 +215,13 @@ impl Swarm {
     }
 
     /// Draws the faults simulated after the launcher (one-way drops, a
-    /// full disk) from a generator of their own (`later`): a seed with
-    /// neither runs the schedule it ran before they were simulated.
+    /// full disk, the autopilot scaled) from a generator of their own
+    /// (`later`): a seed with none of them runs the schedule it ran before
+    /// they were simulated.
     pub fn pick_later_faults(&mut self, later: &mut StdRng) {
         self.one_way = later.gen_bool(0.25);
         self.disk_full = later.gen_bool(0.2);
+        self.autopilot = later.gen_bool(0.25);
     }
 
     fn any_fault(&self) -> bool {
@@ -228,7 +237,7 @@ impl Swarm {
 
     /// Every host that runs a node: the voters, and the spare.
     pub fn hosts(&self) -> u64 {
-        self.nodes + u64::from(self.membership)
+        self.nodes + u64::from(self.membership || self.autopilot)
     }
 
     fn kinds(&self) -> Vec<Kind> {
@@ -240,7 +249,8 @@ impl Swarm {
             (self.isolate, Kind::Isolate),
             (self.split, Kind::Split),
             (self.wedge, Kind::Wedge),
-            (self.membership, Kind::Membership),
+            (self.membership && !self.autopilot, Kind::Membership),
+            (self.autopilot, Kind::Scale),
             (self.transfer, Kind::Transfer),
             (self.one_way, Kind::OneWay),
             (self.disk_full, Kind::DiskFull),
@@ -300,6 +310,7 @@ enum Kind {
     Transfer,
     OneWay,
     DiskFull,
+    Scale,
 }
 
 /// The nemesis: until `duration` has passed, waits a seeded gap, applies a
@@ -311,6 +322,7 @@ pub async fn nemesis(
     faults: Faults,
     slots: Vec<Slot>,
     trace: Trace,
+    statefulset: Option<StatefulSet>,
 ) {
     let ask = |fault: Fault| ask(&faults, &trace, fault);
     let kinds = swarm.kinds();
@@ -407,6 +419,19 @@ pub async fn nemesis(
                 ask(Fault::Restart(victim));
             }
             Kind::Membership => swap_member(&slots, &mut rng, &trace).await,
+            Kind::Scale => {
+                if let Some(set) = &statefulset {
+                    // Between the voters the swarm started with and one
+                    // more (the spare host), as `kubectl scale` would.
+                    let to = if set.replicas() == swarm.nodes {
+                        swarm.nodes + 1
+                    } else {
+                        swarm.nodes
+                    };
+                    set.scale(to);
+                    trace.record(format!("nemesis scales the gateways to {to}"), &[]);
+                }
+            }
             Kind::Transfer => {
                 if let Some((leader, voters)) = membership(&slots).await {
                     let to = voters[rng.gen_range(0..voters.len())];

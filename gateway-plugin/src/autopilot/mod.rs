@@ -77,6 +77,24 @@ impl Autopilot {
         }
     }
 
+    /// The autopilot of `node` reading the desired count through
+    /// `replicas` (an embedding host's own Kubernetes client, or the
+    /// simulation's API: [`Replicas::with_client`]) instead of building
+    /// its own from `config.replicas`.
+    pub fn with_replicas(
+        node: RaftNode<GatewayState>,
+        config: AutopilotConfig,
+        replicas: Replicas,
+    ) -> Self {
+        Autopilot {
+            node,
+            replicas,
+            config,
+            warned: None,
+            unfinished_passes: 0,
+        }
+    }
+
     /// Reconciles every [`PASS`] while this node leads; never returns.
     pub async fn run(mut self) {
         tracing::info!(

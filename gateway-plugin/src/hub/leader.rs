@@ -4,7 +4,8 @@
 //! the configured pool timing once the leader-change grace is in the log.
 //! Every proposal carries preconditions and the raft term it was planned in
 //! (`pool::fence`), and goes through this node's own raft only
-//! ([`Hub::propose_as_leader`]), so a deposed leader that still believes it
+//! ([`Hub::propose_all_as_leader`]: one step's commands queued together,
+//! so they share log entries), so a deposed leader that still believes it
 //! leads cannot corrupt anything: its proposals are never forwarded to its
 //! successor, and apply refuses those already in flight once the
 //! successor's term is applied.
@@ -101,31 +102,36 @@ impl Hub {
         }
     }
 
-    /// Proposes the coordinator's commands of raft `term` in order; stops
-    /// at the first that could not be written (a rejection is expected and
-    /// skipped).
+    /// Proposes the coordinator's commands of raft `term`, in order, in as
+    /// few log entries as the batcher makes of them (the takeovers of a
+    /// member owning hundreds of sandboxes are not one commit round trip
+    /// each); a rejection is expected and logged at debug level.
     async fn propose_all(&self, term: u64, commands: Vec<Command>) {
-        for command in commands {
-            let span = tracing::debug_span!("coordinator_propose", command = command.name());
-            let proposed = self
-                .propose_as_leader(term, command)
-                .instrument(span.clone())
-                .await;
-            let failed = span.in_scope(|| match proposed {
-                Ok(pool::Outcome::Rejected(reason)) => {
-                    tracing::debug!(%reason, "coordinator proposal rejected");
-                    false
-                }
-                Ok(pool::Outcome::Applied(_)) => false,
-                Err(error) => {
-                    tracing::debug!(%error, "coordinator proposal failed");
-                    true
-                }
-            });
-            if failed {
-                break;
-            }
+        if commands.is_empty() {
+            return;
         }
+        let names: Vec<&'static str> = commands.iter().map(Command::name).collect();
+        let span = tracing::debug_span!("coordinator_propose", commands = names.len());
+        let outcomes = self
+            .propose_all_as_leader(term, commands)
+            .instrument(span.clone())
+            .await;
+        span.in_scope(|| match outcomes {
+            Err(error) => tracing::debug!(%error, "coordinator proposals not made"),
+            Ok(outcomes) => {
+                for (command, outcome) in names.into_iter().zip(outcomes) {
+                    match outcome {
+                        Ok(pool::Outcome::Applied(_)) => {}
+                        Ok(pool::Outcome::Rejected(reason)) => {
+                            tracing::debug!(command, %reason, "coordinator proposal rejected");
+                        }
+                        Err(error) => {
+                            tracing::debug!(command, %error, "coordinator proposal failed");
+                        }
+                    }
+                }
+            }
+        });
     }
 }
 

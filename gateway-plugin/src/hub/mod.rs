@@ -130,6 +130,36 @@ impl Hub {
         GatewayState::pool_outcome(&applied.response).map_err(raft_store::Leading::Failed)
     }
 
+    /// Proposes the pool commands of one coordinator step as the leader of
+    /// raft `term`, in order, sharing log entries
+    /// ([`RaftNode::propose_all_as_leader`]): the takeovers of a dead
+    /// member owning hundreds of sandboxes commit in one or two entries,
+    /// not one round trip each. Each command still carries its term and
+    /// preconditions, so apply judges each on its own.
+    ///
+    /// # Errors
+    /// [`raft_store::Leading`]: not leading `term` (nothing proposed).
+    pub async fn propose_all_as_leader(
+        &self,
+        term: u64,
+        commands: Vec<Command>,
+    ) -> Result<Vec<Result<pool::Outcome, raft_store::Leading>>, raft_store::Leading> {
+        let bytes = commands
+            .into_iter()
+            .map(|command| GatewayState::pool_command(&command.planned_in(term)))
+            .collect();
+        let applied = self.node.propose_all_as_leader(term, bytes).await?;
+        Ok(applied
+            .into_iter()
+            .map(|outcome| {
+                outcome.and_then(|applied| {
+                    GatewayState::pool_outcome(&applied.response)
+                        .map_err(raft_store::Leading::Failed)
+                })
+            })
+            .collect())
+    }
+
     /// Proposes a pool command; returns its outcome.
     ///
     /// # Errors

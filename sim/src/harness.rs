@@ -173,6 +173,18 @@ fn launchers(seed: u64, swarm: &mut Swarm, trace: &Trace) -> Option<SimDriver> {
         .map(|max| SimDriver::new(launcher.gen(), max, trace.clone()))
 }
 
+/// The seed's generator, its swarm (recorded in `trace`) and what the
+/// swarm runs: the launchers' runtime API, the autopilot's StatefulSet.
+fn draw(seed: u64, trace: &Trace) -> (StdRng, Swarm, Option<SimDriver>, Option<StatefulSet>) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut swarm = Swarm::pick(&mut rng);
+    let driver = launchers(seed, &mut swarm, trace);
+    swarm.pick_later_faults(&mut StdRng::seed_from_u64(seed ^ 0x6c61_7465_7266_6c74));
+    let statefulset = swarm.autopilot.then(|| StatefulSet::new(swarm.nodes));
+    trace.record_at(Duration::ZERO, format!("swarm {swarm}"), &[]);
+    (rng, swarm, driver, statefulset)
+}
+
 fn run_here(seed: u64, keep_lines: bool, keep_log: bool) -> Result<Outcome, Failure> {
     align_task_ids().map_err(|error| Failure {
         seed,
@@ -185,12 +197,7 @@ fn run_here(seed: u64, keep_lines: bool, keep_log: bool) -> Result<Outcome, Fail
     } else {
         Trace::new()
     };
-    let mut rng = StdRng::seed_from_u64(seed);
-    let mut swarm = Swarm::pick(&mut rng);
-    let driver = launchers(seed, &mut swarm, &trace);
-    swarm.pick_later_faults(&mut StdRng::seed_from_u64(seed ^ 0x6c61_7465_7266_6c74));
-    let statefulset = swarm.autopilot.then(|| StatefulSet::new(swarm.nodes));
-    trace.record_at(Duration::ZERO, format!("swarm {swarm}"), &[]);
+    let (mut rng, swarm, driver, statefulset) = draw(seed, &trace);
     // Cleared however the run ends.
     struct WallClock;
     impl Drop for WallClock {

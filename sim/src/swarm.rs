@@ -394,42 +394,12 @@ pub async fn nemesis(
                     ask(Fault::Release(cut, rest));
                 }
             }
-            Kind::OneWay => {
-                let mut rest = all.clone();
-                let node = vec![rest.remove(rng.gen_range(0..rest.len()))];
-                let (from, to) = if rng.gen_bool(0.5) {
-                    (node, rest)
-                } else {
-                    (rest, node)
-                };
-                ask(Fault::DropOneWay(from.clone(), to.clone()));
-                tokio::time::sleep(lasting).await;
-                ask(Fault::RepairOneWay(from, to));
-            }
-            Kind::DiskFull => {
-                let victim = all[rng.gen_range(0..all.len())];
-                ask(Fault::DiskFull(victim));
-                tokio::time::sleep(lasting).await;
-                // Its raft stopped at the first failed write: /healthz
-                // fails and the pod is restarted, once space is freed.
-                ask(Fault::Crash(victim));
-                ask(Fault::DiskFreed(victim));
-                let gap = rng.gen_range(0..1_000);
-                tokio::time::sleep(Duration::from_millis(gap)).await;
-                ask(Fault::Restart(victim));
-            }
+            Kind::OneWay => one_way(&all, &mut rng, lasting, &ask).await,
+            Kind::DiskFull => disk_full(&all, &mut rng, lasting, &ask).await,
             Kind::Membership => swap_member(&slots, &mut rng, &trace).await,
             Kind::Scale => {
                 if let Some(set) = &statefulset {
-                    // Between the voters the swarm started with and one
-                    // more (the spare host), as `kubectl scale` would.
-                    let to = if set.replicas() == swarm.nodes {
-                        swarm.nodes + 1
-                    } else {
-                        swarm.nodes
-                    };
-                    set.scale(to);
-                    trace.record(format!("nemesis scales the gateways to {to}"), &[]);
+                    scale(set, swarm.nodes, &trace);
                 }
             }
             Kind::Transfer => {
@@ -441,6 +411,47 @@ pub async fn nemesis(
         }
     }
     trace.record("nemesis done", &[]);
+}
+
+/// One node's segments dropped one way (to the others, or from them) for
+/// `lasting`, then the links repaired.
+async fn one_way(all: &[u64], rng: &mut StdRng, lasting: Duration, ask: impl Fn(Fault)) {
+    let mut rest = all.to_vec();
+    let node = vec![rest.remove(rng.gen_range(0..rest.len()))];
+    let (from, to) = if rng.gen_bool(0.5) {
+        (node, rest)
+    } else {
+        (rest, node)
+    };
+    ask(Fault::DropOneWay(from.clone(), to.clone()));
+    tokio::time::sleep(lasting).await;
+    ask(Fault::RepairOneWay(from, to));
+}
+
+/// A node's disk full for `lasting`: its raft stops at the first refused
+/// write, its `/healthz` fails, and it is killed, given space and started
+/// again (as Kubernetes restarts the pod once an operator freed space).
+async fn disk_full(all: &[u64], rng: &mut StdRng, lasting: Duration, ask: impl Fn(Fault)) {
+    let victim = all[rng.gen_range(0..all.len())];
+    ask(Fault::DiskFull(victim));
+    tokio::time::sleep(lasting).await;
+    ask(Fault::Crash(victim));
+    ask(Fault::DiskFreed(victim));
+    let gap = rng.gen_range(0..1_000);
+    tokio::time::sleep(Duration::from_millis(gap)).await;
+    ask(Fault::Restart(victim));
+}
+
+/// Scales the gateways' StatefulSet between the voters the swarm started
+/// with (`nodes`) and one more (the spare host), as `kubectl scale` would.
+fn scale(set: &StatefulSet, nodes: u64, trace: &Trace) {
+    let to = if set.replicas() == nodes {
+        nodes + 1
+    } else {
+        nodes
+    };
+    set.scale(to);
+    trace.record(format!("nemesis scales the gateways to {to}"), &[]);
 }
 
 /// How long a membership change or transfer may take.

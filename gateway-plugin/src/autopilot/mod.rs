@@ -68,13 +68,8 @@ pub struct Autopilot {
 impl Autopilot {
     /// The autopilot of `node` (nothing runs until [`Autopilot::run`]).
     pub fn new(node: RaftNode<GatewayState>, config: AutopilotConfig) -> Self {
-        Autopilot {
-            node,
-            replicas: Replicas::new(config.replicas.clone()),
-            config,
-            warned: None,
-            unfinished_passes: 0,
-        }
+        let replicas = Replicas::new(config.replicas.clone());
+        Self::with_replicas(node, config, replicas)
     }
 
     /// The autopilot of `node` reading the desired count through

@@ -59,6 +59,8 @@ pub struct Coordinator {
     tick_due: bool,
     /// Encoded command -> (tick when proposed, is a move).
     in_flight: BTreeMap<Vec<u8>, (u64, bool)>,
+    /// Sandbox records read by the plans of this coordinator's steps.
+    sandboxes_examined: u64,
 }
 
 impl Coordinator {
@@ -68,6 +70,7 @@ impl Coordinator {
             cfg,
             tick_due: false,
             in_flight: BTreeMap::new(),
+            sandboxes_examined: 0,
         }
     }
 
@@ -109,10 +112,17 @@ impl Coordinator {
                 raft_term: self.cfg.raft_term,
             }));
         }
-        for c in plan(state, self.pending_moves()) {
+        let pending_moves = self.pending_moves();
+        for c in plan_counted(state, pending_moves, &mut self.sandboxes_examined) {
             self.offer(&mut out, now, c);
         }
         out
+    }
+
+    /// Sandbox records its steps' plans read so far (the cost a pass pays:
+    /// proportional to what calls for a command, not to the pool).
+    pub fn sandboxes_examined(&self) -> u64 {
+        self.sandboxes_examined
     }
 
     fn pending_moves(&self) -> u32 {
@@ -135,60 +145,133 @@ impl Coordinator {
 /// yet applied). Each is planned in the state's raft term (the term of its
 /// last applied `LeaderChanged`, which is the coordinator's own when it
 /// plans): apply refuses it once another term is applied (crate::fence).
+///
+/// It reads every member, but only the sandboxes that may call for a
+/// command (`crate::table`): the live ones of dead owner incarnations and
+/// the recovering ones (plus, while a drain runs, the drained member's;
+/// while a rebalance runs, every sandbox). `examined` counts the sandbox
+/// The commands are those of [`plan_by_scan`], in the same order
+/// (sandboxes in id order).
 pub fn plan(state: &PoolState, pending_moves: u32) -> Vec<Command> {
-    let raft_term = state.raft_term();
-    let now = state.now_tick();
-    let mut out = Vec::new();
-    for m in state.members().values() {
-        if matches!(m.state, MemberState::Active | MemberState::Draining) && state.is_overdue(m) {
-            out.push(Command::Expire(Expire {
-                raft_term,
-                member: m.id.clone(),
-                incarnation: m.incarnation,
-                last_heartbeat_tick: m.last_heartbeat_tick,
-            }));
-        }
-    }
-    for s in state.sandboxes().values() {
-        let dead = state.owner_is_dead(&s.owner);
-        if s.phase == Phase::Stopping && dead {
-            out.push(Command::Delete(Delete {
-                raft_term,
-                sandbox: s.id.clone(),
-                generation: s.generation,
-            }));
+    plan_counted(state, pending_moves, &mut 0)
+}
+
+/// [`plan`], adding the sandbox records it read to `examined`.
+pub fn plan_counted(state: &PoolState, pending_moves: u32, examined: &mut u64) -> Vec<Command> {
+    let mut out = expiries(state);
+    let table = state.sandbox_table();
+    let mut by_sandbox: BTreeMap<&str, Command> = BTreeMap::new();
+    for (member, incarnation, _) in table.owners() {
+        if !state.incarnation_is_dead(member, incarnation) {
             continue;
         }
-        if !s.phase.is_movable() {
-            continue;
-        }
-        let recovery_late = s.recovery.as_ref().is_some_and(|r| now >= r.deadline_tick);
-        let orphan_late = state.orphan_deadline(s).is_some_and(|d| now >= d);
-        if recovery_late || orphan_late {
-            out.push(Command::FailRecovery(FailRecovery {
-                raft_term,
-                sandbox: s.id.clone(),
-                generation: s.generation,
-                expected_term: s.owner.term,
-            }));
-        } else if dead {
-            out.push(Command::Takeover(Takeover {
-                raft_term,
-                sandbox: s.id.clone(),
-                generation: s.generation,
-                expected_owner: s.owner.member.clone(),
-                expected_incarnation: s.owner.incarnation,
-                expected_term: s.owner.term,
-            }));
+        for s in table.owned_by(member, incarnation) {
+            *examined = examined.saturating_add(1);
+            if let Some(c) = sandbox_command(state, s) {
+                by_sandbox.insert(&s.id, c);
+            }
         }
     }
+    for s in table.recovering() {
+        *examined = examined.saturating_add(1);
+        if by_sandbox.contains_key(s.id.as_str()) {
+            continue;
+        }
+        if let Some(c) = sandbox_command(state, s) {
+            by_sandbox.insert(&s.id, c);
+        }
+    }
+    out.extend(by_sandbox.into_values());
     if let Some(op) = state.running_operation() {
-        plan_operation(state, op, pending_moves, &mut out);
+        plan_operation(state, op, pending_moves, examined, &mut out);
     }
     out
 }
 
-fn plan_operation(state: &PoolState, op: &Operation, pending_moves: u32, out: &mut Vec<Command>) {
+/// [`plan`] by reading every sandbox: the reference the indexed plan is
+/// checked against (unit tests, and the simulation after every applied
+/// command).
+pub fn plan_by_scan(state: &PoolState, pending_moves: u32) -> Vec<Command> {
+    let mut out = expiries(state);
+    out.extend(
+        state
+            .sandboxes()
+            .values()
+            .filter_map(|s| sandbox_command(state, s)),
+    );
+    if let Some(op) = state.running_operation() {
+        plan_operation(state, op, pending_moves, &mut 0, &mut out);
+    }
+    out
+}
+
+/// `Expire` for every active or draining member past its TTL.
+fn expiries(state: &PoolState) -> Vec<Command> {
+    let raft_term = state.raft_term();
+    state
+        .members()
+        .values()
+        .filter(|m| {
+            matches!(m.state, MemberState::Active | MemberState::Draining) && state.is_overdue(m)
+        })
+        .map(|m| {
+            Command::Expire(Expire {
+                raft_term,
+                member: m.id.clone(),
+                incarnation: m.incarnation,
+                last_heartbeat_tick: m.last_heartbeat_tick,
+            })
+        })
+        .collect()
+}
+
+/// What one sandbox calls for: the delete of a stopping one whose owner is
+/// dead; the failure of a movable one past its recovery or orphan
+/// deadline; the takeover of a movable one whose owner is dead.
+fn sandbox_command(state: &PoolState, s: &Sandbox) -> Option<Command> {
+    let raft_term = state.raft_term();
+    let now = state.now_tick();
+    let dead = state.owner_is_dead(&s.owner);
+    if s.phase == Phase::Stopping && dead {
+        return Some(Command::Delete(Delete {
+            raft_term,
+            sandbox: s.id.clone(),
+            generation: s.generation,
+        }));
+    }
+    if !s.phase.is_movable() {
+        return None;
+    }
+    let recovery_late = s.recovery.as_ref().is_some_and(|r| now >= r.deadline_tick);
+    let orphan_late = state.orphan_deadline(s).is_some_and(|d| now >= d);
+    if recovery_late || orphan_late {
+        Some(Command::FailRecovery(FailRecovery {
+            raft_term,
+            sandbox: s.id.clone(),
+            generation: s.generation,
+            expected_term: s.owner.term,
+        }))
+    } else if dead {
+        Some(Command::Takeover(Takeover {
+            raft_term,
+            sandbox: s.id.clone(),
+            generation: s.generation,
+            expected_owner: s.owner.member.clone(),
+            expected_incarnation: s.owner.incarnation,
+            expected_term: s.owner.term,
+        }))
+    } else {
+        None
+    }
+}
+
+fn plan_operation(
+    state: &PoolState,
+    op: &Operation,
+    pending_moves: u32,
+    examined: &mut u64,
+    out: &mut Vec<Command>,
+) {
     let now = state.now_tick();
     let raft_term = state.raft_term();
     if op.deadline_tick.is_some_and(|d| now >= d) {
@@ -223,20 +306,21 @@ fn plan_operation(state: &PoolState, op: &Operation, pending_moves: u32, out: &m
                 }));
                 return;
             }
-            for s in state.sandboxes().values() {
+            for s in state.sandbox_table().owned_by_member(member).into_values() {
                 if slots == 0 {
                     break;
                 }
-                if s.owner.member == *member
-                    && s.phase.is_movable()
-                    && !state.owner_is_dead(&s.owner)
-                {
+                *examined = examined.saturating_add(1);
+                if s.phase.is_movable() && !state.owner_is_dead(&s.owner) {
                     out.push(mv(s, None));
                     slots -= 1;
                 }
             }
         }
         OperationKind::RebalancePool => {
+            // A rebalance reads every sandbox while it runs (an operator's
+            // command, not a steady cost).
+            *examined = examined.saturating_add(state.sandboxes().len() as u64);
             let candidates = state.rebalance_candidates();
             if candidates.is_empty() && state.moves_in_flight(&op.id) == 0 {
                 out.push(Command::CompleteOperation(CompleteOperation {

@@ -33,7 +33,16 @@ impl PoolState {
         let charged = self.check_sandboxes()?;
         self.check_charges(&charged)?;
         self.check_launches()?;
-        self.check_operations()
+        self.check_operations()?;
+        self.check_indexes()
+    }
+
+    /// The tables' derived indexes (`crate::table`) match their records.
+    fn check_indexes(&self) -> Result<(), InvariantViolation> {
+        self.sandboxes
+            .check_index()
+            .and_then(|()| self.launches.check_index())
+            .or_else(|detail| fail("state", detail))
     }
 
     /// Ranges apply relies on (a restored snapshot could hold anything):
@@ -198,7 +207,7 @@ impl PoolState {
 
     /// I5: every admitted launch still has its sandbox record.
     fn check_launches(&self) -> Result<(), InvariantViolation> {
-        for (id, l) in &self.launches {
+        for (id, l) in self.launches.iter() {
             if let LaunchOutcome::Admitted {
                 sandbox,
                 generation,

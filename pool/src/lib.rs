@@ -82,6 +82,7 @@ pub mod member_state;
 pub mod outcome;
 pub mod snapshot;
 pub mod state;
+pub mod table;
 pub mod validate;
 pub mod visibility;
 

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use crate::hash::{sandbox_point, Ring};
 use crate::outcome::Assignment;
+use crate::table::{LaunchTable, SandboxTable};
 
 /// Default TTL in ticks.
 pub const DEFAULT_HEARTBEAT_TTL_TICKS: u64 = 10;
@@ -328,12 +329,13 @@ pub struct PoolState {
     pub(crate) config: Config,
     /// Members by id.
     pub(crate) members: BTreeMap<String, Member>,
-    /// Sandboxes by id (the current generation).
-    pub(crate) sandboxes: BTreeMap<String, Sandbox>,
+    /// Sandboxes by id (the current generation), with the indexes the
+    /// leader's passes read (`crate::table`).
+    pub(crate) sandboxes: SandboxTable,
     /// Operations by id.
     pub(crate) operations: BTreeMap<String, Operation>,
-    /// Launch outcomes by launch id.
-    pub(crate) launches: BTreeMap<String, LaunchOutcome>,
+    /// Launch outcomes by launch id, finished ones indexed for retention.
+    pub(crate) launches: LaunchTable,
     /// The highest generation of any sandbox record garbage collection
     /// removed: a sandbox id with no record starts above it, so a
     /// generation number (and the grants naming it) is never reused.
@@ -403,9 +405,9 @@ impl PoolState {
             raft_term: 0,
             config: Config::default(),
             members: BTreeMap::new(),
-            sandboxes: BTreeMap::new(),
+            sandboxes: SandboxTable::default(),
             operations: BTreeMap::new(),
-            launches: BTreeMap::new(),
+            launches: LaunchTable::default(),
             generation_floor: 0,
             ring: Ring::default(),
         }
@@ -433,6 +435,11 @@ impl PoolState {
 
     /// Sandboxes by id.
     pub fn sandboxes(&self) -> &BTreeMap<String, Sandbox> {
+        &self.sandboxes
+    }
+
+    /// Sandboxes with their indexes (live ones by owner, recovering ones).
+    pub fn sandbox_table(&self) -> &SandboxTable {
         &self.sandboxes
     }
 
@@ -485,7 +492,13 @@ impl PoolState {
     /// incarnation was superseded, or the member is expired or leaving (I4).
     /// An absent record is never "dead".
     pub fn owner_is_dead(&self, owner: &Owner) -> bool {
-        match self.members.get(&owner.member) {
+        self.incarnation_is_dead(&owner.member, owner.incarnation)
+    }
+
+    /// [`Self::owner_is_dead`] for an owner named by member and incarnation
+    /// (all it reads).
+    pub fn incarnation_is_dead(&self, member: &str, incarnation: u64) -> bool {
+        match self.members.get(member) {
             None => false,
             // FAULT INJECTION (Jepsen only, `crate::fault`, never on by
             // default): an active member whose heartbeat is older than half
@@ -494,7 +507,7 @@ impl PoolState {
             // same feature, no longer refuses).
             Some(m)
                 if crate::fault::skip_i4()
-                    && m.incarnation == owner.incarnation
+                    && m.incarnation == incarnation
                     && m.state == MemberState::Active
                     && self.now_tick.saturating_sub(m.last_heartbeat_tick)
                         > self.config.heartbeat_ttl_ticks / 2 =>
@@ -502,7 +515,7 @@ impl PoolState {
                 true
             }
             Some(m) => {
-                m.incarnation > owner.incarnation
+                m.incarnation > incarnation
                     || matches!(m.state, MemberState::Expired | MemberState::Leaving)
             }
         }
@@ -644,7 +657,7 @@ impl PoolState {
     /// this operation).
     pub(crate) fn moves_in_flight(&self, op: &str) -> u32 {
         self.sandboxes
-            .values()
+            .recovering()
             .filter(|s| {
                 s.phase == Phase::Recovering
                     && matches!(&s.recovery, Some(Recovery { cause: RecoveryCause::Move(o), .. }) if o == op)

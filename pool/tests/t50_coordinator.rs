@@ -312,3 +312,139 @@ fn rebalance_after_join_completes() {
     assert!(sim.h.st.rebalance_candidates().is_empty());
     assert_eq!(sim.h.st.member("c").unwrap().charged, planned);
 }
+
+/// A pool applied straight through `PoolState::apply` (the harness above
+/// checks a full scan after every command, too slow for thousands).
+struct Big {
+    st: PoolState,
+    index: u64,
+    coord: Coordinator,
+}
+
+impl Big {
+    fn apply(&mut self, c: &Command) -> Outcome {
+        self.index += 1;
+        self.st.apply(self.index, c)
+    }
+
+    /// Heartbeats from `alive`, one tick, one coordinator step whose
+    /// commands are applied: returns (sandbox records the step read, the
+    /// names of its commands).
+    fn round(&mut self, alive: &[String]) -> (u64, Vec<&'static str>) {
+        let beats = alive
+            .iter()
+            .map(|m| Beat {
+                member: m.clone(),
+                incarnation: 1,
+            })
+            .collect();
+        assert!(!self
+            .apply(&Command::Heartbeat(Heartbeat { beats }))
+            .is_rejected());
+        self.coord.tick();
+        let before = self.coord.sandboxes_examined();
+        let commands = self.coord.step(&self.st);
+        let read = self.coord.sandboxes_examined() - before;
+        let names = commands.iter().map(Command::name).collect();
+        for c in &commands {
+            self.apply(c);
+        }
+        (read, names)
+    }
+}
+
+/// Issue 30: a coordinator step reads the sandboxes that may call for a
+/// command (the live ones of a dead owner, the recovering ones), not the
+/// pool: nothing in a quiet pool of 4,000, exactly the dead member's 200
+/// when it expires, and nothing again once its sandboxes are acknowledged
+/// by their new owners.
+#[test]
+fn a_step_reads_only_the_sandboxes_that_may_call_for_a_command() {
+    let members: Vec<String> = (0..20).map(|i| format!("m{i:02}")).collect();
+    let mut big = Big {
+        st: PoolState::new(),
+        index: 0,
+        coord: Coordinator::new(CoordinatorConfig::new(1)),
+    };
+    for m in &members {
+        assert!(!big.apply(&join(m, 1, 400)).is_rejected());
+    }
+    for i in 0..4_000 {
+        assert!(!big
+            .apply(&launch(&format!("l{i}"), &format!("s{i:04}")))
+            .is_rejected());
+    }
+    let ids: Vec<String> = big.st.sandboxes().keys().cloned().collect();
+    for id in &ids {
+        let s = big.st.sandbox(id).expect("launched").clone();
+        let ack = Command::Acknowledge(Acknowledge {
+            sandbox: s.id,
+            generation: s.generation,
+            member: s.owner.member,
+            incarnation: s.owner.incarnation,
+            term: s.owner.term,
+        });
+        assert!(!big.apply(&ack).is_rejected());
+    }
+    // The new leader's grace, then quiet rounds.
+    let (read, names) = big.round(&members);
+    assert_eq!((read, names), (0, vec!["LeaderChanged"]));
+    for _ in 0..5 {
+        let (read, names) = big.round(&members);
+        assert_eq!((read, names), (0, vec!["Tick"]), "a quiet round");
+    }
+    // m07 stops: the rounds past its TTL expire it, then take its
+    // sandboxes over in one step that reads exactly them.
+    let dead = "m07";
+    let owned = big
+        .st
+        .sandboxes()
+        .values()
+        .filter(|s| s.owner.member == dead)
+        .count() as u64;
+    assert!(owned > 100, "m07 owns {owned}");
+    let alive: Vec<String> = members.iter().filter(|m| *m != dead).cloned().collect();
+    let mut rounds = Vec::new();
+    while rounds.len() < 20 {
+        let round = big.round(&alive);
+        let took_over = round.1.contains(&"Takeover");
+        rounds.push(round);
+        if took_over {
+            break;
+        }
+    }
+    let (read, names) = rounds.last().expect("a round");
+    assert!(
+        names.iter().filter(|n| **n == "Takeover").count() as u64 == owned,
+        "every sandbox of m07 taken over in one step: {rounds:?}"
+    );
+    assert_eq!(*read, owned, "the step read m07's sandboxes and no other");
+    assert!(
+        rounds[..rounds.len() - 1]
+            .iter()
+            .all(|(read, _)| *read == 0),
+        "no sandbox read before m07 was dead: {rounds:?}"
+    );
+    // Recovering until acknowledged: each step reads them; then nothing.
+    let (read, _) = big.round(&alive);
+    assert_eq!(read, owned, "the recovering sandboxes are read");
+    let recovering: Vec<Sandbox> = big.st.sandbox_table().recovering().cloned().collect();
+    assert_eq!(recovering.len() as u64, owned);
+    for s in recovering {
+        let ack = Command::Acknowledge(Acknowledge {
+            sandbox: s.id,
+            generation: s.generation,
+            member: s.owner.member,
+            incarnation: s.owner.incarnation,
+            term: s.owner.term,
+        });
+        assert!(!big.apply(&ack).is_rejected());
+    }
+    let (read, names) = big.round(&alive);
+    assert_eq!((read, names), (0, vec!["Tick"]), "quiet again");
+    assert_eq!(
+        big.st.sandbox_table().check_index(),
+        Ok(()),
+        "the indexes match the records"
+    );
+}

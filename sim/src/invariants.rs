@@ -109,6 +109,7 @@ impl Check<GatewayState> for PoolCheck {
             .observe(&command, &machine.pool)
             .and_then(|()| machine.pool.check_invariants())
             .map_err(|violation| violation.to_string())
+            .and_then(|()| indexed_plan_matches(&machine.pool))
             .and_then(|()| {
                 let new: Vec<(String, u64)> = failed(&machine.pool)
                     .filter(|f| !self.failed.contains(f))
@@ -153,4 +154,22 @@ fn failed(pool: &pool::PoolState) -> impl Iterator<Item = (String, u64)> + '_ {
         .values()
         .filter(|s| s.phase == pool::Phase::Failed)
         .map(|s| (s.id.clone(), s.generation))
+}
+
+/// The coordinator's indexed plan is the plan by reading every sandbox
+/// (`pool::coordinator::plan_by_scan`) on this state: the indexes the
+/// leader's passes read (issue 30) never hide a command.
+fn indexed_plan_matches(pool: &pool::PoolState) -> Result<(), String> {
+    for pending_moves in [0, 1] {
+        let indexed = pool::coordinator::plan(pool, pending_moves);
+        let scanned = pool::coordinator::plan_by_scan(pool, pending_moves);
+        if indexed != scanned {
+            return Err(format!(
+                "the coordinator's indexed plan ({} commands) differs from the plan by scan ({} commands)",
+                indexed.len(),
+                scanned.len()
+            ));
+        }
+    }
+    Ok(())
 }

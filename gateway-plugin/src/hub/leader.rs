@@ -77,15 +77,16 @@ impl Hub {
             if !still_leading {
                 return;
             }
-            // A step reads every sandbox; on the same applied state and no
-            // tick due it returns nothing new (its commands are in flight),
-            // so it is skipped: raft metrics change with every replication
-            // round, and stepping on each made the coordinator the leader's
-            // largest CPU cost at 10,000 sandboxes (docs/benchmarks.md
-            // "Scale").
+            // On the same applied state and no tick due a step returns
+            // nothing new (its commands are in flight), so it is skipped:
+            // raft metrics change with every replication round. A step
+            // reads every member but only the sandboxes that may call for
+            // a command (`pool::table`; counted in
+            // openshell_pool_coordinator_sandboxes_examined_total).
             if !tick_due && stepped_at == Some(applied) {
                 continue;
             }
+            let examined_before = coordinator.sandboxes_examined();
             let (mut commands, configured) = self.node.read_local(|state, index| {
                 stepped_at = Some(index);
                 let config = state.pool.config();
@@ -95,6 +96,12 @@ impl Hub {
                     && config.retention_ticks == wanted.retention_ticks;
                 (coordinator.step(&state.pool), configured)
             });
+            self.metrics.pool.coordinator_steps.inc();
+            self.metrics.pool.coordinator_sandboxes_examined.inc_by(
+                coordinator
+                    .sandboxes_examined()
+                    .saturating_sub(examined_before),
+            );
             if !configured && state_has_raft_term(&self.node, term) {
                 commands.push(Command::Configure(wanted.clone()));
             }

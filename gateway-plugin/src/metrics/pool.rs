@@ -72,6 +72,11 @@ pub struct PoolMetrics {
     /// counts every sandbox): the work of pushing, proportional to what
     /// changed once every stream was shown its view.
     pub push_sandboxes_examined: IntCounter,
+    /// Coordinator steps (plans) this gateway made as the leader.
+    pub coordinator_steps: IntCounter,
+    /// Sandbox records the coordinator's plans read: the live sandboxes of
+    /// dead owners and the recovering ones, never the whole pool (issue 30).
+    pub coordinator_sandboxes_examined: IntCounter,
     /// Grants this gateway signed and sent to a supervisor.
     pub grants_issued: IntCounter,
     /// Supervisor streams this gateway sent to another gateway because it
@@ -127,6 +132,14 @@ impl PoolMetrics {
             push_sandboxes_examined: reg.counter(
                 "openshell_pool_push_sandboxes_examined_total",
                 "Sandbox records read from the state to plan assignment snapshot pushes",
+            ),
+            coordinator_steps: reg.counter(
+                "openshell_pool_coordinator_steps_total",
+                "Coordinator steps (plans from the applied state) made as the leader",
+            ),
+            coordinator_sandboxes_examined: reg.counter(
+                "openshell_pool_coordinator_sandboxes_examined_total",
+                "Sandbox records the leader's coordinator read from the state to plan its commands",
             ),
             grants_issued: reg.counter(
                 "openshell_pool_grants_issued_total",

@@ -16,10 +16,12 @@
 //!    absence: an owner's member record outlives the owner's sandboxes).
 //!
 //! A later table is visited only while budget remains, so a record is never
-//! removed while an older due record of an earlier table waits. The scan
-//! costs one pass over the tables per tick (no index to keep consistent);
-//! the sandbox table is scanned a second time only when a departed member
-//! is due.
+//! removed while an older due record of an earlier table waits. Launches
+//! and sandboxes are read from their indexes of finished records
+//! (`crate::table`: only the due ones, then in id order, the order a scan
+//! of the table would take them), and whether a sandbox record names a
+//! member from the table's count per member; operations and members are
+//! scanned (a handful, and one record per supervisor).
 //!
 //! What a removal means: a heartbeat, report or join of a removed member is
 //! treated as that of an unknown member (as before it ever joined); a
@@ -51,16 +53,26 @@ impl PoolState {
         self.now_tick.saturating_sub(tick) >= self.config.retention_ticks
     }
 
+    /// The latest finish tick due for collection now (None: nothing can be
+    /// due yet); the same test as [`Self::gc_due`] for ticks not after now,
+    /// read from the tables' indexes of finished records.
+    fn gc_cutoff(&self) -> Option<u64> {
+        self.now_tick.checked_sub(self.config.retention_ticks)
+    }
+
     /// One tick's garbage collection (see the module doc).
     pub(super) fn collect_garbage(&mut self) -> Collected {
         let mut done = Collected::default();
-        let launches: Vec<String> = self
-            .launches
-            .iter()
-            .filter(|(_, l)| l.ended_tick().is_some_and(|t| self.gc_due(t)))
-            .take(GC_BATCH)
-            .map(|(id, _)| id.clone())
-            .collect();
+        let launches: Vec<String> = match self.gc_cutoff() {
+            None => Vec::new(),
+            Some(cutoff) => self
+                .launches
+                .ended_by(cutoff)
+                .into_iter()
+                .take(GC_BATCH)
+                .map(str::to_string)
+                .collect(),
+        };
         for id in &launches {
             self.launches.remove(id);
         }
@@ -78,13 +90,14 @@ impl PoolState {
     }
 
     fn collect_sandboxes(&mut self, done: &mut Collected) {
+        let Some(cutoff) = self.gc_cutoff() else {
+            return;
+        };
         let due: Vec<(String, String)> = self
             .sandboxes
-            .values()
-            .filter(|s| {
-                matches!(s.phase, Phase::Deleted | Phase::Failed)
-                    && s.ended_tick.is_some_and(|t| self.gc_due(t))
-            })
+            .ended_by(cutoff)
+            .into_iter()
+            .filter_map(|id| self.sandboxes.get(id))
             .map(|s| (s.id.clone(), s.launch_id.clone()))
             .collect();
         for (id, launch_id) in due {
@@ -152,11 +165,7 @@ impl PoolState {
         if !self.members.values().any(departed) {
             return;
         }
-        let mut named: BTreeSet<&str> = self
-            .sandboxes
-            .values()
-            .map(|s| s.owner.member.as_str())
-            .collect();
+        let mut named: BTreeSet<&str> = BTreeSet::new();
         for o in self.operations.values() {
             if let OperationKind::DrainMember { member } = &o.kind {
                 named.insert(member);
@@ -165,7 +174,9 @@ impl PoolState {
         let due: Vec<String> = self
             .members
             .values()
-            .filter(|m| departed(m) && !named.contains(m.id.as_str()))
+            .filter(|m| {
+                departed(m) && !named.contains(m.id.as_str()) && !self.sandboxes.names_member(&m.id)
+            })
             .take(GC_BATCH - done.len())
             .map(|m| m.id.clone())
             .collect();

@@ -107,7 +107,7 @@ impl PoolState {
             Some(recorded) => return Err(Reason::RuntimeAlreadyRecorded(recorded.name.clone())),
             None => {}
         }
-        let Some(s) = self.sandboxes.get_mut(&c.sandbox) else {
+        let Some(mut s) = self.sandboxes.get_mut(&c.sandbox) else {
             unreachable!("sandbox vanished")
         };
         s.runtime = Some(runtime);

@@ -189,7 +189,7 @@ impl PoolState {
             self.release(&old_member);
             self.charge(&member, 1);
         }
-        let Some(s) = self.sandboxes.get_mut(id) else {
+        let Some(mut s) = self.sandboxes.get_mut(id) else {
             unreachable!("sandbox {id} vanished")
         };
         // A recovery already in progress keeps its deadline: the total time
@@ -210,8 +210,9 @@ impl PoolState {
             deadline_tick,
             cause,
         });
-        let s = s.clone();
-        self.assignment_of(&s)
+        let changed = s.clone();
+        drop(s);
+        self.assignment_of(&changed)
     }
 
     /// Takes over a sandbox. I4: the owner's own member record, at this log
@@ -286,7 +287,7 @@ impl PoolState {
             }) => Some(op.clone()),
             _ => None,
         };
-        let Some(s) = self.sandboxes.get_mut(&c.sandbox) else {
+        let Some(mut s) = self.sandboxes.get_mut(&c.sandbox) else {
             unreachable!("sandbox vanished")
         };
         s.owner.acknowledged = true;
@@ -321,7 +322,7 @@ impl PoolState {
             return Err(Reason::NotAcknowledged);
         }
         self.check_owner_alive(&s.owner)?;
-        let Some(s) = self.sandboxes.get_mut(&c.sandbox) else {
+        let Some(mut s) = self.sandboxes.get_mut(&c.sandbox) else {
             unreachable!("sandbox vanished")
         };
         s.last_report = Some(ReportRecord {
@@ -338,7 +339,7 @@ impl PoolState {
     /// taken over or moved; it keeps its slot until deleted (I5).
     pub(super) fn apply_stop(&mut self, c: &Stop) -> R<Effect> {
         self.movable(&c.sandbox, c.generation)?;
-        let Some(s) = self.sandboxes.get_mut(&c.sandbox) else {
+        let Some(mut s) = self.sandboxes.get_mut(&c.sandbox) else {
             unreachable!("sandbox vanished")
         };
         s.phase = Phase::Stopping;
@@ -369,12 +370,13 @@ impl PoolState {
         if charged {
             self.release(&member);
         }
-        let Some(s) = self.sandboxes.get_mut(&c.sandbox) else {
+        let Some(mut s) = self.sandboxes.get_mut(&c.sandbox) else {
             unreachable!("sandbox vanished")
         };
         s.phase = Phase::Deleted;
         s.recovery = None;
         s.material_ref.clear();
+        drop(s);
         self.mark_ended(&c.sandbox);
         Ok(Effect::Deleted {
             released: u32::from(charged),
@@ -420,13 +422,14 @@ impl PoolState {
         );
         let member = s.owner.member.clone();
         self.release(&member);
-        let Some(s) = self.sandboxes.get_mut(id) else {
+        let Some(mut s) = self.sandboxes.get_mut(id) else {
             unreachable!("sandbox {id} vanished")
         };
         s.phase = Phase::Failed;
         s.recovery = None;
         s.material_ref.clear();
         s.failure = Some(reason);
+        drop(s);
         self.mark_ended(id);
     }
 
@@ -436,23 +439,15 @@ impl PoolState {
     /// collection counts the retention from there.
     fn mark_ended(&mut self, id: &str) {
         let now = self.now_tick;
-        let Some(s) = self.sandboxes.get_mut(id) else {
+        let Some(mut s) = self.sandboxes.get_mut(id) else {
             return;
         };
         if s.ended_tick.is_some() {
             return;
         }
         s.ended_tick = Some(now);
-        let generation = s.generation;
-        if let Some(LaunchOutcome::Admitted {
-            sandbox,
-            generation: g,
-            ended_tick,
-        }) = self.launches.get_mut(&s.launch_id)
-        {
-            if sandbox == id && *g == generation && ended_tick.is_none() {
-                *ended_tick = Some(now);
-            }
-        }
+        let (generation, launch_id) = (s.generation, s.launch_id.clone());
+        drop(s);
+        self.launches.mark_ended(&launch_id, id, generation, now);
     }
 }

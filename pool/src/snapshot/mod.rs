@@ -335,7 +335,7 @@ impl PoolState {
         for o in self.operations.values() {
             push(Record::Operation(operation_to_record(o)));
         }
-        for (id, l) in &self.launches {
+        for (id, l) in self.launches.iter() {
             push(Record::Launch(launch_to_record(id, l)));
         }
         Snapshot { records }.encode_to_vec()
@@ -370,6 +370,8 @@ impl PoolState {
     pub fn decode_snapshot_unchecked(bytes: &[u8]) -> Result<PoolState, DecodeError> {
         let snap = Snapshot::decode(bytes)?;
         let mut st = PoolState::new();
+        let mut sandboxes = BTreeMap::new();
+        let mut launches = BTreeMap::new();
         let mut meta_seen = false;
         for env in snap.records {
             match env.record {
@@ -398,7 +400,7 @@ impl PoolState {
                 }
                 Some(Record::Sandbox(r)) => {
                     let s = sandbox_from_record(r)?;
-                    insert_unique(&mut st.sandboxes, s.id.clone(), s)?;
+                    insert_unique(&mut sandboxes, s.id.clone(), s)?;
                 }
                 Some(Record::Operation(r)) => {
                     let o = operation_from_record(r)?;
@@ -406,7 +408,7 @@ impl PoolState {
                 }
                 Some(Record::Launch(r)) => {
                     let (id, l) = launch_from_record(r, st.now_tick)?;
-                    insert_unique(&mut st.launches, id, l)?;
+                    insert_unique(&mut launches, id, l)?;
                 }
             }
         }
@@ -414,19 +416,18 @@ impl PoolState {
             return Err(DecodeError::Incomplete("meta"));
         }
         st.ring = Ring::new(st.members.keys().map(String::as_str));
+        fill_ended_ticks(st.now_tick, &mut sandboxes, &mut launches);
+        st.sandboxes = sandboxes.into();
+        st.launches = launches.into();
         st.fill_finish_ticks();
         Ok(st)
     }
 
-    /// Gives every finished record of a snapshot written before issue 16
-    /// the snapshot's tick as its finish tick (see `decode_snapshot`).
+    /// Gives every finished operation and departed member of a snapshot
+    /// written before issue 16 the snapshot's tick as its finish tick (see
+    /// `decode_snapshot`; sandboxes and launches: [`fill_ended_ticks`]).
     fn fill_finish_ticks(&mut self) {
         let now = self.now_tick;
-        for s in self.sandboxes.values_mut() {
-            if matches!(s.phase, Phase::Deleted | Phase::Failed) && s.ended_tick.is_none() {
-                s.ended_tick = Some(now);
-            }
-        }
         for o in self.operations.values_mut() {
             if o.phase > OperationPhase::Running && o.finished_tick.is_none() {
                 o.finished_tick = Some(now);
@@ -438,21 +439,34 @@ impl PoolState {
                 m.down_since_tick = Some(now);
             }
         }
-        let sandboxes = &self.sandboxes;
-        for l in self.launches.values_mut() {
-            if let LaunchOutcome::Admitted {
-                sandbox,
-                generation,
-                ended_tick: ended @ None,
-            } = l
-            {
-                let live = sandboxes.get(sandbox.as_str()).is_some_and(|s| {
-                    s.generation == *generation
-                        && !matches!(s.phase, Phase::Deleted | Phase::Failed)
-                });
-                if !live {
-                    *ended = Some(now);
-                }
+    }
+}
+
+/// Gives every terminal sandbox and ended launch of a snapshot written
+/// before issue 16 the snapshot's tick `now` as its end tick, before the
+/// records are filed in their tables' indexes.
+fn fill_ended_ticks(
+    now: u64,
+    sandboxes: &mut BTreeMap<String, Sandbox>,
+    launches: &mut BTreeMap<String, LaunchOutcome>,
+) {
+    for s in sandboxes.values_mut() {
+        if matches!(s.phase, Phase::Deleted | Phase::Failed) && s.ended_tick.is_none() {
+            s.ended_tick = Some(now);
+        }
+    }
+    for l in launches.values_mut() {
+        if let LaunchOutcome::Admitted {
+            sandbox,
+            generation,
+            ended_tick: ended @ None,
+        } = l
+        {
+            let live = sandboxes.get(sandbox.as_str()).is_some_and(|s| {
+                s.generation == *generation && !matches!(s.phase, Phase::Deleted | Phase::Failed)
+            });
+            if !live {
+                *ended = Some(now);
             }
         }
     }

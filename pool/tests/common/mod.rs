@@ -50,6 +50,14 @@ impl H {
         if let Err(e) = self.tracker.observe(&c, &self.st) {
             panic!("after {} -> {o:?}: {e}", c.name());
         }
+        for pending_moves in [0, 1] {
+            assert!(
+                pool::coordinator::plan(&self.st, pending_moves)
+                    == pool::coordinator::plan_by_scan(&self.st, pending_moves),
+                "after {}: the indexed plan differs from the plan by scan",
+                c.name()
+            );
+        }
         o
     }
 

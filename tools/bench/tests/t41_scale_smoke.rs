@@ -6,14 +6,16 @@
 //! - given: 3 gateways in their own network namespaces (TLS, default
 //!   timing, `/readyz` and `/metrics` served), 10 scripted members with
 //!   credentials
-//! - when: 200 sandboxes are created, one more, the member holding closest
-//!   to 20 is killed, a follower and then the leader are `kill -9`ed and
-//!   started
+//! - when: member 0 attaches alone and gets 20 sandboxes, the others
+//!   attach and 180 more are created, one more, member 0 is killed, a
+//!   follower and then the leader are `kill -9`ed and started
 //! - then: every sandbox was shown acknowledged on its owner's stream,
 //!   every one of the killed member's sandboxes was acknowledged by a new
 //!   owner, both restarted gateways answered `/readyz` 200, every figure of
 //!   the report is present (RSS of 3 gateways, push passes counted), the
-//!   JSON written reads back equal, and nothing named osj-* is left
+//!   coordinator's steps are counted and its takeover step read member
+//!   0's sandboxes, the JSON written reads back equal, and nothing named
+//!   osj-* is left
 
 use std::time::Duration;
 
@@ -58,7 +60,11 @@ async fn every_scale_step_runs_and_the_report_has_its_shape() {
     eprintln!("--- step: convergence");
     assert_eq!(report.attached, 10);
     let k = &report.takeover;
-    assert!(k.sandboxes > 0, "{k:?}");
+    assert_eq!(
+        (k.member.as_str(), k.sandboxes),
+        ("sc000", 20),
+        "member 0 holds the 20 sandboxes created while it was alone: {k:?}"
+    );
     assert_eq!(k.acknowledged, k.sandboxes, "{k:?}");
     assert!(k.seconds.is_some() && k.first_seconds.is_some(), "{k:?}");
     let roles: Vec<&str> = report.restarts.iter().map(|r| r.role.as_str()).collect();
@@ -84,6 +90,25 @@ async fn every_scale_step_runs_and_the_report_has_its_shape() {
     assert!(report.push_bulk.passes > 0 && report.push_bulk.examined > 0);
     assert!(report.push_one.passes > 0, "{:?}", report.push_one);
     assert_eq!(report.push_bulk.full_scan_per_pass, 200);
+    assert_eq!(report.created, 180);
+    assert_eq!(report.create_cpu_s.len(), 3);
+    assert!((1..=3).contains(&report.quiet_leader), "{report:?}");
+    assert!(
+        report.coordinator_quiet.passes > 0,
+        "the leader steps on its ticks: {:?}",
+        report.coordinator_quiet
+    );
+    assert!(
+        report.coordinator_takeover.examined >= 20,
+        "the takeover step reads member 0's sandboxes: {:?}",
+        report.coordinator_takeover
+    );
+    assert!(
+        report.takeover_commands_per_entry >= 1.0,
+        "{}",
+        report.takeover_commands_per_entry
+    );
+    assert_eq!(report.snapshots.size_bytes.len(), 3);
     assert!(!report.load_before.is_empty() && !report.load_after.is_empty());
     for path in [out.join("scale.json"), json] {
         let text =
@@ -110,6 +135,9 @@ async fn every_scale_step_runs_and_the_report_has_its_shape() {
             "push_one",
             "push_takeover",
             "quiet_cpu_s",
+            "coordinator_quiet",
+            "coordinator_takeover",
+            "snapshots",
         ] {
             assert!(value.get(key).is_some(), "no {key} in {}", path.display());
         }

@@ -26,8 +26,9 @@ pub struct ScaleArgs {
     /// Concurrent create clients.
     #[arg(long, default_value_t = 64)]
     pub concurrency: usize,
-    /// Sandboxes the killed member should hold (the closest is chosen).
-    #[arg(long, default_value_t = 50)]
+    /// Sandboxes the killed member holds: member 0 attaches alone first
+    /// and these are created on it, before the others attach.
+    #[arg(long, default_value_t = 500)]
     pub takeover_size: usize,
     /// Seconds of the quiet window.
     #[arg(long, default_value_t = 10)]
@@ -60,6 +61,9 @@ impl ScaleArgs {
         let capacity = self
             .capacity
             .unwrap_or_else(|| u32::try_from(2 * even + 8).unwrap_or(u32::MAX));
+        if self.takeover_size == 0 || self.takeover_size >= self.sandboxes {
+            return Err("--takeover-size must be at least 1 and below --sandboxes".into());
+        }
         if (capacity as usize) * (self.members - 1) < self.sandboxes + 1 {
             return Err("--capacity too small: the members but one must hold every sandbox".into());
         }

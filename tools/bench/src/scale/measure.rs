@@ -44,15 +44,52 @@ pub async fn metric(node: &Node, name: &str) -> Option<f64> {
     })
 }
 
+/// Coordinator steps (`/metrics`; the leader's).
+pub const STEPS: &str = "openshell_pool_coordinator_steps_total";
+/// Sandbox records the coordinator's steps read (`/metrics`).
+pub const STEP_EXAMINED: &str = "openshell_pool_coordinator_sandboxes_examined_total";
+/// Commands carried by the log entries a gateway's batcher proposed: the
+/// histogram's sum and count (`/metrics`).
+pub const BATCH_COMMANDS: (&str, &str) = (
+    "openshell_raft_batch_commands_sum",
+    "openshell_raft_batch_commands_count",
+);
+/// Size of the latest snapshot (`/metrics`).
+pub const SNAPSHOT_SIZE: &str = "openshell_raft_snapshot_size_bytes";
+/// Snapshot builds: the histogram's sum (seconds) and count (`/metrics`).
+pub const SNAPSHOT_BUILD: (&str, &str) = (
+    "openshell_raft_snapshot_build_duration_seconds_sum",
+    "openshell_raft_snapshot_build_duration_seconds_count",
+);
+
+/// Two counters summed over every running gateway.
+pub async fn counters(cluster: &Cluster, (a, b): (&str, &str)) -> (u64, u64) {
+    let (mut x, mut y) = (0u64, 0u64);
+    for node in cluster.nodes.iter().filter(|n| n.is_running()) {
+        x += metric(node, a).await.unwrap_or(0.0) as u64;
+        y += metric(node, b).await.unwrap_or(0.0) as u64;
+    }
+    (x, y)
+}
+
 /// The push counters summed over every running gateway: (passes, sandbox
 /// records examined).
 pub async fn push_counters(cluster: &Cluster) -> (u64, u64) {
-    let (mut passes, mut examined) = (0u64, 0u64);
-    for node in cluster.nodes.iter().filter(|n| n.is_running()) {
-        passes += metric(node, PASSES).await.unwrap_or(0.0) as u64;
-        examined += metric(node, EXAMINED).await.unwrap_or(0.0) as u64;
-    }
-    (passes, examined)
+    counters(cluster, (PASSES, EXAMINED)).await
+}
+
+/// The coordinator counters summed over every running gateway: (steps,
+/// sandbox records examined).
+pub async fn coordinator_counters(cluster: &Cluster) -> (u64, u64) {
+    counters(cluster, (STEPS, STEP_EXAMINED)).await
+}
+
+/// One node's histogram (sum, count) as floats (0 when unreadable).
+pub async fn histogram(node: &Node, (sum, count): (&str, &str)) -> (f64, f64) {
+    (
+        metric(node, sum).await.unwrap_or(0.0),
+        metric(node, count).await.unwrap_or(0.0),
+    )
 }
 
 /// CPU seconds (user + system) `pid` used so far (0 when unreadable).

@@ -6,6 +6,10 @@
 //! grant handshake with a runtime), and re-attaches to the next gateway,
 //! under the same incarnation, when its stream breaks (a gateway restart).
 //!
+//! Member 0 attaches alone first and holds the sandboxes created before
+//! the others attach ([`ScaleMembers::open`]): the member the takeover
+//! kills, with as many sandboxes as asked, whatever the pool's size.
+//!
 //! What every member was last shown is kept in a shared [`Board`]: sandbox
 //! -> (member, term, acknowledged, when that was first seen). The takeover
 //! measurement reads it: when did the last of a killed member's sandboxes
@@ -125,6 +129,9 @@ pub struct MemberPlan {
     pub gateways: Vec<String>,
     /// TLS and credentials (`None`: plaintext, no credential).
     pub security: Option<MemberSecurity>,
+    /// Slots of member 0, which attaches alone first (the heavy member:
+    /// every sandbox created before the others attach is placed on it).
+    pub first_capacity: u32,
 }
 
 /// The running members.
@@ -136,14 +143,18 @@ pub struct ScaleMembers {
     /// Re-attaches after a broken stream.
     pub reattached: Arc<AtomicU64>,
     tasks: Vec<Option<tokio::task::JoinHandle<()>>>,
+    /// Opens the attach of every member but member 0.
+    open: tokio::sync::watch::Sender<bool>,
 }
 
 impl ScaleMembers {
-    /// Starts one task per member.
+    /// Starts one task per member; only member 0 attaches until
+    /// [`ScaleMembers::open`].
     pub fn start(plan: MemberPlan) -> ScaleMembers {
         let board = Arc::new(Board::default());
         let attached = Arc::new(AtomicU64::new(0));
         let reattached = Arc::new(AtomicU64::new(0));
+        let (open, opened) = tokio::sync::watch::channel(false);
         let plan = Arc::new(plan);
         let tasks = (0..plan.members)
             .map(|i| {
@@ -155,7 +166,13 @@ impl ScaleMembers {
                     index: i,
                     id: member_id(i),
                 };
-                Some(tokio::spawn(member.run()))
+                let mut opened = opened.clone();
+                Some(tokio::spawn(async move {
+                    if i > 0 && opened.wait_for(|open| *open).await.is_err() {
+                        return;
+                    }
+                    member.run().await;
+                }))
             })
             .collect();
         ScaleMembers {
@@ -163,7 +180,13 @@ impl ScaleMembers {
             attached,
             reattached,
             tasks,
+            open,
         }
+    }
+
+    /// Lets every member attach.
+    pub fn open(&self) {
+        self.open.send_replace(true);
     }
 
     /// Streams open now.
@@ -249,11 +272,16 @@ impl Member {
     ) -> Result<Attached, tonic::Status> {
         let security = self.plan.security.as_ref();
         let credential = security.map_or("", |s| s.credential_of(&self.id));
+        let capacity = if self.index == 0 {
+            self.plan.first_capacity
+        } else {
+            self.plan.capacity
+        };
         let hello = hello_with_credential(
             &self.id,
             process_id,
             known,
-            self.plan.capacity,
+            capacity,
             format!("10.0.0.1:{}", 20000 + self.index),
             credential,
         );

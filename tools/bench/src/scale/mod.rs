@@ -46,7 +46,7 @@ mod steps;
 
 pub use args::ScaleArgs;
 use members::{MemberPlan, ScaleMembers};
-pub use report::{Push, Restart, ScaleReport, Takeover};
+pub use report::{Push, Restart, ScaleReport, Snapshots, Takeover};
 
 /// Everything a scale run needs.
 #[derive(Clone, Debug)]
@@ -196,6 +196,7 @@ async fn scale(
             .credentials
             .as_ref()
             .map(jepsen::security::Credentials::member_security),
+        first_capacity: u32::try_from(options.takeover_size).unwrap_or(u32::MAX),
     };
     let mut members = ScaleMembers::start(plan);
     let result = steps::all(options, &cluster, &mut members, &mut report).await;

@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 use proto::pool_admin::CreateSandboxRequest;
 
-use super::measure::{self, push_counters};
+use super::measure::{self, coordinator_counters, push_counters};
 use super::members::{member_id, ScaleMembers};
-use super::report::{Push, Restart, ScaleReport, Takeover};
+use super::report::{Push, Restart, ScaleReport, Snapshots, Takeover};
 use super::ScaleOptions;
 use jepsen::cluster::Cluster;
 
@@ -29,6 +29,8 @@ pub(super) async fn all(
     members: &mut ScaleMembers,
     report: &mut ScaleReport,
 ) -> anyhow::Result<()> {
+    first_member(options, cluster, members).await?;
+    members.open();
     wait_for(options, "every member attached", || {
         members.attached() >= options.members
     })
@@ -36,11 +38,13 @@ pub(super) async fn all(
     report.attached = members.attached();
     tracing::info!(attached = report.attached, "members attached");
     create(options, cluster, members, report).await?;
-    quiet(options, cluster, report).await;
+    quiet(options, cluster, report).await?;
     one_more(options, cluster, members, report).await?;
     report.rss_mib = rss(cluster);
     tracing::info!(rss_mib = ?report.rss_mib, "gateway RSS");
     takeover(options, cluster, members, report).await?;
+    report.snapshots = snapshots(cluster).await;
+    tracing::info!(snapshots = ?report.snapshots, "snapshots");
     restarts(options, cluster, members, report).await?;
     report.rss_end_mib = rss(cluster);
     Ok(())
@@ -123,7 +127,41 @@ async fn create_ids(
     Ok(())
 }
 
-/// Creates every sandbox and waits until each is shown acknowledged.
+/// Member 0 attaches alone and gets the first `takeover_size` sandboxes
+/// (the only eligible member, with exactly that many slots): the member
+/// the takeover kills.
+async fn first_member(
+    options: &ScaleOptions,
+    cluster: &Arc<Cluster>,
+    members: &ScaleMembers,
+) -> anyhow::Result<()> {
+    wait_for(options, "member 0 attached", || members.attached() >= 1).await?;
+    let ids = (0..options.takeover_size)
+        .map(|i| format!("sb0-{i:05}"))
+        .collect();
+    create_ids(options, cluster, ids).await?;
+    wait_for(options, "member 0's sandboxes acknowledged", || {
+        members.board.acknowledged() >= options.takeover_size
+    })
+    .await?;
+    tracing::info!(
+        sandboxes = options.takeover_size,
+        "member 0 holds its sandboxes"
+    );
+    Ok(())
+}
+
+/// Each gateway's CPU seconds since `before`.
+fn cpu_since(cluster: &Cluster, before: &[f64]) -> Vec<f64> {
+    measure::cpu_by_node(cluster)
+        .iter()
+        .zip(before)
+        .map(|(a, b)| a - b)
+        .collect()
+}
+
+/// Creates the other sandboxes and waits until each is shown
+/// acknowledged.
 async fn create(
     options: &ScaleOptions,
     cluster: &Arc<Cluster>,
@@ -131,13 +169,20 @@ async fn create(
     report: &mut ScaleReport,
 ) -> anyhow::Result<()> {
     let before = push_counters(cluster).await;
+    let steps_before = coordinator_counters(cluster).await;
+    let cpu_before = measure::cpu_by_node(cluster);
+    let own = || measure::cpu_seconds(std::process::id() as i32);
+    let own_before = own();
     let started = Instant::now();
-    let ids = (0..options.sandboxes)
-        .map(|i| format!("sb{i:05}"))
+    let ids: Vec<String> = (options.takeover_size..options.sandboxes)
+        .map(|i| format!("sb{i:06}"))
         .collect();
+    report.created = ids.len();
     create_ids(options, cluster, ids).await?;
     report.create_s = started.elapsed().as_secs_f64();
-    tracing::info!(seconds = report.create_s, "sandboxes created");
+    report.create_cpu_s = cpu_since(cluster, &cpu_before);
+    report.create_bench_cpu_s = own() - own_before;
+    tracing::info!(seconds = report.create_s, cpu_s = ?report.create_cpu_s, "sandboxes created");
     wait_for(options, "every sandbox acknowledged", || {
         members.board.acknowledged() >= options.sandboxes
     })
@@ -147,24 +192,68 @@ async fn create(
     tokio::time::sleep(Duration::from_secs(1)).await;
     let after = push_counters(cluster).await;
     report.push_bulk = Push::between(before, after, options.sandboxes as u64);
-    tracing::info!(seconds = report.converge_s, push = ?report.push_bulk, "every sandbox acknowledged");
+    report.coordinator_bulk = Push::between(
+        steps_before,
+        coordinator_counters(cluster).await,
+        options.sandboxes as u64,
+    );
+    tracing::info!(seconds = report.converge_s, push = ?report.push_bulk, coordinator = ?report.coordinator_bulk, "every sandbox acknowledged");
     Ok(())
 }
 
 /// The quiet window: heartbeats and ticks only.
-async fn quiet(options: &ScaleOptions, cluster: &Cluster, report: &mut ScaleReport) {
+async fn quiet(
+    options: &ScaleOptions,
+    cluster: &Cluster,
+    report: &mut ScaleReport,
+) -> anyhow::Result<()> {
+    report.quiet_leader = cluster
+        .wait_leader(options.step_timeout, "before the quiet window")
+        .await?;
     let before = push_counters(cluster).await;
+    let steps_before = coordinator_counters(cluster).await;
     let cpu_before = measure::cpu_by_node(cluster);
     tokio::time::sleep(options.quiet).await;
-    let cpu_after = measure::cpu_by_node(cluster);
+    report.quiet_cpu_s = cpu_since(cluster, &cpu_before);
     let after = push_counters(cluster).await;
     report.push_quiet = Push::between(before, after, options.sandboxes as u64);
-    report.quiet_cpu_s = cpu_after
-        .iter()
-        .zip(&cpu_before)
-        .map(|(a, b)| a - b)
-        .collect();
-    tracing::info!(push = ?report.push_quiet, cpu_s = ?report.quiet_cpu_s, "quiet window");
+    report.coordinator_quiet = Push::between(
+        steps_before,
+        coordinator_counters(cluster).await,
+        options.sandboxes as u64,
+    );
+    let leader = cluster
+        .wait_leader(options.step_timeout, "after the quiet window")
+        .await?;
+    if leader != report.quiet_leader {
+        tracing::warn!(
+            before = report.quiet_leader,
+            after = leader,
+            "the leader changed during the quiet window: its CPU figures are not a quiet leader's"
+        );
+        report.quiet_leader_changed = true;
+    }
+    tracing::info!(push = ?report.push_quiet, coordinator = ?report.coordinator_quiet, cpu_s = ?report.quiet_cpu_s, "quiet window");
+    Ok(())
+}
+
+/// Every gateway's latest snapshot size and the builds so far.
+async fn snapshots(cluster: &Cluster) -> Snapshots {
+    let mut out = Snapshots::default();
+    let (mut sum, mut count) = (0.0, 0.0);
+    for node in &cluster.nodes {
+        out.size_bytes.push(
+            measure::metric(node, measure::SNAPSHOT_SIZE)
+                .await
+                .unwrap_or(0.0),
+        );
+        let (s, c) = measure::histogram(node, measure::SNAPSHOT_BUILD).await;
+        sum += s;
+        count += c;
+    }
+    out.builds = count as u64;
+    out.build_mean_s = if count > 0.0 { sum / count } else { 0.0 };
+    out
 }
 
 /// One more sandbox: its launch and acknowledgement.
@@ -190,19 +279,23 @@ async fn one_more(
     Ok(())
 }
 
-/// Kills the member holding closest to `takeover_size` sandboxes; times the
-/// last of them shown acknowledged on a new owner's stream.
+/// Kills member 0 (it holds the first `takeover_size` sandboxes); times
+/// the last of them shown acknowledged on a new owner's stream.
 async fn takeover(
     options: &ScaleOptions,
     cluster: &Cluster,
     members: &mut ScaleMembers,
     report: &mut ScaleReport,
 ) -> anyhow::Result<()> {
-    let (victim, held) = (0..options.members)
-        .map(|i| (i, members.board.held_by(&member_id(i))))
-        .min_by_key(|(_, held)| held.len().abs_diff(options.takeover_size))
-        .ok_or_else(|| anyhow::anyhow!("no member"))?;
+    let victim = 0;
     let name = member_id(victim);
+    let held = members.board.held_by(&name);
+    let leader = cluster
+        .wait_leader(options.step_timeout, "before the takeover")
+        .await?;
+    let leader_node = cluster.node(leader)?;
+    let batches_before = measure::histogram(leader_node, measure::BATCH_COMMANDS).await;
+    let steps_before = coordinator_counters(cluster).await;
     let before = push_counters(cluster).await;
     tracing::info!(member = %name, sandboxes = held.len(), "killing a member");
     let killed = Instant::now();
@@ -225,6 +318,18 @@ async fn takeover(
     tokio::time::sleep(Duration::from_secs(1)).await;
     let after = push_counters(cluster).await;
     report.push_takeover = Push::between(before, after, options.sandboxes as u64 + 1);
+    report.coordinator_takeover = Push::between(
+        steps_before,
+        coordinator_counters(cluster).await,
+        options.sandboxes as u64 + 1,
+    );
+    let batches_after = measure::histogram(leader_node, measure::BATCH_COMMANDS).await;
+    let entries = batches_after.1 - batches_before.1;
+    report.takeover_commands_per_entry = if entries > 0.0 {
+        (batches_after.0 - batches_before.0) / entries
+    } else {
+        0.0
+    };
     let all = done.len() == held.len();
     report.takeover = Takeover {
         member: name,

@@ -108,6 +108,7 @@ impl ScaleOptions {
 /// `step_timeout`.
 pub async fn run(options: ScaleOptions) -> anyhow::Result<ScaleReport> {
     jepsen::run::preflight()?;
+    raise_open_file_limit(options.members);
     let dir = crate::run_dir(&options.out, "scale")?;
     let run_id = format!(
         "{:06x}",
@@ -204,4 +205,30 @@ async fn scale(
     drop(members);
     drop(cluster);
     result.map(|()| report)
+}
+
+/// Raises this process's soft limit of open files to its hard limit (the
+/// gateways it starts inherit it): every scripted member holds a
+/// connection here and on a gateway, and a shell's default of 1,024 does
+/// not hold 2,000 members. Warns when even the hard limit is short.
+fn raise_open_file_limit(members: usize) {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit write and read the struct given.
+    let raised = unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0
+        }
+    };
+    let needed = (members as u64).saturating_mul(2).saturating_add(1024);
+    if !raised || limit.rlim_cur < needed {
+        tracing::warn!(
+            limit = limit.rlim_cur,
+            needed,
+            "the open-file limit may be short for this many members (ulimit -n)"
+        );
+    }
 }

@@ -11,7 +11,9 @@
 //! snapshots whenever the member's assignments change; the supervisor sends
 //! `HostStatus` (liveness, batched into one heartbeat command per tick),
 //! `TermAck` and `SandboxReport` (proposed with the incarnation the join
-//! assigned, so apply fences stale ones) and `ExecResult` (the answer to an
+//! assigned, so apply fences stale ones, in the order sent, by a writer of
+//! their own so `HostStatus` is never held behind them:
+//! [`crate::hub::proposals`]) and `ExecResult` (the answer to an
 //! `ExecCall` the gateway sent on the stream, [`crate::hub::exec`]). A
 //! stopping supervisor sets `HostStatus.stopping` (the gateway starts a
 //! drain of exactly that member) and then sends `HostLeave` (the gateway
@@ -41,6 +43,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::convert::from_proto::{self, StreamInput};
 use crate::convert::to_proto;
+use crate::hub::proposals::StreamProposals;
 use crate::hub::streams::StopPhase;
 use crate::hub::Hub;
 
@@ -301,6 +304,7 @@ async fn serve_stream(
 ) {
     let mut leaving = hub.stop_phase();
     let mut leaving_until = None;
+    let proposals = StreamProposals::start(hub.clone(), member.clone(), stream_id);
     loop {
         let message = match next_message(&mut inbound, &mut leaving, &mut leaving_until).await {
             Some(Ok(m)) => m,
@@ -329,6 +333,8 @@ async fn serve_stream(
                 continue;
             }
             StreamInput::Leave => {
+                // Its last acknowledgements and reports first.
+                proposals.settle().await;
                 hub.leave(&member, incarnation, stream_id).await;
                 continue;
             }
@@ -346,23 +352,7 @@ async fn serve_stream(
                 continue;
             }
         };
-        if hub.already_applied(&command) {
-            // A resent ack of a term this node already applied as
-            // acknowledged: nothing to write.
-            continue;
-        }
-        match hub.propose(&command).await {
-            Ok(pool::Outcome::Rejected(reason)) => {
-                tracing::info!(%member, command = command.name(), %reason, "supervisor command rejected")
-            }
-            Ok(pool::Outcome::Applied(_)) => {}
-            Err(status) => {
-                tracing::warn!(%member, %status, "supervisor command not applied");
-                // Its view goes out again in full with the next applied
-                // batch: the supervisor resends the acks it still owes.
-                hub.forget_shown(&member, stream_id);
-            }
-        }
+        proposals.push(command).await;
     }
     hub.detach(&member, stream_id);
     tracing::info!(%member, stream_id, "supervisor detached");

@@ -35,6 +35,7 @@ pub mod exec;
 pub mod heartbeats;
 pub mod leader;
 pub mod leave;
+pub mod proposals;
 pub mod snapshots;
 pub mod streams;
 

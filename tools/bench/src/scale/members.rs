@@ -30,6 +30,10 @@ use tokio::sync::mpsc;
 
 use jepsen::security::MemberSecurity;
 
+/// Added to a member's process id when it starts again as a new process
+/// (above any member index, so two members never share one).
+const NEW_PROCESS: u64 = 1_000_000;
+
 /// The member id of member `i` (0-based).
 pub fn member_id(i: usize) -> String {
     format!("sc{i:03}")
@@ -234,7 +238,10 @@ impl Member {
     async fn run(self) {
         let gateways = &self.plan.gateways;
         let mut next = self.index;
-        let process_id = self.index as u64 + 1;
+        // A retired incarnation's process never joins again: the member
+        // starts as a new process (as a supervisor restarted after its
+        // expiry would).
+        let mut process_id = self.index as u64 + 1;
         let mut known = 0u64;
         let mut joined = false;
         loop {
@@ -252,11 +259,13 @@ impl Member {
                     if self.session(attached).await {
                         // Retired or superseded: a new process would start.
                         known = 0;
+                        process_id += NEW_PROCESS;
                     }
                 }
                 Err(status) => {
                     if proto::attach::refusal_of(&status).is_some() {
                         known = 0;
+                        process_id += NEW_PROCESS;
                     }
                 }
             }

@@ -248,7 +248,10 @@ impl SupervisorHost for SupervisorHostService {
         );
         tx.try_send(Ok(accepted))
             .map_err(|_| Status::internal("stream closed"))?;
-        let stream_id = self.hub.attach(&hello.member_id, incarnation, tx)?;
+        let reattached = hello.known_incarnation != 0 && hello.known_incarnation == incarnation;
+        let stream_id = self
+            .hub
+            .attach(&hello.member_id, incarnation, reattached, tx)?;
         tracing::info!(member = %hello.member_id, incarnation, process_id = hello.process_id, stream_id, "supervisor attached");
         tokio::spawn(serve_stream(
             self.hub.clone(),

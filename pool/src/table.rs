@@ -14,7 +14,7 @@
 //! | owned | live (charged) sandboxes by owner `(member, incarnation)` | takeovers, orphan failures and deletes of dead owners; drains |
 //! | recovering | sandboxes with a recovery in progress | recovery deadlines; moves in flight |
 //! | ended | `(ended tick, id)` of deleted and failed records | retention |
-//! | naming | how many records name each member as owner | retention of departed members |
+//! | by owner | every record (live or ended) by owner `(member, incarnation)` | a newly attached stream's full view; retention of departed members |
 //!
 //! [`SandboxTable::check_index`] rebuilds every index from the records and
 //! compares (the invariant check runs it on every decoded snapshot, and the
@@ -31,7 +31,7 @@ struct Filing {
     owned: Option<(String, u64)>,
     recovering: bool,
     ended: Option<u64>,
-    naming: String,
+    owner: (String, u64),
 }
 
 impl Filing {
@@ -47,7 +47,7 @@ impl Filing {
             } else {
                 None
             },
-            naming: s.owner.member.clone(),
+            owner: (s.owner.member.clone(), s.owner.incarnation),
         }
     }
 }
@@ -58,7 +58,7 @@ struct SandboxIndex {
     owned: BTreeMap<(String, u64), BTreeSet<String>>,
     recovering: BTreeSet<String>,
     ended: BTreeSet<(u64, String)>,
-    naming: BTreeMap<String, u64>,
+    by_owner: BTreeMap<(String, u64), BTreeSet<String>>,
 }
 
 impl SandboxIndex {
@@ -75,8 +75,10 @@ impl SandboxIndex {
         if let Some(t) = f.ended {
             self.ended.insert((t, id.to_string()));
         }
-        let n = self.naming.entry(f.naming.clone()).or_default();
-        *n = n.saturating_add(1);
+        self.by_owner
+            .entry(f.owner.clone())
+            .or_default()
+            .insert(id.to_string());
     }
 
     fn unfile(&mut self, id: &str, f: &Filing) {
@@ -94,10 +96,10 @@ impl SandboxIndex {
         if let Some(t) = f.ended {
             self.ended.remove(&(t, id.to_string()));
         }
-        if let Some(n) = self.naming.get_mut(&f.naming) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                self.naming.remove(&f.naming);
+        if let Some(ids) = self.by_owner.get_mut(&f.owner) {
+            ids.remove(id);
+            if ids.is_empty() {
+                self.by_owner.remove(&f.owner);
             }
         }
     }
@@ -164,11 +166,13 @@ impl SandboxTable {
     /// Inserts (or replaces) the record of `id`.
     pub(crate) fn insert(&mut self, id: String, s: Sandbox) -> Option<Sandbox> {
         let filing = Filing::of(&s);
-        self.index.file(&id, &filing);
         let old = self.by_id.insert(id.clone(), s);
+        // The old record's entries go first: the new one may share them
+        // (the next generation under the same owner).
         if let Some(old) = &old {
             self.index.unfile(&id, &Filing::of(old));
         }
+        self.index.file(&id, &filing);
         old
     }
 
@@ -243,7 +247,21 @@ impl SandboxTable {
 
     /// Whether any record (live or ended) names `member` as its owner.
     pub fn names_member(&self, member: &str) -> bool {
-        self.index.naming.contains_key(member)
+        let from = (member.to_string(), 0);
+        let to = (member.to_string(), u64::MAX);
+        self.index.by_owner.range(from..=to).next().is_some()
+    }
+
+    /// Every record (live or ended) whose owner is `member`'s
+    /// `incarnation`, in id order: what that incarnation's stream may be
+    /// shown (`crate::visibility`).
+    pub fn records_of(&self, member: &str, incarnation: u64) -> impl Iterator<Item = &Sandbox> {
+        self.index
+            .by_owner
+            .get(&(member.to_string(), incarnation))
+            .into_iter()
+            .flatten()
+            .filter_map(|id| self.by_id.get(id))
     }
 
     /// Rebuilds the indexes from the records and compares them with the
@@ -266,8 +284,8 @@ impl SandboxTable {
         if rebuilt.ended != kept.ended {
             return Err("the index of ended sandboxes differs from the records".into());
         }
-        if rebuilt.naming != kept.naming {
-            return Err("the count of records naming each member differs from the records".into());
+        if rebuilt.by_owner != kept.by_owner {
+            return Err("the index of records by owner differs from the records".into());
         }
         Ok(())
     }
@@ -302,14 +320,13 @@ impl From<BTreeMap<String, LaunchOutcome>> for LaunchTable {
 impl LaunchTable {
     /// Inserts (or replaces) the outcome of `id`.
     pub(crate) fn insert(&mut self, id: String, l: LaunchOutcome) -> Option<LaunchOutcome> {
-        if let Some(t) = l.ended_tick() {
-            self.ended.insert((t, id.clone()));
-        }
+        let ended = l.ended_tick();
         let old = self.by_id.insert(id.clone(), l);
         if let Some(t) = old.as_ref().and_then(LaunchOutcome::ended_tick) {
-            if self.by_id.get(&id).and_then(LaunchOutcome::ended_tick) != Some(t) {
-                self.ended.remove(&(t, id));
-            }
+            self.ended.remove(&(t, id.clone()));
+        }
+        if let Some(t) = ended {
+            self.ended.insert((t, id));
         }
         old
     }
@@ -359,5 +376,71 @@ impl LaunchTable {
             return Err("the index of finished launch outcomes differs from the records".into());
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::Owner;
+
+    fn sandbox(id: &str, generation: u64, phase: Phase, ended_tick: Option<u64>) -> Sandbox {
+        Sandbox {
+            id: id.to_string(),
+            generation,
+            phase,
+            owner: Owner {
+                member: "m".to_string(),
+                incarnation: 1,
+                term: 1,
+                credential_epoch: 1,
+                acknowledged: false,
+            },
+            recovery: None,
+            last_report: None,
+            launch_id: format!("launch-{id}-{generation}"),
+            material_ref: String::new(),
+            failure: None,
+            runtime: None,
+            ended_tick,
+        }
+    }
+
+    /// The next generation of a sandbox under the same owner replaces the
+    /// record: its index entries are the new record's, none lost (the old
+    /// record's entries are removed before the new ones are filed).
+    #[test]
+    fn a_next_generation_under_the_same_owner_stays_filed() {
+        let mut table = SandboxTable::default();
+        table.insert("s".into(), sandbox("s", 1, Phase::Deleted, Some(5)));
+        assert_eq!(table.ended_by(10).len(), 1);
+        table.insert("s".into(), sandbox("s", 2, Phase::Admitting, None));
+        assert_eq!(table.check_index(), Ok(()));
+        assert_eq!(table.records_of("m", 1).count(), 1);
+        assert_eq!(table.owned_by("m", 1).count(), 1);
+        assert!(table.ended_by(10).is_empty());
+        assert!(table.names_member("m"));
+        table.remove("s");
+        assert_eq!(table.check_index(), Ok(()));
+        assert!(!table.names_member("m"));
+        assert_eq!(table.owners().count(), 0);
+    }
+
+    /// A change through the guard refiles the record when the guard drops.
+    #[test]
+    fn a_change_through_the_guard_is_refiled() {
+        let mut table = SandboxTable::default();
+        table.insert("s".into(), sandbox("s", 1, Phase::Assigned, None));
+        if let Some(mut s) = table.get_mut("s") {
+            s.owner.member = "n".to_string();
+            s.phase = Phase::Failed;
+            s.ended_tick = Some(7);
+        }
+        assert_eq!(table.check_index(), Ok(()));
+        assert_eq!(table.owned_by("m", 1).count(), 0);
+        assert_eq!(table.owned_by("n", 1).count(), 0, "failed: not live");
+        assert_eq!(table.records_of("n", 1).count(), 1);
+        assert_eq!(table.ended_by(6).len(), 0);
+        assert_eq!(table.ended_by(7).len(), 1);
     }
 }

@@ -287,8 +287,9 @@ fn draining(state: &PoolState, member: &str) -> bool {
         .unwrap_or(false)
 }
 
-/// The view of every `(member, incarnation)` in `who`, in one pass over the
-/// sandboxes.
+/// The view of every `(member, incarnation)` in `who`, from the records
+/// each owns (`crate::table`'s index by owner: a newly attached stream
+/// costs what it owns, never a pass over the pool).
 pub fn full_views<'a>(
     state: &'a PoolState,
     who: &BTreeSet<(&'a str, u64)>,
@@ -312,12 +313,9 @@ fn full_views_counted<'a>(
             ((member, incarnation), view)
         })
         .collect();
-    if views.is_empty() {
-        return views;
-    }
-    *examined += state.sandboxes().len() as u64;
-    for s in state.sandboxes().values() {
-        if let Some(view) = views.get_mut(&(s.owner.member.as_str(), s.owner.incarnation)) {
+    for (&(member, incarnation), view) in views.iter_mut() {
+        for s in state.sandbox_table().records_of(member, incarnation) {
+            *examined += 1;
             view.insert(s);
         }
     }
@@ -1229,11 +1227,20 @@ mod tests {
         for i in 0..10_000 {
             pool.launch(&format!("s{i:05}"));
         }
+        assert_eq!(pool.state.sandbox_table().check_index(), Ok(()));
+        let owned_by_viewers: u64 = members
+            .iter()
+            .map(|m| pool.state.sandbox_table().records_of(m, 1).count() as u64)
+            .sum();
         let who: Vec<(String, u64)> = members.iter().map(|m| (m.clone(), 1)).collect();
         let viewers: Vec<Viewer<'_>> = who.iter().map(|(m, i)| viewer(m, *i, None)).collect();
         let (first, examined) =
             plan_pushes_counted(&pool.state, pool.index, &viewers, &Changes::Unknown);
-        assert_eq!(examined, 10_000, "one full scan serves every new viewer");
+        assert!(owned_by_viewers > 9_000, "{owned_by_viewers}");
+        assert_eq!(
+            examined, owned_by_viewers,
+            "the new viewers read what they own, once"
+        );
         let shown: Vec<Shown> = members.iter().map(|m| shown(&first, m)).collect();
         pool.launch("s-new");
         let viewers: Vec<Viewer<'_>> = members
@@ -1254,7 +1261,24 @@ mod tests {
             examined_by_sandbox >= 100,
             "by sandbox: {examined_by_sandbox}"
         );
-        assert_eq!(examined_full, 10_001);
+        assert_eq!(
+            examined_full,
+            owned_by_viewers + 1,
+            "a plan without a journal reads what every viewer owns"
+        );
+        let one = [viewer(&members[0], 1, None)];
+        let (_, examined_one) =
+            plan_pushes_counted(&pool.state, pool.index, &one, &Changes::Unknown);
+        let owned = pool
+            .state
+            .sandbox_table()
+            .records_of(&members[0], 1)
+            .count() as u64;
+        assert!(owned > 0 && owned < 1_000, "{owned}");
+        assert_eq!(
+            examined_one, owned,
+            "one newly attached viewer reads only the records it owns"
+        );
     }
 
     /// The same with several commands per log entry, as the leader's write

@@ -265,11 +265,18 @@ impl Hub {
                 "has not applied its own heartbeats (it no longer follows the log)"
             }
         };
-        let moved = self.send_supervisors_away(&format!(
-            "gateway {} {what} for {} ms; attach to another gateway",
-            self.node.id(),
-            deadline.as_millis()
-        ));
+        let ttl = self
+            .settings
+            .tick_interval
+            .saturating_mul(u32::try_from(self.settings.heartbeat_ttl_ticks).unwrap_or(u32::MAX));
+        let moved = self.send_settled_supervisors_away(
+            &format!(
+                "gateway {} {what} for {} ms; attach to another gateway",
+                self.node.id(),
+                deadline.as_millis()
+            ),
+            ttl,
+        );
         self.metrics
             .pool
             .supervisors_sent_away

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use pool::visibility::{IncarnationView, Viewer};
 use proto::attach::refusal_status;
@@ -34,6 +34,11 @@ pub(super) struct Attached {
     /// When its last `HostStatus` arrived (this gateway's monotonic clock;
     /// never leaves it).
     pub(super) last_status: Instant,
+    /// When it attached (this gateway's monotonic clock).
+    pub(super) attached_at: Instant,
+    /// It attached with the incarnation it already had: it came from
+    /// another gateway (sent away, or its stream broke).
+    pub(super) reattached: bool,
     /// Where its messages go.
     pub(super) tx: StreamTx,
     /// Last view sent (without grants and log index), to send only changes.
@@ -136,12 +141,19 @@ pub(super) fn stream_of<'a>(
 }
 
 impl Hub {
-    /// Registers a stream of `member`; a stream already attached for the
-    /// member (an older one) is closed with ABORTED. Returns the stream id.
+    /// Registers a stream of `member` (`reattached`: with the incarnation
+    /// it already had); a stream already attached for the member (an older
+    /// one) is closed with ABORTED. Returns the stream id.
     ///
     /// # Errors
     /// [`Hub::leaving_status`] once the gateway is stopping.
-    pub fn attach(&self, member: &str, incarnation: u64, tx: StreamTx) -> Result<u64, Status> {
+    pub fn attach(
+        &self,
+        member: &str,
+        incarnation: u64,
+        reattached: bool,
+        tx: StreamTx,
+    ) -> Result<u64, Status> {
         let stream_id = self.streams.next_stream_id.fetch_add(1, Ordering::Relaxed);
         let old = {
             let mut streams = self.streams.lock();
@@ -154,6 +166,8 @@ impl Hub {
                     stream_id,
                     incarnation,
                     last_status: Instant::now(),
+                    attached_at: Instant::now(),
+                    reattached,
                     tx,
                     shown: None,
                     shown_at: 0,
@@ -246,6 +260,31 @@ impl Hub {
         tell_to_move(moved, reason)
     }
 
+    /// Tells the supervisors attached here to attach elsewhere (their
+    /// heartbeats are not being written here), except those that came from
+    /// another gateway less than `settled` ago; returns how many were told.
+    /// A re-attached stream came because its previous gateway could not
+    /// serve it: sending it on again at once turns one slow or electing
+    /// group into every supervisor circling every gateway, each move a TLS
+    /// handshake, a join and a full view on the next (the scale run's
+    /// election storm at 2,000 supervisors, docs/benchmarks.md "Scale").
+    /// If this gateway is really cut off, a later check moves them.
+    pub fn send_settled_supervisors_away(&self, reason: &str, settled: Duration) -> usize {
+        let moved: Vec<(String, Attached)> = {
+            let mut streams = self.streams.lock();
+            let leaving: Vec<String> = streams
+                .iter()
+                .filter(|(_, a)| !a.reattached || a.attached_at.elapsed() >= settled)
+                .map(|(member, _)| member.clone())
+                .collect();
+            leaving
+                .into_iter()
+                .filter_map(|member| streams.remove(&member).map(|a| (member, a)))
+                .collect()
+        };
+        tell_to_move(moved, reason)
+    }
+
     /// Unregisters a stream (if it is still the member's current one).
     pub fn detach(&self, member: &str, stream_id: u64) {
         let mut streams = self.streams.lock();
@@ -330,6 +369,8 @@ mod tests {
             stream_id: 1,
             incarnation,
             last_status: Instant::now(),
+            attached_at: Instant::now(),
+            reattached: false,
             tx,
             shown: None,
             shown_at: 0,

@@ -219,6 +219,7 @@ impl EtcdCluster {
         let system = Arc::new(EtcdSystem {
             addrs: self.members.iter().map(|m| m.client_addr.clone()).collect(),
             versions: Versions::new(keys),
+            pids: self.members.iter().filter_map(|m| m.pid()).collect(),
         });
         let create = |_: Arc<EtcdSystem>, mut client: KvClient, key| async move {
             let put = client
@@ -251,6 +252,7 @@ pub struct EtcdSystem {
     /// Client addresses, index i is member i+1.
     pub addrs: Vec<String>,
     versions: Versions,
+    pids: Vec<i32>,
 }
 
 impl BenchSystem for EtcdSystem {
@@ -258,6 +260,10 @@ impl BenchSystem for EtcdSystem {
 
     fn name(&self) -> &'static str {
         "etcd"
+    }
+
+    fn server_pids(&self) -> Vec<i32> {
+        self.pids.clone()
     }
 
     async fn connect(&self, client: usize) -> anyhow::Result<KvClient> {

@@ -204,6 +204,7 @@ impl Gateways {
         let system = Arc::new(GatewaySystem {
             addrs: self.nodes.iter().map(|n| n.addr.clone()).collect(),
             versions: Versions::new(keys),
+            pids: self.nodes.iter().filter_map(GatewayProcess::pid).collect(),
         });
         let clients: Vec<ObjectStoreClient<Channel>> =
             channels.into_iter().map(ObjectStoreClient::new).collect();
@@ -236,6 +237,7 @@ pub struct GatewaySystem {
     /// Client addresses, index i is node i+1.
     pub addrs: Vec<String>,
     versions: Versions,
+    pids: Vec<i32>,
 }
 
 impl GatewaySystem {
@@ -290,6 +292,10 @@ impl BenchSystem for GatewaySystem {
 
     fn name(&self) -> &'static str {
         "gateways"
+    }
+
+    fn server_pids(&self) -> Vec<i32> {
+        self.pids.clone()
     }
 
     async fn connect(&self, client: usize) -> anyhow::Result<Self::Client> {

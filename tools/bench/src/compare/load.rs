@@ -58,6 +58,13 @@ pub struct LevelResult {
     pub mean_us: f64,
     /// The measured window, seconds.
     pub window_secs: f64,
+    /// CPU seconds (user + system) the system's server processes used in
+    /// the window (0: in-process, not measured apart from the clients).
+    #[serde(default)]
+    pub server_cpu_s: f64,
+    /// `server_cpu_s` per 1,000 successful writes (0: not measured).
+    #[serde(default)]
+    pub cpu_s_per_1000: f64,
     /// Completion times of every successful write since the level's start
     /// (warm-up included), when asked for ([`LoadOptions::record_completions`]).
     #[serde(skip)]
@@ -170,6 +177,17 @@ pub async fn run_level<S: BenchSystem>(
             tally
         }));
     }
+    // The servers' CPU over exactly the window.
+    let cpu = {
+        let system = system.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep_until(measure_from.into()).await;
+            let before = servers_cpu_s(&system.server_pids());
+            tokio::time::sleep_until(end.into()).await;
+            let after = servers_cpu_s(&system.server_pids());
+            (after - before).max(0.0)
+        })
+    };
     let mut all = Vec::new();
     let mut result = LevelResult {
         clients: n,
@@ -189,6 +207,10 @@ pub async fn run_level<S: BenchSystem>(
     all.sort_unstable();
     result.completions.sort_unstable();
     result.ops = all.len() as u64;
+    result.server_cpu_s = cpu.await.unwrap_or(0.0);
+    if result.ops > 0 && result.server_cpu_s > 0.0 {
+        result.cpu_s_per_1000 = result.server_cpu_s * 1000.0 / result.ops as f64;
+    }
     result.per_sec = all.len() as f64 / options.window.as_secs_f64().max(1e-9);
     result.p50_us = percentile_us(&all, 0.50);
     result.p99_us = percentile_us(&all, 0.99);
@@ -199,4 +221,11 @@ pub async fn run_level<S: BenchSystem>(
         all.iter().map(|&v| v as f64).sum::<f64>() / all.len() as f64 / 1e3
     };
     Ok(result)
+}
+
+/// CPU seconds the processes `pids` used so far, summed.
+fn servers_cpu_s(pids: &[i32]) -> f64 {
+    pids.iter()
+        .map(|p| crate::scale::measure::cpu_seconds(*p))
+        .sum()
 }

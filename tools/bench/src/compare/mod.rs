@@ -80,6 +80,12 @@ pub trait BenchSystem: Send + Sync + 'static {
     /// `file`, `inproc`).
     fn name(&self) -> &'static str;
 
+    /// The server processes whose CPU a level counts (none: the system
+    /// runs inside the bench's process).
+    fn server_pids(&self) -> Vec<i32> {
+        Vec::new()
+    }
+
     /// Opens client `client`'s connection.
     fn connect(&self, client: usize) -> impl Future<Output = anyhow::Result<Self::Client>> + Send;
 

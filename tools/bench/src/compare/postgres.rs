@@ -207,6 +207,7 @@ impl Postgres {
         Ok(PgSystem {
             port: self.port,
             versions,
+            postmaster: self.child.pid(),
         })
     }
 
@@ -242,6 +243,9 @@ pub struct PgClient {
 pub struct PgSystem {
     port: u16,
     versions: Versions,
+    /// The postmaster; its children (one backend per client, the writer,
+    /// the WAL writer, ...) are found when counted.
+    postmaster: Option<i32>,
 }
 
 fn failed(what: &str, e: &tokio_postgres::Error) -> WriteError {
@@ -301,6 +305,15 @@ impl BenchSystem for PgSystem {
         "postgres"
     }
 
+    fn server_pids(&self) -> Vec<i32> {
+        let Some(postmaster) = self.postmaster else {
+            return Vec::new();
+        };
+        let mut pids = vec![postmaster];
+        pids.extend(children_of(postmaster));
+        pids
+    }
+
     async fn connect(&self, client: usize) -> anyhow::Result<PgClient> {
         let c = Postgres::connect(self.port).await?;
         let lock_lease = c
@@ -333,4 +346,26 @@ impl BenchSystem for PgSystem {
             }
         }
     }
+}
+
+/// The processes whose parent is `parent` (from `/proc/<pid>/stat`).
+fn children_of(parent: i32) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    // The fields after the parenthesised command name:
+                    // state, then the parent's pid.
+                    let (_, rest) = stat.rsplit_once(')')?;
+                    rest.split_whitespace().nth(1)?.parse::<i32>().ok()
+                })
+                == Some(parent)
+        })
+        .collect()
 }

@@ -56,6 +56,8 @@ pub enum Figure {
     P50,
     /// 99th percentile latency.
     P99,
+    /// The servers' CPU seconds per 1,000 committed writes.
+    CpuPerWrite,
 }
 
 /// One target of the issue: `system / reference` of `figure` at `clients`.
@@ -103,6 +105,15 @@ pub const TARGETS: [Target; 11] = [
         "etcd",
         64,
         Figure::P99,
+        Bound::AtMost,
+        1.0,
+    ),
+    t(
+        "gw_etcd_cpu_64",
+        "gateways",
+        "etcd",
+        64,
+        Figure::CpuPerWrite,
         Bound::AtMost,
         1.0,
     ),
@@ -207,6 +218,7 @@ impl Target {
             Figure::Throughput => "throughput",
             Figure::P50 => "p50",
             Figure::P99 => "p99",
+            Figure::CpuPerWrite => "server CPU per write",
         };
         let op = match self.bound {
             Bound::AtLeast => ">=",
@@ -236,6 +248,7 @@ impl Target {
             Figure::Throughput => l.per_sec,
             Figure::P50 => l.p50_us,
             Figure::P99 => l.p99_us,
+            Figure::CpuPerWrite => l.cpu_s_per_1000,
         };
         let (x, y) = (pick(&a), pick(&b));
         (y > 0.0 && a.ops > 0).then(|| x / y)
@@ -327,6 +340,9 @@ pub struct MedianLevel {
     /// Median p999, microseconds.
     pub p999_us: f64,
     /// CAS conflicts over every run.
+    /// Server CPU seconds per 1,000 writes (0: not measured).
+    #[serde(default)]
+    pub cpu_s_per_1000: f64,
     pub conflicts: u64,
     /// Other errors over every run.
     pub errors: u64,
@@ -398,6 +414,7 @@ impl Summary {
                 p50_us: m(|l| l.p50_us),
                 p99_us: m(|l| l.p99_us),
                 p999_us: m(|l| l.p999_us),
+                cpu_s_per_1000: m(|l| l.cpu_s_per_1000),
                 conflicts: all.iter().map(|l| l.conflicts).sum(),
                 errors: all.iter().map(|l| l.errors).sum(),
             });
@@ -484,6 +501,15 @@ pub fn write_summary(out: &Path, summary: &Summary, runs: &[Run]) -> anyhow::Res
         .with_context(|| format!("writing {}", out.join("summary.md").display()))
 }
 
+/// Server CPU seconds per 1,000 writes ("-": in-process, not measured).
+fn fmt_cpu(v: f64) -> String {
+    if v > 0.0 {
+        format!("{v:.3}")
+    } else {
+        "-".into()
+    }
+}
+
 fn fmt_ratio(r: Option<f64>) -> String {
     r.map_or_else(|| "-".into(), |r| format!("{r:.2}"))
 }
@@ -497,19 +523,20 @@ pub fn run_table(run: &Run) -> String {
         run.run, run.started_utc, run.load, run.commit
     );
     s.push_str(
-        "| system | clients | writes/s | p50 ms | p99 ms | p999 ms | conflicts | errors |\n",
+        "| system | clients | writes/s | p50 ms | p99 ms | p999 ms | server CPU s / 1,000 writes | conflicts | errors |\n",
     );
-    s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (name, levels) in &run.systems {
         for l in levels {
             let _ = writeln!(
                 s,
-                "| {name} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {} | {} |",
+                "| {name} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {} | {} | {} |",
                 l.clients,
                 l.per_sec,
                 l.p50_us / 1e3,
                 l.p99_us / 1e3,
                 l.p999_us / 1e3,
+                fmt_cpu(l.cpu_s_per_1000),
                 l.conflicts,
                 l.errors
             );
@@ -540,19 +567,20 @@ pub fn summary_markdown(summary: &Summary, runs: &[Run]) -> String {
         summary.loads.join(" / ")
     );
     s.push_str(
-        "| system | clients | writes/s | p50 ms | p99 ms | p999 ms | conflicts | errors |\n",
+        "| system | clients | writes/s | p50 ms | p99 ms | p999 ms | server CPU s / 1,000 writes | conflicts | errors |\n",
     );
-    s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    s.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for l in &summary.levels {
         let _ = writeln!(
             s,
-            "| {} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {} | {} |",
+            "| {} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {} | {} | {} |",
             l.system,
             l.clients,
             l.per_sec,
             l.p50_us / 1e3,
             l.p99_us / 1e3,
             l.p999_us / 1e3,
+            fmt_cpu(l.cpu_s_per_1000),
             l.conflicts,
             l.errors
         );

@@ -80,7 +80,7 @@ pub struct Target {
 }
 
 /// The targets (its "Targets" section) that this bench measures.
-pub const TARGETS: [Target; 11] = [
+pub const TARGETS: [Target; 12] = [
     t(
         "gw_pg_tput_64",
         "gateways",

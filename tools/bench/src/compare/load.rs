@@ -177,17 +177,7 @@ pub async fn run_level<S: BenchSystem>(
             tally
         }));
     }
-    // The servers' CPU over exactly the window.
-    let cpu = {
-        let system = system.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep_until(measure_from.into()).await;
-            let before = servers_cpu_s(&system.server_pids());
-            tokio::time::sleep_until(end.into()).await;
-            let after = servers_cpu_s(&system.server_pids());
-            (after - before).max(0.0)
-        })
-    };
+    let cpu = servers_cpu_over(system.clone(), measure_from, end);
     let mut all = Vec::new();
     let mut result = LevelResult {
         clients: n,
@@ -221,6 +211,22 @@ pub async fn run_level<S: BenchSystem>(
         all.iter().map(|&v| v as f64).sum::<f64>() / all.len() as f64 / 1e3
     };
     Ok(result)
+}
+
+/// The CPU seconds `system`'s server processes use from `from` to `to`
+/// (sampled at both instants by a task of its own).
+fn servers_cpu_over<S: BenchSystem>(
+    system: Arc<S>,
+    from: Instant,
+    to: Instant,
+) -> tokio::task::JoinHandle<f64> {
+    tokio::spawn(async move {
+        tokio::time::sleep_until(from.into()).await;
+        let before = servers_cpu_s(&system.server_pids());
+        tokio::time::sleep_until(to.into()).await;
+        let after = servers_cpu_s(&system.server_pids());
+        (after - before).max(0.0)
+    })
 }
 
 /// CPU seconds the processes `pids` used so far, summed.

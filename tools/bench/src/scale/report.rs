@@ -270,6 +270,14 @@ impl ScaleReport {
                 p.passes, p.examined_per_pass, p.full_scan_per_pass
             );
         }
+        t += &self.cost_rows();
+        t
+    }
+
+    /// The rows of the push and coordinator costs, CPU, creation and
+    /// snapshots.
+    fn cost_rows(&self) -> String {
+        let mut t = String::new();
         for (name, p) in [
             ("bulk creation", &self.push_bulk),
             ("quiet window", &self.push_quiet),

@@ -80,6 +80,7 @@ pub mod invariant_tracker;
 pub mod invariants;
 pub mod member_state;
 pub mod outcome;
+pub mod records;
 pub mod snapshot;
 pub mod state;
 pub mod table;

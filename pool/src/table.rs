@@ -23,7 +23,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::{Deref, DerefMut};
 
-use crate::state::{LaunchOutcome, Phase, Sandbox};
+use crate::records::{LaunchOutcome, Phase, Sandbox};
 
 /// Where one sandbox record is filed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -382,7 +382,7 @@ impl LaunchTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::Owner;
+    use crate::records::Owner;
 
     fn sandbox(id: &str, generation: u64, phase: Phase, ended_tick: Option<u64>) -> Sandbox {
         Sandbox {

@@ -237,12 +237,7 @@ impl SandboxTable {
     /// Deleted and failed records that ended at or before `tick`, in id
     /// order.
     pub fn ended_by(&self, tick: u64) -> BTreeSet<&str> {
-        self.index
-            .ended
-            .range(..=(tick, String::from("\u{10FFFF}")))
-            .filter(|(t, _)| *t <= tick)
-            .map(|(_, id)| id.as_str())
-            .collect()
+        ended_by(&self.index.ended, tick)
     }
 
     /// Whether any record (live or ended) names `member` as its owner.
@@ -358,11 +353,7 @@ impl LaunchTable {
 
     /// Finished outcomes that ended at or before `tick`, in id order.
     pub fn ended_by(&self, tick: u64) -> BTreeSet<&str> {
-        self.ended
-            .range(..=(tick, String::from("\u{10FFFF}")))
-            .filter(|(t, _)| *t <= tick)
-            .map(|(_, id)| id.as_str())
-            .collect()
+        ended_by(&self.ended, tick)
     }
 
     /// Rebuilds the index from the records and compares.
@@ -377,6 +368,16 @@ impl LaunchTable {
         }
         Ok(())
     }
+}
+
+/// The ids filed in `ended` (by end tick, then id) that ended at or before
+/// `tick`, in id order: reads the due entries only (they come first).
+fn ended_by(ended: &BTreeSet<(u64, String)>, tick: u64) -> BTreeSet<&str> {
+    ended
+        .iter()
+        .take_while(|(t, _)| *t <= tick)
+        .map(|(_, id)| id.as_str())
+        .collect()
 }
 
 #[cfg(test)]

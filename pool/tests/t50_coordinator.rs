@@ -353,6 +353,17 @@ impl Big {
     }
 }
 
+/// The acknowledgement of `s`'s current term by its owner.
+fn acknowledge(s: Sandbox) -> Command {
+    Command::Acknowledge(Acknowledge {
+        sandbox: s.id,
+        generation: s.generation,
+        member: s.owner.member,
+        incarnation: s.owner.incarnation,
+        term: s.owner.term,
+    })
+}
+
 /// Issue 30: a coordinator step reads the sandboxes that may call for a
 /// command (the live ones of a dead owner, the recovering ones), not the
 /// pool: nothing in a quiet pool of 4,000, exactly the dead member's 200
@@ -377,14 +388,7 @@ fn a_step_reads_only_the_sandboxes_that_may_call_for_a_command() {
     let ids: Vec<String> = big.st.sandboxes().keys().cloned().collect();
     for id in &ids {
         let s = big.st.sandbox(id).expect("launched").clone();
-        let ack = Command::Acknowledge(Acknowledge {
-            sandbox: s.id,
-            generation: s.generation,
-            member: s.owner.member,
-            incarnation: s.owner.incarnation,
-            term: s.owner.term,
-        });
-        assert!(!big.apply(&ack).is_rejected());
+        assert!(!big.apply(&acknowledge(s)).is_rejected());
     }
     // The new leader's grace, then quiet rounds.
     let (read, names) = big.round(&members);
@@ -431,14 +435,7 @@ fn a_step_reads_only_the_sandboxes_that_may_call_for_a_command() {
     let recovering: Vec<Sandbox> = big.st.sandbox_table().recovering().cloned().collect();
     assert_eq!(recovering.len() as u64, owned);
     for s in recovering {
-        let ack = Command::Acknowledge(Acknowledge {
-            sandbox: s.id,
-            generation: s.generation,
-            member: s.owner.member,
-            incarnation: s.owner.incarnation,
-            term: s.owner.term,
-        });
-        assert!(!big.apply(&ack).is_rejected());
+        assert!(!big.apply(&acknowledge(s)).is_rejected());
     }
     let (read, names) = big.round(&alive);
     assert_eq!((read, names), (0, vec!["Tick"]), "quiet again");

@@ -51,8 +51,13 @@ pub const HEARTBEATS_IN_FLIGHT: usize = 4;
 /// that stopped since looking alive, and one stuck in a forward to a
 /// stalled leader must not hold back the next ticks.
 pub fn heartbeat_deadline(tick_interval: Duration, heartbeat_ttl_ticks: u64) -> Duration {
-    let ttl = tick_interval.saturating_mul(u32::try_from(heartbeat_ttl_ticks).unwrap_or(u32::MAX));
-    (ttl / 2).max(tick_interval)
+    (heartbeat_ttl(tick_interval, heartbeat_ttl_ticks) / 2).max(tick_interval)
+}
+
+/// The heartbeat TTL on this gateway's clock: `heartbeat_ttl_ticks` tick
+/// intervals.
+pub fn heartbeat_ttl(tick_interval: Duration, heartbeat_ttl_ticks: u64) -> Duration {
+    tick_interval.saturating_mul(u32::try_from(heartbeat_ttl_ticks).unwrap_or(u32::MAX))
 }
 
 /// What the heartbeat task knows of its own batches: when one was last
@@ -265,10 +270,10 @@ impl Hub {
                 "has not applied its own heartbeats (it no longer follows the log)"
             }
         };
-        let ttl = self
-            .settings
-            .tick_interval
-            .saturating_mul(u32::try_from(self.settings.heartbeat_ttl_ticks).unwrap_or(u32::MAX));
+        let ttl = heartbeat_ttl(
+            self.settings.tick_interval,
+            self.settings.heartbeat_ttl_ticks,
+        );
         let moved = self.send_settled_supervisors_away(
             &format!(
                 "gateway {} {what} for {} ms; attach to another gateway",

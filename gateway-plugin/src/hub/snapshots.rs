@@ -4,7 +4,8 @@
 //! member incarnation. The cost of a pass is what changed: the journal
 //! (`pool::visibility::ChangeLog`) names the member incarnations whose
 //! sandboxes changed, and only their views are re-read; a newly attached
-//! stream gets its full view (one scan). The sandbox records each pass read
+//! stream gets its full view, read from the records its incarnation owns
+//! (`pool::table`'s index by owner), never a scan of the pool. The sandbox records each pass read
 //! are counted in `openshell_pool_push_sandboxes_examined_total`. What each incarnation may see, when a view is pushed
 //! at all and which streams are closed is decided by the pure
 //! `pool::visibility`; this module reads the state, delivers and records.
@@ -67,8 +68,9 @@ impl Hub {
             // that the journal still reaches: every stream that holds one
             // is brought up to date by re-reading only the sandboxes that
             // changed under its own incarnation since; the others (never
-            // shown anything, or shown before the journal begins) by one
-            // full scan. A lagging stream costs its own scan, not everyone's.
+            // shown anything, or shown before the journal begins) by reading
+            // the records their incarnations own. A lagging stream costs its
+            // own records, not everyone's.
             let known = state.pool_changes.known_after();
             let since = viewers
                 .iter()

@@ -101,6 +101,12 @@ impl ElectionHold {
         }
     }
 
+    /// Whether a hold is running (elections are disabled).
+    pub fn is_held(&self) -> bool {
+        let now = u64::try_from(self.inner.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+        now < self.inner.until_ms.load(Ordering::SeqCst)
+    }
+
     /// Holds elections for `hold`; a longer hold already running wins.
     /// Elections resume when the longest hold ends.
     pub fn hold(&self, hold: Duration) {

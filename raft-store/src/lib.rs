@@ -87,6 +87,7 @@
 pub mod batcher;
 #[cfg(feature = "bench")]
 pub mod bench;
+pub mod campaign;
 pub mod codec;
 pub mod config;
 pub mod db;

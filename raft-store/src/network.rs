@@ -6,7 +6,8 @@
 //! follower-side batching of forwarded writes in [`forward_batch`] (over
 //! [`client`]'s channels),
 //! the inbound `RaftTransport` service in [`server`], which checks every
-//! InstallSnapshot chunk against the bounds of [`incoming_snapshot`]. Neither imports the
+//! InstallSnapshot chunk against the bounds of [`incoming_snapshot`] and
+//! tells [`crate::campaign`] each AppendEntries and Vote answer. Neither imports the
 //! other's types beyond the shared metadata key, and neither imports
 //! [`crate::node`].
 

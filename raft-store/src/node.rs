@@ -34,6 +34,7 @@ use proto::raft::raft_transport_server::RaftTransportServer;
 use tokio::time::Instant;
 
 use crate::batcher::Proposer;
+use crate::campaign::Campaigns;
 use crate::db::DataDir;
 use crate::error::{AdminError, Error, ReadError, Result};
 use crate::leadership::{ElectionHold, LeaderTransfer};
@@ -76,6 +77,8 @@ struct Inner<SM: StateMachine> {
     forwards: ForwardBatcher,
     /// This node's election timer hold (served to a transfer run elsewhere).
     hold: ElectionHold,
+    /// The elections openraft leaves for later (shared with the transport).
+    campaigns: Campaigns,
     /// Membership administration through this node's raft.
     admin: MembershipAdmin,
     /// Leadership transfer away from this node.
@@ -199,6 +202,15 @@ impl<SM: StateMachine> RaftNode<SM> {
         ));
         state_digest::start_periodic(&state_machine, &config);
         let hold = ElectionHold::new(raft.clone());
+        let campaigns = Campaigns::new(
+            raft.clone(),
+            config.node_id,
+            hold.clone(),
+            config.heartbeat_interval,
+            config.election_timeout_min,
+            config.election_timeout_max,
+        );
+        campaigns.start_backstop();
         let admin = MembershipAdmin {
             raft: raft.clone(),
             me: config.node_id,
@@ -228,6 +240,7 @@ impl<SM: StateMachine> RaftNode<SM> {
                 channels,
                 forwards: ForwardBatcher::default(),
                 hold,
+                campaigns,
                 admin,
                 transfer,
             }),
@@ -242,6 +255,7 @@ impl<SM: StateMachine> RaftNode<SM> {
             PeerAuthenticator::new(&config.cluster_id),
             self.inner.proposer.clone(),
             self.inner.hold.clone(),
+            self.inner.campaigns.clone(),
         )
         .with_max_snapshot_bytes(config.max_snapshot_bytes);
         RaftTransportServer::new(service)

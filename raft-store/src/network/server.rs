@@ -14,7 +14,8 @@
 //!
 //! Like openraft's gRPC example, the service holds only what it serves: the
 //! `Raft` handle (raft RPCs, read-index, campaign), the peer authenticator,
-//! the [`Proposer`] (forwarded writes) and the [`ElectionHold`]. It knows
+//! the [`Proposer`] (forwarded writes), the [`ElectionHold`] and the
+//! [`Campaigns`] it tells each AppendEntries and Vote answer. It knows
 //! nothing of [`crate::node`].
 
 use std::marker::PhantomData;
@@ -34,6 +35,7 @@ use serde::Serialize;
 use tonic::{Request, Response, Status};
 
 use crate::batcher::{check_size, Proposed, Proposer};
+use crate::campaign::Campaigns;
 use crate::codec;
 use crate::leadership::ElectionHold;
 use crate::membership;
@@ -104,21 +106,25 @@ pub struct TransportService<SM: StateMachine> {
     me: NodeId,
     /// Bounds InstallSnapshot chunks before raft sees them.
     incoming: IncomingSnapshot<SM>,
+    /// Told every AppendEntries and Vote answer ([`Campaigns`]).
+    campaigns: Campaigns,
     /// Only `SM::validate` is used; no `SM` value is held.
     machine: PhantomData<fn() -> SM>,
 }
 
 impl<SM: StateMachine> TransportService<SM> {
-    /// The service over a node's raft handle, peer authenticator, proposer
-    /// and election hold.
+    /// The service over a node's raft handle, peer authenticator, proposer,
+    /// election hold and campaign rules.
     pub fn new(
         raft: Raft,
         auth: PeerAuthenticator,
         proposer: Proposer,
         hold: ElectionHold,
+        campaigns: Campaigns,
     ) -> Self {
         let me = raft.metrics().borrow().id;
         TransportService {
+            campaigns,
             raft,
             me,
             auth,
@@ -221,13 +227,17 @@ impl<SM: StateMachine> RaftTransport for TransportService<SM> {
     ) -> Result<Response<RaftPayload>, Status> {
         let rpc = self.decode(&request, "append-entries request")?;
         let result = self.raft.append_entries(rpc).await;
+        self.campaigns.appended(&result);
         Ok(self.reply(&result))
     }
 
     #[tracing::instrument(level = "debug", skip_all)]
     async fn vote(&self, request: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
-        let rpc = self.decode(&request, "vote request")?;
-        let result = self.raft.vote(rpc).await;
+        let rpc: openraft::raft::VoteRequest<NodeId> = self.decode(&request, "vote request")?;
+        let result = self.raft.vote(rpc.clone()).await;
+        // A campaign only queues elections on raft's core (it does not wait
+        // for them), so the reply is not held up.
+        self.campaigns.voted(&rpc, &result).await;
         Ok(self.reply(&result))
     }
 

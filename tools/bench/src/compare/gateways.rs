@@ -161,7 +161,11 @@ impl Gateways {
             .initial_voters(self.voters.iter().map(|(id, addr)| (*id, addr.as_str())))
             .write(&node.log_path.with_extension("toml"))?;
         let mut cmd = std::process::Command::new(&self.bin);
-        cmd.args(args).env("RUST_LOG", "warn");
+        // `OPENSHELL_BENCH_GATEWAY_LOG` (a tracing filter) overrides the
+        // gateways' `warn`, to read an election from their logs.
+        let filter =
+            std::env::var("OPENSHELL_BENCH_GATEWAY_LOG").unwrap_or_else(|_| "warn".to_string());
+        cmd.args(args).env("RUST_LOG", filter);
         log_to(&mut cmd, &node.log_path)?;
         node.child
             .spawn(&mut cmd, &self.bin.display().to_string())?;

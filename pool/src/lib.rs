@@ -78,6 +78,7 @@ pub mod hash;
 pub mod ids;
 pub mod invariant_tracker;
 pub mod invariants;
+pub mod journal;
 pub mod member_state;
 pub mod outcome;
 pub mod records;

@@ -30,8 +30,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::command::Command;
-use crate::outcome::{Effect, Outcome};
+pub use crate::journal::{ChangeLog, Changes};
 use crate::state::{MemberState, Phase, PoolState, Runtime, Sandbox};
 
 /// One sandbox as its owner incarnation is shown it (the gateway signs a
@@ -117,45 +116,6 @@ pub struct Viewer<'a> {
     /// Log index of the last snapshot sent on it (0: none): no older
     /// snapshot may follow.
     pub sent_index: u64,
-}
-
-/// What changed in the sandboxes since an applied index.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Changes {
-    /// Not known (no journal yet, or it does not reach back that far):
-    /// every view is computed in full.
-    Unknown,
-    /// Every sandbox touched by the entries applied after `index`.
-    Since {
-        /// The applied index the set starts after.
-        index: u64,
-        /// Sandbox ids (a superset is fine: an untouched sandbox re-read
-        /// gives the same view).
-        sandboxes: BTreeSet<String>,
-    },
-    /// Every sandbox touched by the entries applied after `index`, filed
-    /// under each member incarnation that owned it just before or just
-    /// after a command touched it ([`ChangeLog::since_by_owner`]): a viewer
-    /// not listed here owns and was shown nothing that changed, so a plan
-    /// re-reads only the listed viewers' sandboxes (cost: what changed, not
-    /// all sandboxes times all viewers).
-    ByOwner {
-        /// The applied index the sets start after.
-        index: u64,
-        /// (member, incarnation) -> sandbox ids it owned before or after a
-        /// command touched them.
-        owners: BTreeMap<(String, u64), BTreeSet<String>>,
-    },
-}
-
-impl Changes {
-    /// The applied index the changes start after (None: unknown).
-    fn index(&self) -> Option<u64> {
-        match self {
-            Changes::Unknown => None,
-            Changes::Since { index, .. } | Changes::ByOwner { index, .. } => Some(*index),
-        }
-    }
 }
 
 /// Why an attached incarnation no longer counts.
@@ -454,242 +414,14 @@ pub fn plan_pushes_counted(
     (plan, examined)
 }
 
-/// Which sandboxes an applied command may have changed, as far as views go.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Touch {
-    /// No sandbox (time without garbage collected, heartbeats, member
-    /// records, reports, config).
-    Nothing,
-    /// This one sandbox.
-    Sandbox(String),
-    /// These sandboxes (the records a tick's garbage collection removed:
-    /// a released view shrinks when they go).
-    Sandboxes(Vec<String>),
-    /// Any sandbox (operations start, end and move members in and out of
-    /// service).
-    Unknown,
-    /// This one sandbox, with every (member, incarnation) that owned it
-    /// just before or just after the command ([`ChangeLog::apply`]).
-    Owned {
-        /// Sandbox id.
-        sandbox: String,
-        /// Its owners before and after (one when the owner did not change,
-        /// none when there was no record either side).
-        owners: Vec<(String, u64)>,
-    },
-}
-
-/// The (member, incarnation) that owns `sandbox` now, if it has a record.
-fn owner_of(state: &PoolState, sandbox: &str) -> Option<(String, u64)> {
-    state
-        .sandbox(sandbox)
-        .map(|s| (s.owner.member.clone(), s.owner.incarnation))
-}
-
-/// The sandbox `command` names, for the commands that touch exactly the
-/// sandbox they name.
-fn named_sandbox(command: &Command) -> Option<&str> {
-    match command {
-        Command::Launch(c) => Some(&c.sandbox),
-        Command::Takeover(c) => Some(&c.sandbox),
-        Command::Acknowledge(c) => Some(&c.sandbox),
-        Command::Stop(c) => Some(&c.sandbox),
-        Command::Delete(c) => Some(&c.sandbox),
-        Command::FailRecovery(c) => Some(&c.sandbox),
-        Command::Move(c) => Some(&c.sandbox),
-        Command::RecordRuntime(c) => Some(&c.sandbox),
-        Command::FailLaunch(c) => Some(&c.sandbox),
-        _ => None,
-    }
-}
-
-/// What `command` (with `outcome`) may have changed in the sandboxes'
-/// views. Member-level facts (draining, retirement) are re-read for every
-/// viewer on every plan, so member commands touch nothing here. One arm per
-/// command, no wildcard: a new command must say what it touches.
-fn touched_by(command: &Command, outcome: &Outcome) -> Touch {
-    if outcome.is_rejected() {
-        // A rejected command changes nothing.
-        return Touch::Nothing;
-    }
-    match command {
-        Command::Tick(_) => match outcome {
-            Outcome::Applied(Effect::Ticked { collected, .. })
-                if !collected.sandboxes.is_empty() =>
-            {
-                Touch::Sandboxes(collected.sandboxes.clone())
-            }
-            _ => Touch::Nothing,
-        },
-        Command::Configure(_)
-        | Command::LeaderChanged(_)
-        | Command::Join(_)
-        | Command::Heartbeat(_)
-        | Command::Leave(_)
-        | Command::Expire(_)
-        | Command::Report(_) => Touch::Nothing,
-        Command::Launch(c) => Touch::Sandbox(c.sandbox.clone()),
-        Command::Takeover(c) => Touch::Sandbox(c.sandbox.clone()),
-        Command::Acknowledge(c) => Touch::Sandbox(c.sandbox.clone()),
-        Command::Stop(c) => Touch::Sandbox(c.sandbox.clone()),
-        Command::Delete(c) => Touch::Sandbox(c.sandbox.clone()),
-        Command::FailRecovery(c) => Touch::Sandbox(c.sandbox.clone()),
-        Command::Move(c) => Touch::Sandbox(c.sandbox.clone()),
-        Command::RecordRuntime(c) => Touch::Sandbox(c.sandbox.clone()),
-        Command::FailLaunch(c) => Touch::Sandbox(c.sandbox.clone()),
-        Command::StartDrain(_)
-        | Command::StartRebalance(_)
-        | Command::CompleteOperation(_)
-        | Command::FailOperation(_)
-        | Command::CancelOperation(_) => Touch::Unknown,
-    }
-}
-
-/// How many touching entries the journal keeps; older ones are forgotten
-/// (a viewer last shown before them is computed in full).
-const KEEP: usize = 4096;
-
-/// The journal of applied commands that touched sandboxes, by log index.
-/// Deterministic (the same entries give the same journal) but not part of
-/// the state or its snapshot: after a restore it starts empty and knows
-/// changes only from the first entry it records.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ChangeLog {
-    /// What the touching commands of each log index touched, in apply order
-    /// (one entry can carry several commands; entries that touched nothing
-    /// are not kept).
-    entries: BTreeMap<u64, Vec<Touch>>,
-    /// Every touching entry after this index is in `entries` (None: no
-    /// entry recorded yet).
-    complete_after: Option<u64>,
-}
-
-impl ChangeLog {
-    /// An empty journal that knows nothing yet.
-    pub fn new() -> ChangeLog {
-        ChangeLog::default()
-    }
-
-    /// Records the command applied at `index` with its outcome. Indexes
-    /// never decrease; every command of one log entry (a batch) applies at
-    /// the entry's index, so the touches of one index add up (a later
-    /// command never hides an earlier one's). Entries that are not pool
-    /// commands need no record (they change no sandbox).
-    pub fn record(&mut self, index: u64, command: &Command, outcome: &Outcome) {
-        self.keep(index, touched_by(command, outcome));
-    }
-
-    /// Files `touch` under `index` and forgets the oldest entries beyond
-    /// [`KEEP`].
-    fn keep(&mut self, index: u64, touch: Touch) {
-        if self.complete_after.is_none() {
-            self.complete_after = Some(index.saturating_sub(1));
-        }
-        match touch {
-            Touch::Nothing => {}
-            touch => self.entries.entry(index).or_default().push(touch),
-        }
-        while self.entries.len() > KEEP {
-            if let Some((forgotten, _)) = self.entries.pop_first() {
-                self.complete_after = Some(forgotten);
-            }
-        }
-    }
-
-    /// Applies `command` at `index` to `state` and records it, with the
-    /// owner incarnations its sandbox had just before and just after (so
-    /// [`ChangeLog::since_by_owner`] can name the viewers a change
-    /// concerns). Returns the outcome: exactly `state.apply(index, command)`.
-    pub fn apply(&mut self, state: &mut PoolState, index: u64, command: &Command) -> Outcome {
-        let before = named_sandbox(command).and_then(|id| owner_of(state, id));
-        let outcome = state.apply(index, command);
-        let touch = match touched_by(command, &outcome) {
-            Touch::Sandbox(sandbox) => {
-                let mut owners: Vec<(String, u64)> = before.into_iter().collect();
-                if let Some(after) = owner_of(state, &sandbox) {
-                    if !owners.contains(&after) {
-                        owners.push(after);
-                    }
-                }
-                Touch::Owned { sandbox, owners }
-            }
-            other => other,
-        };
-        self.keep(index, touch);
-        outcome
-    }
-
-    /// The first applied index the journal may not know: changes are known
-    /// only after it (None: nothing recorded yet).
-    pub fn known_after(&self) -> Option<u64> {
-        self.complete_after
-    }
-
-    /// [`ChangeLog::since`] with every touched sandbox filed under the
-    /// owner incarnations it had before and after each command
-    /// ([`Changes::ByOwner`]); the plain [`Changes::Since`] when an entry
-    /// since was recorded without its owners (a garbage-collecting tick,
-    /// or [`ChangeLog::record`]), [`Changes::Unknown`] as `since` says.
-    pub fn since_by_owner(&self, index: u64) -> Changes {
-        match self.complete_after {
-            Some(start) if index >= start => {}
-            _ => return Changes::Unknown,
-        }
-        let mut owners: BTreeMap<(String, u64), BTreeSet<String>> = BTreeMap::new();
-        for touch in self
-            .entries
-            .range(index.saturating_add(1)..)
-            .flat_map(|(_, t)| t)
-        {
-            match touch {
-                Touch::Nothing => {}
-                Touch::Owned { sandbox, owners: o } => {
-                    for key in o {
-                        owners
-                            .entry(key.clone())
-                            .or_default()
-                            .insert(sandbox.clone());
-                    }
-                }
-                Touch::Sandbox(_) | Touch::Sandboxes(_) | Touch::Unknown => {
-                    return self.since(index)
-                }
-            }
-        }
-        Changes::ByOwner { index, owners }
-    }
-
-    /// The sandboxes touched after `index`, or [`Changes::Unknown`] when the
-    /// journal does not reach back to `index` or an entry since touched
-    /// sandboxes it cannot name.
-    pub fn since(&self, index: u64) -> Changes {
-        match self.complete_after {
-            Some(start) if index >= start => {}
-            _ => return Changes::Unknown,
-        }
-        let mut sandboxes = BTreeSet::new();
-        for touch in self
-            .entries
-            .range(index.saturating_add(1)..)
-            .flat_map(|(_, t)| t)
-        {
-            match touch {
-                Touch::Nothing => {}
-                Touch::Sandbox(id) | Touch::Owned { sandbox: id, .. } => {
-                    sandboxes.insert(id.clone());
-                }
-                Touch::Sandboxes(ids) => sandboxes.extend(ids.iter().cloned()),
-                Touch::Unknown => return Changes::Unknown,
-            }
-        }
-        Changes::Since { index, sandboxes }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::command::{Acknowledge, Beat, Delete, Expire, Heartbeat, Join, Launch, Tick};
+    use crate::command::{
+        Acknowledge, Beat, Command, Delete, Expire, Heartbeat, Join, Launch, Tick,
+    };
+    use crate::journal::KEEP;
+    use crate::outcome::Outcome;
 
     /// A pool with members a (incarnation 1) and b (incarnation 1), and the
     /// log index of its last entry, each command recorded in `log`.
@@ -963,6 +695,44 @@ mod tests {
                 sandboxes: BTreeSet::new()
             }
         );
+        // So a gateway may skip the pass.
+        assert!(pool.log.plans_unchanged_since(first.index));
+    }
+
+    #[test]
+    fn a_launch_a_join_or_an_expiry_means_a_pass_after_them() {
+        assert!(
+            !ChangeLog::new().plans_unchanged_since(0),
+            "a journal that recorded nothing knows nothing"
+        );
+        let mut pool = Pool::new();
+        let at = pool.index;
+        assert!(pool.log.plans_unchanged_since(at));
+        pool.launch("s1");
+        assert!(!pool.log.plans_unchanged_since(at));
+        let at = pool.index;
+        pool.join("c", 1);
+        assert!(!pool.log.plans_unchanged_since(at));
+        let at = pool.index;
+        let last = pool.state.member("b").map_or(0, |m| m.last_heartbeat_tick);
+        for _ in 0..20 {
+            let now = pool.state.now_tick();
+            pool.apply(Command::Tick(Tick {
+                raft_term: 0,
+                expected_now_tick: now,
+            }));
+        }
+        assert!(
+            pool.log.plans_unchanged_since(at),
+            "ticks that remove nothing"
+        );
+        pool.apply(Command::Expire(Expire {
+            raft_term: 0,
+            member: "b".into(),
+            incarnation: 1,
+            last_heartbeat_tick: last,
+        }));
+        assert!(!pool.log.plans_unchanged_since(at));
     }
 
     #[test]
@@ -1330,6 +1100,7 @@ mod tests {
             let mut pool = Pool::with_owners(owned);
             pool.join("c", 1);
             let mut shown: BTreeMap<(String, u64), Shown> = BTreeMap::new();
+            let mut last_plan: Option<Plan> = None;
             for step in 0..150 {
                 let command = random_command(&mut rng, &pool.state);
                 pool.apply(command);
@@ -1372,6 +1143,18 @@ mod tests {
                     followed, full,
                     "seed {seed} step {step} changes {changes:?}"
                 );
+                // A pass the journal says it may skip would push nothing
+                // and retire exactly what the last one did.
+                if let Some(last) = &last_plan {
+                    if pool.log.plans_unchanged_since(last.index) {
+                        assert!(
+                            followed.pushes.is_empty() && followed.retired == last.retired,
+                            "seed {seed} step {step}: skippable after {} but {followed:?}",
+                            last.index
+                        );
+                    }
+                }
+                last_plan = Some(followed.clone());
                 for push in followed.pushes {
                     shown.insert(
                         (push.member, push.incarnation),

@@ -58,6 +58,9 @@ pub struct Hub {
     /// Whether this gateway's heartbeat batches are written and applied
     /// here: see [`heartbeats`].
     beats: std::sync::Mutex<heartbeats::BeatsHealth>,
+    /// A pass left a planned view unsent (a full stream channel): the next
+    /// applied batch plans again even if nothing changed.
+    push_again: std::sync::atomic::AtomicBool,
 }
 
 impl Hub {
@@ -75,6 +78,7 @@ impl Hub {
             metrics,
             streams: Streams::default(),
             beats: std::sync::Mutex::new(heartbeats::BeatsHealth::new()),
+            push_again: std::sync::atomic::AtomicBool::new(false),
         })
     }
 

@@ -1,5 +1,5 @@
-//! Assignment snapshot pushing: after every applied batch (and on every
-//! attach) each attached stream whose view changed gets an
+//! Assignment snapshot pushing: after every applied batch that may change a
+//! plan (and on every attach) each attached stream whose view changed gets an
 //! `AssignmentSnapshot`, each assignment carrying a grant signed for that
 //! member incarnation. The cost of a pass is what changed: the journal
 //! (`pool::visibility::ChangeLog`) names the member incarnations whose
@@ -11,6 +11,7 @@
 //! `pool::visibility`; this module reads the state, delivers and records.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use pool::visibility::{self, Changes, IncarnationView, Plan, Push, Retired};
@@ -40,7 +41,7 @@ impl Hub {
     /// Sends each attached member its assignment snapshot if it changed,
     /// each assignment carrying a grant signed for that member incarnation;
     /// closes the streams of incarnations that no longer count.
-    pub fn push_snapshots(&self) {
+    pub fn push_snapshots(&self) -> u64 {
         let planned: Vec<Planned> = self
             .streams
             .lock()
@@ -90,7 +91,9 @@ impl Hub {
             .set(viewers.len() as i64);
         self.metrics.pool.push_passes.inc();
         self.metrics.pool.push_sandboxes_examined.inc_by(examined);
+        let index = plan.index;
         self.deliver(plan, &planned);
+        index
     }
 
     /// Carries out `plan` on the streams still attached for the planned
@@ -152,22 +155,41 @@ impl Hub {
             a.shown = Some(Arc::new(push.view));
             a.shown_at = push.index;
             a.sent_log_index = push.index;
+        } else {
+            // Not shown: the next applied batch must plan again.
+            self.push_again.store(true, Ordering::SeqCst);
         }
     }
 
-    /// Pushes snapshots whenever this node applies new entries.
+    /// Pushes snapshots whenever this node applies new entries, unless
+    /// nothing applied since its last pass can change a plan (heartbeat
+    /// batches, reports, ticks that removed nothing:
+    /// `ChangeLog::plans_unchanged_since`) and that pass sent everything it
+    /// planned. A quiet pool then costs no pass per heartbeat batch; a
+    /// stream that attaches gets its pass from the attach itself.
     pub async fn run_snapshot_pusher(self: Arc<Self>) {
         let mut metrics = self.node.raft().metrics();
         let mut last_applied = None;
+        let mut planned_at: Option<u64> = None;
         loop {
             if metrics.changed().await.is_err() {
                 return;
             }
             let applied = metrics.borrow().last_applied;
-            if applied != last_applied {
-                last_applied = applied;
-                self.push_snapshots();
+            if applied == last_applied {
+                continue;
             }
+            last_applied = applied;
+            let unchanged = planned_at.is_some_and(|at| {
+                self.node
+                    .read_local(|state, _| state.pool_changes.plans_unchanged_since(at))
+            });
+            if unchanged && !self.push_again.swap(false, Ordering::SeqCst) {
+                self.metrics.pool.push_passes_skipped.inc();
+                continue;
+            }
+            self.push_again.store(false, Ordering::SeqCst);
+            planned_at = Some(self.push_snapshots());
         }
     }
 }

@@ -68,6 +68,9 @@ pub struct PoolMetrics {
     pub tick_interval: prometheus::Gauge,
     /// Assignment snapshot push passes.
     pub push_passes: IntCounter,
+    /// Applied batches after which no pass ran: nothing applied since the
+    /// last pass could change a plan (heartbeats, reports, quiet ticks).
+    pub push_passes_skipped: IntCounter,
     /// Sandbox records the push passes read from the state (a full scan
     /// counts every sandbox): the work of pushing, proportional to what
     /// changed once every stream was shown its view.
@@ -127,7 +130,11 @@ impl PoolMetrics {
             tick_interval,
             push_passes: reg.counter(
                 "openshell_pool_push_passes_total",
-                "Assignment snapshot push passes (one per applied batch, one per attach)",
+                "Assignment snapshot push passes (one per applied batch that may change a view, one per attach)",
+            ),
+            push_passes_skipped: reg.counter(
+                "openshell_pool_push_passes_skipped_total",
+                "Applied batches after which no push pass ran: nothing applied since the last pass could change a plan",
             ),
             push_sandboxes_examined: reg.counter(
                 "openshell_pool_push_sandboxes_examined_total",

@@ -29,8 +29,8 @@
 //!    election_timeout + 2 × election_timeout_max` (1.05-1.2 s at the
 //!    defaults). **Rule (backstop):** a voter that is not leader, not held
 //!    by a leadership transfer, and has heard no leader, changed no vote and
-//!    campaigned for `2 × election_timeout_max + jitter` (jitter drawn once
-//!    in `[0, election_timeout_min)` from the runtime's seedable generator)
+//!    campaigned for `2 × election_timeout_max + jitter` (jitter: a share
+//!    of `election_timeout_min` by node id, [`backstop_jitter`])
 //!    campaigns. openraft's unflagged timer (`leader_lease +
 //!    election_timeout`, below `2 × election_timeout_max`) fires first
 //!    whenever it can; the backstop only replaces the flagged one.
@@ -58,7 +58,6 @@ use std::time::Duration;
 use openraft::error::RaftError;
 use openraft::raft::{AppendEntriesResponse, VoteRequest, VoteResponse};
 use openraft::{ServerState, Vote};
-use rand::Rng;
 use tokio::time::Instant;
 
 use crate::leadership::ElectionHold;
@@ -136,10 +135,7 @@ impl Campaigns {
         election_timeout_min: Duration,
         election_timeout_max: Duration,
     ) -> Self {
-        let jitter_ms = u64::try_from(election_timeout_min.as_millis())
-            .unwrap_or(u64::MAX)
-            .max(1);
-        let jitter = Duration::from_millis(crate::runtime::ThreadRng.gen_range(0..jitter_ms));
+        let jitter = backstop_jitter(me, election_timeout_min);
         Campaigns {
             inner: Arc::new(Inner {
                 raft,
@@ -295,6 +291,16 @@ impl Campaigns {
     }
 }
 
+/// The backstop's jitter for node `me`: a share of `election_timeout_min`
+/// that differs for any 8 consecutive node ids (`me × 5 mod 8` eighths), so
+/// two flagged survivors never fire together. Derived, not drawn: drawing
+/// from the runtime's generator would shift every election timeout drawn
+/// after it, and with it every simulated schedule.
+pub fn backstop_jitter(me: NodeId, election_timeout_min: Duration) -> Duration {
+    let eighths = u32::try_from(me.wrapping_mul(5) % 8).unwrap_or(0);
+    election_timeout_min * eighths / 8
+}
+
 /// Rule 1 on plain values: `heard` is when a leader was last heard,
 /// `campaigned` when this node last campaigned by these rules.
 pub fn decide(
@@ -405,6 +411,14 @@ mod tests {
             decide(&candidate(log(3, 100)), &same_term, QUIET, now, None, None),
             Verdict::NotApplicable
         );
+    }
+
+    #[test]
+    fn the_backstop_jitter_differs_for_eight_consecutive_ids_and_stays_below_the_minimum() {
+        let jitters: std::collections::BTreeSet<Duration> =
+            (1..=8).map(|id| backstop_jitter(id, QUIET)).collect();
+        assert_eq!(jitters.len(), 8);
+        assert!(jitters.iter().all(|j| *j < QUIET));
     }
 
     #[test]

@@ -229,8 +229,21 @@ impl ChangeLog {
     /// effect would be to note the unchanged views as current). False when
     /// the journal does not reach back to `index` (after a restore).
     pub fn plans_unchanged_since(&self, index: u64) -> bool {
-        matches!(self.complete_after, Some(start) if index >= start)
+        self.touches_after(index).is_some()
             && self.last_plan_change.is_none_or(|last| last <= index)
+    }
+
+    /// The touches of the entries applied after `index`, in order; None
+    /// when the journal does not reach back to `index`.
+    fn touches_after(&self, index: u64) -> Option<impl Iterator<Item = &Touch>> {
+        match self.complete_after {
+            Some(start) if index >= start => Some(
+                self.entries
+                    .range(index.saturating_add(1)..)
+                    .flat_map(|(_, t)| t),
+            ),
+            _ => None,
+        }
     }
 
     /// Files `touch` under `index` and forgets the oldest entries beyond
@@ -286,16 +299,11 @@ impl ChangeLog {
     /// since was recorded without its owners (a garbage-collecting tick,
     /// or [`ChangeLog::record`]), [`Changes::Unknown`] as `since` says.
     pub fn since_by_owner(&self, index: u64) -> Changes {
-        match self.complete_after {
-            Some(start) if index >= start => {}
-            _ => return Changes::Unknown,
-        }
+        let Some(touches) = self.touches_after(index) else {
+            return Changes::Unknown;
+        };
         let mut owners: BTreeMap<(String, u64), BTreeSet<String>> = BTreeMap::new();
-        for touch in self
-            .entries
-            .range(index.saturating_add(1)..)
-            .flat_map(|(_, t)| t)
-        {
+        for touch in touches {
             match touch {
                 Touch::Nothing => {}
                 Touch::Owned { sandbox, owners: o } => {
@@ -318,16 +326,11 @@ impl ChangeLog {
     /// journal does not reach back to `index` or an entry since touched
     /// sandboxes it cannot name.
     pub fn since(&self, index: u64) -> Changes {
-        match self.complete_after {
-            Some(start) if index >= start => {}
-            _ => return Changes::Unknown,
-        }
+        let Some(touches) = self.touches_after(index) else {
+            return Changes::Unknown;
+        };
         let mut sandboxes = BTreeSet::new();
-        for touch in self
-            .entries
-            .range(index.saturating_add(1)..)
-            .flat_map(|(_, t)| t)
-        {
+        for touch in touches {
             match touch {
                 Touch::Nothing => {}
                 Touch::Sandbox(id) | Touch::Owned { sandbox: id, .. } => {

@@ -317,7 +317,15 @@ async fn serve_stream(
             }
             None => break,
         };
-        if !hub.is_current(&member, stream_id) {
+        let input = from_proto::stream_input(message.message, &member, incarnation);
+        // One registry lookup per message: a status (most messages) is
+        // recorded by the same lookup that tells whether the stream is
+        // still the member's current one.
+        let current = match input {
+            StreamInput::Status { .. } => hub.touch(&member, stream_id),
+            _ => hub.is_current(&member, stream_id),
+        };
+        if !current {
             if hub.is_leaving() {
                 // Told to move: its messages go to its next gateway; wait
                 // (within the grace) for it to close this stream, so that
@@ -327,9 +335,8 @@ async fn serve_stream(
             tracing::info!(%member, stream_id, "message on a superseded stream ignored");
             break;
         }
-        let command = match from_proto::stream_input(message.message, &member, incarnation) {
+        let command = match input {
             StreamInput::Status { stopping } => {
-                hub.touch(&member, stream_id);
                 if stopping {
                     hub.request_stop_drain(&member, incarnation, stream_id);
                 }

@@ -161,8 +161,17 @@ pub fn plan_counted(state: &PoolState, pending_moves: u32, examined: &mut u64) -
     let mut out = expiries(state);
     let table = state.sandbox_table();
     let mut by_sandbox: BTreeMap<&str, Command> = BTreeMap::new();
+    // The owners and the members are both in member-id order: walk them
+    // together (a comparison or two per owner, not a map lookup each: with
+    // thousands of members this walk is most of a quiet step).
+    let mut members = state.members().iter().peekable();
     for (member, incarnation, _) in table.owners() {
-        if !state.incarnation_is_dead(member, incarnation) {
+        while members.next_if(|(id, _)| id.as_str() < member).is_some() {}
+        let record = members
+            .peek()
+            .filter(|(id, _)| id.as_str() == member)
+            .map(|(_, m)| *m);
+        if !state.record_says_dead(record, incarnation) {
             continue;
         }
         for s in table.owned_by(member, incarnation) {

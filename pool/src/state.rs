@@ -342,7 +342,13 @@ impl PoolState {
     /// [`Self::owner_is_dead`] for an owner named by member and incarnation
     /// (all it reads).
     pub fn incarnation_is_dead(&self, member: &str, incarnation: u64) -> bool {
-        match self.members.get(member) {
+        self.record_says_dead(self.members.get(member), incarnation)
+    }
+
+    /// [`Self::incarnation_is_dead`] given the member's record (`None`: no
+    /// record), for a caller that already walks the members in order.
+    pub fn record_says_dead(&self, record: Option<&Member>, incarnation: u64) -> bool {
+        match record {
             None => false,
             // FAULT INJECTION (Jepsen only, `crate::fault`, never on by
             // default): an active member whose heartbeat is older than half

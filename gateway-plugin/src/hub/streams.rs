@@ -298,15 +298,21 @@ impl Hub {
         self.streams.lock().get(member).map(|a| a.stream_id) == Some(stream_id)
     }
 
-    /// A `HostStatus` arrived on the stream.
-    pub fn touch(&self, member: &str, stream_id: u64) {
-        if let Some(a) = self
+    /// A `HostStatus` arrived on the stream: recorded if `stream_id` is
+    /// still `member`'s current stream; returns whether it is (what
+    /// [`Hub::is_current`] tells, in the same lookup).
+    pub fn touch(&self, member: &str, stream_id: u64) -> bool {
+        match self
             .streams
             .lock()
             .get_mut(member)
             .filter(|a| a.stream_id == stream_id)
         {
-            a.last_status = Instant::now();
+            Some(a) => {
+                a.last_status = Instant::now();
+                true
+            }
+            None => false,
         }
     }
 

@@ -20,7 +20,8 @@
 //! stops following them (its forwarded batches commit, but it no longer
 //! receives the log, so it never shows its supervisors what the pool
 //! assigns them), sends its supervisors to other gateways:
-//! [`BeatsHealth`].
+//! [`BeatsHealth`]. A newer leader's grace applied here counts as a
+//! written batch ([`BeatsHealth::grace_seen`]).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -61,14 +62,18 @@ pub fn heartbeat_ttl(tick_interval: Duration, heartbeat_ttl_ticks: u64) -> Durat
 }
 
 /// What the heartbeat task knows of its own batches: when one was last
-/// written (or there was none to write), and the oldest written batch this
-/// gateway has not applied yet.
+/// written (or there was none to write), or a newer leader's grace was
+/// last seen applied; and the oldest written batch this gateway has not
+/// applied yet.
 #[derive(Debug)]
 pub(crate) struct BeatsHealth {
     written_at: Instant,
     /// (log index, when it was written) of the oldest batch written through
     /// this gateway that its own state machine had not applied by then.
     unapplied: Option<(u64, Instant)>,
+    /// The raft term of the last `LeaderChanged` this gateway had applied
+    /// when it last looked ([`BeatsHealth::grace_seen`]).
+    grace_term: u64,
 }
 
 /// Why a gateway sends its supervisors away (see [`BeatsHealth::check`]).
@@ -85,6 +90,28 @@ impl BeatsHealth {
         BeatsHealth {
             written_at: Instant::now(),
             unapplied: None,
+            grace_term: 0,
+        }
+    }
+
+    /// This gateway has applied the pool's `LeaderChanged` up to raft term
+    /// `pool_term`. A newer one is a heartbeat of every member, written by
+    /// the new leader (apply sets every non-expired member's last heartbeat
+    /// tick, I4's grace): the members attached here are as covered as by a
+    /// batch of its own written now, so "not written" counts from it.
+    ///
+    /// Why: after an election (or a stall of the whole machine followed by
+    /// one) every gateway's last batch is older than half the TTL at once;
+    /// without this each would send all its supervisors away, though the
+    /// new leader's grace gives them a full TTL where they are, and the
+    /// moving ones risk expiring for real (docs/benchmarks.md, "the 100,000
+    /// run did not settle"). A gateway cut off from the group, or removed
+    /// from it, applies no newer `LeaderChanged` and still sends its
+    /// supervisors away half a TTL after its last batch.
+    fn grace_seen(&mut self, pool_term: u64, now: Instant) {
+        if pool_term > self.grace_term {
+            self.grace_term = pool_term;
+            self.written_at = self.written_at.max(now);
         }
     }
 
@@ -185,11 +212,13 @@ impl Hub {
                 self.beats_written(None);
                 continue;
             }
-            let unheard = self.beats.lock().unwrap_or_else(|p| p.into_inner()).check(
-                self.applied_index(),
-                deadline,
-                Instant::now(),
-            );
+            let pool_term = self.node.read_local(|state, _| state.pool.raft_term());
+            let unheard = {
+                let now = Instant::now();
+                let mut health = self.beats.lock().unwrap_or_else(|p| p.into_inner());
+                health.grace_seen(pool_term, now);
+                health.check(self.applied_index(), deadline, now)
+            };
             if let Some(why) = unheard {
                 self.send_away_unheard(why, deadline);
                 continue;
@@ -368,6 +397,45 @@ mod tests {
             None,
             "nothing to write counts as written"
         );
+    }
+
+    #[test]
+    fn a_newer_leaders_grace_counts_as_a_written_batch_once() {
+        let deadline = Duration::from_secs(1);
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+
+        // An election: no batch written since t0; the new leader's grace
+        // (term 5) applied here at 800 ms.
+        let mut h = BeatsHealth::new();
+        h.written_at = t0;
+        h.grace_seen(4, at(0));
+        h.grace_seen(5, at(800));
+        assert_eq!(
+            h.check(9, deadline, at(1001)),
+            None,
+            "covered by the grace, not sent away"
+        );
+        h.grace_seen(5, at(1500));
+        assert_eq!(
+            h.check(9, deadline, at(1801)),
+            Some(Unheard::NotWritten),
+            "the same grace seen again counts once: half a TTL after it"
+        );
+
+        // Cut off: no newer grace is ever applied here.
+        let mut h = BeatsHealth::new();
+        h.written_at = t0;
+        h.grace_seen(4, at(0));
+        h.grace_seen(4, at(900));
+        assert_eq!(h.check(9, deadline, at(1001)), Some(Unheard::NotWritten));
+
+        // A grace older than the last written batch moves nothing back.
+        let mut h = BeatsHealth::new();
+        h.written(None, 9, at(700));
+        h.grace_seen(6, at(100));
+        assert_eq!(h.check(9, deadline, at(1600)), None);
+        assert_eq!(h.check(9, deadline, at(1701)), Some(Unheard::NotWritten));
     }
 
     #[test]

@@ -95,10 +95,13 @@ impl BeatsHealth {
     }
 
     /// This gateway has applied the pool's `LeaderChanged` up to raft term
-    /// `pool_term`. A newer one is a heartbeat of every member, written by
-    /// the new leader (apply sets every non-expired member's last heartbeat
+    /// `pool_term`, and its raft is at `current_term`. A newer one that is
+    /// the current term's is a heartbeat of every member, written by the
+    /// new leader (apply sets every non-expired member's last heartbeat
     /// tick, I4's grace): the members attached here are as covered as by a
-    /// batch of its own written now, so "not written" counts from it.
+    /// batch of its own written now, so "not written" counts from it. The
+    /// grace of an older term (applied while catching up on the log) counts
+    /// for nothing: it was granted when that term began, not now.
     ///
     /// Why: after an election (or a stall of the whole machine followed by
     /// one) every gateway's last batch is older than half the TTL at once;
@@ -108,8 +111,8 @@ impl BeatsHealth {
     /// run did not settle"). A gateway cut off from the group, or removed
     /// from it, applies no newer `LeaderChanged` and still sends its
     /// supervisors away half a TTL after its last batch.
-    fn grace_seen(&mut self, pool_term: u64, now: Instant) {
-        if pool_term > self.grace_term {
+    fn grace_seen(&mut self, pool_term: u64, current_term: u64, now: Instant) {
+        if pool_term > self.grace_term && pool_term == current_term {
             self.grace_term = pool_term;
             self.written_at = self.written_at.max(now);
         }
@@ -213,10 +216,11 @@ impl Hub {
                 continue;
             }
             let pool_term = self.node.read_local(|state, _| state.pool.raft_term());
+            let current_term = self.node.raft().metrics().borrow().current_term;
             let unheard = {
                 let now = Instant::now();
                 let mut health = self.beats.lock().unwrap_or_else(|p| p.into_inner());
-                health.grace_seen(pool_term, now);
+                health.grace_seen(pool_term, current_term, now);
                 health.check(self.applied_index(), deadline, now)
             };
             if let Some(why) = unheard {
@@ -409,14 +413,19 @@ mod tests {
         // (term 5) applied here at 800 ms.
         let mut h = BeatsHealth::new();
         h.written_at = t0;
-        h.grace_seen(4, at(0));
-        h.grace_seen(5, at(800));
+        h.grace_seen(4, 4, at(0));
+        h.grace_seen(4, 5, at(500));
+        assert_eq!(
+            h.written_at, t0,
+            "term 5 elected, its grace not applied yet"
+        );
+        h.grace_seen(5, 5, at(800));
         assert_eq!(
             h.check(9, deadline, at(1001)),
             None,
             "covered by the grace, not sent away"
         );
-        h.grace_seen(5, at(1500));
+        h.grace_seen(5, 5, at(1500));
         assert_eq!(
             h.check(9, deadline, at(1801)),
             Some(Unheard::NotWritten),
@@ -426,14 +435,22 @@ mod tests {
         // Cut off: no newer grace is ever applied here.
         let mut h = BeatsHealth::new();
         h.written_at = t0;
-        h.grace_seen(4, at(0));
-        h.grace_seen(4, at(900));
+        h.grace_seen(4, 4, at(0));
+        h.grace_seen(4, 7, at(900));
+        assert_eq!(h.check(9, deadline, at(1001)), Some(Unheard::NotWritten));
+
+        // Catching up on the log: the grace of term 5 applied while the
+        // raft is at term 8 was granted long ago.
+        let mut h = BeatsHealth::new();
+        h.written_at = t0;
+        h.grace_seen(4, 4, at(0));
+        h.grace_seen(5, 8, at(900));
         assert_eq!(h.check(9, deadline, at(1001)), Some(Unheard::NotWritten));
 
         // A grace older than the last written batch moves nothing back.
         let mut h = BeatsHealth::new();
         h.written(None, 9, at(700));
-        h.grace_seen(6, at(100));
+        h.grace_seen(6, 6, at(100));
         assert_eq!(h.check(9, deadline, at(1600)), None);
         assert_eq!(h.check(9, deadline, at(1701)), Some(Unheard::NotWritten));
     }

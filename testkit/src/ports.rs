@@ -45,7 +45,8 @@ pub fn free_port() -> u16 {
         let Ok(port) = u16::try_from(candidate) else {
             continue;
         };
-        // Two threads may try one port: the set decides.
+        // A port handed out is never bound here again (its process may be
+        // binding it); two threads may try one port: the set decides.
         if !GIVEN
             .lock()
             .unwrap_or_else(|p| p.into_inner())

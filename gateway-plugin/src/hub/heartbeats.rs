@@ -432,20 +432,16 @@ mod tests {
             "the same grace seen again counts once: half a TTL after it"
         );
 
-        // Cut off: no newer grace is ever applied here.
-        let mut h = BeatsHealth::new();
-        h.written_at = t0;
-        h.grace_seen(4, 4, at(0));
-        h.grace_seen(4, 7, at(900));
-        assert_eq!(h.check(9, deadline, at(1001)), Some(Unheard::NotWritten));
-
-        // Catching up on the log: the grace of term 5 applied while the
-        // raft is at term 8 was granted long ago.
-        let mut h = BeatsHealth::new();
-        h.written_at = t0;
-        h.grace_seen(4, 4, at(0));
-        h.grace_seen(5, 8, at(900));
-        assert_eq!(h.check(9, deadline, at(1001)), Some(Unheard::NotWritten));
+        // (pool term applied, raft term) at 900 ms. Cut off: no newer
+        // grace is ever applied here. Catching up on the log: the grace of
+        // term 5 applied while the raft is at term 8 was granted long ago.
+        for (pool_term, current_term) in [(4, 7), (5, 8)] {
+            let mut h = BeatsHealth::new();
+            h.written_at = t0;
+            h.grace_seen(4, 4, at(0));
+            h.grace_seen(pool_term, current_term, at(900));
+            assert_eq!(h.check(9, deadline, at(1001)), Some(Unheard::NotWritten));
+        }
 
         // A grace older than the last written batch moves nothing back.
         let mut h = BeatsHealth::new();

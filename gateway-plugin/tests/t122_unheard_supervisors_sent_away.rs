@@ -23,11 +23,11 @@
 use std::time::Duration;
 
 use proto::cluster::RemoveRequest;
-use proto::pool_admin::{CreateSandboxRequest, ListSandboxesRequest};
+use proto::pool_admin::CreateSandboxRequest;
 use proto::pool_types::SandboxPhase;
 use testkit::gateway::*;
 use testkit::member::ScriptedMember;
-use testkit::supervisor::{http_args, metric, pool_admin};
+use testkit::supervisor::{http_args, listed_sandbox, metric, pool_admin};
 use testkit::TestResult;
 
 const SENT_AWAY: &str = "openshell_pool_supervisors_sent_away_total";
@@ -35,19 +35,7 @@ const SENT_AWAY: &str = "openshell_pool_supervisors_sent_away_total";
 /// `s-a` as the leader lists it: (owner, owner incarnation, term, phase,
 /// acknowledged).
 async fn sandbox(node: &Gateway) -> TestResult<(String, u64, u64, SandboxPhase, bool)> {
-    let page = pool_admin(node)
-        .await?
-        .list_sandboxes(ListSandboxesRequest {
-            page_size: 10,
-            ..Default::default()
-        })
-        .await?
-        .into_inner();
-    let s = page
-        .sandboxes
-        .into_iter()
-        .find(|s| s.id == "s-a")
-        .ok_or("s-a is not listed")?;
+    let s = listed_sandbox(node, "s-a").await?;
     let phase = SandboxPhase::try_from(s.phase)?;
     Ok((s.owner, s.owner_incarnation, s.term, phase, s.acknowledged))
 }

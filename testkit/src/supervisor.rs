@@ -17,8 +17,8 @@ use local_cluster::process::{log_to, ChildProcess};
 use local_cluster::supervisor::{SupervisorSecurity, SupervisorSpec};
 use proto::pool_admin::pool_admin_client::PoolAdminClient;
 use proto::pool_admin::{
-    CreateSandboxRequest, ExecSandboxRequest, GetSupervisorPoolStatusRequest, PoolMember, Sandbox,
-    SupervisorPoolStatus,
+    CreateSandboxRequest, ExecSandboxRequest, GetSupervisorPoolStatusRequest, ListSandboxesRequest,
+    PoolMember, Sandbox, SupervisorPoolStatus,
 };
 use proto::pool_types::{MemberState, SandboxPhase};
 use tonic::transport::Channel;
@@ -244,6 +244,23 @@ impl Drop for KillUnder {
 pub async fn pool_admin(node: &Gateway) -> TestResult<PoolAdminClient<Channel>> {
     // TLS for a secure gateway (its calls then need `node.request`).
     Ok(PoolAdminClient::new(node.channel().await?))
+}
+
+/// Sandbox `id` as `node` lists it (first page of 10: for pools of a few
+/// sandboxes); an error when it is not listed.
+pub async fn listed_sandbox(node: &Gateway, id: &str) -> TestResult<Sandbox> {
+    let page = pool_admin(node)
+        .await?
+        .list_sandboxes(ListSandboxesRequest {
+            page_size: 10,
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    page.sandboxes
+        .into_iter()
+        .find(|s| s.id == id)
+        .ok_or_else(|| format!("{id} is not listed").into())
 }
 
 /// Pool status through the first live gateway that answers.

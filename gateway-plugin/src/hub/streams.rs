@@ -331,6 +331,9 @@ impl Hub {
         {
             a.shown = None;
             a.shown_at = 0;
+            // Even if nothing applied next can change a plan.
+            self.push_again
+                .store(true, std::sync::atomic::Ordering::SeqCst);
         }
     }
 

@@ -36,7 +36,7 @@
 //! heartbeat_ttl_ms = 2000
 //! recovery_deadline_ms = 60000
 //! operation_deadline_ms = 600000
-//! status_interval_ms = 250
+//! status_interval_ms = 500           # default: heartbeat_ttl_ms / 4 up to 1 s, at least a tick
 //! retention_ticks = 14400                # finished records kept this many ticks (config_pool)
 //! member_credentials_file = "/etc/openshell/member-credentials"
 //! # supervisor_token = "..."   # deprecated: any supervisor holding it joins as any member

@@ -9,7 +9,7 @@
 //! heartbeat_ttl_ms = 2000
 //! recovery_deadline_ms = 60000
 //! operation_deadline_ms = 600000
-//! status_interval_ms = 250
+//! status_interval_ms = 500           # default: heartbeat_ttl_ms / 4 up to 1 s, at least a tick
 //! retention_ticks = 14400    # --retention-ticks; one hour at 250 ms ticks
 //! ```
 //!
@@ -73,7 +73,7 @@ impl Default for PoolSettings {
             recovery_deadline_ticks: 240,
             operation_deadline_ticks: 2400,
             retention_ticks: pool::DEFAULT_RETENTION_TICKS,
-            status_interval: Duration::from_millis(250),
+            status_interval: Duration::from_millis(500),
             supervisor_token: None,
             member_credentials: None,
             member_identity: None,
@@ -92,6 +92,18 @@ impl PoolSettings {
             retention_ticks: self.retention_ticks,
         }
     }
+}
+
+/// The `HostStatus` interval when none is configured: a quarter of the
+/// heartbeat TTL (a member survives three lost statuses) up to 1 s (a long
+/// TTL is no reason to hear less often from a supervisor), and never
+/// shorter than a tick (a batch is proposed once a tick; statuses more
+/// frequent than that are only a cost). At the defaults (tick 250 ms, TTL
+/// 2 s): 500 ms. Every status is a message each gateway decrypts, decodes and
+/// wakes a task for, so with thousands of supervisors this interval sets
+/// the quiet cost of a gateway (docs/benchmarks.md).
+fn default_status_interval(tick_ms: u64, ttl_ms: u64) -> u64 {
+    (ttl_ms / 4).min(1000).max(tick_ms)
 }
 
 pub(crate) fn validate_pool(section: SupervisorPoolSection) -> Result<PoolSettings, ConfigError> {
@@ -123,7 +135,9 @@ pub(crate) fn validate_pool(section: SupervisorPoolSection) -> Result<PoolSettin
     )?;
     let status = in_range(
         "openshell.gateway.supervisor_pool.status_interval_ms",
-        section.status_interval_ms.unwrap_or(tick),
+        section
+            .status_interval_ms
+            .unwrap_or_else(|| default_status_interval(tick, ttl)),
         10,
         10_000,
     )?;
@@ -324,6 +338,38 @@ mod tests {
         })
         .expect("in range");
         assert_eq!(settings.pool_config().retention_ticks, 20);
+    }
+
+    /// Without `status_interval_ms`, supervisors are asked for a status
+    /// every quarter of the heartbeat TTL up to 1 s, never more often than
+    /// a tick;
+    /// the defaults agree with `PoolSettings::default()`. A configured
+    /// interval is kept.
+    #[test]
+    fn the_status_interval_defaults_to_a_quarter_of_the_ttl() {
+        let with = |tick: Option<u64>, ttl: Option<u64>, status: Option<u64>| {
+            validate_pool(SupervisorPoolSection {
+                tick_interval_ms: tick,
+                heartbeat_ttl_ms: ttl,
+                status_interval_ms: status,
+                ..SupervisorPoolSection::default()
+            })
+            .expect("valid")
+            .status_interval
+        };
+        let ms = Duration::from_millis;
+        assert_eq!(with(None, None, None), ms(500));
+        assert_eq!(
+            with(None, None, None),
+            PoolSettings::default().status_interval
+        );
+        assert_eq!(with(Some(500), Some(4000), None), ms(1000));
+        // At most 1 s, however long the TTL.
+        assert_eq!(with(Some(500), Some(5000), None), ms(1000));
+        assert_eq!(with(None, Some(60_000), None), ms(1000));
+        // A quarter of the TTL is shorter than a tick: a tick.
+        assert_eq!(with(Some(1000), Some(2000), None), ms(1000));
+        assert_eq!(with(None, None, Some(250)), ms(250));
     }
 }
 

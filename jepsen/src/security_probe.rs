@@ -12,7 +12,7 @@ use proto::cluster::cluster_admin_client::ClusterAdminClient;
 use proto::cluster::StatusRequest;
 use proto::tls::ClientTls;
 use serde_json::json;
-use testkit::member::{attach_secure, hello_with_credential};
+use testkit::member::{attach_secure, hello_with_credential, Pings};
 use tonic::service::interceptor::InterceptedService;
 
 use crate::cluster::Cluster;
@@ -45,7 +45,7 @@ async fn wrong_credential_attach(
 ) -> Result<(), String> {
     let wrong = "0".repeat(64);
     let hello = hello_with_credential(member, 1, 0, 1, "10.0.0.1:1".into(), &wrong);
-    attach_secure(addr, Duration::from_secs(2), tls, hello, 4)
+    attach_secure(addr, Duration::from_secs(2), tls, Pings::Off, hello, 4)
         .await
         .map(|_| ())
         .map_err(|s| format!("{:?}: {}", s.code(), s.message()))

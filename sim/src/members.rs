@@ -23,8 +23,11 @@ use crate::node;
 use crate::swarm::{self, Fault, Faults, Swarm};
 use crate::trace::Trace;
 
-/// How often a member sends its status (the gateway's default).
-const STATUS_INTERVAL: Duration = Duration::from_millis(250);
+/// How often a member sends its status, and the interval the simulated
+/// gateways expect (`PoolSettings::status_interval`). 250 ms, the gateway's
+/// default until 2026-12-06 (now a quarter of the heartbeat TTL, 500 ms):
+/// kept, so that every recorded seed replays the schedule it was found in.
+pub(crate) const STATUS_INTERVAL: Duration = Duration::from_millis(250);
 /// Sandbox slots per member.
 const CAPACITY: u32 = 8;
 

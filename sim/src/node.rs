@@ -261,10 +261,14 @@ pub async fn run(parts: NodeParts) -> turmoil::Result {
     // As `gateway_plugin::embed` takes it: what readiness waits for.
     let commit_at_start = node.status().commit_index;
     // The gateway's supervision hub and its background tasks, as
-    // `gateway_plugin::embed` starts them, on the default pool timing.
+    // `gateway_plugin::embed` starts them, on the default pool timing but
+    // the members' status interval (250 ms: every recorded seed ran at it).
     let hub = Hub::new(
         node.clone(),
-        PoolSettings::default(),
+        PoolSettings {
+            status_interval: crate::members::STATUS_INTERVAL,
+            ..PoolSettings::default()
+        },
         GrantSigner::insecure_development_key("sim"),
         Metrics::new(),
     );

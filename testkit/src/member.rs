@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 use proto::client::{connect, connect_via, ClientConfig, ClientError, Dialer, Role};
 use proto::supervisor_host::supervisor_host_client::SupervisorHostClient;
 use proto::supervisor_host::{
-    gateway_message, supervisor_message, AssignmentSnapshot, GatewayMessage, HostHello, HostStatus,
-    SandboxInstanceAssignment, SupervisorMessage, TermAck,
+    gateway_message, supervisor_message, AssignmentSnapshot, GatewayMessage, HelloAccepted,
+    HostHello, HostStatus, SandboxInstanceAssignment, SupervisorMessage, TermAck,
 };
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
@@ -113,6 +113,26 @@ pub struct Attached {
     /// The incarnation the pool assigned (`HelloAccepted`): grants name
     /// it, and the next hello of this process sends it back.
     pub incarnation: u64,
+    /// How often the gateway asked for `HostStatus`
+    /// (`HelloAccepted.status_interval_ms`, bounded as the supervisor
+    /// bounds it).
+    pub status_interval: Duration,
+}
+
+impl Attached {
+    fn accepted(
+        tx: mpsc::Sender<SupervisorMessage>,
+        inbound: tonic::Streaming<GatewayMessage>,
+        accepted: &HelloAccepted,
+    ) -> Self {
+        Self {
+            tx,
+            inbound,
+            gateway_node_id: accepted.gateway_node_id,
+            incarnation: accepted.incarnation,
+            status_interval: Duration::from_millis(accepted.status_interval_ms.clamp(10, 10_000)),
+        }
+    }
 }
 
 /// Opens a stream to `gateway` (`ip:port`), sends `hello` and waits for
@@ -166,12 +186,7 @@ pub async fn attach_via(
     let mut inbound = client.attach(ReceiverStream::new(rx)).await?.into_inner();
     match inbound.message().await? {
         Some(m) => match m.message {
-            Some(gateway_message::Message::Accepted(a)) => Ok(Attached {
-                tx,
-                inbound,
-                gateway_node_id: a.gateway_node_id,
-                incarnation: a.incarnation,
-            }),
+            Some(gateway_message::Message::Accepted(a)) => Ok(Attached::accepted(tx, inbound, &a)),
             _ => Err(tonic::Status::internal(
                 "first message is not HelloAccepted",
             )),
@@ -421,8 +436,19 @@ pub fn hello_with_credential(
     message
 }
 
+/// Whether a scripted member's connection sends HTTP/2 keep-alive pings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pings {
+    /// None: the member notices a vanished gateway by its stream ending.
+    Off,
+    /// As `openshell-supervisor` sends them (`Role::SupervisorToGateway`:
+    /// a ping after 500 ms without a frame read). A gateway answers each
+    /// one, so a benchmark of a gateway's cost per supervisor needs them.
+    AsSupervisor,
+}
+
 /// [`attach`] to a gateway serving TLS: the channel trusts `tls`'s CA
-/// (`None`: plaintext, exactly as [`attach`]).
+/// (`None`: plaintext, exactly as [`attach`]), and pings as `pings` says.
 ///
 /// # Errors
 /// As [`attach`]; a gateway whose certificate the CA did not sign, or a
@@ -431,16 +457,21 @@ pub async fn attach_secure(
     gateway: &str,
     connect_timeout: Duration,
     tls: Option<proto::tls::ClientTls>,
+    pings: Pings,
     hello: SupervisorMessage,
     buffer: usize,
 ) -> Result<Attached, tonic::Status> {
     let (tx, rx) = mpsc::channel::<SupervisorMessage>(buffer);
     let _ = tx.try_send(hello);
-    let config = ClientConfig {
-        keepalive_interval: None,
-        ..ClientConfig::for_role(Role::SupervisorToGateway)
-            .with_connect_timeout(connect_timeout)
-            .with_tls(tls)
+    let supervisor = ClientConfig::for_role(Role::SupervisorToGateway)
+        .with_connect_timeout(connect_timeout)
+        .with_tls(tls);
+    let config = match pings {
+        Pings::Off => ClientConfig {
+            keepalive_interval: None,
+            ..supervisor
+        },
+        Pings::AsSupervisor => supervisor,
     };
     let channel = connect(Role::SupervisorToGateway, gateway, &config)
         .await
@@ -462,10 +493,5 @@ pub async fn attach_secure(
             "first message is not HelloAccepted",
         ));
     };
-    Ok(Attached {
-        tx,
-        inbound,
-        gateway_node_id: a.gateway_node_id,
-        incarnation: a.incarnation,
-    })
+    Ok(Attached::accepted(tx, inbound, &a))
 }

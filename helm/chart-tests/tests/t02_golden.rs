@@ -44,7 +44,7 @@ fn gateway_toml_matches_golden() {
                 "raft": {"heartbeat_interval_ms": 200, "election_timeout_min_ms": 1000,
                          "election_timeout_max_ms": 2000, "write_timeout_ms": 10000},
                 "supervisor_pool": {"tick_interval_ms": 500, "heartbeat_ttl_ms": 5000,
-                                    "status_interval_ms": 500, "recovery_deadline_ms": 120000},
+                                    "status_interval_ms": 1000, "recovery_deadline_ms": 120000},
             },
         },
     });

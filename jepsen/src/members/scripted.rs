@@ -46,7 +46,9 @@ use proto::supervisor_host::{
     SandboxReport, SupervisorMessage,
 };
 use serde_json::Value;
-use testkit::member::{attach_secure, hello_with_credential, spawn_pinger, term_ack, Attached};
+use testkit::member::{
+    attach_secure, hello_with_credential, spawn_pinger, term_ack, Attached, Pings,
+};
 use tokio::sync::{mpsc, watch};
 
 use crate::history::{EventSpec, OpType, Process, Processes, Recorder};
@@ -393,7 +395,15 @@ impl Inner {
             credential,
         );
         let tls = self.security.as_ref().map(|s| s.tls.clone());
-        attach_secure(gateway, Duration::from_millis(1000), tls, hello, 256).await
+        attach_secure(
+            gateway,
+            Duration::from_millis(1000),
+            tls,
+            Pings::Off,
+            hello,
+            256,
+        )
+        .await
     }
 
     /// `join`: attaches as the current process (naming the incarnation it

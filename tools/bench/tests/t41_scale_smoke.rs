@@ -41,7 +41,6 @@ async fn every_scale_step_runs_and_the_report_has_its_shape() {
         concurrency: 8,
         takeover_size: 20,
         quiet: Duration::from_secs(2),
-        status_interval: Duration::from_millis(250),
         gateway_bin: bin,
         out: out.clone(),
         json: Some(json.clone()),

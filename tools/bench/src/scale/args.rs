@@ -79,7 +79,6 @@ impl ScaleArgs {
             concurrency: self.concurrency.max(1),
             takeover_size: self.takeover_size,
             quiet: Duration::from_secs(self.quiet_s),
-            status_interval: Duration::from_millis(250),
             gateway_bin: self
                 .gateway_bin
                 .clone()

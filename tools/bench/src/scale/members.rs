@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use proto::supervisor_host::{gateway_message, AssignmentSnapshot, SupervisorMessage};
 use testkit::member::{
     acknowledge_new_terms, attach_secure, hello_with_credential, host_status, Acked, Attached,
+    Pings,
 };
 use tokio::sync::mpsc;
 
@@ -127,8 +128,6 @@ pub struct MemberPlan {
     pub members: usize,
     /// Slots per member.
     pub capacity: u32,
-    /// `HostStatus` interval.
-    pub status_interval: Duration,
     /// Gateways (`ip:port` of their client ports).
     pub gateways: Vec<String>,
     /// TLS and credentials (`None`: plaintext, no credential).
@@ -295,7 +294,15 @@ impl Member {
             credential,
         );
         let tls = security.map(|s| s.tls.clone());
-        let attach = attach_secure(gateway, Duration::from_secs(2), tls, hello, 1024);
+        let attach = attach_secure(
+            gateway,
+            Duration::from_secs(2),
+            tls,
+            // A gateway's cost per supervisor includes answering its pings.
+            Pings::AsSupervisor,
+            hello,
+            1024,
+        );
         match tokio::time::timeout(Duration::from_secs(10), attach).await {
             Ok(r) => r,
             Err(_) => Err(tonic::Status::deadline_exceeded("attach timed out")),
@@ -306,14 +313,18 @@ impl Member {
     /// longer counts.
     async fn session(&self, attached: Attached) -> bool {
         let Attached {
-            tx, mut inbound, ..
+            tx,
+            mut inbound,
+            status_interval,
+            ..
         } = attached;
         let stop = Arc::new(AtomicBool::new(false));
         // Aborted when the session ends or the member is killed (its task
         // aborted): a killed member must fall silent at once.
         let _pinger = AbortOnDrop(spawn_status(
             tx.clone(),
-            self.plan.status_interval,
+            // As a supervisor does: at the interval its gateway asked for.
+            status_interval,
             stop.clone(),
         ));
         let mut acked = Acked::new();

@@ -67,8 +67,6 @@ pub struct ScaleOptions {
     /// Seconds of the quiet window (push cost and CPU with nothing
     /// changing).
     pub quiet: Duration,
-    /// Members' `HostStatus` interval.
-    pub status_interval: Duration,
     /// The `openshell-gateway` binary.
     pub gateway_bin: PathBuf,
     /// The run directory (must be empty or absent).
@@ -91,9 +89,8 @@ impl ScaleOptions {
             "concurrency": self.concurrency,
             "takeover_size": self.takeover_size,
             "quiet_s": self.quiet.as_secs_f64(),
-            "status_interval_ms": self.status_interval.as_millis() as u64,
             "gateway_bin": self.gateway_bin.display().to_string(),
-            "raft_and_pool_timing": "gateway defaults (heartbeat 50 ms, election 150-300 ms, tick 250 ms, heartbeat TTL 2 s)",
+            "raft_and_pool_timing": "gateway defaults (heartbeat 50 ms, election 150-300 ms, tick 250 ms, heartbeat TTL 2 s, HostStatus at the interval HelloAccepted gives: 500 ms)",
             "sandbox_driver": "none (PoolAdmin.CreateSandbox; scripted members ack the terms)",
             "security": "tls",
         })
@@ -191,7 +188,6 @@ async fn scale(
     let plan = MemberPlan {
         members: options.members,
         capacity: options.capacity,
-        status_interval: options.status_interval,
         gateways: cluster.nodes.iter().map(|n| n.addr.clone()).collect(),
         security: cluster
             .credentials

@@ -32,7 +32,7 @@ use proto::supervisor_host::{
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use testkit::member::{
-    acknowledge_new_terms, attach_secure, hello_with_credential, Acked, Attached,
+    acknowledge_new_terms, attach_secure, hello_with_credential, Acked, Attached, Pings,
 };
 use tokio::sync::mpsc;
 
@@ -305,7 +305,14 @@ impl Slot {
             credential,
         );
         let tls = security.map(|s| s.tls.clone());
-        let attach = attach_secure(gateway, Duration::from_secs(2), tls, hello, 1024);
+        let attach = attach_secure(
+            gateway,
+            Duration::from_secs(2),
+            tls,
+            Pings::Off,
+            hello,
+            1024,
+        );
         match tokio::time::timeout(Duration::from_secs(10), attach).await {
             Ok(r) => r,
             Err(_) => Err(tonic::Status::deadline_exceeded("attach timed out")),

@@ -194,6 +194,9 @@ async fn start_cluster(
         supervisor_pool: Some(SupervisorPoolSection {
             tick_interval_ms: Some(options.tick_ms),
             heartbeat_ttl_ms: Some(options.heartbeat_ttl_ms),
+            // The members send a status every tick (`status_interval`
+            // below); the gateways expect it at that interval.
+            status_interval_ms: Some(options.tick_ms),
             retention_ticks: options.retention_ticks,
             ..SupervisorPoolSection::default()
         }),

@@ -23,11 +23,6 @@ use crate::node;
 use crate::swarm::{self, Fault, Faults, Swarm};
 use crate::trace::Trace;
 
-/// How often a member sends its status, and the interval the simulated
-/// gateways expect (`PoolSettings::status_interval`). 250 ms, the gateway's
-/// default until 2026-12-06 (now a quarter of the heartbeat TTL, 500 ms):
-/// kept, so that every recorded seed replays the schedule it was found in.
-pub(crate) const STATUS_INTERVAL: Duration = Duration::from_millis(250);
 /// Sandbox slots per member.
 const CAPACITY: u32 = 8;
 
@@ -143,9 +138,13 @@ async fn serve(
     needs_runtime: bool,
 ) -> tonic::Status {
     let member::Attached {
-        tx, mut inbound, ..
+        tx,
+        mut inbound,
+        status_interval,
+        ..
     } = attached;
-    let pinger = member::spawn_pinger(tx.clone(), STATUS_INTERVAL, paused.clone());
+    // At the interval the gateway asked for, as a supervisor does.
+    let pinger = member::spawn_pinger(tx.clone(), status_interval, paused.clone());
     let mut acks_sent = AcksSent::new();
     // The last snapshot shown: its owed acks are resent on a timer too (a
     // snapshot comes only when something changed, and one that came while

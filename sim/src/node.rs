@@ -33,6 +33,13 @@ use crate::mem_machine::MemMachine;
 use crate::net;
 use crate::trace::Trace;
 
+/// How often the simulated gateways ask their members for a status
+/// (`PoolSettings::status_interval`, told in `HelloAccepted`). 250 ms, the
+/// gateway's default until 2026-12-06 (now a quarter of the heartbeat TTL,
+/// 500 ms): kept, so that every recorded seed replays the schedule it was
+/// found in.
+const STATUS_INTERVAL: Duration = Duration::from_millis(250);
+
 /// The raft port every simulated node listens on.
 pub const PORT: u16 = 7001;
 /// The object type the workload writes.
@@ -266,7 +273,7 @@ pub async fn run(parts: NodeParts) -> turmoil::Result {
     let hub = Hub::new(
         node.clone(),
         PoolSettings {
-            status_interval: crate::members::STATUS_INTERVAL,
+            status_interval: STATUS_INTERVAL,
             ..PoolSettings::default()
         },
         GrantSigner::insecure_development_key("sim"),

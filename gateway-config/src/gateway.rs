@@ -80,6 +80,9 @@ pub struct GatewaySection {
     pub insecure: Option<bool>,
     /// The voter autopilot (`[openshell.gateway.autopilot]`).
     pub autopilot: Option<AutopilotSection>,
+    /// Worker threads of the gateway's async runtime (1..=1024; default:
+    /// one per CPU the process may use, the cgroup's CPU quota included).
+    pub worker_threads: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]
@@ -150,7 +153,8 @@ impl GatewaySection {
             initial_voters,
             signing_key_file,
             http_listen_addr,
-            insecure
+            insecure,
+            worker_threads
         );
         let mut tls = self.tls.unwrap_or_default();
         if let Some(o) = other.tls {

@@ -98,7 +98,14 @@ pub struct GatewayConfig {
     pub launcher: crate::config_driver::LauncherConfig,
     /// The voter autopilot, if configured.
     pub autopilot: Option<crate::config_statefulset::AutopilotConfig>,
+    /// Worker threads of the async runtime the gateway binary builds
+    /// (`None`: one per CPU the process may use). A program that embeds
+    /// the gateway builds its own runtime and ignores it.
+    pub worker_threads: Option<usize>,
 }
+
+/// Most worker threads `openshell.gateway.worker_threads` may ask for.
+pub const MAX_WORKER_THREADS: u64 = 1024;
 
 /// Parses a raft node, `id=host:port`.
 pub fn parse_node(text: &str) -> Result<(u64, String), String> {
@@ -191,6 +198,15 @@ impl ValidateGateway for GatewaySection {
             })?),
         };
         let auth_section = self.auth.unwrap_or_default().read_token_files()?;
+        let worker_threads = match self.worker_threads {
+            None => None,
+            Some(n) => Some(in_range(
+                "openshell.gateway.worker_threads",
+                n,
+                1,
+                MAX_WORKER_THREADS,
+            )?),
+        };
         let insecure = self.insecure.unwrap_or(false);
         let tls = crate::config_tls::secure(
             insecure,
@@ -222,6 +238,8 @@ impl ValidateGateway for GatewaySection {
             auth,
             launcher,
             autopilot,
+            // In range, so it fits.
+            worker_threads: worker_threads.and_then(|n| usize::try_from(n).ok()),
         })
     }
 }

@@ -91,9 +91,12 @@ pub fn summary(config: &GatewayConfig) -> String {
         || "off".to_string(),
         |a| format!("{} peers {}", a.replicas, a.peer_address),
     );
+    let workers = config
+        .worker_threads
+        .map_or_else(|| "one per CPU".to_string(), |n| n.to_string());
     format!(
         "configuration ok (node {}, cluster {}, listen {}, peer {}, advertise {}, tls {}, sandbox driver {driver}, \
-         initial voters {}, autopilot {autopilot})",
+         initial voters {}, autopilot {autopilot}, worker threads {workers})",
         config.node.node_id,
         config.node.cluster_id,
         config.listen_addr,

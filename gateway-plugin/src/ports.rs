@@ -87,6 +87,9 @@ pub(crate) fn announce(config: &GatewayConfig) {
         peer_listen = ?config.peer_listen_addr,
         advertise = %config.node.advertise_addr,
         tls = config.tls.is_some(),
+        // The runtime it runs on: the binary's (`worker_threads`) or an
+        // embedding program's own.
+        runtime_workers = tokio::runtime::Handle::current().metrics().num_workers(),
         "gateway listening"
     );
     warn_insecure_defaults(config);

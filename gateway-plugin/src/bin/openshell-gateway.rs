@@ -94,6 +94,10 @@ struct Args {
     /// (plaintext, open APIs): development only, logged at every start.
     #[arg(long)]
     insecure: bool,
+    /// Worker threads of the async runtime (1..=1024; default: one per CPU
+    /// the process may use, the cgroup's CPU quota included).
+    #[arg(long, env = "OPENSHELL_WORKER_THREADS")]
+    worker_threads: Option<u64>,
     /// Data directory (created if absent).
     #[arg(long, env = "OPENSHELL_DATA_DIR")]
     data_dir: Option<PathBuf>,
@@ -416,6 +420,7 @@ fn flag_section(args: Args) -> anyhow::Result<GatewaySection> {
             ..TlsSection::default()
         }),
         insecure: args.insecure.then_some(true),
+        worker_threads: args.worker_threads,
         data_dir: args.data_dir,
         cluster_id: args.cluster_id,
         initial_voters: args.initial_voters,
@@ -509,7 +514,12 @@ fn run() -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all();
+    if let Some(n) = config.worker_threads {
+        builder.worker_threads(n);
+    }
+    let runtime = builder.build().context("starting the tokio runtime")?;
     // The library's typed `ServeError` becomes anyhow here; its Display
     // names what failed and its source chain says why (printed by `main`).
     let served = runtime.block_on(gateway_plugin::server::run(config, async {

@@ -40,6 +40,10 @@ pub struct ScaleArgs {
     /// of the workspace).
     #[arg(long)]
     pub gateway_bin: Option<PathBuf>,
+    /// The gateways' `worker_threads` (default: the gateway's own, one per
+    /// CPU).
+    #[arg(long)]
+    pub gateway_worker_threads: Option<u64>,
     /// Run directory (default: jepsen/runs/scale-<timestamp>).
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -88,6 +92,7 @@ impl ScaleArgs {
                 .clone()
                 .unwrap_or_else(|| root.join(format!("jepsen/runs/scale-{now}"))),
             json: self.json.clone(),
+            gateway_worker_threads: self.gateway_worker_threads,
             step_timeout: Duration::from_secs(self.step_timeout_s.max(1)),
         })
     }

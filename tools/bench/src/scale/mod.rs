@@ -76,6 +76,8 @@ pub struct ScaleOptions {
     /// Longest wait for any one step (creation, convergence, takeover,
     /// readiness).
     pub step_timeout: Duration,
+    /// The gateways' `worker_threads` (`None`: the gateway's default).
+    pub gateway_worker_threads: Option<u64>,
 }
 
 impl ScaleOptions {
@@ -90,6 +92,7 @@ impl ScaleOptions {
             "takeover_size": self.takeover_size,
             "quiet_s": self.quiet.as_secs_f64(),
             "gateway_bin": self.gateway_bin.display().to_string(),
+            "gateway_worker_threads": self.gateway_worker_threads,
             "raft_and_pool_timing": "gateway defaults (heartbeat 50 ms, election 150-300 ms, tick 250 ms, heartbeat TTL 2 s, HostStatus at the interval HelloAccepted gives: 500 ms)",
             "sandbox_driver": "none (PoolAdmin.CreateSandbox; scripted members ack the terms)",
             "security": "tls",
@@ -159,6 +162,7 @@ async fn start_cluster(
             // per-address handshake rate of a real deployment (one address
             // per supervisor Pod) would pace their attaches.
             tls: Some(crate::one_address_for_many_clients()),
+            worker_threads: options.gateway_worker_threads,
             ..GatewaySection::default()
         },
         security: Security::Tls,

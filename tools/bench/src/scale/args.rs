@@ -44,6 +44,11 @@ pub struct ScaleArgs {
     /// CPU).
     #[arg(long)]
     pub gateway_worker_threads: Option<u64>,
+    /// The members' HTTP/2 pings: `as-supervisor` (a ping after 500 ms
+    /// without a frame read, as `openshell-supervisor` sends them) or `off`
+    /// (what the gateways spend on statuses alone; not a deployment's cost).
+    #[arg(long, default_value = "as-supervisor", value_parser = ["as-supervisor", "off"])]
+    pub member_pings: String,
     /// Run directory (default: jepsen/runs/scale-<timestamp>).
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -93,6 +98,7 @@ impl ScaleArgs {
                 .unwrap_or_else(|| root.join(format!("jepsen/runs/scale-{now}"))),
             json: self.json.clone(),
             gateway_worker_threads: self.gateway_worker_threads,
+            member_pings: self.member_pings != "off",
             step_timeout: Duration::from_secs(self.step_timeout_s.max(1)),
         })
     }

@@ -135,6 +135,10 @@ pub struct MemberPlan {
     /// Slots of member 0, which attaches alone first (the heavy member:
     /// every sandbox created before the others attach is placed on it).
     pub first_capacity: u32,
+    /// Whether the members ping as supervisors do (the default) or not
+    /// at all (`--member-pings off`: what a gateway spends on statuses
+    /// alone).
+    pub pings: Pings,
 }
 
 /// The running members.
@@ -299,7 +303,7 @@ impl Member {
             Duration::from_secs(2),
             tls,
             // A gateway's cost per supervisor includes answering its pings.
-            Pings::AsSupervisor,
+            self.plan.pings,
             hello,
             1024,
         );

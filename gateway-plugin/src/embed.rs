@@ -428,13 +428,38 @@ async fn hand_over_leadership(node: &RaftNode<GatewayState>) {
                 "leadership hand-over did not finish within its bound"
             ),
         },
-        () = went_silent(node, to, silence) => tracing::warn!(
-            to,
-            silent_ms = silence.as_millis() as u64,
-            "leadership hand-over abandoned: the target stopped answering (stopping too?); \
-             leaving without a hand-over"
-        ),
+        settled = handover_settled(node, to, silence) => match settled {
+            Settled::TargetSilent => tracing::warn!(
+                to,
+                silent_ms = silence.as_millis() as u64,
+                "leadership hand-over abandoned: the target stopped answering (stopping too?); \
+                 leaving without a hand-over"
+            ),
+            Settled::LeaderElsewhere(leader) => {
+                tracing::info!(to, leader, "leadership moved to another voter during the hand-over")
+            }
+            Settled::NoLeader => tracing::warn!(
+                to,
+                silent_ms = silence.as_millis() as u64,
+                "leadership hand-over abandoned: this node stepped down for the target but no leader \
+                 followed (the target stopping too?); leaving"
+            ),
+        },
     }
+}
+
+/// How a hand-over ended without the transfer itself finishing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Settled {
+    /// This node still leads and the target acknowledged no append for
+    /// the silence.
+    TargetSilent,
+    /// Another voter than the target leads (the transfer waits for the
+    /// target only).
+    LeaderElsewhere(u64),
+    /// This node stepped down (it voted for the target's campaign) and no
+    /// leader followed within the silence: the target stopped mid-campaign.
+    NoLeader,
 }
 
 /// How long a hand-over target may go without acknowledging an append
@@ -451,23 +476,37 @@ fn target_silence(config: &raft_store::config::NodeConfig) -> Duration {
     (live * 2).max(Duration::from_secs(1))
 }
 
-/// Completes once `to` has acknowledged no append for `silence` while this
-/// node still leads (once it does not, the transfer itself finishes).
-async fn went_silent(node: &RaftNode<GatewayState>, to: u64, silence: Duration) {
+/// Completes once waiting for the transfer to `to` serves no purpose:
+/// while this node leads, when `to` has acknowledged no append for
+/// `silence`; once it no longer leads, when another voter leads, or when
+/// no leader at all has followed for `silence` (a target that stopped after
+/// this node voted for its campaign never becomes leader, and the
+/// transfer would wait out its whole bound: `cli/tests/t81_dev_stop.rs`
+/// caught it about one run in six).
+async fn handover_settled(node: &RaftNode<GatewayState>, to: u64, silence: Duration) -> Settled {
+    let mut leaderless_since: Option<std::time::Instant> = None;
     loop {
-        if !node.is_leader() {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            continue;
+        let status = node.status();
+        let leader = status.leader.as_ref().map(|(id, _)| *id);
+        if leader == Some(status.node_id) {
+            leaderless_since = None;
+            let since = status
+                .nodes
+                .iter()
+                .find(|n| n.id == to)
+                .and_then(|n| n.last_ack_ms);
+            if since.is_none_or(|ms| Duration::from_millis(ms) >= silence) {
+                return Settled::TargetSilent;
+            }
+        } else if let Some(other) = leader.filter(|id| *id != to) {
+            return Settled::LeaderElsewhere(other);
+        } else if leader.is_none() {
+            let since = *leaderless_since.get_or_insert_with(std::time::Instant::now);
+            if since.elapsed() >= silence {
+                return Settled::NoLeader;
+            }
         }
-        let since = node
-            .status()
-            .nodes
-            .iter()
-            .find(|n| n.id == to)
-            .and_then(|n| n.last_ack_ms);
-        if since.is_none_or(|ms| Duration::from_millis(ms) >= silence) {
-            return;
-        }
+        // Else the target leads: the transfer finishes on its own.
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

@@ -48,8 +48,9 @@ async fn the_gateway_runs_the_worker_threads_it_is_given() -> TestResult<()> {
         "the gateway did not stop on SIGTERM: {}",
         node.log()
     );
-    node.extra_args
-        .retain(|a| a != "--worker-threads" && a != "1");
+    // Drop exactly the flag and value the cluster was started with.
+    assert_eq!(node.extra_args, ["--worker-threads", "1"]);
+    node.extra_args.clear();
     node.start_with_env(&[("OPENSHELL_WORKER_THREADS", "3")]);
     cluster.wait_leader("the restarted node").await;
     let node = cluster.node(1);

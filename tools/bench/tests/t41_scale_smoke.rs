@@ -47,7 +47,7 @@ async fn every_scale_step_runs_and_the_report_has_its_shape() {
         step_timeout: Duration::from_secs(120),
         // Through the gateways' config file, at this machine's default.
         gateway_worker_threads: Some(2),
-        member_pings: true,
+        member_pings: testkit::member::Pings::AsSupervisor,
     };
     eprintln!("--- step: 10 members, 200 sandboxes, a takeover, two restarts");
     let report = bench::scale::run(options)

@@ -98,7 +98,11 @@ impl ScaleArgs {
                 .unwrap_or_else(|| root.join(format!("jepsen/runs/scale-{now}"))),
             json: self.json.clone(),
             gateway_worker_threads: self.gateway_worker_threads,
-            member_pings: self.member_pings != "off",
+            member_pings: if self.member_pings == "off" {
+                testkit::member::Pings::Off
+            } else {
+                testkit::member::Pings::AsSupervisor
+            },
             step_timeout: Duration::from_secs(self.step_timeout_s.max(1)),
         })
     }

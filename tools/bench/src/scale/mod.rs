@@ -78,9 +78,9 @@ pub struct ScaleOptions {
     pub step_timeout: Duration,
     /// The gateways' `worker_threads` (`None`: the gateway's default).
     pub gateway_worker_threads: Option<u64>,
-    /// Whether the members ping as supervisors do (true: the faithful
-    /// default; false measures the statuses alone).
-    pub member_pings: bool,
+    /// Whether the members ping as supervisors do (the faithful default)
+    /// or not at all (the statuses alone).
+    pub member_pings: testkit::member::Pings,
 }
 
 impl ScaleOptions {
@@ -96,7 +96,10 @@ impl ScaleOptions {
             "quiet_s": self.quiet.as_secs_f64(),
             "gateway_bin": self.gateway_bin.display().to_string(),
             "gateway_worker_threads": self.gateway_worker_threads,
-            "member_pings": if self.member_pings { "as-supervisor" } else { "off" },
+            "member_pings": match self.member_pings {
+                testkit::member::Pings::AsSupervisor => "as-supervisor",
+                testkit::member::Pings::Off => "off",
+            },
             "raft_and_pool_timing": "gateway defaults (heartbeat 50 ms, election 150-300 ms, tick 250 ms, heartbeat TTL 2 s, HostStatus at the interval HelloAccepted gives: 500 ms)",
             "sandbox_driver": "none (PoolAdmin.CreateSandbox; scripted members ack the terms)",
             "security": "tls",
@@ -202,11 +205,7 @@ async fn scale(
             .as_ref()
             .map(jepsen::security::Credentials::member_security),
         first_capacity: u32::try_from(options.takeover_size).unwrap_or(u32::MAX),
-        pings: if options.member_pings {
-            testkit::member::Pings::AsSupervisor
-        } else {
-            testkit::member::Pings::Off
-        },
+        pings: options.member_pings,
     };
     let mut members = ScaleMembers::start(plan);
     let result = steps::all(options, &cluster, &mut members, &mut report).await;

@@ -476,38 +476,70 @@ fn target_silence(config: &raft_store::config::NodeConfig) -> Duration {
     (live * 2).max(Duration::from_secs(1))
 }
 
-/// Completes once waiting for the transfer to `to` serves no purpose:
-/// while this node leads, when `to` has acknowledged no append for
-/// `silence`; once it no longer leads, when another voter leads, or when
-/// no leader at all has followed for `silence` (a target that stopped after
-/// this node voted for its campaign never becomes leader, and the
-/// transfer would wait out its whole bound: `cli/tests/t81_dev_stop.rs`
-/// caught it about one run in six).
+/// Completes once waiting for the transfer to `to` serves no purpose
+/// ([`HandoverWatch::observe`] on the node's status every 50 ms).
 async fn handover_settled(node: &RaftNode<GatewayState>, to: u64, silence: Duration) -> Settled {
-    let mut leaderless_since: Option<std::time::Instant> = None;
+    let mut watch = HandoverWatch::new(to, silence);
     loop {
-        let status = node.status();
+        if let Some(settled) = watch.observe(&node.status(), std::time::Instant::now()) {
+            return settled;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Decides, from successive statuses of the leaving node, when a
+/// hand-over to `to` can no longer finish: while this node leads, when
+/// `to` has acknowledged no append for `silence`; once it no longer leads,
+/// when another voter leads, or when no leader at all has followed for
+/// `silence` (a target that stopped after this node voted for its campaign
+/// never becomes leader, and the transfer would wait out its whole bound:
+/// `cli/tests/t81_dev_stop.rs` caught it about one run in six). While the
+/// target leads, the transfer finishes on its own. Pure: the clock is the
+/// caller's, so the tests below drive each interleaving step by step.
+#[derive(Debug)]
+struct HandoverWatch {
+    to: u64,
+    silence: Duration,
+    leaderless_since: Option<std::time::Instant>,
+}
+
+impl HandoverWatch {
+    fn new(to: u64, silence: Duration) -> Self {
+        Self {
+            to,
+            silence,
+            leaderless_since: None,
+        }
+    }
+
+    /// One observation of the node's status at `now`.
+    fn observe(
+        &mut self,
+        status: &raft_store::ClusterStatus,
+        now: std::time::Instant,
+    ) -> Option<Settled> {
         let leader = status.leader.as_ref().map(|(id, _)| *id);
+        if leader.is_some() {
+            self.leaderless_since = None;
+        }
         if leader == Some(status.node_id) {
-            leaderless_since = None;
             let since = status
                 .nodes
                 .iter()
-                .find(|n| n.id == to)
+                .find(|n| n.id == self.to)
                 .and_then(|n| n.last_ack_ms);
-            if since.is_none_or(|ms| Duration::from_millis(ms) >= silence) {
-                return Settled::TargetSilent;
-            }
-        } else if let Some(other) = leader.filter(|id| *id != to) {
-            return Settled::LeaderElsewhere(other);
+            since
+                .is_none_or(|ms| Duration::from_millis(ms) >= self.silence)
+                .then_some(Settled::TargetSilent)
+        } else if let Some(other) = leader.filter(|id| *id != self.to) {
+            Some(Settled::LeaderElsewhere(other))
         } else if leader.is_none() {
-            let since = *leaderless_since.get_or_insert_with(std::time::Instant::now);
-            if since.elapsed() >= silence {
-                return Settled::NoLeader;
-            }
+            let since = *self.leaderless_since.get_or_insert(now);
+            (now.saturating_duration_since(since) >= self.silence).then_some(Settled::NoLeader)
+        } else {
+            None
         }
-        // Else the target leads: the transfer finishes on its own.
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -573,5 +605,142 @@ impl Drop for AbortOnDrop {
         for task in &self.0 {
             task.abort();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The hand-over watch, one interleaving per test: the leaving node is
+    //! 1, the target 2, the other voter 3; the silence is one second.
+
+    use std::time::{Duration, Instant};
+
+    use raft_store::{ClusterStatus, NodeStatus};
+
+    use super::{HandoverWatch, Settled};
+
+    const SILENCE: Duration = Duration::from_secs(1);
+
+    /// Node 1's status: `leader` as it knows it, and (when it leads) how
+    /// long ago the target acknowledged an append.
+    fn status(leader: Option<u64>, target_ack_ms: Option<u64>) -> ClusterStatus {
+        let node = |id: u64, last_ack_ms| NodeStatus {
+            id,
+            addr: format!("127.0.0.1:{}", 7000 + id),
+            voter: true,
+            matched_index: None,
+            lag: None,
+            last_ack_ms,
+        };
+        ClusterStatus {
+            node_id: 1,
+            leader: leader.map(|id| (id, format!("127.0.0.1:{}", 7000 + id))),
+            term: 3,
+            commit_index: 10,
+            applied_index: 10,
+            last_log_index: 10,
+            snapshot_index: 0,
+            purged_index: 0,
+            state: if leader == Some(1) {
+                "Leader"
+            } else {
+                "Follower"
+            }
+            .to_string(),
+            nodes: vec![node(1, None), node(2, target_ack_ms), node(3, None)],
+            cluster_id: "test".to_string(),
+            unfinished_change: None,
+            quorum_ack_ms: None,
+            errors: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn waits_while_this_node_leads_and_the_target_answers() {
+        let mut watch = HandoverWatch::new(2, SILENCE);
+        let t0 = Instant::now();
+        for step in 0..40 {
+            let now = t0 + Duration::from_millis(50 * step);
+            assert_eq!(watch.observe(&status(Some(1), Some(40)), now), None);
+        }
+    }
+
+    #[test]
+    fn a_target_silent_for_the_silence_ends_the_wait() {
+        let mut watch = HandoverWatch::new(2, SILENCE);
+        let now = Instant::now();
+        assert_eq!(watch.observe(&status(Some(1), Some(999)), now), None);
+        assert_eq!(
+            watch.observe(&status(Some(1), Some(1000)), now),
+            Some(Settled::TargetSilent)
+        );
+        // A target that never acknowledged this leader counts as silent.
+        let mut watch = HandoverWatch::new(2, SILENCE);
+        assert_eq!(
+            watch.observe(&status(Some(1), None), now),
+            Some(Settled::TargetSilent)
+        );
+    }
+
+    #[test]
+    fn another_voter_leading_ends_the_wait() {
+        let mut watch = HandoverWatch::new(2, SILENCE);
+        assert_eq!(
+            watch.observe(&status(Some(3), None), Instant::now()),
+            Some(Settled::LeaderElsewhere(3))
+        );
+    }
+
+    #[test]
+    fn the_target_leading_leaves_the_transfer_to_finish() {
+        let mut watch = HandoverWatch::new(2, SILENCE);
+        let t0 = Instant::now();
+        for step in 0..100 {
+            let now = t0 + Duration::from_millis(50 * step);
+            assert_eq!(watch.observe(&status(Some(2), None), now), None);
+        }
+    }
+
+    /// t81's interleaving: node 1 voted for the target's campaign and
+    /// stepped down, then the target stopped before it won. No leader
+    /// follows; the wait ends one silence after the first leaderless
+    /// status, not at the hand-over's bound.
+    #[test]
+    fn a_target_stopped_mid_campaign_ends_the_wait_after_the_silence() {
+        let mut watch = HandoverWatch::new(2, SILENCE);
+        let t0 = Instant::now();
+        assert_eq!(watch.observe(&status(Some(1), Some(20)), t0), None);
+        let stepped_down = t0 + Duration::from_millis(50);
+        assert_eq!(watch.observe(&status(None, None), stepped_down), None);
+        let almost = stepped_down + SILENCE - Duration::from_millis(1);
+        assert_eq!(watch.observe(&status(None, None), almost), None);
+        assert_eq!(
+            watch.observe(&status(None, None), stepped_down + SILENCE),
+            Some(Settled::NoLeader)
+        );
+    }
+
+    /// A leader seen between two leaderless spells restarts the count: the
+    /// target that won and then lost leadership gets a whole silence again.
+    #[test]
+    fn a_leader_seen_in_between_restarts_the_leaderless_count() {
+        let mut watch = HandoverWatch::new(2, SILENCE);
+        let t0 = Instant::now();
+        assert_eq!(watch.observe(&status(None, None), t0), None);
+        let led = t0 + Duration::from_millis(900);
+        assert_eq!(watch.observe(&status(Some(2), None), led), None);
+        let again = led + Duration::from_millis(50);
+        assert_eq!(watch.observe(&status(None, None), again), None);
+        assert_eq!(
+            watch.observe(
+                &status(None, None),
+                t0 + SILENCE + Duration::from_millis(100)
+            ),
+            None
+        );
+        assert_eq!(
+            watch.observe(&status(None, None), again + SILENCE),
+            Some(Settled::NoLeader)
+        );
     }
 }

@@ -89,6 +89,22 @@ async fn every_scale_step_runs_and_the_report_has_its_shape() {
     );
     assert_eq!(report.rss_end_mib.len(), 3);
     assert_eq!(report.quiet_cpu_s.len(), 3);
+    // Every gateway's attached supervisors, read at the window's start and
+    // end: at most the 10 members in all (one may be between gateways).
+    assert_eq!(
+        report.quiet_attached.len(),
+        3,
+        "{:?}",
+        report.quiet_attached
+    );
+    type Attached = (Option<u64>, Option<u64>);
+    let ends: [fn(&Attached) -> Option<u64>; 2] = [|p| p.0, |p| p.1];
+    for at in ends {
+        let counts: Option<Vec<u64>> = report.quiet_attached.iter().map(at).collect();
+        let counts = counts.unwrap_or_else(|| panic!("unreadable: {:?}", report.quiet_attached));
+        let total: u64 = counts.iter().sum();
+        assert!((1..=10).contains(&total), "{:?}", report.quiet_attached);
+    }
     assert!(report.push_bulk.passes > 0 && report.push_bulk.examined > 0);
     assert!(report.push_one.passes > 0, "{:?}", report.push_one);
     assert_eq!(report.push_bulk.full_scan_per_pass, 200);
@@ -137,6 +153,7 @@ async fn every_scale_step_runs_and_the_report_has_its_shape() {
             "push_one",
             "push_takeover",
             "quiet_cpu_s",
+            "quiet_attached",
             "coordinator_quiet",
             "coordinator_takeover",
             "snapshots",

@@ -78,6 +78,22 @@ pub async fn push_counters(cluster: &Cluster) -> (u64, u64) {
     counters(cluster, (PASSES, EXAMINED)).await
 }
 
+/// Supervisor streams attached to a gateway (`/metrics`).
+pub const ATTACHED: &str = "openshell_pool_attached_supervisors";
+
+/// Each gateway's attached supervisor streams, in node order (`None`:
+/// unreadable). A gateway's quiet cost is mostly per attached supervisor,
+/// and supervisors move when a gateway sends them away or stops answering
+/// their pings, so the quiet figures are read beside these.
+pub async fn attached_by_node(cluster: &Cluster) -> Vec<Option<u64>> {
+    let mut out = Vec::with_capacity(cluster.nodes.len());
+    for node in &cluster.nodes {
+        // A gauge of a count: never negative, never fractional.
+        out.push(metric(node, ATTACHED).await.map(|v| v.max(0.0) as u64));
+    }
+    out
+}
+
 /// The coordinator counters summed over every running gateway: (steps,
 /// sandbox records examined).
 pub async fn coordinator_counters(cluster: &Cluster) -> (u64, u64) {

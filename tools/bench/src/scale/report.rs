@@ -117,6 +117,10 @@ pub struct ScaleReport {
     pub push_quiet: Push,
     /// Each gateway's CPU seconds over the quiet window.
     pub quiet_cpu_s: Vec<f64>,
+    /// Each gateway's attached supervisors at the quiet window's start and
+    /// end (`None`: its `/metrics` was unreadable).
+    #[serde(default)]
+    pub quiet_attached: Vec<(Option<u64>, Option<u64>)>,
     /// Push cost of one more sandbox (its launch and acknowledgement).
     pub push_one: Push,
     /// Push cost of the takeover.
@@ -205,6 +209,17 @@ impl ScaleReport {
             .collect()
     }
 
+    /// "n1 667 → 667, n2 ..." for the table ("?" where unreadable).
+    fn attached_row(&self) -> String {
+        let show = |v: Option<u64>| v.map_or_else(|| "?".to_string(), |v| v.to_string());
+        self.quiet_attached
+            .iter()
+            .enumerate()
+            .map(|(i, (start, end))| format!("n{} {} → {}", i + 1, show(*start), show(*end)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     fn quiet_cpu_met(&self) -> bool {
         let shares = self.quiet_shares();
         !self.quiet_leader_changed && !shares.is_empty() && shares.iter().all(|(_, _, s, t)| s <= t)
@@ -260,6 +275,10 @@ impl ScaleReport {
                 met(share <= target && !self.quiet_leader_changed)
             );
         }
+        t += &format!(
+            "| supervisors attached to each gateway in the quiet window (at its start → end) | {} | |\n",
+            self.attached_row()
+        );
         for (name, p) in [
             ("bulk creation", &self.coordinator_bulk),
             ("quiet window", &self.coordinator_quiet),

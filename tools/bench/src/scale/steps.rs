@@ -212,9 +212,12 @@ async fn quiet(
         .await?;
     let before = push_counters(cluster).await;
     let steps_before = coordinator_counters(cluster).await;
+    let attached_before = measure::attached_by_node(cluster).await;
     let cpu_before = measure::cpu_by_node(cluster);
     tokio::time::sleep(options.quiet).await;
     report.quiet_cpu_s = cpu_since(cluster, &cpu_before);
+    let attached_after = measure::attached_by_node(cluster).await;
+    report.quiet_attached = attached_before.into_iter().zip(attached_after).collect();
     let after = push_counters(cluster).await;
     report.push_quiet = Push::between(before, after, options.sandboxes as u64);
     report.coordinator_quiet = Push::between(
@@ -233,7 +236,7 @@ async fn quiet(
         );
         report.quiet_leader_changed = true;
     }
-    tracing::info!(push = ?report.push_quiet, coordinator = ?report.coordinator_quiet, cpu_s = ?report.quiet_cpu_s, "quiet window");
+    tracing::info!(push = ?report.push_quiet, coordinator = ?report.coordinator_quiet, cpu_s = ?report.quiet_cpu_s, attached = ?report.quiet_attached, "quiet window");
     Ok(())
 }
 

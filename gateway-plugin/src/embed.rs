@@ -655,14 +655,20 @@ mod tests {
         }
     }
 
-    #[test]
-    fn waits_while_this_node_leads_and_the_target_answers() {
+    /// Observes `status` every 50 ms (the wait's own period) for `steps`
+    /// steps from a fresh watch, and asserts that the wait goes on.
+    fn assert_waits(status: &ClusterStatus, steps: u64) {
         let mut watch = HandoverWatch::new(2, SILENCE);
         let t0 = Instant::now();
-        for step in 0..40 {
+        for step in 0..steps {
             let now = t0 + Duration::from_millis(50 * step);
-            assert_eq!(watch.observe(&status(Some(1), Some(40)), now), None);
+            assert_eq!(watch.observe(status, now), None, "step {step}");
         }
+    }
+
+    #[test]
+    fn waits_while_this_node_leads_and_the_target_answers() {
+        assert_waits(&status(Some(1), Some(40)), 40);
     }
 
     #[test]
@@ -693,12 +699,7 @@ mod tests {
 
     #[test]
     fn the_target_leading_leaves_the_transfer_to_finish() {
-        let mut watch = HandoverWatch::new(2, SILENCE);
-        let t0 = Instant::now();
-        for step in 0..100 {
-            let now = t0 + Duration::from_millis(50 * step);
-            assert_eq!(watch.observe(&status(Some(2), None), now), None);
-        }
+        assert_waits(&status(Some(2), None), 100);
     }
 
     /// t81's interleaving: node 1 voted for the target's campaign and

@@ -253,9 +253,7 @@ impl Cluster {
                 ip = p.ip()
             ));
         }
-        // Same inode: every pod's bind mount sees the new contents.
-        std::fs::write(&self.ctx.hosts, text)?;
-        Ok(())
+        rewrite_in_place(&self.ctx.hosts, &text)
     }
 
     /// One pass of every controller, the kubelet and the endpoints.
@@ -569,4 +567,24 @@ fn target_port(spec: &PodSpec, target: &IntOrString) -> Option<i32> {
             .find(|p| p.name.as_deref() == Some(name.as_str()))
             .map(|p| p.container_port),
     }
+}
+
+/// Writes `text` into the file at `path` keeping its inode (every pod's
+/// `/etc/hosts` is a bind mount of it), and only when it changed. A
+/// truncating write on every reconcile pass left the file empty for a
+/// moment, and a pod resolving a Service name right then got "Temporary
+/// failure in name resolution" (`t01_supervisors_scale_by_drain`'s
+/// `sandbox create`, CI rehearsal of 2026-12-06). The file is overwritten
+/// from its start and only then cut to length, so it is never empty: a
+/// reader in between sees the new lines and at worst a tail of old ones.
+fn rewrite_in_place(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
+    use std::io::{Seek, Write};
+    if std::fs::read_to_string(path).is_ok_and(|current| current == text) {
+        return Ok(());
+    }
+    let mut file = std::fs::OpenOptions::new().write(true).open(path)?;
+    file.seek(std::io::SeekFrom::Start(0))?;
+    file.write_all(text.as_bytes())?;
+    file.set_len(text.len() as u64)?;
+    Ok(())
 }

@@ -105,6 +105,19 @@ async fn every_scale_step_runs_and_the_report_has_its_shape() {
         let total: u64 = counts.iter().sum();
         assert!((1..=10).contains(&total), "{:?}", report.quiet_attached);
     }
+    // Every gateway's send-away counter and the raft term are read: the
+    // term is at least the first election's.
+    assert_eq!(report.sent_away.len(), 3, "{:?}", report.sent_away);
+    assert!(
+        report.sent_away.iter().all(Option::is_some),
+        "unreadable: {:?}",
+        report.sent_away
+    );
+    assert!(
+        report.quiet_end_term.is_some_and(|t| t >= 1),
+        "{:?}",
+        report.quiet_end_term
+    );
     assert!(report.push_bulk.passes > 0 && report.push_bulk.examined > 0);
     assert!(report.push_one.passes > 0, "{:?}", report.push_one);
     assert_eq!(report.push_bulk.full_scan_per_pass, 200);
@@ -154,6 +167,8 @@ async fn every_scale_step_runs_and_the_report_has_its_shape() {
             "push_takeover",
             "quiet_cpu_s",
             "quiet_attached",
+            "sent_away",
+            "quiet_end_term",
             "coordinator_quiet",
             "coordinator_takeover",
             "snapshots",

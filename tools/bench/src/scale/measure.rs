@@ -86,10 +86,22 @@ pub const ATTACHED: &str = "openshell_pool_attached_supervisors";
 /// and supervisors move when a gateway sends them away or stops answering
 /// their pings, so the quiet figures are read beside these.
 pub async fn attached_by_node(cluster: &Cluster) -> Vec<Option<u64>> {
+    count_by_node(cluster, ATTACHED).await
+}
+
+/// Supervisors a gateway sent to other gateways because its heartbeats
+/// were not written or not applied (`/metrics`).
+pub const SENT_AWAY: &str = "openshell_pool_supervisors_sent_away_total";
+/// A gateway's current raft term (`/metrics`).
+pub const RAFT_TERM: &str = "openshell_raft_term";
+
+/// One counter or gauge of a count on each gateway, in node order
+/// (`None`: unreadable).
+pub async fn count_by_node(cluster: &Cluster, name: &str) -> Vec<Option<u64>> {
     let mut out = Vec::with_capacity(cluster.nodes.len());
     for node in &cluster.nodes {
-        // A gauge of a count: never negative, never fractional.
-        out.push(metric(node, ATTACHED).await.map(|v| v.max(0.0) as u64));
+        // A count: never negative, never fractional.
+        out.push(metric(node, name).await.map(|v| v.max(0.0) as u64));
     }
     out
 }

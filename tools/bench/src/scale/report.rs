@@ -121,6 +121,17 @@ pub struct ScaleReport {
     /// end (`None`: its `/metrics` was unreadable).
     #[serde(default)]
     pub quiet_attached: Vec<(Option<u64>, Option<u64>)>,
+    /// Each gateway's supervisors sent away (to other gateways, for
+    /// heartbeats not written or not applied) from its start to the quiet
+    /// window's end (`None`: unreadable). A calm run sends none; a storm
+    /// of elections and send-aways shows here first.
+    #[serde(default)]
+    pub sent_away: Vec<Option<u64>>,
+    /// The highest raft term of any gateway at the quiet window's end: the
+    /// group starts at term 1, so each term above it was an election
+    /// (`None`: unreadable).
+    #[serde(default)]
+    pub quiet_end_term: Option<u64>,
     /// Push cost of one more sandbox (its launch and acknowledgement).
     pub push_one: Push,
     /// Push cost of the takeover.
@@ -220,6 +231,24 @@ impl ScaleReport {
             .join(", ")
     }
 
+    /// Elections and send-aways from the start to the quiet window's end.
+    fn calm_row(&self) -> String {
+        let show = |v: Option<u64>| v.map_or_else(|| "?".to_string(), |v| v.to_string());
+        let sent = self
+            .sent_away
+            .iter()
+            .enumerate()
+            .map(|(i, v)| format!("n{} {}", i + 1, show(*v)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let elections = self
+            .quiet_end_term
+            .map_or_else(|| "?".to_string(), |t| t.saturating_sub(1).to_string());
+        format!(
+            "| from the start to the quiet window's end: elections after the first (raft term − 1); supervisors sent away by each gateway | {elections}; {sent} | none (a calm run) |\n"
+        )
+    }
+
     fn quiet_cpu_met(&self) -> bool {
         let shares = self.quiet_shares();
         !self.quiet_leader_changed && !shares.is_empty() && shares.iter().all(|(_, _, s, t)| s <= t)
@@ -279,6 +308,7 @@ impl ScaleReport {
             "| supervisors attached to each gateway in the quiet window (at its start → end) | {} | |\n",
             self.attached_row()
         );
+        t += &self.calm_row();
         for (name, p) in [
             ("bulk creation", &self.coordinator_bulk),
             ("quiet window", &self.coordinator_quiet),

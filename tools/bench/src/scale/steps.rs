@@ -218,6 +218,12 @@ async fn quiet(
     report.quiet_cpu_s = cpu_since(cluster, &cpu_before);
     let attached_after = measure::attached_by_node(cluster).await;
     report.quiet_attached = attached_before.into_iter().zip(attached_after).collect();
+    report.sent_away = measure::count_by_node(cluster, measure::SENT_AWAY).await;
+    report.quiet_end_term = measure::count_by_node(cluster, measure::RAFT_TERM)
+        .await
+        .into_iter()
+        .flatten()
+        .max();
     let after = push_counters(cluster).await;
     report.push_quiet = Push::between(before, after, options.sandboxes as u64);
     report.coordinator_quiet = Push::between(
@@ -236,7 +242,7 @@ async fn quiet(
         );
         report.quiet_leader_changed = true;
     }
-    tracing::info!(push = ?report.push_quiet, coordinator = ?report.coordinator_quiet, cpu_s = ?report.quiet_cpu_s, attached = ?report.quiet_attached, "quiet window");
+    tracing::info!(push = ?report.push_quiet, coordinator = ?report.coordinator_quiet, cpu_s = ?report.quiet_cpu_s, attached = ?report.quiet_attached, sent_away = ?report.sent_away, term = ?report.quiet_end_term, "quiet window");
     Ok(())
 }
 

@@ -21,7 +21,11 @@
 //! receives the log, so it never shows its supervisors what the pool
 //! assigns them), sends its supervisors to other gateways:
 //! [`BeatsHealth`]. A newer leader's grace applied here counts as a
-//! written batch ([`BeatsHealth::grace_seen`]).
+//! written batch ([`BeatsHealth::grace_seen`]). A silence while this
+//! gateway still applies new entries and the pool's time (its ticks) has
+//! not moved half a TTL is a slow leader, not a lost one: it is held for
+//! up to a TTL ([`Health::Held`]) instead of moving every supervisor onto
+//! gateways that write through the same leader.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -63,17 +67,57 @@ pub fn heartbeat_ttl(tick_interval: Duration, heartbeat_ttl_ticks: u64) -> Durat
 
 /// What the heartbeat task knows of its own batches: when one was last
 /// written (or there was none to write), or a newer leader's grace was
-/// last seen applied; and the oldest written batch this gateway has not
+/// last seen applied, and the pool's time then; when this gateway last
+/// applied a new entry; and the oldest written batch this gateway has not
 /// applied yet.
 #[derive(Debug)]
 pub(crate) struct BeatsHealth {
     written_at: Instant,
+    /// The pool's tick, as applied here, when `written_at` was set.
+    written_tick: u64,
+    /// The highest log index applied here so far, and when it was seen.
+    applied: (u64, Instant),
     /// (log index, when it was written) of the oldest batch written through
     /// this gateway that its own state machine had not applied by then.
     unapplied: Option<(u64, Instant)>,
     /// The raft term of the last `LeaderChanged` this gateway had applied
     /// when it last looked ([`BeatsHealth::grace_seen`]).
     grace_term: u64,
+    /// Whether a silence past the deadline is being held (logged once).
+    holding: bool,
+}
+
+/// Where this gateway's state machine stands when the heartbeat task
+/// looks: the last log index it applied and the pool's logical time (its
+/// tick) in that state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Progress {
+    pub applied: u64,
+    pub tick: u64,
+}
+
+/// How long a gateway's batches may go unwritten: `wall` on its own clock
+/// (half the heartbeat TTL, [`heartbeat_deadline`]) and `ticks` of the
+/// pool's time (half the TTL in ticks).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Deadline {
+    pub wall: Duration,
+    pub ticks: u64,
+}
+
+/// What [`BeatsHealth::check`] decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Health {
+    /// Batches are written (or not yet late).
+    Heard,
+    /// No batch written for the deadline, but this gateway still follows
+    /// the log and the pool's time has not moved half a TTL since its last
+    /// batch: the leader is slow, not gone, and its members are no closer
+    /// to expiry than their ticks say. Keep them and keep writing. `first`:
+    /// this silence was not held at the previous look.
+    Held { first: bool },
+    /// Send the supervisors away, for this reason.
+    Unheard(Unheard),
 }
 
 /// Why a gateway sends its supervisors away (see [`BeatsHealth::check`]).
@@ -87,10 +131,14 @@ pub(crate) enum Unheard {
 
 impl BeatsHealth {
     pub(crate) fn new() -> Self {
+        let now = Instant::now();
         BeatsHealth {
-            written_at: Instant::now(),
+            written_at: now,
+            written_tick: 0,
+            applied: (0, now),
             unapplied: None,
             grace_term: 0,
+            holding: false,
         }
     }
 
@@ -111,50 +159,86 @@ impl BeatsHealth {
     /// run did not settle"). A gateway cut off from the group, or removed
     /// from it, applies no newer `LeaderChanged` and still sends its
     /// supervisors away half a TTL after its last batch.
-    fn grace_seen(&mut self, pool_term: u64, current_term: u64, now: Instant) {
+    fn grace_seen(&mut self, pool_term: u64, current_term: u64, at: Progress, now: Instant) {
         if pool_term > self.grace_term && pool_term == current_term {
             self.grace_term = pool_term;
             self.written_at = self.written_at.max(now);
+            self.written_tick = self.written_tick.max(at.tick);
         }
     }
 
     /// A batch was written at `index` (None: there was nothing to write)
-    /// while this gateway had applied up to `applied`.
-    fn written(&mut self, index: Option<u64>, applied: u64, now: Instant) {
+    /// while this gateway stood at `at`.
+    fn written(&mut self, index: Option<u64>, at: Progress, now: Instant) {
         self.written_at = now;
-        if let Some(index) = index.filter(|i| *i > applied) {
+        self.written_tick = at.tick;
+        self.holding = false;
+        if let Some(index) = index.filter(|i| *i > at.applied) {
             // Keep the oldest: the lag is measured from it.
             self.unapplied.get_or_insert((index, now));
         }
     }
 
-    /// At a tick with beats to write, this gateway having applied up to
-    /// `applied`: whether its supervisors must go elsewhere. Each condition
-    /// is reported once, then measured again from `now`.
+    /// At a tick with beats to write, this gateway standing at `at`:
+    /// whether its supervisors must go elsewhere. Each condition is
+    /// reported once, then measured again from `now`.
     ///
-    /// - not written for `deadline` (half the TTL, what one batch may take):
-    ///   the members expire however alive they are;
-    /// - written but not applied here for `deadline`: the gateway no longer
-    ///   follows the log (a healthy follower applies a committed entry one
-    ///   replication round after the leader, far less than half a TTL), so
-    ///   its supervisors are never shown their takeovers or moves.
-    fn check(&mut self, applied: u64, deadline: Duration, now: Instant) -> Option<Unheard> {
-        if self.unapplied.is_some_and(|(index, _)| applied >= index) {
+    /// - not written for `deadline.wall` (half the TTL, what one batch may
+    ///   take): the members expire however alive they are, unless the
+    ///   silence is the leader's slowness rather than this gateway's loss
+    ///   of it. It is held ([`Health::Held`]) while this gateway still
+    ///   applies new entries (it follows the log) and the pool's time as
+    ///   applied here has moved less than `deadline.ticks` since its last
+    ///   batch (the leader writes its ticks no faster than the beats, so no
+    ///   member is closer to expiry than at a written batch half a TTL
+    ///   ago), for at most a whole TTL (past it the gateway cannot rule out
+    ///   that its own view lags the leader's time: a follower does not see
+    ///   how far the leader's log runs ahead of what it was sent, and a
+    ///   gateway too busy to forward its batches may be too busy to apply
+    ///   promptly). Sending supervisors away within the hold would
+    ///   only add their re-attachments to a leader already behind; every
+    ///   gateway would do it at once (docs/benchmarks.md, "a storm at the
+    ///   default worker count"). A gateway cut off or removed applies
+    ///   nothing new, and one whose forwards fail while the pool's time
+    ///   moves on sees its ticks: both still send their supervisors away
+    ///   half a TTL after their last batch;
+    /// - written but not applied here for `deadline.wall`: the gateway no
+    ///   longer follows the log (a healthy follower applies a committed
+    ///   entry one replication round after the leader, far less than half
+    ///   a TTL), so its supervisors are never shown their takeovers or
+    ///   moves.
+    fn check(&mut self, at: Progress, deadline: Deadline, now: Instant) -> Health {
+        if at.applied > self.applied.0 {
+            self.applied = (at.applied, now);
+        }
+        if self.unapplied.is_some_and(|(index, _)| at.applied >= index) {
             self.unapplied = None;
         }
-        if now.duration_since(self.written_at) > deadline {
+        let silent = now.duration_since(self.written_at);
+        if silent <= deadline.wall {
+            self.holding = false;
+        } else {
+            let follows = now.duration_since(self.applied.1) <= deadline.wall;
+            let time_moved = at.tick.saturating_sub(self.written_tick) >= deadline.ticks;
+            if follows && !time_moved && silent <= deadline.wall * 2 {
+                let first = !self.holding;
+                self.holding = true;
+                return Health::Held { first };
+            }
             self.written_at = now;
+            self.written_tick = at.tick;
             self.unapplied = None;
-            return Some(Unheard::NotWritten);
+            self.holding = false;
+            return Health::Unheard(Unheard::NotWritten);
         }
         if self
             .unapplied
-            .is_some_and(|(_, since)| now.duration_since(since) > deadline)
+            .is_some_and(|(_, since)| now.duration_since(since) > deadline.wall)
         {
             self.unapplied = None;
-            return Some(Unheard::NotApplied);
+            return Health::Unheard(Unheard::NotApplied);
         }
-        None
+        Health::Heard
     }
 }
 
@@ -199,10 +283,13 @@ impl Hub {
         let mut ticker = tokio::time::interval(self.settings.tick_interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let fresh_within = self.settings.status_interval * 2 + self.settings.status_interval / 2;
-        let deadline = heartbeat_deadline(
-            self.settings.tick_interval,
-            self.settings.heartbeat_ttl_ticks,
-        );
+        let deadline = Deadline {
+            wall: heartbeat_deadline(
+                self.settings.tick_interval,
+                self.settings.heartbeat_ttl_ticks,
+            ),
+            ticks: (self.settings.heartbeat_ttl_ticks / 2).max(1),
+        };
         // Batches of earlier ticks still proposing, oldest first. Aborting
         // one drops its forward or its wait for the batcher: harmless for
         // an idempotent command.
@@ -217,15 +304,28 @@ impl Hub {
             }
             let pool_term = self.node.read_local(|state, _| state.pool.raft_term());
             let current_term = self.node.raft().metrics().borrow().current_term;
-            let unheard = {
+            let at = self.progress();
+            let health = {
                 let now = Instant::now();
                 let mut health = self.beats.lock().unwrap_or_else(|p| p.into_inner());
-                health.grace_seen(pool_term, current_term, now);
-                health.check(self.applied_index(), deadline, now)
+                health.grace_seen(pool_term, current_term, at, now);
+                health.check(at, deadline, now)
             };
-            if let Some(why) = unheard {
-                self.send_away_unheard(why, deadline);
-                continue;
+            match health {
+                Health::Heard | Health::Held { first: false } => {}
+                Health::Held { first: true } => {
+                    self.metrics.pool.heartbeat_silences_held.inc();
+                    tracing::info!(
+                        deadline_ms = deadline.wall.as_millis() as u64,
+                        applied = at.applied,
+                        tick = at.tick,
+                        "no heartbeat batch written within half the heartbeat TTL, but this gateway follows the log and the pool's time has not moved half a TTL: supervisors kept"
+                    );
+                }
+                Health::Unheard(why) => {
+                    self.send_away_unheard(why, deadline.wall);
+                    continue;
+                }
             }
             while in_flight.len() >= HEARTBEATS_IN_FLIGHT {
                 if let Some(oldest) = in_flight.pop_front() {
@@ -236,7 +336,7 @@ impl Hub {
             let span = tracing::debug_span!("heartbeat_batch", beats = beats.len());
             let hub = self.clone();
             in_flight.push_back(tokio::spawn(
-                async move { hub.propose_beats(beats, deadline).await }.instrument(span),
+                async move { hub.propose_beats(beats, deadline.wall).await }.instrument(span),
             ));
         }
     }
@@ -263,11 +363,20 @@ impl Hub {
 
     /// A heartbeat batch was written at `index` (None: none to write).
     fn beats_written(&self, index: Option<u64>) {
-        let applied = self.applied_index();
+        let at = self.progress();
         self.beats
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .written(index, applied, Instant::now());
+            .written(index, at, Instant::now());
+    }
+
+    /// Where this gateway's state machine stands: its last applied log
+    /// index and the pool's tick.
+    fn progress(&self) -> Progress {
+        Progress {
+            applied: self.applied_index(),
+            tick: self.node.read_local(|state, _| state.pool.now_tick()),
+        }
     }
 
     /// The last log index this gateway's state machine applied.
@@ -360,75 +469,173 @@ mod tests {
         );
     }
 
+    const DEADLINE: Deadline = Deadline {
+        wall: Duration::from_secs(1),
+        ticks: 4,
+    };
+
+    /// A gateway that has applied up to `applied`, the pool's tick 100.
+    fn p(applied: u64) -> Progress {
+        Progress { applied, tick: 100 }
+    }
+
+    /// A gateway's health whose last batch was written at `t0`, having
+    /// applied `applied` since `t0` (nothing new after it).
+    fn health_at(t0: Instant, applied: u64) -> BeatsHealth {
+        let mut h = BeatsHealth::new();
+        h.written_at = t0;
+        h.written_tick = 100;
+        h.applied = (applied, t0);
+        h
+    }
+
+    const NOT_WRITTEN: Health = Health::Unheard(Unheard::NotWritten);
+    const NOT_APPLIED: Health = Health::Unheard(Unheard::NotApplied);
+
     /// - given: a gateway that writes a batch at index 10 having applied 9
     /// - then: nothing while the lag is under the deadline or once index 10
     ///   is applied; `NotApplied` once it has lasted longer, reported once;
-    ///   `NotWritten` when no batch was written for the deadline
+    ///   `NotWritten` when no batch was written for the deadline while it
+    ///   applied nothing new
     #[test]
     fn a_gateway_is_unheard_when_its_batches_are_not_written_or_not_applied_in_time() {
-        let deadline = Duration::from_secs(1);
         let t0 = Instant::now();
         let at = |ms: u64| t0 + Duration::from_millis(ms);
 
-        let mut h = BeatsHealth::new();
-        h.written_at = t0;
-        h.written(Some(10), 9, at(0));
-        assert_eq!(h.check(9, deadline, at(900)), None);
-        h.written(Some(11), 9, at(900));
+        let mut h = health_at(t0, 9);
+        h.written(Some(10), p(9), at(0));
+        assert_eq!(h.check(p(9), DEADLINE, at(900)), Health::Heard);
+        h.written(Some(11), p(9), at(900));
         assert_eq!(
-            h.check(9, deadline, at(1001)),
-            Some(Unheard::NotApplied),
+            h.check(p(9), DEADLINE, at(1001)),
+            NOT_APPLIED,
             "measured from the oldest"
         );
-        assert_eq!(h.check(9, deadline, at(1100)), None, "reported once");
-
-        let mut h = BeatsHealth::new();
-        h.written_at = t0;
-        h.written(Some(10), 9, at(0));
-        assert_eq!(h.check(10, deadline, at(900)), None, "applied: no lag");
-        assert!(h.unapplied.is_none());
-        h.written(Some(12), 12, at(1500));
         assert_eq!(
-            h.check(12, deadline, at(2400)),
-            None,
+            h.check(p(9), DEADLINE, at(1100)),
+            Health::Heard,
+            "reported once"
+        );
+
+        let mut h = health_at(t0, 9);
+        h.written(Some(10), p(9), at(0));
+        assert_eq!(
+            h.check(p(10), DEADLINE, at(900)),
+            Health::Heard,
+            "applied: no lag"
+        );
+        assert!(h.unapplied.is_none());
+        h.written(Some(12), p(12), at(1500));
+        assert_eq!(
+            h.check(p(12), DEADLINE, at(1600)),
+            Health::Heard,
             "a leader applies before it answers"
         );
-        assert_eq!(h.check(12, deadline, at(2501)), Some(Unheard::NotWritten));
-        assert_eq!(h.check(12, deadline, at(2600)), None, "reported once");
-        h.written(None, 12, at(3000));
+        assert_eq!(h.check(p(12), DEADLINE, at(2601)), NOT_WRITTEN);
         assert_eq!(
-            h.check(12, deadline, at(3900)),
-            None,
+            h.check(p(12), DEADLINE, at(2700)),
+            Health::Heard,
+            "reported once"
+        );
+        h.written(None, p(12), at(3000));
+        assert_eq!(
+            h.check(p(12), DEADLINE, at(3900)),
+            Health::Heard,
             "nothing to write counts as written"
         );
     }
 
+    /// - given: no batch written since `t0`, the gateway still applying new
+    ///   entries (index 9 at `t0`, 10 at 900 ms)
+    /// - when: the pool's tick has moved less than half the TTL since the
+    ///   last batch (a slow leader)
+    /// - then: the silence is held, logged once, for at most a whole TTL;
+    ///   a batch written in between ends the hold
+    /// - and: once the pool's time has moved half a TTL, or nothing new was
+    ///   applied for the deadline, the supervisors are sent away
+    #[test]
+    fn a_slow_leaders_silence_is_held_while_the_gateway_follows_and_time_stands() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let ticked = |applied: u64, tick: u64| Progress { applied, tick };
+
+        let mut h = health_at(t0, 9);
+        assert_eq!(h.check(ticked(10, 103), DEADLINE, at(900)), Health::Heard);
+        assert_eq!(
+            h.check(ticked(10, 103), DEADLINE, at(1001)),
+            Health::Held { first: true }
+        );
+        assert_eq!(
+            h.check(ticked(11, 103), DEADLINE, at(1250)),
+            Health::Held { first: false }
+        );
+        assert_eq!(
+            h.check(ticked(12, 103), DEADLINE, at(2001)),
+            NOT_WRITTEN,
+            "held for at most a whole TTL"
+        );
+
+        // A batch written during the hold ends it; a later silence is a
+        // new one.
+        let mut h = health_at(t0, 9);
+        assert_eq!(
+            h.check(ticked(10, 101), DEADLINE, at(1001)),
+            Health::Held { first: true }
+        );
+        h.written(Some(11), ticked(11, 101), at(1100));
+        assert_eq!(h.check(ticked(11, 101), DEADLINE, at(1200)), Health::Heard);
+        assert_eq!(
+            h.check(ticked(12, 102), DEADLINE, at(2101)),
+            Health::Held { first: true }
+        );
+
+        // The pool's time moved half a TTL (4 ticks) without this
+        // gateway's batches: its members near expiry, sent away.
+        let mut h = health_at(t0, 9);
+        assert_eq!(h.check(ticked(10, 104), DEADLINE, at(1001)), NOT_WRITTEN);
+
+        // It moved during the hold.
+        let mut h = health_at(t0, 9);
+        assert_eq!(
+            h.check(ticked(10, 102), DEADLINE, at(1001)),
+            Health::Held { first: true }
+        );
+        assert_eq!(h.check(ticked(11, 104), DEADLINE, at(1250)), NOT_WRITTEN);
+
+        // Cut off or removed: nothing new applied for the deadline, the
+        // pool's time standing still here.
+        let mut h = health_at(t0, 9);
+        assert_eq!(h.check(ticked(9, 100), DEADLINE, at(1001)), NOT_WRITTEN);
+        // The last new entry applied more than the deadline ago.
+        let mut h = health_at(t0, 9);
+        assert_eq!(h.check(ticked(10, 100), DEADLINE, at(100)), Health::Heard);
+        assert_eq!(h.check(ticked(10, 100), DEADLINE, at(1101)), NOT_WRITTEN);
+    }
+
     #[test]
     fn a_newer_leaders_grace_counts_as_a_written_batch_once() {
-        let deadline = Duration::from_secs(1);
         let t0 = Instant::now();
         let at = |ms: u64| t0 + Duration::from_millis(ms);
 
         // An election: no batch written since t0; the new leader's grace
         // (term 5) applied here at 800 ms.
-        let mut h = BeatsHealth::new();
-        h.written_at = t0;
-        h.grace_seen(4, 4, at(0));
-        h.grace_seen(4, 5, at(500));
+        let mut h = health_at(t0, 9);
+        h.grace_seen(4, 4, p(9), at(0));
+        h.grace_seen(4, 5, p(9), at(500));
         assert_eq!(
             h.written_at, t0,
             "term 5 elected, its grace not applied yet"
         );
-        h.grace_seen(5, 5, at(800));
+        h.grace_seen(5, 5, p(9), at(800));
         assert_eq!(
-            h.check(9, deadline, at(1001)),
-            None,
+            h.check(p(9), DEADLINE, at(1001)),
+            Health::Heard,
             "covered by the grace, not sent away"
         );
-        h.grace_seen(5, 5, at(1500));
+        h.grace_seen(5, 5, p(9), at(1500));
         assert_eq!(
-            h.check(9, deadline, at(1801)),
-            Some(Unheard::NotWritten),
+            h.check(p(9), DEADLINE, at(1801)),
+            NOT_WRITTEN,
             "the same grace seen again counts once: half a TTL after it"
         );
 
@@ -436,19 +643,18 @@ mod tests {
         // grace is ever applied here. Catching up on the log: the grace of
         // term 5 applied while the raft is at term 8 was granted long ago.
         for (pool_term, current_term) in [(4, 7), (5, 8)] {
-            let mut h = BeatsHealth::new();
-            h.written_at = t0;
-            h.grace_seen(4, 4, at(0));
-            h.grace_seen(pool_term, current_term, at(900));
-            assert_eq!(h.check(9, deadline, at(1001)), Some(Unheard::NotWritten));
+            let mut h = health_at(t0, 9);
+            h.grace_seen(4, 4, p(9), at(0));
+            h.grace_seen(pool_term, current_term, p(9), at(900));
+            assert_eq!(h.check(p(9), DEADLINE, at(1001)), NOT_WRITTEN);
         }
 
         // A grace older than the last written batch moves nothing back.
-        let mut h = BeatsHealth::new();
-        h.written(None, 9, at(700));
-        h.grace_seen(6, 6, at(100));
-        assert_eq!(h.check(9, deadline, at(1600)), None);
-        assert_eq!(h.check(9, deadline, at(1701)), Some(Unheard::NotWritten));
+        let mut h = health_at(t0, 9);
+        h.written(None, p(9), at(700));
+        h.grace_seen(6, 6, p(9), at(100));
+        assert_eq!(h.check(p(9), DEADLINE, at(1600)), Health::Heard);
+        assert_eq!(h.check(p(9), DEADLINE, at(1701)), NOT_WRITTEN);
     }
 
     #[test]

@@ -85,6 +85,10 @@ pub struct PoolMetrics {
     /// Supervisor streams this gateway sent to another gateway because it
     /// could not write their heartbeats.
     pub supervisors_sent_away: IntCounter,
+    /// Silences of this gateway's heartbeat batches past half the TTL that
+    /// it held instead of sending its supervisors away (it still followed
+    /// the log and the pool's time had not moved half a TTL).
+    pub heartbeat_silences_held: IntCounter,
     /// Takeovers applied.
     pub takeovers: IntCounter,
     /// Moves applied (drain or rebalance).
@@ -155,6 +159,10 @@ impl PoolMetrics {
             supervisors_sent_away: reg.counter(
                 "openshell_pool_supervisors_sent_away_total",
                 "Supervisor streams this gateway sent to another gateway because it wrote none of their heartbeats within half the heartbeat TTL (cut off from the leader, or removed from the group)",
+            ),
+            heartbeat_silences_held: reg.counter(
+                "openshell_pool_heartbeat_silences_held_total",
+                "Times no heartbeat batch of this gateway was written within half the heartbeat TTL but it kept its supervisors: it still applied new entries and the pool's time had moved less than half a TTL since its last batch (a slow leader, not a lost one)",
             ),
             takeovers: reg.counter(
                 "openshell_pool_takeovers_total",

@@ -108,18 +108,25 @@ pub struct PoolMetrics {
     seen: Arc<Mutex<Seen>>,
 }
 
+/// The float gauge of the pool's tick interval, registered in `reg` (the
+/// registry helpers make integer gauges).
+fn tick_interval_gauge(reg: &Reg<'_>) -> prometheus::Gauge {
+    let gauge = prometheus::Gauge::new(
+        "openshell_pool_tick_interval_seconds",
+        "The pool's tick interval on this gateway (ticks to seconds)",
+    )
+    .unwrap_or_else(|e| panic!("metric: {e}"));
+    if let Err(e) = reg.0.register(Box::new(gauge.clone())) {
+        panic!("metric: {e}");
+    }
+    gauge
+}
+
 impl PoolMetrics {
     /// Registers the collectors in `reg`, with a zero series for every
     /// known label value.
     pub(crate) fn new(reg: &Reg<'_>) -> Self {
-        let tick_interval = prometheus::Gauge::new(
-            "openshell_pool_tick_interval_seconds",
-            "The pool's tick interval on this gateway (ticks to seconds)",
-        )
-        .unwrap_or_else(|e| panic!("metric: {e}"));
-        if let Err(e) = reg.0.register(Box::new(tick_interval.clone())) {
-            panic!("metric: {e}");
-        }
+        let tick_interval = tick_interval_gauge(reg);
         let m = PoolMetrics {
             attached_supervisors: reg.gauge(
                 "openshell_pool_attached_supervisors",

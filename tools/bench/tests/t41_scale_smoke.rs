@@ -118,6 +118,23 @@ async fn every_scale_step_runs_and_the_report_has_its_shape() {
         "{:?}",
         report.quiet_end_term
     );
+    // At the end: the term, every gateway's send-aways, and the takeovers
+    // of the gateway never restarted, at least the killed member's.
+    assert!(report.end.term.is_some_and(|t| t >= 2), "{:?}", report.end);
+    assert_eq!(report.end.sent_away.len(), 3, "{:?}", report.end);
+    assert!(
+        (1..=3).contains(&report.end.takeovers_node),
+        "{:?}",
+        report.end
+    );
+    assert!(
+        report
+            .end
+            .takeovers
+            .is_some_and(|t| t >= report.takeover.sandboxes as u64),
+        "{:?}",
+        report.end
+    );
     assert!(report.push_bulk.passes > 0 && report.push_bulk.examined > 0);
     assert!(report.push_one.passes > 0, "{:?}", report.push_one);
     assert_eq!(report.push_bulk.full_scan_per_pass, 200);
@@ -169,6 +186,7 @@ async fn every_scale_step_runs_and_the_report_has_its_shape() {
             "quiet_attached",
             "sent_away",
             "quiet_end_term",
+            "end",
             "coordinator_quiet",
             "coordinator_takeover",
             "snapshots",

@@ -92,6 +92,9 @@ pub async fn attached_by_node(cluster: &Cluster) -> Vec<Option<u64>> {
 /// Supervisors a gateway sent to other gateways because its heartbeats
 /// were not written or not applied (`/metrics`).
 pub const SENT_AWAY: &str = "openshell_pool_supervisors_sent_away_total";
+/// Takeovers a gateway applied (`/metrics`): every gateway applies the
+/// same log, so one never restarted counts every takeover of the run.
+pub const TAKEOVERS: &str = "openshell_pool_takeovers_total";
 /// A gateway's current raft term (`/metrics`).
 pub const RAFT_TERM: &str = "openshell_raft_term";
 

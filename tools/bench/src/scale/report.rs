@@ -132,6 +132,13 @@ pub struct ScaleReport {
     /// (`None`: unreadable).
     #[serde(default)]
     pub quiet_end_term: Option<u64>,
+    /// At the end, after the restarts: the highest raft term, each
+    /// gateway's supervisors sent away since its last start, and the
+    /// takeovers the gateway that was never restarted applied over the
+    /// whole run (the killed member's are planned; any more are live
+    /// members that expired).
+    #[serde(default)]
+    pub end: EndCounts,
     /// Push cost of one more sandbox (its launch and acknowledgement).
     pub push_one: Push,
     /// Push cost of the takeover.
@@ -233,19 +240,26 @@ impl ScaleReport {
 
     /// Elections and send-aways from the start to the quiet window's end.
     fn calm_row(&self) -> String {
-        let show = |v: Option<u64>| v.map_or_else(|| "?".to_string(), |v| v.to_string());
-        let sent = self
-            .sent_away
-            .iter()
-            .enumerate()
-            .map(|(i, v)| format!("n{} {}", i + 1, show(*v)))
-            .collect::<Vec<_>>()
-            .join(", ");
+        let sent = per_node(&self.sent_away);
         let elections = self
             .quiet_end_term
             .map_or_else(|| "?".to_string(), |t| t.saturating_sub(1).to_string());
         format!(
             "| from the start to the quiet window's end: elections after the first (raft term − 1); supervisors sent away by each gateway | {elections}; {sent} | none (a calm run) |\n"
+        )
+    }
+
+    /// Elections, send-aways and takeovers over the whole run.
+    fn end_row(&self) -> String {
+        let show = |v: Option<u64>| v.map_or_else(|| "?".to_string(), |v| v.to_string());
+        let e = &self.end;
+        let sent = per_node(&e.sent_away);
+        format!(
+            "| at the end, after the restarts: elections after the first; supervisors sent away by each gateway since its last start; takeovers applied over the run (by n{}, never restarted) | {}; {sent}; {} | takeovers: {} planned (the killed member's sandboxes); more are live members that expired |\n",
+            e.takeovers_node,
+            show(e.term.map(|t| t.saturating_sub(1))),
+            show(e.takeovers),
+            self.takeover.sandboxes,
         )
     }
 
@@ -309,6 +323,7 @@ impl ScaleReport {
             self.attached_row()
         );
         t += &self.calm_row();
+        t += &self.end_row();
         for (name, p) in [
             ("bulk creation", &self.coordinator_bulk),
             ("quiet window", &self.coordinator_quiet),
@@ -404,4 +419,31 @@ pub fn write(path: &Path, report: &ScaleReport) -> anyhow::Result<()> {
     }
     let json = serde_json::to_string_pretty(report).context("encoding the scale report")?;
     std::fs::write(path, json + "\n").with_context(|| format!("writing {}", path.display()))
+}
+
+/// "n1 3, n2 0, n3 ?": one count per gateway, in node order ("?" where
+/// unreadable).
+fn per_node(values: &[Option<u64>]) -> String {
+    values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let v = v.map_or_else(|| "?".to_string(), |v| v.to_string());
+            format!("n{} {v}", i + 1)
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// What the end of a scale run counts (see [`ScaleReport::end`]).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct EndCounts {
+    /// The highest raft term of any gateway.
+    pub term: Option<u64>,
+    /// Each gateway's supervisors sent away since its last start.
+    pub sent_away: Vec<Option<u64>>,
+    /// The gateway never restarted (0: none).
+    pub takeovers_node: usize,
+    /// Takeovers it applied over the whole run.
+    pub takeovers: Option<u64>,
 }

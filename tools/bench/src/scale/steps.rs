@@ -12,7 +12,7 @@ use proto::pool_admin::CreateSandboxRequest;
 
 use super::measure::{self, coordinator_counters, push_counters};
 use super::members::{member_id, ScaleMembers};
-use super::report::{Push, Restart, ScaleReport, Snapshots, Takeover};
+use super::report::{EndCounts, Push, Restart, ScaleReport, Snapshots, Takeover};
 use super::ScaleOptions;
 use jepsen::cluster::Cluster;
 
@@ -45,8 +45,10 @@ pub(super) async fn all(
     takeover(options, cluster, members, report).await?;
     report.snapshots = snapshots(cluster).await;
     tracing::info!(snapshots = ?report.snapshots, "snapshots");
-    restarts(options, cluster, members, report).await?;
+    let restarted = restarts(options, cluster, members, report).await?;
     report.rss_end_mib = rss(cluster);
+    report.end = end_counts(cluster, &restarted).await;
+    tracing::info!(end = ?report.end, "at the end");
     Ok(())
 }
 
@@ -353,12 +355,37 @@ async fn takeover(
 
 /// `kill -9` and start a follower, then the leader; times each to
 /// `/readyz` 200.
+/// Elections, send-aways and takeovers at the end of the run; `restarted`:
+/// the gateways the restarts killed.
+async fn end_counts(cluster: &Cluster, restarted: &[usize]) -> EndCounts {
+    let term = measure::count_by_node(cluster, measure::RAFT_TERM)
+        .await
+        .into_iter()
+        .flatten()
+        .max();
+    let sent_away = measure::count_by_node(cluster, measure::SENT_AWAY).await;
+    let untouched = cluster.nodes.iter().find(|n| !restarted.contains(&n.id));
+    let takeovers = match untouched {
+        Some(node) => measure::metric(node, measure::TAKEOVERS)
+            .await
+            .map(|v| v.max(0.0) as u64),
+        None => None,
+    };
+    EndCounts {
+        term,
+        sent_away,
+        takeovers_node: untouched.map_or(0, |n| n.id),
+        takeovers,
+    }
+}
+
+/// Kills and restarts a follower, then the leader; returns their ids.
 async fn restarts(
     options: &ScaleOptions,
     cluster: &Cluster,
     members: &ScaleMembers,
     report: &mut ScaleReport,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Vec<usize>> {
     let leader = cluster
         .wait_leader(options.step_timeout, "before the restarts")
         .await?;
@@ -393,5 +420,5 @@ async fn restarts(
         })
         .await?;
     }
-    Ok(())
+    Ok(vec![follower, leader])
 }

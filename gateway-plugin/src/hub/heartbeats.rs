@@ -191,23 +191,23 @@ impl BeatsHealth {
     ///   applied here has moved less than `deadline.ticks` since its last
     ///   batch (the leader writes its ticks no faster than the beats, so no
     ///   member is closer to expiry than at a written batch half a TTL
-    ///   ago). The hold has no bound in wall time: a first version ended
-    ///   it after a whole TTL, and in three of five runs at 100,000 ×
-    ///   2,000 that bound, not the pool's time, sent every supervisor of
-    ///   every gateway away while a new leader was slow (2-3 ticks of 8
-    ///   gone), and members expired in the re-attachment that followed
-    ///   (docs/benchmarks.md, "a slow leader is not a lost one"). What it
-    ///   leaves: a gateway whose view of the log lags the leader's by half
-    ///   a TTL or more while it still applies, and whose forwards fail
-    ///   meanwhile, keeps supervisors that expire on the leader; a lag
-    ///   with forwards that commit is `NotApplied` below. Sending
-    ///   supervisors away within the hold would
-    ///   only add their re-attachments to a leader already behind; every
+    ///   ago). Sending supervisors away within the hold would only add
+    ///   their re-attachments to a leader already behind, and every
     ///   gateway would do it at once (docs/benchmarks.md, "a storm at the
     ///   default worker count"). A gateway cut off or removed applies
     ///   nothing new, and one whose forwards fail while the pool's time
     ///   moves on sees its ticks: both still send their supervisors away
-    ///   half a TTL after their last batch;
+    ///   half a TTL after their last batch. The hold has no bound in wall
+    ///   time, as expiry is counted in ticks: a first version ended it
+    ///   after a whole TTL, and in three of five runs at 100,000 × 2,000
+    ///   every gateway's hold after a restart ended about then in a
+    ///   send-away of every supervisor, while the pool's time moved about
+    ///   a tick a second, and members expired in the re-attachment that
+    ///   followed (docs/benchmarks.md, "a slow leader is not a lost
+    ///   one"). What it leaves: a gateway whose view of the log lags the
+    ///   leader's by half a TTL or more while it still applies, and whose
+    ///   forwards fail meanwhile, keeps supervisors that expire on the
+    ///   leader; a lag with forwards that commit is `NotApplied` below;
     /// - written but not applied here for `deadline.wall`: the gateway no
     ///   longer follows the log (a healthy follower applies a committed
     ///   entry one replication round after the leader, far less than half

@@ -27,7 +27,8 @@
 //! - [`ops`]: the typed values of each workload's events.
 //! - [`checker`]: linearizability (WGL), acknowledged writes, one resource
 //!   version per write, replica convergence, the pool invariants I1–I8 and
-//!   state digests.
+//!   state digests; [`digest_sample`]: sampling every replica's digest at
+//!   one applied index.
 //! - [`report`]: `results.json` and `index.html`.
 //! - [`recovery`]: per fault, the time until writes through the majority
 //!   side succeed again after it starts and after it heals.
@@ -55,6 +56,7 @@
 
 pub mod checker;
 pub mod cluster;
+pub mod digest_sample;
 pub mod history;
 pub mod lag;
 pub mod matrix;

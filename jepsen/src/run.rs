@@ -394,48 +394,15 @@ async fn run_inner(
     })
 }
 
-/// Samples every replica's `StateDigest` at once, repeatedly, until some
-/// applied index was sampled on all of them or `within` passes. The leader
-/// keeps appending ticks, so replicas rarely stand still: each round after
-/// the first asks every replica for the state right after the next index
-/// none was seen at (`raft check`'s way), which they take inside apply.
+/// Samples every running replica's `StateDigest` until some applied index
+/// was sampled on all of them or `within` passes ([`crate::digest_sample`]).
 async fn sample_digests(cluster: &Cluster, within: Duration) -> Vec<crate::checker::DigestSample> {
-    let deadline = Instant::now() + within;
-    let mut samples: Vec<crate::checker::DigestSample> = Vec::new();
     let running: Vec<&crate::cluster::Node> =
         cluster.nodes.iter().filter(|n| n.is_running()).collect();
-    loop {
-        let at = samples
-            .iter()
-            .map(|s| s.applied_index + 1)
-            .max()
-            .unwrap_or(0);
-        let wait_ms = u32::try_from(
-            deadline
-                .saturating_duration_since(Instant::now())
-                .as_millis(),
-        )
-        .unwrap_or(u32::MAX)
-        .clamp(1, 5_000);
-        let answers =
-            futures::future::join_all(running.iter().map(|n| n.digest(at, wait_ms))).await;
-        for (n, a) in running.iter().zip(answers) {
-            if let Ok((applied_index, crc32)) = a {
-                samples.push(crate::checker::DigestSample {
-                    node: n.name.clone(),
-                    applied_index,
-                    crc32,
-                });
-            }
-        }
-        let mut at: std::collections::BTreeMap<u64, std::collections::BTreeSet<&str>> =
-            Default::default();
-        for s in &samples {
-            at.entry(s.applied_index).or_default().insert(&s.node);
-        }
-        if at.values().any(|nodes| nodes.len() == running.len()) || Instant::now() > deadline {
-            return samples;
-        }
-        tokio::time::sleep(Duration::from_millis(37)).await;
-    }
+    let names: Vec<String> = running.iter().map(|n| n.name.clone()).collect();
+    crate::digest_sample::sample(&names, within, |at, wait| {
+        let wait_ms = u32::try_from(wait.as_millis()).unwrap_or(u32::MAX);
+        futures::future::join_all(running.iter().map(move |n| n.digest(at, wait_ms)))
+    })
+    .await
 }

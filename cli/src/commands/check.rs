@@ -4,10 +4,14 @@
 //! Each endpoint of `--endpoints` is asked on its own (no failover) for the
 //! digest of its applied state. When they all answer at the same applied
 //! index, that is the comparison. Otherwise (the log moves on, a replica
-//! is behind) each is asked for the digest right after it applies the
-//! next index none has applied yet: the gateways take it inside their
-//! apply loops, so the digests describe the same log prefix. A few rounds
-//! at most; a gateway that never gets there is reported as not compared.
+//! is behind) each is asked for the digest right after it applies an
+//! index none has applied yet: the gateways take it inside their apply
+//! loops, so the digests describe the same log prefix. A gateway that
+//! applied past that index before the question reached it refuses it; the
+//! next round aims further ahead (1, then 4, then 16 entries past the most
+//! advanced), so a cluster that applies faster than a question travels is
+//! still caught. A few rounds at most; a gateway that never gets there is
+//! reported as not compared.
 //!
 //! Exit codes: 0 every member compared and equal; 7 two replicas differ at
 //! the same index (the loud one); 3 a member was not compared (not in
@@ -22,8 +26,11 @@ use serde_json::{json, Value};
 use super::{each, emit, table};
 use crate::{CliError, Gateway, Output};
 
-/// Rounds of "now, then at the next index" before giving up.
+/// Rounds of "now, then ahead of the most advanced" before giving up.
 const ROUNDS: usize = 3;
+/// How far past the most advanced gateway the first round aims; each
+/// round after aims this many times further.
+const LEAD_GROWTH: u64 = 4;
 /// How long a gateway waits for the next index.
 const WAIT: Duration = Duration::from_secs(5);
 /// One call's bound: the wait plus a margin for the answer.
@@ -38,6 +45,7 @@ pub async fn check(gw: &Gateway, output: Output) -> Result<(), CliError> {
     let ask = |at: u64| each::ask(gw, &clients, move |c| c.state_digest(at, WAIT));
     let answered = |answers: &[Answer]| answers.iter().filter(|a| a.reply.is_ok()).count();
     let mut answers = Vec::new();
+    let mut lead = 1;
     for _ in 0..ROUNDS {
         answers = ask(0).await;
         if at_one_index(&answers).is_some() {
@@ -49,13 +57,14 @@ pub async fn check(gw: &Gateway, output: Output) -> Result<(), CliError> {
             .filter_map(|a| a.reply.as_ref().ok())
             .map(|r| r.applied_index)
             .max()
-            .map_or(0, |i| i + 1);
+            .map_or(0, |i| i + lead);
         if next == 0 {
             break;
         }
         // Every gateway that answered now must answer at `next` (one that
-        // applied past it meanwhile says so: go round again).
+        // applied past it meanwhile says so: go round again, further ahead).
         answers = ask(next).await;
+        lead *= LEAD_GROWTH;
         if answered(&answers) >= reachable && at_one_index(&answers).is_some() {
             break;
         }

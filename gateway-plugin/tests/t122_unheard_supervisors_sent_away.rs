@@ -17,6 +17,8 @@
 //!   no longer applies them ("... is not applied on this gateway", the
 //!   seed-1417 case); one that does not cannot write them at all ("no
 //!   heartbeat batch written ...", seed 12)
+//! - and: before the removal F counted m-a's heartbeat commands as
+//!   `written` in `openshell_pool_heartbeat_commands_total`
 //! - and: a whole TTL later `m-a` is still active and still owns `s-a` in
 //!   the same term: nothing expired, nothing was taken over
 
@@ -31,6 +33,7 @@ use testkit::supervisor::{http_args, listed_sandbox, metric, pool_admin};
 use testkit::TestResult;
 
 const SENT_AWAY: &str = "openshell_pool_supervisors_sent_away_total";
+const WRITTEN: &str = r#"openshell_pool_heartbeat_commands_total{outcome="written"}"#;
 
 /// `s-a` as the leader lists it: (owner, owner incarnation, term, phase,
 /// acknowledged).
@@ -94,6 +97,14 @@ async fn a_gateway_that_cannot_write_heartbeats_sends_its_supervisors_away() -> 
         vec![gateways[0].clone()],
         "m-a should be attached to the follower only"
     );
+
+    eventually("F's heartbeat commands counted as written", || async {
+        match metric(cluster.get(follower), WRITTEN).await {
+            0 => Err("none yet".into()),
+            _ => Ok(()),
+        }
+    })
+    .await;
 
     eprintln!("--- step: remove follower {follower} from the group; it keeps running");
     cluster

@@ -47,7 +47,7 @@ pub const MAX_COMMAND_BYTES: usize = 64 * 1024;
 /// many writes (openraft 0.9 makes the leader wait for each append's flush).
 pub const BATCHES_IN_FLIGHT: usize = 2;
 /// Proposals that may wait for the batcher before `propose` waits too.
-const QUEUE_DEPTH: usize = 4096;
+pub const QUEUE_DEPTH: usize = 4096;
 
 /// Why a local proposal was not applied.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -148,6 +148,13 @@ impl Proposer {
             });
         }
         outcomes
+    }
+
+    /// Proposals waiting in the queue for the batcher task (this node's
+    /// writes and the writes forwarded to it), out of [`QUEUE_DEPTH`]; at
+    /// that depth a proposer waits to be queued.
+    pub fn queued(&self) -> usize {
+        self.queue.max_capacity() - self.queue.capacity()
     }
 
     /// Pauses proposals until the returned guard is dropped (a leadership

@@ -275,6 +275,13 @@ impl<SM: StateMachine> RaftNode<SM> {
         self.inner.forwards.stats().clone()
     }
 
+    /// Proposals waiting for this node's write batcher (its own writes and
+    /// those forwarded to it while it leads), out of
+    /// [`crate::batcher::QUEUE_DEPTH`].
+    pub fn proposals_queued(&self) -> usize {
+        self.inner.proposer.queued()
+    }
+
     /// The openraft handle.
     pub fn raft(&self) -> &Raft {
         &self.inner.raft

@@ -36,6 +36,7 @@ use prost::Message;
 use tracing::Instrument;
 
 use super::Hub;
+use crate::metrics::pool::HeartbeatOutcome;
 use crate::state::GatewayState;
 
 /// Most encoded bytes of beats in one `Heartbeat` command: well under the
@@ -338,6 +339,9 @@ impl Hub {
                 if let Some(oldest) = in_flight.pop_front() {
                     tracing::debug!("a heartbeat batch of an earlier tick dropped for a newer one");
                     oldest.abort();
+                    self.metrics
+                        .pool
+                        .heartbeat_command(HeartbeatOutcome::Dropped);
                 }
             }
             let span = tracing::debug_span!("heartbeat_batch", beats = beats.len());
@@ -356,9 +360,18 @@ impl Hub {
             let command =
                 GatewayState::pool_command(&Command::Heartbeat(pool::Heartbeat { beats }));
             match self.node.write_idempotent(command, deadline).await {
-                Ok(applied) => written = written.map(|i| i.max(applied.log_index)),
+                Ok(applied) => {
+                    self.metrics
+                        .pool
+                        .heartbeat_command(HeartbeatOutcome::Written);
+                    written = written.map(|i| i.max(applied.log_index));
+                }
                 Err(e) => {
-                    tracing::debug!(error = %e, "heartbeat batch not applied");
+                    let leading =
+                        self.node.raft().metrics().borrow().current_leader == Some(self.node.id());
+                    let outcome = not_written(&e, leading);
+                    self.metrics.pool.heartbeat_command(outcome);
+                    tracing::debug!(error = %e, outcome = outcome.label(), "heartbeat batch not applied");
                     written = None;
                 }
             }
@@ -460,6 +473,21 @@ impl Hub {
                 applied = self.applied_index(),
                 "a heartbeat batch written half the heartbeat TTL ago is not applied on this gateway: supervisors sent to other gateways"
             ),
+        }
+    }
+}
+
+/// What a heartbeat command that failed with `e` counts as; `leading`:
+/// this gateway led when it failed (an unknown outcome then means it waited
+/// in its own batcher or log, not in a forward).
+fn not_written(e: &raft_store::WriteError, leading: bool) -> HeartbeatOutcome {
+    use raft_store::WriteError;
+    match e {
+        WriteError::Unknown(_) if leading => HeartbeatOutcome::TimedOutLeading,
+        WriteError::Unknown(_) => HeartbeatOutcome::TimedOutFollowing,
+        WriteError::NoLeader { .. } => HeartbeatOutcome::NoLeader,
+        WriteError::Rejected(_) | WriteError::Fatal(_) | WriteError::ReplyMismatch { .. } => {
+            HeartbeatOutcome::Failed
         }
     }
 }

@@ -17,6 +17,49 @@ use crate::pool_tally::{PoolTally, DRAIN_RESULTS, STALE_REASONS};
 use crate::state::GatewayState;
 use pool::fence::FENCED_COMMANDS;
 
+/// What became of one heartbeat command of this gateway
+/// (`openshell_pool_heartbeat_commands_total`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeartbeatOutcome {
+    /// Committed and applied.
+    Written,
+    /// Not committed within its deadline (half the heartbeat TTL) while
+    /// this gateway led: it waited in this gateway's own batcher or log.
+    TimedOutLeading,
+    /// Forwarded to the leader, no answer within its deadline.
+    TimedOutFollowing,
+    /// No leader took it within its deadline.
+    NoLeader,
+    /// Still proposing when a newer tick's batch needed its place.
+    Dropped,
+    /// Refused, or raft stopped.
+    Failed,
+}
+
+impl HeartbeatOutcome {
+    /// Every outcome, for the zero series.
+    pub const ALL: [HeartbeatOutcome; 6] = [
+        HeartbeatOutcome::Written,
+        HeartbeatOutcome::TimedOutLeading,
+        HeartbeatOutcome::TimedOutFollowing,
+        HeartbeatOutcome::NoLeader,
+        HeartbeatOutcome::Dropped,
+        HeartbeatOutcome::Failed,
+    ];
+
+    /// The `outcome` label.
+    pub fn label(self) -> &'static str {
+        match self {
+            HeartbeatOutcome::Written => "written",
+            HeartbeatOutcome::TimedOutLeading => "timed_out_leading",
+            HeartbeatOutcome::TimedOutFollowing => "timed_out_following",
+            HeartbeatOutcome::NoLeader => "no_leader",
+            HeartbeatOutcome::Dropped => "dropped",
+            HeartbeatOutcome::Failed => "failed",
+        }
+    }
+}
+
 /// Every member state, for the zero series.
 const MEMBER_STATES: [MemberState; 4] = [
     MemberState::Active,
@@ -89,6 +132,9 @@ pub struct PoolMetrics {
     /// it held instead of sending its supervisors away (it still followed
     /// the log and the pool's time had not moved half a TTL).
     pub heartbeat_silences_held: IntCounter,
+    /// This gateway's heartbeat commands, by outcome (see
+    /// [`HeartbeatOutcome`]).
+    pub heartbeat_commands: IntCounterVec,
     /// Takeovers applied.
     pub takeovers: IntCounter,
     /// Moves applied (drain or rebalance).
@@ -171,6 +217,11 @@ impl PoolMetrics {
                 "openshell_pool_heartbeat_silences_held_total",
                 "Times no heartbeat batch of this gateway was written within half the heartbeat TTL but it kept its supervisors: it still applied new entries and the pool's time had moved less than half a TTL since its last batch (a slow leader, not a lost one)",
             ),
+            heartbeat_commands: reg.counter_vec(
+                "openshell_pool_heartbeat_commands_total",
+                "This gateway's heartbeat commands by outcome: written; timed_out_leading (not committed within half the heartbeat TTL while this gateway led: it waited in its own batcher or log); timed_out_following (forwarded, no answer within half the TTL); no_leader; dropped (still proposing when a newer tick's batch needed its place); failed (refused or raft stopped)",
+                &["outcome"],
+            ),
             takeovers: reg.counter(
                 "openshell_pool_takeovers_total",
                 "Takeovers applied here (the owner's member expired, leaving or draining)",
@@ -205,22 +256,38 @@ impl PoolMetrics {
             ),
             seen: Arc::default(),
         };
+        m.zero_series();
+        m
+    }
+
+    /// Every labelled series at 0 from the first scrape.
+    fn zero_series(&self) {
         for state in MEMBER_STATES {
-            m.members.with_label_values(&[member_label(state)]);
+            self.members.with_label_values(&[member_label(state)]);
         }
         for phase in PHASES {
-            m.sandboxes.with_label_values(&[phase_label(phase)]);
+            self.sandboxes.with_label_values(&[phase_label(phase)]);
         }
         for result in DRAIN_RESULTS {
-            m.drains_finished.with_label_values(&[result]);
+            self.drains_finished.with_label_values(&[result]);
         }
         for reason in STALE_REASONS {
-            m.stale_reports_refused.with_label_values(&[reason]);
+            self.stale_reports_refused.with_label_values(&[reason]);
         }
         for command in FENCED_COMMANDS {
-            m.fenced_commands_refused.with_label_values(&[command]);
+            self.fenced_commands_refused.with_label_values(&[command]);
         }
-        m
+        for outcome in HeartbeatOutcome::ALL {
+            self.heartbeat_commands
+                .with_label_values(&[outcome.label()]);
+        }
+    }
+
+    /// Counts one heartbeat command's outcome.
+    pub fn heartbeat_command(&self, outcome: HeartbeatOutcome) {
+        self.heartbeat_commands
+            .with_label_values(&[outcome.label()])
+            .inc();
     }
 
     /// Reads the applied pool state and its tally (at each scrape).

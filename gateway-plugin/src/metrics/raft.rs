@@ -52,6 +52,8 @@ pub struct RaftMetrics {
     pub forward_calls: IntCounter,
     /// Writes those calls carried.
     pub forwarded_writes: IntCounter,
+    /// Proposals waiting for this gateway's write batcher.
+    pub proposals_queued: IntGauge,
     /// Applied index of the latest periodic state digest.
     pub state_digest_index: IntGauge,
     /// crc32 of the state at `state_digest_index`.
@@ -127,6 +129,10 @@ impl RaftMetrics {
                 "openshell_raft_forwarded_writes_total",
                 "Writes this gateway forwarded to the raft leader (several per call when batched)",
             ),
+            proposals_queued: reg.gauge(
+                "openshell_raft_proposals_queued",
+                "Proposals waiting for this gateway's write batcher (its own writes and, on the leader,                  those forwarded to it), at the scrape; at 4096 the queue is full and proposers wait",
+            ),
             state_digest_index: reg.gauge(
                 "openshell_raft_state_digest_index",
                 "Applied index of this gateway's latest periodic state digest (every multiple of 1024): \
@@ -164,6 +170,8 @@ impl RaftMetrics {
                     .set(gauge(lag));
             }
         }
+        self.proposals_queued
+            .set(i64::try_from(node.proposals_queued()).unwrap_or(i64::MAX));
         let forwards = node.forward_stats();
         let mut seen = self.forwards_seen.lock().unwrap_or_else(|p| p.into_inner());
         let (calls, writes) = &mut *seen;

@@ -122,6 +122,27 @@ async fn every_scale_step_runs_and_the_report_has_its_shape() {
     // of the gateway never restarted, at least the killed member's.
     assert!(report.end.term.is_some_and(|t| t >= 2), "{:?}", report.end);
     assert_eq!(report.end.sent_away.len(), 3, "{:?}", report.end);
+    // Every gateway's heartbeat commands by outcome are read; members
+    // attached, so some gateway wrote some.
+    assert_eq!(report.end.heartbeats.len(), 3, "{:?}", report.end);
+    assert!(
+        report
+            .end
+            .heartbeats
+            .iter()
+            .all(|outcomes| outcomes.contains_key("written") && outcomes.len() == 6),
+        "{:?}",
+        report.end
+    );
+    assert!(
+        report
+            .end
+            .heartbeats
+            .iter()
+            .any(|outcomes| outcomes.get("written").is_some_and(|n| *n > 0)),
+        "{:?}",
+        report.end
+    );
     assert!(
         (1..=3).contains(&report.end.takeovers_node),
         "{:?}",

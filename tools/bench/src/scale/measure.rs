@@ -98,6 +98,40 @@ pub const TAKEOVERS: &str = "openshell_pool_takeovers_total";
 /// A gateway's current raft term (`/metrics`).
 pub const RAFT_TERM: &str = "openshell_raft_term";
 
+/// A gateway's heartbeat commands by outcome (`/metrics`, label `outcome`).
+pub const HEARTBEAT_COMMANDS: &str = "openshell_pool_heartbeat_commands_total";
+
+/// Each gateway's series of the counter `family` by the value of its one
+/// label, in node order (empty: unreadable, or no series).
+pub async fn by_label_by_node(
+    cluster: &Cluster,
+    family: &str,
+) -> Vec<std::collections::BTreeMap<String, u64>> {
+    let mut out = Vec::with_capacity(cluster.nodes.len());
+    for node in &cluster.nodes {
+        let (code, body) = get(node, "/metrics").await;
+        let mut series = std::collections::BTreeMap::new();
+        if code == 200 {
+            for line in body.lines() {
+                let Some(rest) = line.strip_prefix(family).and_then(|r| r.strip_prefix('{')) else {
+                    continue;
+                };
+                let Some((labels, value)) = rest.split_once("} ") else {
+                    continue;
+                };
+                let Some((_, label)) = labels.split_once('=') else {
+                    continue;
+                };
+                if let Ok(v) = value.trim().parse::<f64>() {
+                    series.insert(label.trim_matches('"').to_string(), v.max(0.0) as u64);
+                }
+            }
+        }
+        out.push(series);
+    }
+    out
+}
+
 /// One counter or gauge of a count on each gateway, in node order
 /// (`None`: unreadable).
 pub async fn count_by_node(cluster: &Cluster, name: &str) -> Vec<Option<u64>> {

@@ -263,6 +263,29 @@ impl ScaleReport {
         )
     }
 
+    /// Heartbeat commands by outcome over the whole run.
+    fn heartbeats_row(&self) -> String {
+        let nodes = self
+            .end
+            .heartbeats
+            .iter()
+            .enumerate()
+            .map(|(i, outcomes)| {
+                let counts = outcomes
+                    .iter()
+                    .filter(|(outcome, n)| **n > 0 || outcome.as_str() == "written")
+                    .map(|(outcome, n)| format!("{outcome} {n}"))
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                format!("n{} {counts}", i + 1)
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        format!(
+            "| at the end: each gateway's heartbeat commands since its last start, by outcome (zero outcomes left out) | {nodes} | all written (any other outcome: members' beats were late) |\n"
+        )
+    }
+
     fn quiet_cpu_met(&self) -> bool {
         let shares = self.quiet_shares();
         !self.quiet_leader_changed && !shares.is_empty() && shares.iter().all(|(_, _, s, t)| s <= t)
@@ -324,6 +347,7 @@ impl ScaleReport {
         );
         t += &self.calm_row();
         t += &self.end_row();
+        t += &self.heartbeats_row();
         for (name, p) in [
             ("bulk creation", &self.coordinator_bulk),
             ("quiet window", &self.coordinator_quiet),
@@ -442,6 +466,11 @@ pub struct EndCounts {
     pub term: Option<u64>,
     /// Each gateway's supervisors sent away since its last start.
     pub sent_away: Vec<Option<u64>>,
+    /// Each gateway's heartbeat commands since its last start, by outcome
+    /// (`written`, `timed_out_leading`, `timed_out_following`, `no_leader`,
+    /// `dropped`, `failed`).
+    #[serde(default)]
+    pub heartbeats: Vec<std::collections::BTreeMap<String, u64>>,
     /// The gateway never restarted (0: none).
     pub takeovers_node: usize,
     /// Takeovers it applied over the whole run.

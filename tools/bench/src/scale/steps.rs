@@ -364,6 +364,7 @@ async fn end_counts(cluster: &Cluster, restarted: &[usize]) -> EndCounts {
         .flatten()
         .max();
     let sent_away = measure::count_by_node(cluster, measure::SENT_AWAY).await;
+    let heartbeats = measure::by_label_by_node(cluster, measure::HEARTBEAT_COMMANDS).await;
     let untouched = cluster.nodes.iter().find(|n| !restarted.contains(&n.id));
     let takeovers = match untouched {
         Some(node) => measure::metric(node, measure::TAKEOVERS)
@@ -374,6 +375,7 @@ async fn end_counts(cluster: &Cluster, restarted: &[usize]) -> EndCounts {
     EndCounts {
         term,
         sent_away,
+        heartbeats,
         takeovers_node: untouched.map_or(0, |n| n.id),
         takeovers,
     }

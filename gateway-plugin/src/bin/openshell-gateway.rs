@@ -17,6 +17,12 @@ use gateway_plugin::config_driver::SandboxDriverSection;
 use gateway_plugin::config_statefulset::AutopilotSection;
 use proto::secret::Secret;
 
+/// mimalloc returns freed memory to the system where glibc's per-worker
+/// arenas keep it (the `mimalloc` feature, on by default).
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// One replica of the OpenShell gateway's raft-replicated pool store.
 ///
 /// SIGTERM or SIGINT stops it within 10 s: /readyz turns 503, attached

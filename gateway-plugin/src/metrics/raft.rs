@@ -131,7 +131,8 @@ impl RaftMetrics {
             ),
             proposals_queued: reg.gauge(
                 "openshell_raft_proposals_queued",
-                "Proposals waiting for this gateway's write batcher (its own writes and, on the leader,                  those forwarded to it), at the scrape; at 4096 the queue is full and proposers wait",
+                "Proposals waiting for this gateway's write batcher (its own writes and, on the leader, \
+                 those forwarded to it), at the scrape; at 4096 the queue is full and proposers wait",
             ),
             state_digest_index: reg.gauge(
                 "openshell_raft_state_digest_index",

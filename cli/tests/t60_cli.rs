@@ -163,6 +163,11 @@ async fn cli_drives_the_dev_cluster_membership_and_backup_restore() -> TestResul
     let material = dev_material(&dir);
     let mut g4 = Gateway::new_secure(4, root.path(), &material, Vec::new());
     g4.cluster_id = "openshell-dev".into();
+    // The process driver's view must be the dev cluster's: a leader whose
+    // driver lists another directory sees none of the demo runtimes and
+    // fails every demo sandbox as `RuntimeLost: ... is gone` (CI saw it
+    // land between the pool read and the backup).
+    g4.runtimes_dir = dir.join("runtimes");
     let args = g4.args();
     let log = std::fs::File::create(root.path().join("g4.log"))?;
     assert_eq!(g4.spec().config.insecure, None, "{args:?}");

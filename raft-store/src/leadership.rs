@@ -74,31 +74,27 @@ use crate::network::client::{Channels, PeerCallError};
 use crate::types::typ::Raft;
 use crate::types::NodeId;
 
-/// Holds this node's election timer (`crate::campaign`'s, which looks at
-/// it before every round) for a while. Cloning shares it.
+/// Holds this node's election timer (disables elections) for a while.
+/// Cloning shares it.
 #[derive(Clone)]
 pub struct ElectionHold {
     inner: Arc<Hold>,
 }
 
 struct Hold {
+    raft: Raft,
     /// Elections are held (disabled) until this many ms after `epoch`.
     until_ms: AtomicU64,
     /// Reference point of `until_ms`.
     epoch: Instant,
 }
 
-impl Default for ElectionHold {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl ElectionHold {
-    /// A node's election hold, not holding.
-    pub fn new() -> Self {
+    /// The election hold of the node whose raft is `raft`.
+    pub fn new(raft: Raft) -> Self {
         ElectionHold {
             inner: Arc::new(Hold {
+                raft,
                 until_ms: AtomicU64::new(0),
                 epoch: Instant::now(),
             }),
@@ -117,6 +113,15 @@ impl ElectionHold {
         let inner = &self.inner;
         let until = u64::try_from((inner.epoch.elapsed() + hold).as_millis()).unwrap_or(u64::MAX);
         inner.until_ms.fetch_max(until, Ordering::SeqCst);
+        inner.raft.runtime_config().elect(false);
+        let inner = self.inner.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(hold).await;
+            let now = u64::try_from(inner.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+            if now >= inner.until_ms.load(Ordering::SeqCst) {
+                inner.raft.runtime_config().elect(true);
+            }
+        });
     }
 }
 

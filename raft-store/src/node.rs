@@ -201,32 +201,16 @@ impl<SM: StateMachine> RaftNode<SM> {
             config.observer.clone(),
         ));
         state_digest::start_periodic(&state_machine, &config);
-        let hold = ElectionHold::new();
-        let last_log: crate::campaign::LastLog = {
-            let log = log.clone();
-            Arc::new(move || {
-                let mut log = log.clone();
-                Box::pin(async move {
-                    openraft::storage::RaftLogStorage::get_log_state(&mut log)
-                        .await
-                        .ok()
-                        .and_then(|state| state.last_log_id)
-                })
-            })
-        };
+        let hold = ElectionHold::new(raft.clone());
         let campaigns = Campaigns::new(
             raft.clone(),
             config.node_id,
             hold.clone(),
-            crate::campaign::Timing {
-                heartbeat_interval: config.heartbeat_interval,
-                election_timeout_min: config.election_timeout_min,
-                election_timeout_max: config.election_timeout_max,
-            },
-            channels.clone(),
-            last_log,
+            config.heartbeat_interval,
+            config.election_timeout_min,
+            config.election_timeout_max,
         );
-        campaigns.start_timer();
+        campaigns.start_backstop();
         let admin = MembershipAdmin {
             raft: raft.clone(),
             me: config.node_id,

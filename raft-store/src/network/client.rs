@@ -72,14 +72,6 @@ impl AppendAcks {
     }
 }
 
-/// A receiver's answer to a `PreVote` (`crate::campaign::prevote`), in
-/// the raft RPC encoding (`codec`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct PreVoteAnswer {
-    /// Whether it would vote for the candidate now.
-    pub granted: bool,
-}
-
 /// A raft transport client to one peer.
 pub type TransportClient = RaftTransportClient<Channel>;
 
@@ -286,36 +278,6 @@ impl Channels {
                 None
             }
         }
-    }
-
-    /// Asks the voter `target` at `addr` whether it would vote for `req`'s
-    /// candidate now (a pre-vote, `crate::campaign::prevote`), within
-    /// `deadline`. A receiver older than the call (`UNIMPLEMENTED`) counts
-    /// as a grant: it elects as openraft does.
-    ///
-    /// # Errors
-    /// [`PeerCallError`] when `addr` is invalid, the call failed, or the
-    /// reply does not decode.
-    pub async fn pre_vote(
-        &self,
-        target: NodeId,
-        addr: &str,
-        req: &openraft::raft::VoteRequest<NodeId>,
-        deadline: Duration,
-    ) -> Result<bool, PeerCallError> {
-        let mut client = self.client(addr).await?;
-        let mut payload = self.payload(req);
-        payload.target_node_id = target;
-        let mut grpc = tonic::Request::new(payload);
-        grpc.set_timeout(deadline);
-        let reply = match client.pre_vote(grpc).await {
-            Ok(reply) => reply.into_inner(),
-            Err(status) if status.code() == tonic::Code::Unimplemented => return Ok(true),
-            Err(status) => return Err(status.into()),
-        };
-        let answer: PreVoteAnswer = codec::decode(&reply.data, "pre-vote answer")
-            .map_err(|e| tonic::Status::internal(e.to_string()))?;
-        Ok(answer.granted)
     }
 
     /// Asks the voter `target` at `addr` to hold its election timer for

@@ -242,16 +242,6 @@ impl<SM: StateMachine> RaftTransport for TransportService<SM> {
     }
 
     #[tracing::instrument(level = "debug", skip_all)]
-    async fn pre_vote(
-        &self,
-        request: Request<RaftPayload>,
-    ) -> Result<Response<RaftPayload>, Status> {
-        let rpc: openraft::raft::VoteRequest<NodeId> = self.decode(&request, "pre-vote request")?;
-        let answer = self.campaigns.answer_pre_vote(&rpc).await;
-        Ok(self.reply(&answer))
-    }
-
-    #[tracing::instrument(level = "debug", skip_all)]
     async fn install_snapshot(
         &self,
         request: Request<RaftPayload>,

@@ -22,23 +22,26 @@
 //!    candidate started, one vote round trip after it ([`decide`]).
 //! 2. **A stale "smaller log" flag.** A candidate refused for its shorter
 //!    log sets openraft's `seen_greater_log`, which adds `2 ×
-//!    election_timeout_max` to openraft's election timer, and only that
-//!    node's own timer-driven election clears it: a node that lost one
-//!    election that way kept the slower timer through every later leader.
-//!    **Now:** openraft's timer is off; this module runs the timer itself,
-//!    without the flag, and campaigns on it only after a pre-vote
-//!    ([`prevote`], which also keeps a node that cannot hear a live leader
-//!    from deposing it). A shorter log is refused at the pre-vote, so the
-//!    flag's purpose (let the longer log win) is kept without its delay.
+//!    election_timeout_max` to its election timer, and only that node's own
+//!    timer-driven election clears it: a node that lost one election that
+//!    way keeps the slower timer through every later leader. With both
+//!    survivors flagged, no one campaigns for `leader_lease +
+//!    election_timeout + 2 × election_timeout_max` (1.05-1.2 s at the
+//!    defaults). **Rule (backstop):** a voter that is not leader, not held
+//!    by a leadership transfer, and has heard no leader, changed no vote and
+//!    campaigned for `2 × election_timeout_max + jitter` (jitter: a share
+//!    of `election_timeout_min` by node id, [`backstop_jitter`])
+//!    campaigns. openraft's unflagged timer (`leader_lease +
+//!    election_timeout`, below `2 × election_timeout_max`) fires first
+//!    whenever it can; the backstop only replaces the flagged one.
 //!
 //! Both campaign through openraft's public `trigger().elect()`. Why that is
 //! safe: an election is always safe in Raft (a candidate wins only with a
 //! majority's votes, each given to a log at least as long as the voter's);
 //! only liveness is at stake, and the conditions keep it:
 //! - a follower that heard a leader within `election_timeout_min` (three
-//!   heartbeats at the defaults) never campaigns by rule 1, and by the
-//!   timer only with a majority's pre-votes, which a voter that hears a
-//!   live leader refuses, so a live leader is not deposed;
+//!   heartbeats at the defaults) never campaigns by rule 1, and within `2 ×
+//!   election_timeout_max` never by rule 2, so a live leader is not deposed;
 //! - a candidate more than two terms above this node (a node that was cut
 //!   off and kept campaigning) does not set off rule 1;
 //! - at most one campaign by these rules per `election_timeout_min`, none
@@ -49,37 +52,17 @@
 //! leader's term at that candidate; the campaign only makes the node that
 //! can win run now.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use openraft::error::RaftError;
 use openraft::raft::{AppendEntriesResponse, VoteRequest, VoteResponse};
+use openraft::{ServerState, Vote};
 use tokio::time::Instant;
 
 use crate::leadership::ElectionHold;
-use crate::network::client::Channels;
 use crate::types::typ::Raft;
 use crate::types::NodeId;
-
-pub mod prevote;
-
-/// Reads this node's last log id (from its log store).
-pub type LastLog = Arc<
-    dyn Fn() -> Pin<Box<dyn Future<Output = Option<openraft::LogId<NodeId>>> + Send>> + Send + Sync,
->;
-
-/// The election timing a node's campaigns follow (its raft config's).
-#[derive(Clone, Copy, Debug)]
-pub struct Timing {
-    /// openraft's heartbeat interval.
-    pub heartbeat_interval: Duration,
-    /// `election_timeout_min`.
-    pub election_timeout_min: Duration,
-    /// `election_timeout_max`, which is also openraft 0.9's leader lease.
-    pub election_timeout_max: Duration,
-}
 
 /// The furthest a candidate's term may be above this node's for it to set
 /// off a campaign by rule 1 (a candidate one term up is the usual case).
@@ -100,15 +83,10 @@ struct Inner {
     /// refusal may set off a campaign (rule 1), and the least time between
     /// two campaigns by these rules.
     quiet: Duration,
-    /// How often the election timer looks.
+    /// `2 × election_timeout_max + jitter` (rule 2).
+    backstop: Duration,
+    /// How often rule 2 looks (openraft's own tick).
     tick: Duration,
-    /// openraft's leader lease (`election_timeout_max`): a voter that heard
-    /// its leader within it refuses votes and pre-votes.
-    lease: Duration,
-    /// Where pre-votes go.
-    channels: Channels,
-    /// This node's last log id.
-    last_log: LastLog,
     seen: Mutex<Seen>,
 }
 
@@ -119,10 +97,9 @@ struct Seen {
     leader_contact: Option<Instant>,
     /// When it last campaigned by these rules.
     campaigned: Option<Instant>,
-    /// When its last pre-vote round started ([`prevote`]).
-    round: Option<Instant>,
-    /// The election timeout of the current round, drawn per round.
-    timeout: Duration,
+    /// Its vote at the last look of rule 2, and when that vote was first
+    /// seen.
+    vote: Option<(Vote<NodeId>, Instant)>,
 }
 
 /// Why a refused vote did not set off a campaign (rule 1), or that it did.
@@ -149,34 +126,25 @@ pub enum Verdict {
 
 impl Campaigns {
     /// The rules for `raft`'s node `me`, with its timing; `hold` is the
-    /// node's election hold, `channels` reach its peers (pre-votes) and
-    /// `last_log` reads its last log id.
+    /// node's election hold.
     pub fn new(
         raft: Raft,
         me: NodeId,
         hold: ElectionHold,
-        timing: Timing,
-        channels: Channels,
-        last_log: LastLog,
+        heartbeat_interval: Duration,
+        election_timeout_min: Duration,
+        election_timeout_max: Duration,
     ) -> Self {
-        let seen = Seen {
-            timeout: prevote::draw_timeout(
-                timing.election_timeout_min,
-                timing.election_timeout_max,
-            ),
-            ..Seen::default()
-        };
+        let jitter = backstop_jitter(me, election_timeout_min);
         Campaigns {
             inner: Arc::new(Inner {
                 raft,
                 me,
                 hold,
-                quiet: timing.election_timeout_min,
-                tick: timing.heartbeat_interval * 3 / 2,
-                lease: timing.election_timeout_max,
-                channels,
-                last_log,
-                seen: Mutex::new(seen),
+                quiet: election_timeout_min,
+                backstop: election_timeout_max * 2 + jitter,
+                tick: heartbeat_interval * 3 / 2,
+                seen: Mutex::new(Seen::default()),
             }),
         }
     }
@@ -239,12 +207,11 @@ impl Campaigns {
         verdict
     }
 
-    /// The election timer with its pre-vote ([`prevote`]), until raft
-    /// stops: looks every tick. Spawned once per node.
-    pub fn start_timer(&self) {
+    /// Rule 2 until raft stops: looks every tick. Spawned once per node.
+    pub fn start_backstop(&self) {
         let this = self.clone();
         tokio::spawn(async move {
-            let metrics = this.inner.raft.metrics();
+            let mut metrics = this.inner.raft.metrics();
             let mut tick = tokio::time::interval(this.inner.tick);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
@@ -253,9 +220,65 @@ impl Campaigns {
                 if metrics.has_changed().is_err() {
                     return;
                 }
-                this.timer_look(Instant::now()).await;
+                let (state, vote, voter) = {
+                    let m = metrics.borrow_and_update();
+                    let voter = m
+                        .membership_config
+                        .membership()
+                        .voter_ids()
+                        .any(|id| id == this.inner.me);
+                    (m.state, m.vote, voter)
+                };
+                if this.backstop_due(state, vote, voter, Instant::now()) {
+                    tracing::info!(
+                        after = ?this.inner.backstop,
+                        vote = %vote,
+                        "no leader heard, no vote changed, no campaign: campaigning (openraft's timer is held back by a stale smaller-log flag)"
+                    );
+                    this.elect(1).await;
+                }
             }
         });
+    }
+
+    /// Rule 2 at `now` for a node in `state` with `vote`; notes the vote and,
+    /// when due, the campaign.
+    fn backstop_due(
+        &self,
+        state: ServerState,
+        vote: Vote<NodeId>,
+        voter: bool,
+        now: Instant,
+    ) -> bool {
+        let Ok(mut seen) = self.inner.seen.lock() else {
+            return false;
+        };
+        if seen.vote.as_ref().map(|(v, _)| v) != Some(&vote) {
+            seen.vote = Some((vote, now));
+        }
+        if state == ServerState::Leader {
+            // A leader hears itself: after it steps down the rule waits a
+            // whole backstop.
+            seen.leader_contact = Some(now);
+            return false;
+        }
+        if !voter || self.inner.hold.is_held() {
+            return false;
+        }
+        let last = [
+            seen.leader_contact,
+            seen.campaigned,
+            seen.vote.as_ref().map(|(_, at)| *at),
+        ]
+        .into_iter()
+        .flatten()
+        .max();
+        let due =
+            last.is_some_and(|last| now.saturating_duration_since(last) >= self.inner.backstop);
+        if due {
+            seen.campaigned = Some(now);
+        }
+        due
     }
 
     async fn elect(&self, elections: u64) {
@@ -266,6 +289,16 @@ impl Campaigns {
             }
         }
     }
+}
+
+/// The backstop's jitter for node `me`: a share of `election_timeout_min`
+/// that differs for any 8 consecutive node ids (`me × 5 mod 8` eighths), so
+/// two flagged survivors never fire together. Derived, not drawn: drawing
+/// from the runtime's generator would shift every election timeout drawn
+/// after it, and with it every simulated schedule.
+pub fn backstop_jitter(me: NodeId, election_timeout_min: Duration) -> Duration {
+    let eighths = u32::try_from(me.wrapping_mul(5) % 8).unwrap_or(0);
+    election_timeout_min * eighths / 8
 }
 
 /// Rule 1 on plain values: `heard` is when a leader was last heard,
@@ -378,6 +411,14 @@ mod tests {
             decide(&candidate(log(3, 100)), &same_term, QUIET, now, None, None),
             Verdict::NotApplicable
         );
+    }
+
+    #[test]
+    fn the_backstop_jitter_differs_for_eight_consecutive_ids_and_stays_below_the_minimum() {
+        let jitters: std::collections::BTreeSet<Duration> =
+            (1..=8).map(|id| backstop_jitter(id, QUIET)).collect();
+        assert_eq!(jitters.len(), 8);
+        assert!(jitters.iter().all(|j| *j < QUIET));
     }
 
     #[test]

@@ -86,6 +86,9 @@ pub(crate) struct BeatsHealth {
     grace_term: u64,
     /// Whether a silence past the deadline is being held (logged once).
     holding: bool,
+    /// Whether a stall of this gateway restarted the silence since the last
+    /// written batch ([`BeatsHealth::resumed`]: once per silence).
+    resumed: bool,
 }
 
 /// Where this gateway's state machine stands when the heartbeat task
@@ -140,7 +143,42 @@ impl BeatsHealth {
             unapplied: None,
             grace_term: 0,
             holding: false,
+            resumed: false,
         }
+    }
+
+    /// This gateway itself did not run for a while (paused, or starved of
+    /// CPU: its heartbeat task looked more than half the deadline late) and
+    /// now stands at `at`. The silence counts from `now`, once per silence:
+    /// the batch it proposes now is its first chance since, so its
+    /// supervisors stay unless that one is not written in time either.
+    /// Returns whether it restarted the silence.
+    ///
+    /// Why: while it was frozen, the leader's ticks went on and nothing of
+    /// its own was read, proposed or applied, so on waking its silence is
+    /// past the deadline, it has applied nothing new for as long, and the
+    /// pool's time has moved on: each is [`BeatsHealth::check`]'s sign of a
+    /// gateway cut off from its leader, and it would send every supervisor
+    /// away on its first look, onto gateways that share its leader (and, on
+    /// one machine, its stall). At 100,000 sandboxes × 2,000 members a
+    /// stall of about 1.2 s did exactly that with 356 supervisors, and
+    /// members expired in the re-attachment (docs/benchmarks.md, "a stalled
+    /// gateway is not a cut-off one"). Once per silence, so a gateway
+    /// starved for good, whose batches are never written, still sends its
+    /// supervisors away one deadline later.
+    fn resumed(&mut self, at: Progress, now: Instant) -> bool {
+        if self.resumed {
+            return false;
+        }
+        self.resumed = true;
+        self.written_at = self.written_at.max(now);
+        self.written_tick = self.written_tick.max(at.tick);
+        self.applied = (self.applied.0.max(at.applied), now);
+        if let Some((_, since)) = &mut self.unapplied {
+            *since = (*since).max(now);
+        }
+        self.holding = false;
+        true
     }
 
     /// This gateway has applied the pool's `LeaderChanged` up to raft term
@@ -174,6 +212,7 @@ impl BeatsHealth {
         self.written_at = now;
         self.written_tick = at.tick;
         self.holding = false;
+        self.resumed = false;
         if let Some(index) = index.filter(|i| *i > at.applied) {
             // Keep the oldest: the lag is measured from it.
             self.unapplied.get_or_insert((index, now));
@@ -301,8 +340,16 @@ impl Hub {
         // one drops its forward or its wait for the batcher: harmless for
         // an idempotent command.
         let mut in_flight: VecDeque<tokio::task::JoinHandle<()>> = VecDeque::new();
+        // When this task last looked: a look more than half the deadline
+        // late means this gateway itself did not run (BeatsHealth::resumed).
+        let mut looked = Instant::now();
         loop {
             ticker.tick().await;
+            let late = looked.elapsed().saturating_sub(self.settings.tick_interval);
+            looked = Instant::now();
+            if late > deadline.wall / 2 {
+                self.resumed_after(late);
+            }
             in_flight.retain(|batch| !batch.is_finished());
             let beats = self.fresh_beats(fresh_within);
             if beats.is_empty() {
@@ -349,6 +396,26 @@ impl Hub {
             in_flight.push_back(tokio::spawn(
                 async move { hub.propose_beats(beats, deadline.wall).await }.instrument(span),
             ));
+        }
+    }
+
+    /// This gateway's heartbeat task looked `late` after its tick: the
+    /// gateway did not run meanwhile ([`BeatsHealth::resumed`]).
+    fn resumed_after(&self, late: Duration) {
+        let at = self.progress();
+        let restarted = self
+            .beats
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .resumed(at, Instant::now());
+        if restarted {
+            self.metrics.pool.heartbeat_silences_held.inc();
+            tracing::info!(
+                late_ms = late.as_millis() as u64,
+                applied = at.applied,
+                tick = at.tick,
+                "this gateway did not run for a while (paused or starved of CPU): its heartbeat silence counts from now, and its supervisors stay unless its next batch is not written in time either"
+            );
         }
     }
 
@@ -663,6 +730,56 @@ mod tests {
         let mut h = health_at(t0, 9);
         assert_eq!(h.check(ticked(10, 100), DEADLINE, at(100)), Health::Heard);
         assert_eq!(h.check(ticked(10, 100), DEADLINE, at(1101)), NOT_WRITTEN);
+    }
+
+    /// - given: a gateway whose last batch was written at `t0` (index 9
+    ///   applied, the pool's tick 100), then frozen (paused, or starved of
+    ///   CPU) for 1.5 s while the leader's ticks went on (tick 106 by the
+    ///   time it applies again)
+    /// - when: its heartbeat task looks again
+    /// - then: as a cut-off gateway, its first look sends every supervisor
+    ///   away; with the stall noted, the silence counts from the look, and
+    ///   only a batch not written within the deadline from then sends them
+    ///   away
+    /// - and: a second stall before any batch is written does not restart
+    ///   the silence (a gateway starved for good still sends them away); a
+    ///   written batch allows the next stall its restart
+    #[test]
+    fn a_stalled_gateways_silence_counts_from_its_waking_once() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let ticked = |applied: u64, tick: u64| Progress { applied, tick };
+
+        let mut h = health_at(t0, 9);
+        assert_eq!(
+            h.check(ticked(9, 106), DEADLINE, at(1500)),
+            NOT_WRITTEN,
+            "the stall unnoted: a cut-off gateway"
+        );
+
+        let mut h = health_at(t0, 9);
+        assert!(h.resumed(ticked(9, 106), at(1500)));
+        assert_eq!(h.check(ticked(9, 106), DEADLINE, at(1500)), Health::Heard);
+        assert_eq!(h.check(ticked(10, 108), DEADLINE, at(2400)), Health::Heard);
+        assert_eq!(
+            h.check(ticked(11, 110), DEADLINE, at(2501)),
+            NOT_WRITTEN,
+            "not written within the deadline from its waking, the pool's time half a TTL on"
+        );
+
+        let mut h = health_at(t0, 9);
+        assert!(h.resumed(ticked(9, 106), at(1500)));
+        assert!(!h.resumed(ticked(9, 112), at(3000)), "once per silence");
+        assert_eq!(h.check(ticked(9, 112), DEADLINE, at(3000)), NOT_WRITTEN);
+
+        let mut h = health_at(t0, 9);
+        assert!(h.resumed(ticked(9, 106), at(1500)));
+        h.written(Some(10), ticked(10, 106), at(1600));
+        assert!(
+            h.resumed(ticked(10, 112), at(3200)),
+            "a batch was written since"
+        );
+        assert_eq!(h.check(ticked(10, 112), DEADLINE, at(3200)), Health::Heard);
     }
 
     #[test]

@@ -215,7 +215,7 @@ impl PoolMetrics {
             ),
             heartbeat_silences_held: reg.counter(
                 "openshell_pool_heartbeat_silences_held_total",
-                "Times no heartbeat batch of this gateway was written within half the heartbeat TTL but it kept its supervisors: it still applied new entries and the pool's time had moved less than half a TTL since its last batch (a slow leader, not a lost one)",
+                "Times no heartbeat batch of this gateway was written within half the heartbeat TTL but it kept its supervisors: it still applied new entries and the pool's time had moved less than half a TTL since its last batch (a slow leader, not a lost one), or this gateway itself had not run for more than a quarter of the TTL (paused or starved) and its silence was counted again from its waking, once per silence",
             ),
             heartbeat_commands: reg.counter_vec(
                 "openshell_pool_heartbeat_commands_total",

@@ -1,0 +1,147 @@
+//! A gateway that stalled (paused, or starved of CPU) keeps its supervisors
+//! when it runs again: its silence counts from its waking, not as a cut-off
+//! gateway's.
+//!
+//! Measured before the fix (docs/benchmarks.md, "a stalled gateway is not a
+//! cut-off one"): at 100,000 sandboxes × 2,000 members, a stall of about
+//! 1.2 s of every process left one gateway's heartbeat batches unwritten
+//! while the leader's ticks went on; on waking, its first looks found the
+//! silence past half the TTL and the pool's time half a TTL on, the signs
+//! of a gateway cut off from its leader, and it sent 356 supervisors away,
+//! onto gateways that shared its leader and its stall; members expired in
+//! the re-attachment.
+//!
+//! - given: 3 gateways (6 s heartbeat TTL, 250 ms ticks: a batch may take
+//!   3 s), member `m-a` attached to a follower F (its list: F, then the
+//!   leader; no keep-alive pings, so its stream outlives the pause),
+//!   owning sandbox `s-a`
+//! - when: F is paused (SIGSTOP) for 4.5 s, longer than the 3 s a batch
+//!   may take, while the leader's ticks move the pool's time 18 ticks (half
+//!   the TTL is 12), then resumed (SIGCONT)
+//! - then: F says it did not run for a while and counts its silence from
+//!   then, writes `m-a`'s heartbeats again, and sends nobody away
+//!   (`openshell_pool_supervisors_sent_away_total` stays 0)
+//! - and: a whole TTL after the pause began, `m-a` is still attached to F
+//!   only, with the incarnation it had, and still owns `s-a` in the same
+//!   term: nothing expired, nothing was taken over
+
+use std::time::Duration;
+
+use proto::pool_admin::CreateSandboxRequest;
+use proto::pool_types::SandboxPhase;
+use testkit::gateway::*;
+use testkit::member::ScriptedMember;
+use testkit::supervisor::{http_args, listed_sandbox, metric, pool_admin};
+use testkit::TestResult;
+
+const SENT_AWAY: &str = "openshell_pool_supervisors_sent_away_total";
+const WRITTEN: &str = r#"openshell_pool_heartbeat_commands_total{outcome="written"}"#;
+const RESUMED: &str = "this gateway did not run for a while";
+
+/// `s-a` as the leader lists it: (owner, owner incarnation, term, phase,
+/// acknowledged).
+async fn sandbox(node: &Gateway) -> TestResult<(String, u64, u64, SandboxPhase, bool)> {
+    let s = listed_sandbox(node, "s-a").await?;
+    let phase = SandboxPhase::try_from(s.phase)?;
+    Ok((s.owner, s.owner_incarnation, s.term, phase, s.acknowledged))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_that_stalled_keeps_its_supervisors() -> TestResult {
+    let cluster = Cluster::start_each(
+        3,
+        &["--tick-interval-ms", "250", "--heartbeat-ttl-ms", "6000"],
+        http_args,
+    );
+    let leader = cluster.wait_leader("a leader").await;
+    let follower = (1..=3).find(|id| *id != leader).ok_or("no follower")?;
+    let gateways = vec![
+        cluster.get(follower).addr.clone(),
+        cluster.get(leader).addr.clone(),
+    ];
+    eprintln!("--- step: m-a attaches to follower {follower}, then s-a is launched");
+    let member = ScriptedMember::start("m-a", 1, 4, gateways.clone(), Duration::from_millis(10));
+    eventually("m-a attached", || async {
+        let seen = member.seen.lock().unwrap_or_else(|p| p.into_inner());
+        match seen.attached_to.is_empty() {
+            true => Err("not yet".into()),
+            false => Ok(()),
+        }
+    })
+    .await;
+    pool_admin(cluster.get(leader))
+        .await?
+        .create_sandbox(CreateSandboxRequest {
+            sandbox_id: "s-a".into(),
+            launch_id: "launch-s-a".into(),
+            material_ref: "t127".into(),
+            request_id: "t127-launch-s-a".into(),
+        })
+        .await?;
+    eventually("s-a acknowledged by m-a", || async {
+        match sandbox(cluster.get(leader)).await? {
+            (owner, _, _, SandboxPhase::Assigned, true) if owner == "m-a" => Ok(()),
+            other => Err(format!("s-a is {other:?}").into()),
+        }
+    })
+    .await;
+    let before = sandbox(cluster.get(leader)).await?;
+    let incarnation = member
+        .seen
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .incarnation;
+    eventually("F's heartbeat commands counted as written", || async {
+        match metric(cluster.get(follower), WRITTEN).await {
+            0 => Err("none yet".into()),
+            _ => Ok(()),
+        }
+    })
+    .await;
+    assert_eq!(
+        cluster.get(follower).log().matches(RESUMED).count(),
+        0,
+        "F said it stalled before it was paused"
+    );
+
+    eprintln!("--- step: pause follower {follower} for 4.5 s, then resume it");
+    let paused_at = tokio::time::Instant::now();
+    cluster.get(follower).signal("-STOP");
+    tokio::time::sleep(Duration::from_millis(4500)).await;
+    cluster.get(follower).signal("-CONT");
+    let written_at_resume = metric(cluster.get(follower), WRITTEN).await;
+
+    eventually("F writes m-a's heartbeats again", || async {
+        match metric(cluster.get(follower), WRITTEN).await {
+            n if n > written_at_resume => Ok(()),
+            n => Err(format!("{n} written, {written_at_resume} at the resume").into()),
+        }
+    })
+    .await;
+    eprintln!("--- step: a whole TTL after the pause began, nothing moved");
+    tokio::time::sleep_until(paused_at + Duration::from_secs(7)).await;
+    let sent_away = metric(cluster.get(follower), SENT_AWAY).await;
+    assert_eq!(sent_away, 0, "{SENT_AWAY} on the stalled gateway");
+    let after = sandbox(cluster.get(leader)).await?;
+    assert_eq!(
+        after, before,
+        "s-a changed owner or term: {before:?} -> {after:?}"
+    );
+    let seen = member.seen.lock().unwrap_or_else(|p| p.into_inner());
+    assert_eq!(
+        seen.incarnation, incarnation,
+        "m-a was given a new incarnation"
+    );
+    assert_eq!(
+        seen.attached_to,
+        vec![gateways[0].clone()],
+        "m-a left the stalled gateway"
+    );
+    let log = cluster.get(follower).log();
+    let said = log
+        .lines()
+        .find(|l| l.contains(RESUMED))
+        .ok_or("F does not say it did not run for a while")?;
+    eprintln!("F said: {said}");
+    Ok(())
+}

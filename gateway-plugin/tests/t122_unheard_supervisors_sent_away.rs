@@ -25,23 +25,13 @@
 use std::time::Duration;
 
 use proto::cluster::RemoveRequest;
-use proto::pool_admin::CreateSandboxRequest;
-use proto::pool_types::SandboxPhase;
 use testkit::gateway::*;
-use testkit::member::ScriptedMember;
-use testkit::supervisor::{http_args, listed_sandbox, metric, pool_admin};
+use testkit::on_follower::{owned_sandbox as sandbox, MemberOnFollower};
+use testkit::supervisor::{http_args, metric};
 use testkit::TestResult;
 
 const SENT_AWAY: &str = "openshell_pool_supervisors_sent_away_total";
 const WRITTEN: &str = r#"openshell_pool_heartbeat_commands_total{outcome="written"}"#;
-
-/// `s-a` as the leader lists it: (owner, owner incarnation, term, phase,
-/// acknowledged).
-async fn sandbox(node: &Gateway) -> TestResult<(String, u64, u64, SandboxPhase, bool)> {
-    let s = listed_sandbox(node, "s-a").await?;
-    let phase = SandboxPhase::try_from(s.phase)?;
-    Ok((s.owner, s.owner_incarnation, s.term, phase, s.acknowledged))
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gateway_that_cannot_write_heartbeats_sends_its_supervisors_away() -> TestResult {
@@ -50,50 +40,12 @@ async fn a_gateway_that_cannot_write_heartbeats_sends_its_supervisors_away() -> 
         &["--tick-interval-ms", "250", "--heartbeat-ttl-ms", "6000"],
         http_args,
     );
-    let leader = cluster.wait_leader("a leader").await;
-    let follower = (1..=3).find(|id| *id != leader).ok_or("no follower")?;
-    let gateways = vec![
-        cluster.get(follower).addr.clone(),
-        cluster.get(leader).addr.clone(),
-    ];
-    eprintln!("--- step: m-a attaches to follower {follower}, then s-a is launched");
-    let member = ScriptedMember::start("m-a", 1, 4, gateways.clone(), Duration::from_millis(10));
-    eventually("m-a attached", || async {
-        let seen = member.seen.lock().unwrap_or_else(|p| p.into_inner());
-        match seen.attached_to.is_empty() {
-            true => Err("not yet".into()),
-            false => Ok(()),
-        }
-    })
-    .await;
-    pool_admin(cluster.get(leader))
-        .await?
-        .create_sandbox(CreateSandboxRequest {
-            sandbox_id: "s-a".into(),
-            launch_id: "launch-s-a".into(),
-            material_ref: "t122".into(),
-            request_id: "t122-launch-s-a".into(),
-        })
-        .await?;
-    eventually("s-a acknowledged by m-a", || async {
-        match sandbox(cluster.get(leader)).await? {
-            (owner, _, _, SandboxPhase::Assigned, true) if owner == "m-a" => Ok(()),
-            other => Err(format!("s-a is {other:?}").into()),
-        }
-    })
-    .await;
+    let scenario = MemberOnFollower::start(&cluster, "t122").await?;
+    let (leader, follower, gateways) = (scenario.leader, scenario.follower, &scenario.gateways);
     let before = sandbox(cluster.get(leader)).await?;
-    let incarnation = member
-        .seen
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .incarnation;
+    let incarnation = scenario.incarnation();
     assert_eq!(
-        member
-            .seen
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .attached_to,
+        scenario.attached_to(),
         vec![gateways[0].clone()],
         "m-a should be attached to the follower only"
     );
@@ -119,7 +71,11 @@ async fn a_gateway_that_cannot_write_heartbeats_sends_its_supervisors_away() -> 
     );
 
     eventually("m-a attached to the leader", || async {
-        let seen = member.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let seen = scenario
+            .member
+            .seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         if seen.attached_to.last() == Some(&gateways[1]) {
             Ok(())
         } else {
@@ -146,13 +102,17 @@ async fn a_gateway_that_cannot_write_heartbeats_sends_its_supervisors_away() -> 
         after, before,
         "s-a changed owner or term: {before:?} -> {after:?}"
     );
-    let seen = member.seen.lock().unwrap_or_else(|p| p.into_inner());
+    let seen = scenario
+        .member
+        .seen
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
     assert_eq!(
         seen.incarnation, incarnation,
         "m-a was given a new incarnation"
     );
     assert_eq!(
-        seen.attached_to, gateways,
+        seen.attached_to, *gateways,
         "m-a attached once to each: the follower, then the leader"
     );
     Ok(())

@@ -27,6 +27,8 @@
 //!   end-to-end tests.
 //! - [`member`]: the scripted supervisor member (the stream protocol, and
 //!   [`member::ScriptedMember`]).
+//! - [`on_follower`]: the heartbeat-silence scenarios' start (a scripted
+//!   member on a follower, owning one acknowledged sandbox).
 //! - [`kube_api`]: a mock Kubernetes API (TokenReview) on loopback and a
 //!   kubeconfig naming it, for gateway processes.
 //!
@@ -46,6 +48,7 @@ pub mod bins;
 pub mod gateway;
 pub mod kube_api;
 pub mod member;
+pub mod on_follower;
 pub mod ports;
 pub mod proxy;
 pub mod root;

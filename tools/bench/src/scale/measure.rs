@@ -98,6 +98,9 @@ pub const TAKEOVERS: &str = "openshell_pool_takeovers_total";
 /// A gateway's current raft term (`/metrics`).
 pub const RAFT_TERM: &str = "openshell_raft_term";
 
+/// Member beats in a gateway's written heartbeat commands (`/metrics`).
+pub const BEATS_WRITTEN: &str = "openshell_pool_heartbeat_beats_written_total";
+
 /// A gateway's heartbeat commands by outcome (`/metrics`, label `outcome`).
 pub const HEARTBEAT_COMMANDS: &str = "openshell_pool_heartbeat_commands_total";
 

@@ -121,6 +121,10 @@ pub struct ScaleReport {
     /// end (`None`: its `/metrics` was unreadable).
     #[serde(default)]
     pub quiet_attached: Vec<(Option<u64>, Option<u64>)>,
+    /// Member beats each gateway wrote over the quiet window (`None`:
+    /// unreadable at its start or end, or a gateway without the counter).
+    #[serde(default)]
+    pub quiet_beats: Vec<Option<u64>>,
     /// Each gateway's supervisors sent away (to other gateways, for
     /// heartbeats not written or not applied) from its start to the quiet
     /// window's end (`None`: unreadable). A calm run sends none; a storm
@@ -204,14 +208,19 @@ impl ScaleReport {
         self.after_ttl().is_some_and(|s| s <= TARGET_AFTER_TTL_S)
     }
 
+    /// The quiet window's length in seconds, as the run's settings say (0
+    /// when missing).
+    fn quiet_s(&self) -> f64 {
+        self.settings
+            .get("quiet_s")
+            .and_then(serde_json::Value::as_f64)
+            .unwrap_or(0.0)
+    }
+
     /// Each gateway's share of one core in the quiet window, with its
     /// role and target.
     fn quiet_shares(&self) -> Vec<(usize, &'static str, f64, f64)> {
-        let window = self
-            .settings
-            .get("quiet_s")
-            .and_then(serde_json::Value::as_f64)
-            .unwrap_or(0.0);
+        let window = self.quiet_s();
         self.quiet_cpu_s
             .iter()
             .enumerate()
@@ -225,6 +234,25 @@ impl ScaleReport {
                 }
             })
             .collect()
+    }
+
+    /// "n1 2.00, n2 ..." for the table: each gateway's beats in the quiet
+    /// window per supervisor attached at its end, per second ("?" where
+    /// unreadable).
+    fn beats_row(&self) -> String {
+        let quiet_s = self.quiet_s();
+        self.quiet_beats
+            .iter()
+            .zip(&self.quiet_attached)
+            .enumerate()
+            .map(|(i, (beats, (_, attached)))| match (beats, attached) {
+                (Some(b), Some(a)) if *a > 0 && quiet_s > 0.0 => {
+                    format!("n{} {:.2}", i + 1, *b as f64 / *a as f64 / quiet_s)
+                }
+                _ => format!("n{} ?", i + 1),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     /// "n1 667 → 667, n2 ..." for the table ("?" where unreadable).
@@ -344,6 +372,10 @@ impl ScaleReport {
         t += &format!(
             "| supervisors attached to each gateway in the quiet window (at its start → end) | {} | |\n",
             self.attached_row()
+        );
+        t += &format!(
+            "| member beats each gateway wrote in the quiet window, per attached supervisor per second | {} | (4 when every member was named at every tick) |\n",
+            self.beats_row()
         );
         t += &self.calm_row();
         t += &self.end_row();

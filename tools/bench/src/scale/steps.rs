@@ -215,10 +215,17 @@ async fn quiet(
     let before = push_counters(cluster).await;
     let steps_before = coordinator_counters(cluster).await;
     let attached_before = measure::attached_by_node(cluster).await;
+    let beats_before = measure::count_by_node(cluster, measure::BEATS_WRITTEN).await;
     let cpu_before = measure::cpu_by_node(cluster);
     tokio::time::sleep(options.quiet).await;
     report.quiet_cpu_s = cpu_since(cluster, &cpu_before);
     let attached_after = measure::attached_by_node(cluster).await;
+    let beats_after = measure::count_by_node(cluster, measure::BEATS_WRITTEN).await;
+    report.quiet_beats = beats_before
+        .into_iter()
+        .zip(beats_after)
+        .map(|(before, after)| Some(after?.saturating_sub(before?)))
+        .collect();
     report.quiet_attached = attached_before.into_iter().zip(attached_after).collect();
     report.sent_away = measure::count_by_node(cluster, measure::SENT_AWAY).await;
     report.quiet_end_term = measure::count_by_node(cluster, measure::RAFT_TERM)

@@ -81,12 +81,25 @@ impl Default for PoolSettings {
     }
 }
 
+/// How often, in ticks, a gateway names each of its fresh members in its
+/// heartbeat batches: every other tick (`hub::heartbeats::BeatWindow`). The
+/// pool's TTL counts `BEAT_EVERY_TICKS - 1` ticks more than the configured
+/// one ([`PoolSettings::pool_config`]), the most a member's last beat may
+/// lag behind naming it at every tick.
+pub const BEAT_EVERY_TICKS: u32 = 2;
+
 impl PoolSettings {
     /// The pool config these settings ask for.
+    ///
+    /// The pool's TTL is the configured one plus the ticks a member's last
+    /// beat may lag because it is named only every [`BEAT_EVERY_TICKS`]
+    /// ticks: the pool then expires a member no sooner than when every
+    /// tick named it.
     pub fn pool_config(&self) -> pool::Configure {
+        let beat_lag = u64::from(BEAT_EVERY_TICKS - 1);
         pool::Configure {
             raft_term: 0,
-            heartbeat_ttl_ticks: self.heartbeat_ttl_ticks,
+            heartbeat_ttl_ticks: self.heartbeat_ttl_ticks.saturating_add(beat_lag),
             recovery_deadline_ticks: self.recovery_deadline_ticks,
             operation_deadline_ticks: self.operation_deadline_ticks,
             retention_ticks: self.retention_ticks,

@@ -82,6 +82,39 @@ impl MemberOnFollower {
             .incarnation
     }
 
+    /// What must not change while `m-a` lives: `s-a` as the leader lists
+    /// it (owner, owner incarnation, term, phase, acknowledged) and the
+    /// incarnation `m-a` was last given. Taken before a fault and compared
+    /// after it ([`MemberOnFollower::assert_kept`]).
+    ///
+    /// # Errors
+    /// `s-a` not listed by the leader.
+    pub async fn kept(&self, cluster: &Cluster) -> TestResult<Kept> {
+        Ok(Kept {
+            sandbox: owned_sandbox(cluster.get(self.leader)).await?,
+            incarnation: self.incarnation(),
+        })
+    }
+
+    /// Panics unless `s-a` and `m-a`'s incarnation are what `before` took:
+    /// nothing expired, nothing was taken over.
+    ///
+    /// # Errors
+    /// `s-a` not listed by the leader.
+    pub async fn assert_kept(&self, cluster: &Cluster, before: &Kept) -> TestResult {
+        let after = self.kept(cluster).await?;
+        assert_eq!(
+            after.sandbox, before.sandbox,
+            "s-a changed owner or term: {:?} -> {:?}",
+            before.sandbox, after.sandbox
+        );
+        assert_eq!(
+            after.incarnation, before.incarnation,
+            "m-a was given a new incarnation"
+        );
+        Ok(())
+    }
+
     /// The gateways `m-a` attached to, in order.
     pub fn attached_to(&self) -> Vec<String> {
         self.member
@@ -91,6 +124,15 @@ impl MemberOnFollower {
             .attached_to
             .clone()
     }
+}
+
+/// What [`MemberOnFollower::kept`] took.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Kept {
+    /// `s-a` as the leader listed it ([`owned_sandbox`]).
+    pub sandbox: (String, u64, u64, SandboxPhase, bool),
+    /// `m-a`'s incarnation.
+    pub incarnation: u64,
 }
 
 /// `s-a` as `node` lists it: (owner, owner incarnation, term, phase,

@@ -3,6 +3,17 @@
 //! arrived recently (this gateway's monotonic clock decides "recently"; the
 //! member's freshness is then counted in ticks inside apply).
 //!
+//! Every other tick ([`BEAT_EVERY_TICKS`]): a member named in a written
+//! batch sampled at the previous tick is left out of this one
+//! ([`BeatWindow`]). Its beats then come at the rate of its statuses (two a
+//! second at the defaults) instead of four, and every replica applies half
+//! as many. Its last beat may be one tick older than when it was named at
+//! every tick, so the pool counts the TTL one tick longer
+//! (`PoolSettings::pool_config`): a member that falls silent, and one whose
+//! gateway dies and which must re-attach elsewhere, are given at least the
+//! time they were before. A member whose batch was not written is named
+//! again at the next tick.
+//!
 //! A batch never waits behind an earlier one: each tick's batch is its own
 //! task, at most [`HEARTBEATS_IN_FLIGHT`] run at once (the oldest is dropped
 //! for the newest), and each has a deadline of half the heartbeat TTL
@@ -36,6 +47,7 @@ use prost::Message;
 use tracing::Instrument;
 
 use super::Hub;
+use crate::config_pool::BEAT_EVERY_TICKS;
 use crate::metrics::pool::HeartbeatOutcome;
 use crate::state::GatewayState;
 
@@ -308,13 +320,49 @@ pub fn chunks(beats: Vec<pool::Beat>) -> Vec<Vec<pool::Beat>> {
     out
 }
 
+/// Which attached members a tick's batch names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct BeatWindow {
+    /// A member whose last status arrived longer ago is not named: two and
+    /// a half status intervals (two statuses may be lost).
+    pub fresh_within: Duration,
+    /// A member named in a written batch sampled less long ago is not
+    /// named again: [`BEAT_EVERY_TICKS`] − 1 and a half tick intervals, so a
+    /// member written at one tick is left out of the next and named at the
+    /// one after (a tick that comes late, the gateway having stalled, names
+    /// it again).
+    pub refresh: Duration,
+}
+
+impl BeatWindow {
+    pub(crate) fn new(tick_interval: Duration, status_interval: Duration) -> Self {
+        BeatWindow {
+            fresh_within: status_interval * 2 + status_interval / 2,
+            refresh: tick_interval * (BEAT_EVERY_TICKS - 1) + tick_interval / 2,
+        }
+    }
+
+    /// Whether a member whose last status arrived at `last_status`, last
+    /// named in a written batch sampled at `beat_written`, is named in the
+    /// batch sampled at `now`.
+    pub(crate) fn due(
+        &self,
+        last_status: Instant,
+        beat_written: Option<Instant>,
+        now: Instant,
+    ) -> bool {
+        now.saturating_duration_since(last_status) <= self.fresh_within
+            && beat_written.is_none_or(|w| now.saturating_duration_since(w) >= self.refresh)
+    }
+}
+
 impl Hub {
-    /// The members whose status arrived within `fresh_within`.
-    fn fresh_beats(&self, fresh_within: Duration) -> Vec<pool::Beat> {
+    /// The members the batch sampled at `now` names ([`BeatWindow::due`]).
+    fn due_beats(&self, window: BeatWindow, now: Instant) -> Vec<pool::Beat> {
         self.streams
             .lock()
             .iter()
-            .filter(|(_, a)| a.last_status.elapsed() <= fresh_within)
+            .filter(|(_, a)| window.due(a.last_status, a.beat_written, now))
             .map(|(member, a)| pool::Beat {
                 member: member.clone(),
                 incarnation: a.incarnation,
@@ -322,13 +370,28 @@ impl Hub {
             .collect()
     }
 
-    /// Every tick interval: one heartbeat batch for the members whose
-    /// status arrived within two and a half status intervals, proposed in
-    /// its own task (see the module doc: never behind an earlier batch).
+    /// `beats`, of a batch sampled at `sampled`, were written: each member
+    /// still attached with that incarnation is not named again until
+    /// [`BeatWindow::refresh`] after `sampled`.
+    fn beats_named(&self, beats: &[pool::Beat], sampled: Instant) {
+        let mut streams = self.streams.lock();
+        for beat in beats {
+            if let Some(a) = streams
+                .get_mut(&beat.member)
+                .filter(|a| a.incarnation == beat.incarnation)
+            {
+                a.beat_written = Some(a.beat_written.map_or(sampled, |w| w.max(sampled)));
+            }
+        }
+    }
+
+    /// Every tick interval: one heartbeat batch for the members
+    /// [`BeatWindow`] names, proposed in its own task (see the module doc:
+    /// never behind an earlier batch).
     pub async fn run_heartbeats(self: Arc<Self>) {
         let mut ticker = tokio::time::interval(self.settings.tick_interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let fresh_within = self.settings.status_interval * 2 + self.settings.status_interval / 2;
+        let window = BeatWindow::new(self.settings.tick_interval, self.settings.status_interval);
         let deadline = Deadline {
             wall: heartbeat_deadline(
                 self.settings.tick_interval,
@@ -351,7 +414,8 @@ impl Hub {
                 self.resumed_after(late);
             }
             in_flight.retain(|batch| !batch.is_finished());
-            let beats = self.fresh_beats(fresh_within);
+            let sampled = Instant::now();
+            let beats = self.due_beats(window, sampled);
             if beats.is_empty() {
                 self.beats_written(None);
                 continue;
@@ -394,7 +458,8 @@ impl Hub {
             let span = tracing::debug_span!("heartbeat_batch", beats = beats.len());
             let hub = self.clone();
             in_flight.push_back(tokio::spawn(
-                async move { hub.propose_beats(beats, deadline.wall).await }.instrument(span),
+                async move { hub.propose_beats(beats, sampled, deadline.wall).await }
+                    .instrument(span),
             ));
         }
     }
@@ -419,15 +484,21 @@ impl Hub {
         }
     }
 
-    /// Proposes one tick's beats (in chunks under the command bound), each
-    /// chunk as an idempotent write within `deadline`.
-    async fn propose_beats(&self, beats: Vec<pool::Beat>, deadline: Duration) {
+    /// Proposes the beats of the batch sampled at `sampled` (in chunks under
+    /// the command bound), each chunk as an idempotent write within
+    /// `deadline`.
+    async fn propose_beats(&self, beats: Vec<pool::Beat>, sampled: Instant, deadline: Duration) {
         let mut written = Some(0u64);
         for beats in chunks(beats) {
-            let command =
-                GatewayState::pool_command(&Command::Heartbeat(pool::Heartbeat { beats }));
-            match self.node.write_idempotent(command, deadline).await {
+            let command = Command::Heartbeat(pool::Heartbeat { beats });
+            let encoded = GatewayState::pool_command(&command);
+            match self.node.write_idempotent(encoded, deadline).await {
                 Ok(applied) => {
+                    if let Command::Heartbeat(heartbeat) = &command {
+                        self.beats_named(&heartbeat.beats, sampled);
+                        let named = u64::try_from(heartbeat.beats.len()).unwrap_or(u64::MAX);
+                        self.metrics.pool.heartbeat_beats_written.inc_by(named);
+                    }
                     self.metrics
                         .pool
                         .heartbeat_command(HeartbeatOutcome::Written);
@@ -581,6 +652,114 @@ mod tests {
         assert_eq!(
             heartbeat_deadline(Duration::from_millis(100), 10),
             Duration::from_millis(500)
+        );
+    }
+
+    /// The ticks (ms from the start) at which a member whose statuses
+    /// came every 500 ms from 0 to `last_status_ms` (at `offset_ms` past
+    /// each tick) is named, ticks every 250 ms, each batch written at once:
+    /// by `window`, or by the rule before it (every tick while fresh within
+    /// 1.25 s) when `window` is None.
+    fn named_at(window: Option<BeatWindow>, offset_ms: u64, last_status_ms: u64) -> Vec<u64> {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut written = None;
+        let mut named = Vec::new();
+        for tick_ms in (250..8000).step_by(250) {
+            let statuses = (0..).map(|i| i * 500 + offset_ms);
+            let Some(last_status) = statuses
+                .take_while(|s| *s <= tick_ms.min(last_status_ms))
+                .last()
+            else {
+                continue;
+            };
+            let due = match window {
+                Some(w) => w.due(at(last_status), written, at(tick_ms)),
+                None => tick_ms - last_status <= 1250,
+            };
+            if due {
+                written = Some(at(tick_ms));
+                named.push(tick_ms);
+            }
+        }
+        named
+    }
+
+    /// At the defaults a member is named every other tick (its beats come
+    /// at the rate of its statuses, half as many), and with the pool's TTL
+    /// one tick longer (`BEAT_EVERY_TICKS - 1`) it expires no sooner than
+    /// under the every-tick rule, and at most one tick later: whether it
+    /// falls silent, or its gateway dies at any tick (its last beat then is
+    /// the last one named before the death).
+    #[test]
+    fn a_member_is_named_every_other_tick_and_expires_no_sooner() {
+        let tick = Duration::from_millis(250);
+        let window = BeatWindow::new(tick, Duration::from_millis(500));
+        assert_eq!(window.fresh_within, Duration::from_millis(1250));
+        assert_eq!(window.refresh, Duration::from_millis(375));
+        let (ttl_ms, longer_ms) = (2000, 250 * u64::from(BEAT_EVERY_TICKS - 1));
+        for offset_ms in (0..250).step_by(25) {
+            for last_status_ms in [3000, 3100, 3250, 3400, 4000, 7000] {
+                let every_tick = named_at(None, offset_ms, last_status_ms);
+                let every_other = named_at(Some(window), offset_ms, last_status_ms);
+                let case = format!("statuses at +{offset_ms} ms until {last_status_ms} ms");
+                let gaps: Vec<u64> = every_other.windows(2).map(|w| w[1] - w[0]).collect();
+                assert!(
+                    gaps.iter().all(|g| *g == 500),
+                    "{case}: named at {every_other:?}"
+                );
+                assert!(
+                    every_other.len() * 2 <= every_tick.len() + 2,
+                    "{case}: {} beats against {} every tick",
+                    every_other.len(),
+                    every_tick.len()
+                );
+                // The member falls silent after its last status; or its
+                // gateway dies at `death_ms`, and nothing after is written.
+                for death_ms in (250..8000).step_by(250) {
+                    let last_before =
+                        |named: &[u64]| named.iter().copied().rfind(|t| *t < death_ms);
+                    let (Some(old_last), Some(new_last)) =
+                        (last_before(&every_tick), last_before(&every_other))
+                    else {
+                        continue;
+                    };
+                    let (old_expiry, new_expiry) =
+                        (old_last + ttl_ms, new_last + ttl_ms + longer_ms);
+                    assert!(
+                        new_expiry >= old_expiry && new_expiry <= old_expiry + 250,
+                        "{case}, death at {death_ms} ms: expires at {new_expiry} ms, every tick at {old_expiry} ms"
+                    );
+                }
+            }
+        }
+    }
+
+    /// A member whose batch was not written (so never marked) is named at
+    /// the next tick; one written is not, and is again once the refresh
+    /// has passed; a tick that comes late (the gateway stalled) names it.
+    #[test]
+    fn a_member_whose_batch_was_not_written_is_named_at_the_next_tick() {
+        let tick = Duration::from_millis(250);
+        let window = BeatWindow::new(tick, Duration::from_millis(500));
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        assert!(window.due(at(0), None, at(250)), "never written");
+        assert!(
+            !window.due(at(0), Some(at(250)), at(500)),
+            "written at the previous tick"
+        );
+        assert!(
+            window.due(at(0), Some(at(250)), at(750)),
+            "written two ticks ago"
+        );
+        assert!(
+            window.due(at(0), Some(at(250)), at(650)),
+            "a tick 150 ms late"
+        );
+        assert!(
+            !window.due(at(0), None, at(1501)),
+            "status older than the window"
         );
     }
 

@@ -34,6 +34,11 @@ pub(super) struct Attached {
     /// When its last `HostStatus` arrived (this gateway's monotonic clock;
     /// never leaves it).
     pub(super) last_status: Instant,
+    /// When the last heartbeat batch that named this incarnation and was
+    /// written had been sampled (this gateway's monotonic clock): a member
+    /// written at the previous tick is left out of this one
+    /// ([`super::heartbeats`], "every other tick").
+    pub(super) beat_written: Option<Instant>,
     /// When it attached (this gateway's monotonic clock).
     pub(super) attached_at: Instant,
     /// It attached with the incarnation it already had: it came from
@@ -166,6 +171,7 @@ impl Hub {
                     stream_id,
                     incarnation,
                     last_status: Instant::now(),
+                    beat_written: None,
                     attached_at: Instant::now(),
                     reattached,
                     tx,
@@ -378,6 +384,7 @@ mod tests {
             stream_id: 1,
             incarnation,
             last_status: Instant::now(),
+            beat_written: None,
             attached_at: Instant::now(),
             reattached: false,
             tx,

@@ -135,6 +135,8 @@ pub struct PoolMetrics {
     /// This gateway's heartbeat commands, by outcome (see
     /// [`HeartbeatOutcome`]).
     pub heartbeat_commands: IntCounterVec,
+    /// Member beats in this gateway's written heartbeat commands.
+    pub heartbeat_beats_written: IntCounter,
     /// Takeovers applied.
     pub takeovers: IntCounter,
     /// Moves applied (drain or rebalance).
@@ -221,6 +223,10 @@ impl PoolMetrics {
                 "openshell_pool_heartbeat_commands_total",
                 "This gateway's heartbeat commands by outcome: written; timed_out_leading (not committed within half the heartbeat TTL while this gateway led: it waited in its own batcher or log); timed_out_following (forwarded, no answer within half the TTL); no_leader; dropped (still proposing when a newer tick's batch needed its place); failed (refused or raft stopped)",
                 &["outcome"],
+            ),
+            heartbeat_beats_written: reg.counter(
+                "openshell_pool_heartbeat_beats_written_total",
+                "Member beats in this gateway's written heartbeat commands: each attached supervisor whose status is fresh is named every other tick (about twice a second at the defaults), again at the next tick when its batch was not written",
             ),
             takeovers: reg.counter(
                 "openshell_pool_takeovers_total",

@@ -74,14 +74,7 @@ async fn a_member_acknowledging_hundreds_of_terms_stays_active() -> TestResult {
         vec![cluster.get(follower).addr.clone()],
         Duration::ZERO,
     );
-    eventually("m-a attached", || async {
-        let seen = member.seen.lock().unwrap_or_else(|p| p.into_inner());
-        match seen.attached_to.is_empty() {
-            true => Err("not yet".into()),
-            false => Ok(()),
-        }
-    })
-    .await;
+    member.wait_attached().await;
     let incarnation = member
         .seen
         .lock()

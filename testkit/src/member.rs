@@ -289,6 +289,19 @@ impl ScriptedMember {
             .collect()
     }
 
+    /// Waits until it has attached to some gateway (panics after
+    /// [`crate::gateway::eventually`]'s deadline).
+    pub async fn wait_attached(&self) {
+        crate::gateway::eventually("the member attached", || async {
+            let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+            match seen.attached_to.is_empty() {
+                true => Err(format!("{} not attached yet", self.member).into()),
+                false => Ok(()),
+            }
+        })
+        .await;
+    }
+
     /// Stops the task and its stream.
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Relaxed);

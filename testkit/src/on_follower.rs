@@ -41,14 +41,7 @@ impl MemberOnFollower {
         eprintln!("--- step: m-a attaches to follower {follower}, then s-a is launched");
         let member =
             ScriptedMember::start("m-a", 1, 4, gateways.clone(), Duration::from_millis(10));
-        eventually("m-a attached", || async {
-            let seen = member.seen.lock().unwrap_or_else(|p| p.into_inner());
-            match seen.attached_to.is_empty() {
-                true => Err("not yet".into()),
-                false => Ok(()),
-            }
-        })
-        .await;
+        member.wait_attached().await;
         pool_admin(cluster.get(leader))
             .await?
             .create_sandbox(CreateSandboxRequest {

@@ -101,6 +101,7 @@ pub fn commands() -> Vec<Vec<u8>> {
             name: "rt-1".into(),
             address: "127.0.0.1:7300".into(),
             ca_pem: String::new(),
+            driver_scope: "process:0123456789abcdef0123456789abcdef".into(),
         }),
         C::StartDrain(pool::StartDrain {
             operation_id: "op-1".into(),

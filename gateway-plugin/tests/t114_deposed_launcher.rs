@@ -111,6 +111,10 @@ impl SandboxDriver for ScriptedDriver {
         "scripted"
     }
 
+    fn scope(&self) -> &str {
+        "scripted:one"
+    }
+
     async fn ensure(&self, spec: &LaunchSpec) -> Result<RuntimeState, DriverError> {
         let name = spec.name();
         let state = RuntimeState::Running(Endpoint {

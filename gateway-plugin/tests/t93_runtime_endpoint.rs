@@ -89,6 +89,7 @@ fn with_runtime(state: &[u8]) -> Vec<u8> {
                     address: expected().address,
                     ca_pem: expected().ca_pem,
                     recorded_index: 0,
+                    driver_scope: String::new(),
                 });
                 found = true;
             }

@@ -455,6 +455,13 @@ pub struct RecordRuntime {
     /// written before fencing existed).
     #[prost(uint64, tag = "6")]
     pub raft_term: u64,
+    /// The scope of the driver that listed the runtime (`process:<id>`,
+    /// `kubernetes:<namespace>`): which runtimes that driver can see. A
+    /// launcher judges a recorded runtime lost only from a list of the
+    /// same scope. At most 128 bytes of printable ASCII; empty: recorded
+    /// before scopes were kept (judged by any list).
+    #[prost(string, tag = "7")]
+    pub driver_scope: String,
 }
 
 /// Fails a live sandbox generation whose runtime could not be launched

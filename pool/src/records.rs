@@ -104,6 +104,10 @@ pub struct Runtime {
     /// it took after this index misses it: a list taken before the record
     /// (a deposed leader's, a slow driver call's) says nothing about it.
     pub recorded_index: u64,
+    /// The scope of the driver that listed it (empty: recorded before
+    /// scopes were kept). A launcher whose driver has another scope cannot
+    /// see this runtime, so never judges it lost.
+    pub driver_scope: String,
 }
 
 /// A sandbox generation.

@@ -297,6 +297,7 @@ fn command_wire_round_trip() {
             name: "sb-s-g2".into(),
             address: "10.0.0.7:7400".into(),
             ca_pem: "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n".into(),
+            driver_scope: "process:0123456789abcdef0123456789abcdef".into(),
         }),
         Command::RecordRuntime(RecordRuntime::default()),
         Command::FailLaunch(FailLaunch {

@@ -291,6 +291,7 @@ fn run(actions: Vec<Action>) {
                     name: format!("rt-{sb}-g{generation}-v{variant}"),
                     address: format!("10.0.{variant}.{sb}:7400"),
                     ca_pem: format!("-----BEGIN CERTIFICATE-----\n{variant}\n"),
+                    driver_scope: "process:0123456789abcdef0123456789abcdef".into(),
                 }));
             }
             Action::FailLaunch { sb, lost } => {

@@ -22,6 +22,7 @@ fn record(sb: &str, generation: u64, name: &str, address: &str, ca_pem: &str) ->
         name: name.to_string(),
         address: address.to_string(),
         ca_pem: ca_pem.to_string(),
+        driver_scope: "process:0123456789abcdef0123456789abcdef".into(),
     })
 }
 
@@ -74,6 +75,7 @@ fn runtime_is_recorded_on_every_live_phase_and_reaches_the_owners_view() {
         address: "10.1.0.5:7400".into(),
         ca_pem: CA.into(),
         recorded_index: h.idx,
+        driver_scope: "process:0123456789abcdef0123456789abcdef".into(),
     };
     assert_eq!(after.runtime, Some(expected.clone()));
     assert_eq!(
@@ -184,7 +186,17 @@ fn record_on_a_terminal_unknown_or_other_generation_is_refused() {
     );
 }
 
-/// - when: a record with a malformed name, address or CA is proposed
+/// `good(sb, generation)` listed by a driver of `scope`.
+fn scoped(sb: &str, generation: u64, scope: &str) -> Command {
+    let Command::RecordRuntime(mut c) = good(sb, generation) else {
+        unreachable!("good is a RecordRuntime")
+    };
+    c.driver_scope = scope.to_string();
+    Command::RecordRuntime(c)
+}
+
+/// - when: a record with a malformed name, address, CA or driver scope is
+///   proposed
 /// - then: rejected `InvalidRuntime` naming the field; nothing recorded
 #[test]
 fn malformed_endpoint_is_refused_naming_the_field() {
@@ -225,6 +237,10 @@ fn malformed_endpoint_is_refused_naming_the_field() {
             record("s1", 1, "s1-g1", "10.1.0.5:7400", &long_ca),
             "ca_pem",
         ),
+        (scoped("s1", 1, &"p".repeat(129)), "driver_scope"),
+        (scoped("s1", 1, "process: with a space"), "driver_scope"),
+        (scoped("s1", 1, "process:\u{e9}t\u{e9}"), "driver_scope"),
+        (scoped("s1", 1, "process:\n"), "driver_scope"),
     ];
     for (c, field) in cases {
         match h.rejected(c) {
@@ -238,6 +254,15 @@ fn malformed_endpoint_is_refused_naming_the_field() {
     let ca_16k = format!("{CA}{}", "A".repeat(16 * 1024 - CA.len()));
     assert_eq!(ca_16k.len(), 16 * 1024);
     h.ok(record("s1", 1, &"a".repeat(63), "[fd00::5]:7400", &ca_16k));
+    // A 128-byte scope, and an empty one (a record from before scopes).
+    let mut h = pool_with_one_sandbox();
+    h.ok(scoped("s1", 1, &"p".repeat(128)));
+    let mut h = pool_with_one_sandbox();
+    h.ok(scoped("s1", 1, ""));
+    assert_eq!(
+        runtime_of(&h, "s1").map(|r| r.driver_scope),
+        Some(String::new())
+    );
 }
 
 /// - given: a sandbox with a runtime, owned and charged on its member

@@ -76,6 +76,7 @@ fn planned_in(h: &H, raft_term: u64) -> Vec<Command> {
             name: "sbx-s2-g1".into(),
             address: "10.1.0.5:7400".into(),
             ca_pem: "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n".into(),
+            driver_scope: "process:0123456789abcdef0123456789abcdef".into(),
             raft_term: 0,
         }),
         Command::FailLaunch(FailLaunch {

@@ -92,6 +92,8 @@ pub struct KubernetesDriver {
     secrets: Api<Secret>,
     template: PodTemplate,
     call_timeout: Duration,
+    /// `kubernetes:<namespace>`.
+    scope: String,
 }
 
 impl std::fmt::Debug for KubernetesDriver {
@@ -136,6 +138,7 @@ impl KubernetesDriver {
             secrets: Api::namespaced(client, &config.namespace),
             template: config.template,
             call_timeout: CALL_TIMEOUT,
+            scope: format!("{DRIVER}:{}", config.namespace),
         }
     }
 
@@ -227,6 +230,10 @@ impl KubernetesDriver {
 impl SandboxDriver for KubernetesDriver {
     fn kind(&self) -> &'static str {
         DRIVER
+    }
+
+    fn scope(&self) -> &str {
+        &self.scope
     }
 
     async fn ensure(&self, spec: &LaunchSpec) -> Result<RuntimeState, DriverError> {

@@ -159,6 +159,15 @@ pub trait SandboxDriver: Send + Sync + 'static {
     /// `process` or `kubernetes`.
     fn kind(&self) -> &'static str;
 
+    /// Which runtimes this driver sees, as at most 128 bytes of printable
+    /// ASCII (`process:<id of its directory>`, `kubernetes:<namespace>`):
+    /// two drivers of one scope list the same runtimes. The launcher
+    /// records it with each runtime and judges a recorded runtime lost
+    /// only from a list of the same scope, so a gateway whose driver looks
+    /// elsewhere (another directory, another namespace) never fails a
+    /// healthy sandbox it cannot see.
+    fn scope(&self) -> &str;
+
     /// Creates the runtime of `spec` unless one by its name exists, then
     /// returns its state. Never creates a second runtime for a name.
     ///

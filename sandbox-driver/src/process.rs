@@ -25,6 +25,14 @@
 //! | `pid` | the runtime's pid, once spawned |
 //! | `address` | `ip:port`, written by the runtime once it serves (`--addr-file`) |
 //!
+//! The directory's scope ([`SandboxDriver::scope`]) is `process:<id>`, the
+//! id (32 hex digits) read from `<dir>/.driver-scope`, which the first
+//! driver over the directory writes (to a temporary file, then linked into
+//! place, so two gateways starting at once agree on one id). Gateways
+//! sharing the directory share the scope; a gateway pointed at another
+//! directory has another, and its launcher never judges this directory's
+//! runtimes lost.
+//!
 //! A failed create (an `ip` command, the spawn) removes what it made,
 //! directory included, and returns the error: the next `ensure` starts
 //! over. A directory without `pid` is Pending (another gateway is creating
@@ -127,6 +135,48 @@ pub struct ProcessDriver {
     /// The namespace every runtime joins instead (never created or
     /// removed by the driver).
     shared: Option<SharedNetns>,
+    /// `process:<id>` of the directory (see the module doc).
+    scope: String,
+}
+
+/// The file in the driver's directory holding its scope id.
+pub const SCOPE_FILE: &str = ".driver-scope";
+
+/// The scope id of `dir`: read from [`SCOPE_FILE`], or made (16 random
+/// bytes, hex) and linked into place when absent; whoever links first wins
+/// and every driver reads the winner's.
+fn directory_scope(dir: &Path) -> Result<String, DriverError> {
+    let path = dir.join(SCOPE_FILE);
+    if !path.exists() {
+        let mut id = [0u8; 16];
+        getrandom::fill(&mut id)
+            .map_err(|e| unavailable(format!("no random bytes for {}: {e}", path.display())))?;
+        let id = hex::encode(id);
+        // Named by the id itself: no other writer shares this file.
+        let temp = dir.join(format!("{SCOPE_FILE}.{id}"));
+        let made =
+            std::fs::write(&temp, format!("{id}\n")).and_then(|()| {
+                match std::fs::hard_link(&temp, &path) {
+                    Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(e),
+                    _ => Ok(()),
+                }
+            });
+        let _ = std::fs::remove_file(&temp);
+        made.map_err(|e| unavailable(format!("{}: {e}", path.display())))?;
+    }
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| unavailable(format!("{}: {e}", path.display())))?;
+    let id = text.trim();
+    if id.len() != 32 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(unavailable(format!(
+            "{} holds {:?}, not a scope id (32 hex digits); it names which runtimes \
+             gateways sharing this directory see: restore it, or remove it only if \
+             no runtime of this directory is recorded",
+            path.display(),
+            text.chars().take(64).collect::<String>()
+        )));
+    }
+    Ok(format!("process:{}", id.to_ascii_lowercase()))
 }
 
 pub(crate) fn unavailable(message: String) -> DriverError {
@@ -180,13 +230,15 @@ impl ProcessDriver {
             }
             NetnsMode::Auto => netns::available().is_ok(),
         };
-        info!(dir = %config.dir.display(), netns, "process driver");
+        let scope = directory_scope(&config.dir)?;
+        info!(dir = %config.dir.display(), netns, %scope, "process driver");
         Ok(ProcessDriver {
             dir: config.dir,
             runtime_bin: config.runtime_bin,
             runtime_file,
             netns,
             shared: None,
+            scope,
         })
     }
 
@@ -493,6 +545,10 @@ async fn accepts_tcp(address: &str) -> bool {
 impl SandboxDriver for ProcessDriver {
     fn kind(&self) -> &'static str {
         "process"
+    }
+
+    fn scope(&self) -> &str {
+        &self.scope
     }
 
     async fn ensure(&self, spec: &LaunchSpec) -> Result<RuntimeState, DriverError> {

@@ -181,6 +181,10 @@ impl SandboxDriver for SimDriver {
         "sim"
     }
 
+    fn scope(&self) -> &str {
+        "sim:one"
+    }
+
     async fn ensure(&self, spec: &LaunchSpec) -> Result<RuntimeState, DriverError> {
         let (before, after) = self.latency();
         tokio::time::sleep(before).await;

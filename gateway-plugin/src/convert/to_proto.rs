@@ -435,6 +435,7 @@ mod tests {
                     name: "sb-g1".into(),
                     address: "10.1.0.5:7400".into(),
                     ca_pem: CA.into(),
+                    driver_scope: "process:0123456789abcdef0123456789abcdef".into(),
                 }),
             );
         }

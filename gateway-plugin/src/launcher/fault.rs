@@ -43,7 +43,9 @@ pub(super) async fn deposed_passes(
         tokio::time::sleep(STALL).await;
         let Ok(actions) = hub
             .node()
-            .read(|state, _| plan::plan(&state.pool, &listed, u64::MAX, &defaults))
+            .read(|state, _| {
+                plan::plan(&state.pool, &listed, u64::MAX, driver.scope(), &defaults).actions
+            })
             .await
         else {
             continue;

@@ -22,6 +22,9 @@
 //!    ([`raft_store::RaftNode::read_as_leader`]: a read-index confirmed by a
 //!    quorum for this term, served by this node, never by another's
 //!    read-index);
+//!    a runtime recorded from a list of another driver scope (a gateway
+//!    whose driver looks at another directory or namespace) is not judged
+//!    from this list at all: this driver cannot see it;
 //! 3. before each driver call and each proposal it checks that it still
 //!    leads its term, and stops the moment it does not;
 //! 4. it proposes through its own raft only, each command stamped with its
@@ -66,6 +69,9 @@ pub struct Launcher {
     /// list): a failure repeated every pass (a full disk, an API down) is
     /// logged once at warn, then at debug until it changes or clears.
     warned: std::sync::Mutex<BTreeMap<String, String>>,
+    /// Whether the last pass found runtimes of another driver scope
+    /// (warned about once until none are left).
+    out_of_scope_warned: std::sync::atomic::AtomicBool,
 }
 
 impl Launcher {
@@ -82,6 +88,7 @@ impl Launcher {
             driver,
             trusted_grant_keys_file,
             warned: std::sync::Mutex::new(BTreeMap::new()),
+            out_of_scope_warned: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -173,21 +180,48 @@ impl Launcher {
             }
         };
         let defaults = self.defaults();
-        let actions = match node
+        let scope = self.driver.scope();
+        let plan = match node
             .read_as_leader(term, |state, _| {
-                plan::plan(&state.pool, &listed, listed_after, &defaults)
+                plan::plan(&state.pool, &listed, listed_after, scope, &defaults)
             })
             .await
         {
-            Ok(actions) => actions,
+            Ok(plan) => plan,
             Err(e) => {
                 tracing::debug!(error = %e, "no read as the leader of this term; skipping the pass");
                 return;
             }
         };
-        futures::stream::iter(actions)
+        self.out_of_scope(plan.out_of_scope);
+        futures::stream::iter(plan.actions)
             .for_each_concurrent(CONCURRENT_CALLS, |action| self.act(term, action))
             .await;
+    }
+
+    /// Reports the runtimes this pass could not judge (recorded from a
+    /// list of another driver scope): the gauge, and a warning when they
+    /// appear (once, until none are left).
+    fn out_of_scope(&self, count: usize) {
+        self.hub
+            .metrics()
+            .pool
+            .launcher_runtimes_out_of_scope
+            .set(i64::try_from(count).unwrap_or(i64::MAX));
+        let warned = self
+            .out_of_scope_warned
+            .swap(count > 0, std::sync::atomic::Ordering::Relaxed);
+        if count > 0 && !warned {
+            tracing::warn!(
+                count,
+                scope = self.driver.scope(),
+                "runtimes of live sandboxes were recorded from a list of another driver scope than \
+                 this gateway's: its driver cannot see them, so it does not judge them lost or \
+                 alive; give every gateway of the group the same [driver] directory or namespace"
+            );
+        } else if count == 0 && warned {
+            tracing::info!("every recorded runtime is in this gateway's driver scope again");
+        }
     }
 
     /// What every launch carries: the runtime's recovery deadline (the
@@ -244,6 +278,7 @@ impl Launcher {
             address: endpoint.address,
             ca_pem: endpoint.ca_pem,
             raft_term: term,
+            driver_scope: self.driver.scope().to_string(),
         });
         match self.hub.propose_as_leader(term, command).await {
             Ok(pool::Outcome::Applied(_)) => tracing::info!(

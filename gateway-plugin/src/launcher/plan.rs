@@ -17,8 +17,12 @@
 //!   index applied before the list was taken (`listed_after`): a list taken
 //!   before the record (a deposed leader's, a slow driver call's) cannot
 //!   show a runtime another leader started meanwhile, and says nothing
-//!   about it. Never relaunched. `Stopping` is exempt: its runtime ends on
-//!   purpose.
+//!   about it; and only when it was recorded from a list of this driver's
+//!   scope (`Runtime.driver_scope`; empty: recorded before scopes were
+//!   kept): a driver looking elsewhere (another directory, another
+//!   namespace) cannot see it, and such a runtime is counted
+//!   ([`Plan::out_of_scope`]), never judged. Never relaunched. `Stopping`
+//!   is exempt: its runtime ends on purpose.
 //! - **Delete** a listed runtime whose generation is deleted, failed,
 //!   superseded by a newer generation, or unknown to the state.
 
@@ -68,16 +72,28 @@ pub struct LaunchDefaults {
     pub trusted_grant_keys_file: Option<String>,
 }
 
-/// The actions for one pass, in order: deletes, fails, ensures. `listed`
-/// is the driver's list, taken after this node applied log index
-/// `listed_after`; `state` was read after the list.
+/// What one pass decided.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// The actions, in order: deletes, fails, ensures.
+    pub actions: Vec<Action>,
+    /// Runtimes of watched generations recorded from a list of another
+    /// driver scope: this list cannot see them, so they were not judged.
+    pub out_of_scope: usize,
+}
+
+/// The plan for one pass. `listed` is the list of a driver of scope
+/// `scope`, taken after this node applied log index `listed_after`;
+/// `state` was read after the list.
 pub fn plan(
     state: &PoolState,
     listed: &[Observed],
     listed_after: u64,
+    scope: &str,
     defaults: &LaunchDefaults,
-) -> Vec<Action> {
+) -> Plan {
     let mut actions = Vec::new();
+    let mut out_of_scope = 0;
     for runtime in listed {
         if !owned_by_live_generation(state, runtime) {
             actions.push(Action::Delete {
@@ -89,6 +105,14 @@ pub fn plan(
         match &sandbox.runtime {
             // Recorded after the list was taken: the list cannot tell.
             Some(recorded) if recorded.recorded_index > listed_after => {}
+            // Recorded from a list this driver does not see.
+            Some(recorded)
+                if watched(sandbox.phase)
+                    && !recorded.driver_scope.is_empty()
+                    && recorded.driver_scope != scope =>
+            {
+                out_of_scope += 1;
+            }
             Some(recorded) if watched(sandbox.phase) => {
                 if let Some(reason) = lost(&recorded.name, listed) {
                     actions.push(Action::Fail {
@@ -119,7 +143,10 @@ pub fn plan(
             None => {}
         }
     }
-    actions
+    Plan {
+        actions,
+        out_of_scope,
+    }
 }
 
 /// The launch of `sandbox`'s current generation.
@@ -193,6 +220,8 @@ mod tests {
     use pool::{Acknowledge, Command, Delete, FailLaunch, Join, Launch, RecordRuntime};
 
     const CA: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+    /// The scope of the driver the tests' launcher lists with.
+    const SCOPE: &str = "process:0123456789abcdef0123456789abcdef";
 
     struct Pool {
         state: PoolState,
@@ -237,6 +266,11 @@ mod tests {
         }
 
         fn record(&mut self, sb: &str) {
+            self.record_in(sb, SCOPE);
+        }
+
+        /// Records `sb`'s runtime as listed by a driver of `scope`.
+        fn record_in(&mut self, sb: &str, scope: &str) {
             let generation = self.generation(sb);
             self.apply(Command::RecordRuntime(RecordRuntime {
                 raft_term: 0,
@@ -245,6 +279,7 @@ mod tests {
                 name: runtime_name(sb, generation),
                 address: "10.213.0.2:7400".into(),
                 ca_pem: CA.into(),
+                driver_scope: scope.into(),
             }));
         }
 
@@ -276,9 +311,10 @@ mod tests {
             self.sandbox(sb).generation
         }
 
-        /// A plan from a list taken now (after every record so far).
+        /// A plan from a list taken now (after every record so far) by a
+        /// driver of [`SCOPE`].
         fn plan(&self, listed: &[Observed]) -> Vec<Action> {
-            plan(&self.state, listed, self.index, &defaults())
+            plan(&self.state, listed, self.index, SCOPE, &defaults()).actions
         }
     }
 
@@ -421,7 +457,7 @@ mod tests {
         let listed_after = p.index;
         p.record("b3");
         p.ack("b3");
-        let stale = plan(&p.state, &[], listed_after, &defaults());
+        let stale = plan(&p.state, &[], listed_after, SCOPE, &defaults()).actions;
         assert_eq!(
             stale,
             vec![],
@@ -432,6 +468,50 @@ mod tests {
             matches!(fresh.as_slice(), [Action::Fail { sandbox, reason, .. }]
                 if sandbox == "b3" && reason.starts_with("RuntimeLost: ")),
             "{fresh:?}"
+        );
+    }
+
+    /// - given: a sandbox whose runtime was recorded from a list of
+    ///   another driver scope (a gateway whose driver watches another
+    ///   directory or namespace, leading now), and one recorded before
+    ///   scopes were kept
+    /// - then: a list of this scope that misses the first fails nothing
+    ///   (it cannot see it) and counts it out of scope; the second is
+    ///   judged by any list, as before
+    #[test]
+    fn a_runtime_recorded_in_another_driver_scope_is_not_failed_as_lost() {
+        let mut p = Pool::with("elsewhere");
+        p.record_in("elsewhere", "process:ffffffffffffffffffffffffffffffff");
+        p.ack("elsewhere");
+        let unseen = plan(&p.state, &[], p.index, SCOPE, &defaults());
+        assert_eq!(
+            unseen,
+            Plan {
+                actions: vec![],
+                out_of_scope: 1
+            }
+        );
+        let own = plan(
+            &p.state,
+            &[],
+            p.index,
+            "process:ffffffffffffffffffffffffffffffff",
+            &defaults(),
+        );
+        assert!(
+            matches!(own.actions.as_slice(), [Action::Fail { sandbox, reason, .. }]
+                if sandbox == "elsewhere" && reason.ends_with("is gone")),
+            "{own:?}"
+        );
+
+        let mut p = Pool::with("unscoped");
+        p.record_in("unscoped", "");
+        p.ack("unscoped");
+        let judged = plan(&p.state, &[], p.index, SCOPE, &defaults());
+        assert_eq!(judged.out_of_scope, 0);
+        assert!(
+            matches!(judged.actions.as_slice(), [Action::Fail { sandbox, .. }] if sandbox == "unscoped"),
+            "{judged:?}"
         );
     }
 

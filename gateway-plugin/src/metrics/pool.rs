@@ -152,6 +152,10 @@ pub struct PoolMetrics {
     /// Leader-planned commands refused at apply because another leader's
     /// raft term was applied (a deposed leader's decisions), by command.
     pub fenced_commands_refused: IntCounterVec,
+    /// Runtimes of live sandboxes that this gateway's last launcher pass
+    /// did not judge, because they were recorded from a list of another
+    /// driver scope (`launcher::plan::Plan::out_of_scope`).
+    pub launcher_runtimes_out_of_scope: IntGauge,
     /// What the tally counters were last advanced to.
     seen: Arc<Mutex<Seen>>,
 }
@@ -259,6 +263,10 @@ impl PoolMetrics {
                 "openshell_pool_fenced_commands_refused_total",
                 "Commands a leader planned, refused at apply because they were planned in another raft term than the applied one (a deposed leader's decisions), by command",
                 &["command"],
+            ),
+            launcher_runtimes_out_of_scope: reg.gauge(
+                "openshell_pool_launcher_runtimes_out_of_scope",
+                "Runtimes of live sandboxes this gateway's last launcher pass (as leader) did not judge lost or alive: they were recorded from a list of another driver scope (another process directory or Kubernetes namespace) than this gateway's driver sees. Not 0: the gateways of the group do not share one driver view",
             ),
             seen: Arc::default(),
         };

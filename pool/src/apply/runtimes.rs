@@ -15,6 +15,8 @@ pub const MAX_RUNTIME_NAME_LEN: usize = 63;
 pub const MAX_RUNTIME_ADDRESS_LEN: usize = 256;
 /// Largest runtime CA certificate PEM, in bytes.
 pub const MAX_RUNTIME_CA_PEM_LEN: usize = 16 * 1024;
+/// Longest driver scope, in bytes.
+pub const MAX_DRIVER_SCOPE_LEN: usize = 128;
 /// Longest `FailLaunch` reason, in bytes.
 pub const MAX_FAILURE_REASON_LEN: usize = 1024;
 /// What a runtime CA PEM starts with.
@@ -27,7 +29,8 @@ fn invalid(field: &str, detail: impl Into<String>) -> Reason {
     }
 }
 
-/// Checks the three endpoint fields; the error names the first bad one.
+/// Checks the endpoint fields and the driver scope; the error names the
+/// first bad one.
 fn check_endpoint(c: &RecordRuntime) -> R<()> {
     let name_ok = (1..=MAX_RUNTIME_NAME_LEN).contains(&c.name.len())
         && c.name
@@ -60,6 +63,14 @@ fn check_endpoint(c: &RecordRuntime) -> R<()> {
             format!("must start with {PEM_CERTIFICATE}"),
         ));
     }
+    if c.driver_scope.len() > MAX_DRIVER_SCOPE_LEN
+        || !c.driver_scope.bytes().all(|b| b.is_ascii_graphic())
+    {
+        return Err(invalid(
+            "driver_scope",
+            format!("must be at most {MAX_DRIVER_SCOPE_LEN} bytes of printable ASCII"),
+        ));
+    }
     Ok(())
 }
 
@@ -85,8 +96,9 @@ impl PoolState {
     }
 
     /// Records the endpoint of a live generation's runtime, with the log
-    /// index recording it (`index`). The record belongs to that generation (a new generation starts without one) and
-    /// is never replaced: the same record again is an idempotent repeat (a
+    /// index recording it (`index`) and the scope of the driver that
+    /// listed it. The record belongs to that generation (a new generation
+    /// starts without one) and is never replaced: the same record again is an idempotent repeat (a
     /// new leader re-proposing), a different one is rejected
     /// (`RuntimeAlreadyRecorded`). Changes no ownership, term or charge (I1,
     /// I2, I5 untouched); a deleted or failed generation takes none (I8).
@@ -98,6 +110,7 @@ impl PoolState {
             address: c.address.clone(),
             ca_pem: c.ca_pem.clone(),
             recorded_index: index,
+            driver_scope: c.driver_scope.clone(),
         };
         let same = |r: &Runtime| {
             r.name == runtime.name && r.address == runtime.address && r.ca_pem == runtime.ca_pem

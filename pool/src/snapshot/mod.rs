@@ -15,7 +15,8 @@
 //! A sandbox record's optional runtime endpoint is field 10 of
 //! [`SandboxRecord`] ([`RuntimeRecord`]); a snapshot written before it
 //! existed decodes to no runtime; its field 4 `recorded_index` (issue 27)
-//! decodes to 0 from an older snapshot (recorded before any list).
+//! decodes to 0 from an older snapshot (recorded before any list), and its
+//! field 5 `driver_scope` to empty (judged by a list of any scope).
 //!
 //! Garbage collection's fields (issue 16): meta 6 `retention_ticks` and 7
 //! `generation_floor`, sandbox 11 `ended_tick`, operation 11
@@ -163,6 +164,7 @@ pub fn sandbox_to_record(s: &Sandbox) -> SandboxRecord {
             address: r.address.clone(),
             ca_pem: r.ca_pem.clone(),
             recorded_index: r.recorded_index,
+            driver_scope: r.driver_scope.clone(),
         }),
         ended_tick: s.ended_tick,
     }
@@ -204,6 +206,7 @@ pub fn sandbox_from_record(r: SandboxRecord) -> Result<Sandbox, DecodeError> {
             address: rt.address,
             ca_pem: rt.ca_pem,
             recorded_index: rt.recorded_index,
+            driver_scope: rt.driver_scope,
         }),
         ended_tick: r.ended_tick,
     })

@@ -172,6 +172,9 @@ pub struct RuntimeRecord {
     /// The log index that recorded it (absent before issue 27: 0).
     #[prost(uint64, tag = "4")]
     pub recorded_index: u64,
+    /// The driver scope that listed it (absent before: empty).
+    #[prost(string, tag = "5")]
+    pub driver_scope: String,
 }
 
 /// Sandbox record.

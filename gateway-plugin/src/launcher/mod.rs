@@ -217,7 +217,8 @@ impl Launcher {
                 scope = self.driver.scope(),
                 "runtimes of live sandboxes were recorded from a list of another driver scope than \
                  this gateway's: its driver cannot see them, so it does not judge them lost or \
-                 alive; give every gateway of the group the same [driver] directory or namespace"
+                 alive; give every gateway of the group the same sandbox_driver process_dir or \
+                 kubernetes_namespace"
             );
         } else if count == 0 && warned {
             tracing::info!("every recorded runtime is in this gateway's driver scope again");

@@ -98,8 +98,9 @@ impl PoolState {
     /// Records the endpoint of a live generation's runtime, with the log
     /// index recording it (`index`) and the scope of the driver that
     /// listed it. The record belongs to that generation (a new generation
-    /// starts without one) and is never replaced: the same record again is an idempotent repeat (a
-    /// new leader re-proposing), a different one is rejected
+    /// starts without one) and is never replaced: the same endpoint again
+    /// is an idempotent repeat (a new leader re-proposing; its scope is not
+    /// compared, the first one stays), a different one is rejected
     /// (`RuntimeAlreadyRecorded`). Changes no ownership, term or charge (I1,
     /// I2, I5 untouched); a deleted or failed generation takes none (I8).
     pub(super) fn apply_record_runtime(&mut self, index: u64, c: &RecordRuntime) -> R<Effect> {

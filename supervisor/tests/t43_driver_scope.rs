@@ -107,5 +107,10 @@ async fn a_leader_whose_driver_looks_elsewhere_fails_no_healthy_sandbox() -> Tes
     assert_x_kept(&cluster, pid, "gateway 1").await?;
     assert!(entry.dir.exists(), "x's runtime entry was deleted");
     assert_eq!(metric(cluster.get(1), OUT_OF_SCOPE).await, 0);
+    assert_eq!(
+        metric(g3, OUT_OF_SCOPE).await,
+        0,
+        "gateway 3 no longer leads"
+    );
     Ok(())
 }

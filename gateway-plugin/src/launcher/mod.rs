@@ -139,6 +139,12 @@ impl Launcher {
             tracing::info!(term, driver = self.driver.kind(), "sandbox launcher active");
             self.lead(term).await;
             tracing::info!(term, "sandbox launcher stopped");
+            // The gauge speaks for the leader's passes only.
+            self.hub
+                .metrics()
+                .pool
+                .launcher_runtimes_out_of_scope
+                .set(0);
             if metrics.has_changed().is_err() {
                 return;
             }

@@ -154,7 +154,8 @@ pub struct PoolMetrics {
     pub fenced_commands_refused: IntCounterVec,
     /// Runtimes of live sandboxes that this gateway's last launcher pass
     /// did not judge, because they were recorded from a list of another
-    /// driver scope (`launcher::plan::Plan::out_of_scope`).
+    /// driver scope (`launcher::plan::Plan::out_of_scope`); 0 once it no
+    /// longer leads.
     pub launcher_runtimes_out_of_scope: IntGauge,
     /// What the tally counters were last advanced to.
     seen: Arc<Mutex<Seen>>,
@@ -266,7 +267,7 @@ impl PoolMetrics {
             ),
             launcher_runtimes_out_of_scope: reg.gauge(
                 "openshell_pool_launcher_runtimes_out_of_scope",
-                "Runtimes of live sandboxes this gateway's last launcher pass (as leader) did not judge lost or alive: they were recorded from a list of another driver scope (another process directory or Kubernetes namespace) than this gateway's driver sees. Not 0: the gateways of the group do not share one driver view",
+                "Runtimes of live sandboxes this gateway's last launcher pass as the leader did not judge lost or alive (0 while it does not lead): they were recorded from a list of another driver scope (another process directory or Kubernetes namespace) than this gateway's driver sees. Not 0: the gateways of the group do not share one driver view",
             ),
             seen: Arc::default(),
         };

@@ -164,8 +164,12 @@ fn directory_scope(dir: &Path) -> Result<String, DriverError> {
         let _ = std::fs::remove_file(&temp);
         made.map_err(|e| unavailable(format!("{}: {e}", path.display())))?;
     }
-    let text = std::fs::read_to_string(&path)
+    // At most 64 bytes are read: an id is 32 (and a newline).
+    let mut bytes = Vec::new();
+    std::fs::File::open(&path)
+        .and_then(|f| std::io::Read::read_to_end(&mut std::io::Read::take(f, 64), &mut bytes))
         .map_err(|e| unavailable(format!("{}: {e}", path.display())))?;
+    let text = String::from_utf8_lossy(&bytes);
     let id = text.trim();
     if id.len() != 32 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(unavailable(format!(

@@ -5,7 +5,8 @@
 //! - gateways sharing a directory share its scope, even when they start at
 //!   the same moment; another directory has another scope
 //! - the scope file is hidden from the list of runtimes
-//! - a damaged scope file stops the driver at start, naming the file
+//! - a damaged scope file stops the driver at start, naming the file (one
+//!   of any size: no more than an id's length is read)
 
 use std::path::Path;
 
@@ -75,17 +76,20 @@ fn a_damaged_scope_file_stops_the_driver_naming_the_file() {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("runtimes");
     std::fs::create_dir(&dir).unwrap();
+    // A megabyte of hex digits: read no further than an id's length.
+    let huge = "0".repeat(1 << 20);
     for damaged in [
         "",
         "not hex at all",
         "0123456789abcdef",
         "g123456789abcdef0123456789abcdef",
+        &huge,
     ] {
         std::fs::write(dir.join(SCOPE_FILE), damaged).unwrap();
         let error = driver(&dir).unwrap_err().to_string();
         assert!(
             error.contains(SCOPE_FILE) && error.contains("scope id"),
-            "{damaged:?}: {error}"
+            "{damaged:.40?}: {error}"
         );
     }
 }

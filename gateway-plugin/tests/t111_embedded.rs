@@ -59,14 +59,25 @@ fn example_bin() -> TestResult<PathBuf> {
     let mut build = testkit::bins::cargo();
     build
         .current_dir(testkit::bins::workspace_root())
-        .args(["build", "--workspace", "--examples", "--target-dir"])
+        // `--tests`: the features of `cargo test`'s build (testkit::bins).
+        .args([
+            "build",
+            "--workspace",
+            "--exclude",
+            "sim",
+            "--examples",
+            "--tests",
+        ])
+        .arg("--target-dir")
         .arg(target);
     if profile.file_name().is_some_and(|p| p == "release") {
         build.arg("--release");
     }
     let status = build.status()?;
     if !status.success() {
-        return Err(format!("cargo build --workspace --examples: {status}").into());
+        return Err(
+            format!("cargo build --workspace --exclude sim --examples --tests: {status}").into(),
+        );
     }
     let bin = profile.join("examples").join("embedded_gateway");
     if !bin.is_file() {

@@ -35,6 +35,11 @@ use anyhow::{bail, Context};
 /// Prefix of everything the harness creates.
 pub const PREFIX: &str = "osj-";
 
+/// How many extra harness addresses [`Net::add_client_addresses`] gives at
+/// most: `10.211.X.100` to `10.211.X.199` (nodes are `.11` and up, the
+/// members namespace `.200`, the harness `.254`).
+pub const CLIENT_ADDRESSES: usize = 100;
+
 /// Where a live run records its harness pid (`<run>.pid`). On tmpfs, so a
 /// reboot forgets every run (and with it every namespace).
 pub const RUNS_DIR: &str = "/run/openshell-jepsen";
@@ -388,6 +393,27 @@ impl Net {
             }
         }
         sh(&["ip", "netns", "del", ns]).map(|_| ())
+    }
+
+    /// Gives the harness's veth up to [`CLIENT_ADDRESSES`] more addresses
+    /// of the run's /24 (`10.211.X.100` and up) and returns them: a harness
+    /// whose many clients stand for many machines (the scale bench's
+    /// supervisors) dials from them in turn, so that the gateways'
+    /// per-address limits (pending handshakes, handshake rate) see a crowd
+    /// as the crowd it stands for rather than as one address. They go with
+    /// the veth when the run ends.
+    ///
+    /// # Errors
+    /// When `ip addr add` fails.
+    pub fn add_client_addresses(&self, count: usize) -> anyhow::Result<Vec<std::net::IpAddr>> {
+        let host = self.host_link();
+        let mut added = Vec::new();
+        for i in 0..count.min(CLIENT_ADDRESSES) {
+            let ip = std::net::Ipv4Addr::new(10, 211, self.octet, 100 + i as u8);
+            sh(&["ip", "addr", "add", &format!("{ip}/24"), "dev", &host])?;
+            added.push(std::net::IpAddr::V4(ip));
+        }
+        Ok(added)
     }
 
     /// The harness's own address on the bridge.

@@ -45,10 +45,18 @@ async fn wrong_credential_attach(
 ) -> Result<(), String> {
     let wrong = "0".repeat(64);
     let hello = hello_with_credential(member, 1, 0, 1, "10.0.0.1:1".into(), &wrong);
-    attach_secure(addr, Duration::from_secs(2), tls, Pings::Off, hello, 4)
-        .await
-        .map(|_| ())
-        .map_err(|s| format!("{:?}: {}", s.code(), s.message()))
+    attach_secure(
+        addr,
+        Duration::from_secs(2),
+        tls,
+        None,
+        Pings::Off,
+        hello,
+        4,
+    )
+    .await
+    .map(|_| ())
+    .map_err(|s| format!("{:?}: {}", s.code(), s.message()))
 }
 
 /// Operates what a secure run relies on, against node `node` (running):

@@ -106,6 +106,12 @@ pub struct ClientConfig {
     /// `None` dials plaintext, which only a server started with
     /// `--insecure` accepts.
     pub tls: Option<crate::tls::ClientTls>,
+    /// The local address connections are made from; `None` (the default)
+    /// leaves it to the system. The scale bench gives each of its scripted
+    /// supervisors an address of its own on the loopback network, as real
+    /// supervisors each have theirs, so that the gateways' per-address
+    /// handshake limits see them apart.
+    pub local_address: Option<std::net::IpAddr>,
 }
 
 impl ClientConfig {
@@ -118,6 +124,7 @@ impl ClientConfig {
             keepalive_timeout: Duration::from_secs(5),
             lazy: false,
             tls: None,
+            local_address: None,
         };
         match role {
             // Raft RPCs carry their own deadline (openraft's heartbeat and
@@ -188,6 +195,13 @@ impl ClientConfig {
     /// The same configuration dialling TLS with `tls` (`None`: plaintext).
     pub fn with_tls(mut self, tls: Option<crate::tls::ClientTls>) -> Self {
         self.tls = tls;
+        self
+    }
+
+    /// The same configuration connecting from the local address `local`
+    /// (`None`: the system chooses).
+    pub fn with_local_address(mut self, local: Option<std::net::IpAddr>) -> Self {
+        self.local_address = local;
         self
     }
 
@@ -291,17 +305,16 @@ pub async fn connect(
     addr: &str,
     config: &ClientConfig,
 ) -> Result<Channel, ClientError> {
-    let endpoint = endpoint(role, addr, config)?;
+    let endpoint = endpoint(role, addr, config)?.local_address(config.local_address);
+    let connector = |tls: &crate::tls::ClientTls| {
+        tls.connector()
+            .with_timeout(config.connect_timeout)
+            .with_local_address(config.local_address)
+    };
     let connected = match (&config.tls, config.lazy) {
-        (Some(tls), true) => {
-            let connector = tls.connector().with_timeout(config.connect_timeout);
-            return Ok(endpoint.connect_with_connector_lazy(connector));
-        }
+        (Some(tls), true) => return Ok(endpoint.connect_with_connector_lazy(connector(tls))),
         (None, true) => return Ok(endpoint.connect_lazy()),
-        (Some(tls), false) => {
-            let connector = tls.connector().with_timeout(config.connect_timeout);
-            endpoint.connect_with_connector(connector).await
-        }
+        (Some(tls), false) => endpoint.connect_with_connector(connector(tls)).await,
         (None, false) => endpoint.connect().await,
     };
     connected.map_err(|source| ClientError::Unreachable {
@@ -309,6 +322,43 @@ pub async fn connect(
         addr: addr.to_string(),
         source,
     })
+}
+
+/// A TCP connection to `host:port` (`host` a name or an address; each of
+/// its addresses is tried in turn), made from `local` when given.
+pub(crate) async fn dial_tcp(
+    host: &str,
+    port: u16,
+    local: Option<std::net::IpAddr>,
+) -> std::io::Result<tokio::net::TcpStream> {
+    let Some(local) = local else {
+        return tokio::net::TcpStream::connect((host, port)).await;
+    };
+    let mut last = None;
+    for remote in tokio::net::lookup_host((host, port)).await? {
+        let socket = if remote.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        let attempt = match socket.bind(std::net::SocketAddr::new(local, 0)) {
+            Ok(()) => socket.connect(remote).await,
+            Err(e) => Err(std::io::Error::new(
+                e.kind(),
+                format!("binding the local address {local}: {e}"),
+            )),
+        };
+        match attempt {
+            Ok(stream) => return Ok(stream),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("{host}:{port} resolves to no address"),
+        )
+    }))
 }
 
 /// A byte stream a [`Dialer`] opened: what a TCP connection is to
@@ -405,6 +455,75 @@ mod tests {
             }
         });
         addr
+    }
+
+    /// The address the next connection accepted on `listener` came from.
+    async fn accepted_from(listener: &TcpListener) -> std::net::IpAddr {
+        let (_, peer) = tokio::time::timeout(Duration::from_secs(5), listener.accept())
+            .await
+            .expect("a connection within 5 s")
+            .expect("accept");
+        peer.ip()
+    }
+
+    /// Dials `addr` (a listener that answers nothing) with `config` from
+    /// `local` and checks where the connection came from.
+    async fn check_connects_from(listener: &TcpListener, local: &str, config: ClientConfig) {
+        let local: std::net::IpAddr = local.parse().expect("ip");
+        let config = config.with_local_address(Some(local));
+        let target = listener.local_addr().expect("local addr").to_string();
+        // Neither a plaintext HTTP/2 nor a TLS handshake is answered: only
+        // where the connection came from is looked at.
+        let dial = tokio::spawn(async move {
+            let channel = connect(Role::Cli, &target, &config).await?;
+            let _ = ObjectStoreClient::new(channel)
+                .get(GetRequest::default())
+                .await;
+            Ok::<_, ClientError>(())
+        });
+        assert_eq!(accepted_from(listener).await, local);
+        dial.abort();
+    }
+
+    #[tokio::test]
+    async fn a_channel_connects_from_the_local_address_it_is_given() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let base =
+            ClientConfig::for_role(Role::Cli).with_connect_timeout(Duration::from_millis(300));
+        check_connects_from(&listener, "127.0.0.3", base.clone()).await;
+        check_connects_from(
+            &listener,
+            "127.0.0.4",
+            ClientConfig {
+                lazy: true,
+                ..base.clone()
+            },
+        )
+        .await;
+        #[cfg(feature = "generate")]
+        {
+            let ca = crate::tls::generate::Ca::ephemeral("local address ca").expect("ca");
+            let tls = crate::tls::ClientTls::from_ca_pem(ca.cert_pem()).expect("client tls");
+            let secure = base.with_tls(Some(tls));
+            check_connects_from(&listener, "127.0.0.5", secure.clone()).await;
+            check_connects_from(
+                &listener,
+                "127.0.0.6",
+                ClientConfig {
+                    lazy: true,
+                    ..secure
+                },
+            )
+            .await;
+        }
+        let e = dial_tcp("127.0.0.1", 1, Some("192.0.2.1".parse().expect("ip")))
+            .await
+            .expect_err("192.0.2.1 is no address of this host");
+        assert!(
+            e.to_string()
+                .contains("binding the local address 192.0.2.1"),
+            "{e}"
+        );
     }
 
     /// How long one call to the silent server takes to fail.

@@ -1,13 +1,17 @@
 //! The workspace's binaries for end-to-end tests in any of its crates.
 //!
-//! One build per test process: `cargo build --workspace --bins` into the
-//! target directory of the running test executable. It selects the same
-//! packages as `cargo test --workspace`, so dependencies are resolved with
-//! the same features and nothing is compiled twice (a `-p <package>` build
-//! would resolve features for that package alone and rebuild dozens of
-//! crates beside the test build's); when the test build already made the
-//! binaries it takes a fraction of a second, and under `cargo test -p X` it
-//! brings other packages' binaries up to date instead of running stale ones.
+//! One build per test process: `cargo build --workspace --exclude sim
+//! --bins --tests` into the target directory of the running test
+//! executable. It selects the packages and targets `scripts/test.sh`'s
+//! `cargo test --workspace --exclude sim` builds, so dependencies are
+//! resolved with the same features and nothing is compiled twice: without
+//! `--tests` the dev-dependencies' features (jepsen's tokio `test-util`)
+//! drop out and every workspace crate is built again beside the test
+//! build's, about a minute and a half; a `-p <package>` build, or one with
+//! `sim` selected (turmoil, kube's client), differs the same way. When the
+//! test build already made the binaries it takes a fraction of a second,
+//! and under `cargo test -p X` it brings other packages' binaries up to
+//! date instead of running stale ones.
 //! Only std.
 
 use std::path::{Path, PathBuf};
@@ -73,17 +77,25 @@ pub fn workspace_bin(name: &str) -> PathBuf {
             .unwrap_or_else(|| panic!("no target dir above {}", dir.display()));
         let mut cmd = cargo();
         cmd.current_dir(workspace_root())
-            .args(["build", "--workspace", "--bins", "--target-dir"])
+            .args([
+                "build",
+                "--workspace",
+                "--exclude",
+                "sim",
+                "--bins",
+                "--tests",
+            ])
+            .arg("--target-dir")
             .arg(target);
         if dir.file_name().is_some_and(|p| p == "release") {
             cmd.arg("--release");
         }
-        let status = cmd
-            .status()
-            .unwrap_or_else(|e| panic!("running cargo build --workspace --bins: {e}"));
+        let status = cmd.status().unwrap_or_else(|e| {
+            panic!("running cargo build --workspace --exclude sim --bins --tests: {e}")
+        });
         assert!(
             status.success(),
-            "cargo build --workspace --bins failed: {status}"
+            "cargo build --workspace --exclude sim --bins --tests failed: {status}"
         );
         dir
     });

@@ -9,7 +9,7 @@
 //!
 //! # Layout
 //! - [`bins`]: the workspace's binaries, built up to date once per test
-//!   process (`cargo build --workspace --bins`).
+//!   process (`cargo build --workspace --exclude sim --bins --tests`).
 //! - [`ports`]: free loopback ports.
 //! - [`gateway`]: `openshell-gateway` processes ([`gateway::Gateway`], a
 //!   bootstrapped [`gateway::Cluster`]) and object helpers.

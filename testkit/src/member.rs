@@ -461,7 +461,8 @@ pub enum Pings {
 }
 
 /// [`attach`] to a gateway serving TLS: the channel trusts `tls`'s CA
-/// (`None`: plaintext, exactly as [`attach`]), and pings as `pings` says.
+/// (`None`: plaintext, exactly as [`attach`]), connects from `local` (`None`:
+/// the system's choice of local address), and pings as `pings` says.
 ///
 /// # Errors
 /// As [`attach`]; a gateway whose certificate the CA did not sign, or a
@@ -470,6 +471,7 @@ pub async fn attach_secure(
     gateway: &str,
     connect_timeout: Duration,
     tls: Option<proto::tls::ClientTls>,
+    local: Option<std::net::IpAddr>,
     pings: Pings,
     hello: SupervisorMessage,
     buffer: usize,
@@ -478,7 +480,8 @@ pub async fn attach_secure(
     let _ = tx.try_send(hello);
     let supervisor = ClientConfig::for_role(Role::SupervisorToGateway)
         .with_connect_timeout(connect_timeout)
-        .with_tls(tls);
+        .with_tls(tls)
+        .with_local_address(local);
     let config = match pings {
         Pings::Off => ClientConfig {
             keepalive_interval: None,

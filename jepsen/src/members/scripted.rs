@@ -399,6 +399,7 @@ impl Inner {
             gateway,
             Duration::from_millis(1000),
             tls,
+            None,
             Pings::Off,
             hello,
             256,

@@ -69,9 +69,10 @@ pub fn build_fault_gateway(feature: &str) -> PathBuf {
     out
 }
 
-/// Every fault feature: the one fault build (gateway-plugin/src/fault.rs).
-const FAULT_FEATURES: &str =
-    "fault-stale-reads,fault-skip-i4,fault-shared-resource-version,fault-stale-runtime-list";
+/// Every fault feature (gateway-plugin's `all-faults`): the one fault build
+/// (gateway-plugin/src/fault.rs). `scripts/test.sh` builds the same ahead
+/// of the proofs, so the build here finds it up to date.
+const FAULT_FEATURES: &str = "all-faults";
 
 /// `openshell-supervisor` and `openshell-sandbox-runtime`, built up to date
 /// by the workspace build.

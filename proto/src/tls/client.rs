@@ -110,6 +110,7 @@ impl ClientTls {
         TlsConnector {
             tls: self.clone(),
             timeout: None,
+            local: None,
         }
     }
 }
@@ -173,9 +174,19 @@ pub struct TlsConnector {
     /// Bounds the TCP connect and, apart, the handshake (`None`: the
     /// caller's own deadline only).
     timeout: Option<Duration>,
+    /// The local address connections are made from (`None`: the system's
+    /// choice).
+    local: Option<std::net::IpAddr>,
 }
 
 impl TlsConnector {
+    /// The same connector, connecting from the local address `local`
+    /// (`None`: the system chooses).
+    pub fn with_local_address(mut self, local: Option<std::net::IpAddr>) -> Self {
+        self.local = local;
+        self
+    }
+
     /// The same connector, the TCP connect and the TLS handshake each
     /// bounded by `timeout`: a handshake that does not complete in time
     /// fails with an I/O error of kind `TimedOut` carrying
@@ -221,6 +232,7 @@ impl tower::Service<Uri> for TlsConnector {
         let config = self.tls.current();
         let server_name = self.tls.server_name.clone();
         let timeout = self.timeout;
+        let local = self.local;
         Box::pin(async move {
             let invalid = |what: &str| {
                 std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{uri}: {what}"))
@@ -235,19 +247,18 @@ impl tower::Service<Uri> for TlsConnector {
                     "{verified:?} is not a DNS name or IP address: {e}"
                 ))
             })?;
+            let dial = crate::client::dial_tcp(bare, port, local);
             let tcp = match timeout {
-                Some(t) => tokio::time::timeout(t, TcpStream::connect((bare, port)))
-                    .await
-                    .map_err(|_| {
-                        std::io::Error::new(
-                            std::io::ErrorKind::TimedOut,
-                            format!(
-                                "connecting to {bare}:{port} timed out after {} ms",
-                                t.as_millis()
-                            ),
-                        )
-                    })??,
-                None => TcpStream::connect((bare, port)).await?,
+                Some(t) => tokio::time::timeout(t, dial).await.map_err(|_| {
+                    std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!(
+                            "connecting to {bare}:{port} timed out after {} ms",
+                            t.as_millis()
+                        ),
+                    )
+                })??,
+                None => dial.await?,
             };
             tcp.set_nodelay(true)?;
             let handshake = tokio_rustls::TlsConnector::from(config).connect(name, tcp);

@@ -48,6 +48,9 @@ async fn every_scale_step_runs_and_the_report_has_its_shape() {
         // Through the gateways' config file, at this machine's default.
         gateway_worker_threads: Some(2),
         member_pings: testkit::member::Pings::AsSupervisor,
+        // 10 members over the run's extra addresses, as the command's
+        // default: each dials from its own.
+        member_many_addresses: true,
     };
     eprintln!("--- step: 10 members, 200 sandboxes, a takeover, two restarts");
     let report = bench::scale::run(options)

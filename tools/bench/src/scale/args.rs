@@ -49,6 +49,14 @@ pub struct ScaleArgs {
     /// (what the gateways spend on statuses alone; not a deployment's cost).
     #[arg(long, default_value = "as-supervisor", value_parser = ["as-supervisor", "off"])]
     pub member_pings: String,
+    /// Where the members connect from: `many` (spread over 100 addresses
+    /// of the run's network, as supervisors on their own machines or pods
+    /// are: the gateways' per-address limits see at most a few dozen
+    /// members behind each) or `one` (all from the harness's one address,
+    /// where the gateways' limit of 128 pending handshakes per address
+    /// refuses the rest of a crowd).
+    #[arg(long, default_value = "many", value_parser = ["many", "one"])]
+    pub member_addresses: String,
     /// Run directory (default: jepsen/runs/scale-<timestamp>).
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -104,6 +112,7 @@ impl ScaleArgs {
                 testkit::member::Pings::AsSupervisor
             },
             step_timeout: Duration::from_secs(self.step_timeout_s.max(1)),
+            member_many_addresses: self.member_addresses == "many",
         })
     }
 }

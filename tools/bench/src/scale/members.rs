@@ -4,7 +4,10 @@
 //! `i mod n`. Each sends `HostStatus` every status interval, acknowledges
 //! every unacknowledged term it is streamed at once (standing in for the
 //! grant handshake with a runtime), and re-attaches to the next gateway,
-//! under the same incarnation, when its stream breaks (a gateway restart).
+//! under the same incarnation, when its stream breaks (a gateway restart);
+//! a failed attach backs off as `openshell-supervisor`'s does
+//! ([`retry_after`]). Member `i` dials from source address `i mod n` of the
+//! plan's ([`MemberPlan::sources`]).
 //!
 //! Member 0 attaches alone first and holds the sandboxes created before
 //! the others attach ([`ScaleMembers::open`]): the member the takeover
@@ -139,6 +142,10 @@ pub struct MemberPlan {
     /// at all (`--member-pings off`: what a gateway spends on statuses
     /// alone).
     pub pings: Pings,
+    /// The local addresses the members connect from, member `i` from
+    /// `sources[i % len]` (empty: the system's choice, the harness's one
+    /// address).
+    pub sources: Vec<std::net::IpAddr>,
 }
 
 /// The running members.
@@ -237,6 +244,19 @@ impl Drop for AttachedGuard {
     }
 }
 
+/// The pause before the next attach after `failures` failed ones in a row:
+/// `openshell-supervisor`'s backoff (`supervisor::agent`: 100 ms doubled
+/// per failure up to 2 s, ±50 % jitter), so that a crowd of members sent
+/// away or refused spreads its retries as a deployment's supervisors do
+/// instead of retrying ten times a second each.
+fn retry_after(failures: u32) -> Duration {
+    use rand::Rng;
+    let base = Duration::from_millis(100)
+        .saturating_mul(1u32 << failures.min(5))
+        .min(Duration::from_secs(2));
+    base.mul_f64(rand::thread_rng().gen_range(0.5..1.5))
+}
+
 impl Member {
     async fn run(self) {
         let gateways = &self.plan.gateways;
@@ -247,11 +267,13 @@ impl Member {
         let mut process_id = self.index as u64 + 1;
         let mut known = 0u64;
         let mut joined = false;
+        let mut failures: u32 = 0;
         loop {
             let gateway = &gateways[next % gateways.len().max(1)];
             next += 1;
             match self.attach(gateway, process_id, known).await {
                 Ok(attached) => {
+                    failures = 0;
                     known = attached.incarnation;
                     if joined {
                         self.reattached.fetch_add(1, Ordering::Relaxed);
@@ -266,13 +288,14 @@ impl Member {
                     }
                 }
                 Err(status) => {
+                    failures = failures.saturating_add(1);
                     if proto::attach::refusal_of(&status).is_some() {
                         known = 0;
                         process_id += NEW_PROCESS;
                     }
                 }
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::time::sleep(retry_after(failures)).await;
         }
     }
 
@@ -302,6 +325,8 @@ impl Member {
             gateway,
             Duration::from_secs(2),
             tls,
+            (!self.plan.sources.is_empty())
+                .then(|| self.plan.sources[self.index % self.plan.sources.len()]),
             // A gateway's cost per supervisor includes answering its pings.
             self.plan.pings,
             hello,

@@ -81,6 +81,10 @@ pub struct ScaleOptions {
     /// Whether the members ping as supervisors do (the faithful default)
     /// or not at all (the statuses alone).
     pub member_pings: testkit::member::Pings,
+    /// Whether the members connect from many addresses of the run's
+    /// network (the faithful default: `jepsen::net::Net::
+    /// add_client_addresses`) or all from the harness's one address.
+    pub member_many_addresses: bool,
 }
 
 impl ScaleOptions {
@@ -100,6 +104,7 @@ impl ScaleOptions {
                 testkit::member::Pings::AsSupervisor => "as-supervisor",
                 testkit::member::Pings::Off => "off",
             },
+            "member_addresses": if self.member_many_addresses { "many" } else { "one" },
             "raft_and_pool_timing": "gateway defaults (heartbeat 50 ms, election 150-300 ms, tick 250 ms, heartbeat TTL 2 s, HostStatus at the interval HelloAccepted gives: 500 ms)",
             "sandbox_driver": "none (PoolAdmin.CreateSandbox; scripted members ack the terms)",
             "security": "tls",
@@ -206,6 +211,13 @@ async fn scale(
             .map(jepsen::security::Credentials::member_security),
         first_capacity: u32::try_from(options.takeover_size).unwrap_or(u32::MAX),
         pings: options.member_pings,
+        sources: if options.member_many_addresses {
+            cluster
+                .net
+                .add_client_addresses(jepsen::net::CLIENT_ADDRESSES)?
+        } else {
+            Vec::new()
+        },
     };
     let mut members = ScaleMembers::start(plan);
     let result = steps::all(options, &cluster, &mut members, &mut report).await;

@@ -309,6 +309,7 @@ impl Slot {
             gateway,
             Duration::from_secs(2),
             tls,
+            None,
             Pings::Off,
             hello,
             1024,

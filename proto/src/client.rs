@@ -107,10 +107,10 @@ pub struct ClientConfig {
     /// `--insecure` accepts.
     pub tls: Option<crate::tls::ClientTls>,
     /// The local address connections are made from; `None` (the default)
-    /// leaves it to the system. The scale bench gives each of its scripted
-    /// supervisors an address of its own on the loopback network, as real
-    /// supervisors each have theirs, so that the gateways' per-address
-    /// handshake limits see them apart.
+    /// leaves it to the system. The scale bench spreads its scripted
+    /// supervisors over many addresses of its test network, as real
+    /// supervisors dial from their own machines, so that the gateways'
+    /// per-address handshake limits see them apart.
     pub local_address: Option<std::net::IpAddr>,
 }
 

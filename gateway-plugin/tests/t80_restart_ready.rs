@@ -102,7 +102,13 @@ async fn a_restarted_gateway_and_cluster_are_ready_within_five_seconds() -> Test
     let leader = cluster.wait_leader("bootstrap").await;
 
     eprintln!("--- step: grow the log to {LOG_ENTRIES} entries");
-    let last = grow_log(&cluster, leader, LOG_ENTRIES).await?;
+    let last = match grow_log(&cluster, leader, LOG_ENTRIES).await {
+        Ok(last) => last,
+        Err(e) => {
+            cluster.dump_logs();
+            return Err(e);
+        }
+    };
     for id in 1..=3 {
         cluster
             .wait_applied(id, last, "everyone applied the log")

@@ -106,6 +106,7 @@ pub mod object_events;
 pub mod objects;
 pub mod observe;
 pub mod page_token;
+mod purger;
 pub mod runtime;
 pub mod seed;
 pub mod state_machine;

@@ -123,10 +123,13 @@ fn read_copy(path: &Path, copy: &Path) -> Result<LocalStatus> {
         None => None,
     };
     // The newest entry, and the newest membership entry (openraft uses the
-    // last one in the log, committed or not).
+    // last one in the log, committed or not). Entries at or below the purge
+    // point are not part of the log: the purger thread may not have removed
+    // them yet (crate::purger).
     let mut last: Option<LogId> = None;
     let mut log_membership: Option<StoredMembership> = None;
-    for item in log.iter().rev() {
+    let after_purged = purged.map_or(0, |p| p.index.saturating_add(1));
+    for item in log.range(after_purged.to_be_bytes()..).rev() {
         let (_, bytes) = item.map_err(sled_err)?;
         let entry: Entry = codec::decode(&bytes, "log entry").map_err(damaged)?;
         last.get_or_insert(entry.log_id);

@@ -8,9 +8,11 @@
 //! - `append`: entries are inserted, then the append callback fires only after
 //!   the flusher thread's `flush` + `fdatasync` that covers them.
 //! - `save_vote`: returns only after the vote is durable.
-//! - `purge`: the new last-purged id is written before the entries are removed,
-//!   and sled recovers a prefix of its writes, so a crash never leaves a gap
-//!   that `get_log_state` cannot explain.
+//! - `purge`: the new last-purged id is written, then the entries at or
+//!   below it are removed later, off raft's core (`crate::purger`); sled
+//!   recovers a prefix of its writes, and nothing reads at or below the
+//!   recorded id, so a crash never leaves a gap that `get_log_state` cannot
+//!   explain. Entries a crash left behind are removed at the next open.
 //! - `truncate` and `save_committed` are made durable by the next flush; losing
 //!   them in a crash is allowed by raft (truncated entries are truncated again,
 //!   the committed index is re-learned).
@@ -32,6 +34,7 @@ use openraft::{LogState, RaftLogId, RaftLogReader, StorageError, StorageIOError}
 use crate::codec;
 use crate::config::LogSync;
 use crate::db::{DataDir, Durability, Watermark};
+use crate::purger::Purger;
 use crate::types::typ::{Entry, LogId, Vote};
 use crate::types::TypeConfig;
 
@@ -113,11 +116,16 @@ pub struct LogStore {
     /// Whether appends and votes wait for the disk (the default) or not
     /// (benchmarks only).
     sync: LogSync,
+    /// Removes purged entries off raft's core.
+    purger: Purger,
 }
 
 impl LogStore {
     /// The log of an opened data directory.
     pub fn new(dir: &DataDir) -> Result<Self, StorageError<u64>> {
+        let purged = read_meta(&dir.meta, &LAST_PURGED)?.map(|id| id.index);
+        let purger =
+            Purger::start(dir.log.clone(), purged).map_err(|e| StorageIOError::write_logs(&e))?;
         let store = LogStore {
             log: dir.log.clone(),
             meta: dir.meta.clone(),
@@ -125,6 +133,7 @@ impl LogStore {
             watermark: dir.watermark.clone(),
             committed_index: Arc::new(AtomicU64::new(0)),
             sync: LogSync::Durable,
+            purger,
         };
         let stored = store
             .meta
@@ -164,17 +173,7 @@ impl LogStore {
         &self,
         record: &MetaRecord<T>,
     ) -> Result<Option<T>, StorageError<u64>> {
-        let what = String::from_utf8_lossy(record.key).into_owned();
-        match self
-            .meta
-            .get(record.key)
-            .map_err(|e| StorageIOError::read(&e))?
-        {
-            None => Ok(None),
-            Some(bytes) => codec::decode(&bytes, what)
-                .map(Some)
-                .map_err(|e| StorageIOError::read(&e).into()),
-        }
+        read_meta(&self.meta, record)
     }
 
     fn write_meta<T: serde::Serialize>(
@@ -228,6 +227,20 @@ impl LogStore {
                 Ok(Some(*entry.get_log_id()))
             }
         }
+    }
+}
+
+/// The record `record` of the `meta` tree, if written.
+fn read_meta<T: serde::de::DeserializeOwned>(
+    meta: &sled::Tree,
+    record: &MetaRecord<T>,
+) -> Result<Option<T>, StorageError<u64>> {
+    let what = String::from_utf8_lossy(record.key).into_owned();
+    match meta.get(record.key).map_err(|e| StorageIOError::read(&e))? {
+        None => Ok(None),
+        Some(bytes) => codec::decode(&bytes, what)
+            .map(Some)
+            .map_err(|e| StorageIOError::read(&e).into()),
     }
 }
 
@@ -412,17 +425,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError<u64>> {
         tracing::debug!(upto = log_id.index, "purge log");
-        // Record the purge point first: a crash between the two steps leaves
-        // entries at or below it, which get_log_state ignores.
+        // Record the purge point, then leave the removal to the purger
+        // thread (crate::purger): from here on nothing reads at or below it.
         self.write_meta(&LAST_PURGED, &log_id)?;
-        let mut batch = sled::Batch::default();
-        for item in self.log.range(..=key_of(log_id.index)) {
-            let (key, _) = item.map_err(|e| StorageIOError::write_logs(&e))?;
-            batch.remove(key);
-        }
-        self.log
-            .apply_batch(batch)
-            .map_err(|e| StorageIOError::write_logs(&e))?;
+        self.purger.remove_upto(log_id.index);
         Ok(())
     }
 }
@@ -529,6 +535,65 @@ mod tests {
 
     /// One AppendEntries carries at most `MAX_APPEND_BYTES` of entries, at
     /// least one entry, and continues where the previous one stopped.
+    /// `purge` records its point at once and leaves the removal to the
+    /// purger thread: openraft sees the purge before the entries are gone,
+    /// entries above the point stay, and entries a crash left at or below
+    /// it are removed at the next open.
+    #[tokio::test]
+    async fn a_purge_is_recorded_at_once_and_its_entries_removed_off_the_core() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let entry = |index: u64| Entry {
+            log_id: log_id(1, index),
+            payload: openraft::EntryPayload::Blank,
+        };
+        let gone_upto = |log: &LogStore, upto: u64| {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            loop {
+                let first = log.log.first().expect("first").map(|(k, _)| index_of(&k));
+                if first == Some(upto + 1) {
+                    return;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "entries at or below {upto} still there after 30 s: first {first:?}"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        };
+        {
+            let (_dir, mut log) = open(tmp.path());
+            for index in 1..=2_000 {
+                log.log
+                    .insert(key_of(index), codec::encode(&entry(index)))
+                    .expect("insert");
+            }
+            log.purge(log_id(1, 1_500)).await.expect("purge");
+            let state = log.get_log_state().await.expect("log state");
+            assert_eq!(state.last_purged_log_id, Some(log_id(1, 1_500)));
+            assert_eq!(state.last_log_id, Some(log_id(1, 2_000)));
+            gone_upto(&log, 1_500);
+            assert_eq!(log.log.len(), 500);
+            // A crash before the removal ended: entries at or below the
+            // recorded point are back on disk.
+            for index in 1_000..=1_500 {
+                log.log
+                    .insert(key_of(index), codec::encode(&entry(index)))
+                    .expect("insert");
+            }
+        }
+        let (_dir, mut log) = open(tmp.path());
+        let state = log.get_log_state().await.expect("log state");
+        assert_eq!(state.last_purged_log_id, Some(log_id(1, 1_500)));
+        gone_upto(&log, 1_500);
+        assert_eq!(
+            log.try_get_log_entries(1_501..=2_000)
+                .await
+                .expect("entries")
+                .len(),
+            500
+        );
+    }
+
     #[tokio::test]
     async fn append_entries_are_bounded_in_bytes() {
         let tmp = tempfile::tempdir().expect("tempdir");

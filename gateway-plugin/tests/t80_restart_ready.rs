@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use testkit::gateway::{object, Cluster, Gateway};
 use testkit::ports::free_port;
 use testkit::supervisor::http_get;
+use testkit::writes::put_through_elections;
 use testkit::TestResult;
 
 const LOG_ENTRIES: u64 = 10_000;
@@ -75,15 +76,11 @@ async fn grow_log(cluster: &Cluster, leader: u64, entries: u64) -> TestResult<u6
         let mut writers = Vec::new();
         for w in 0..2u64 {
             let mut client = node.objects().await?;
+            let round = status.last_log_index;
             writers.push(tokio::spawn(async move {
                 for n in 0..250u64 {
-                    client
-                        .put(proto::objects::PutRequest {
-                            object: Some(object(&format!("k{w}-{}", n % 100), &n.to_string())),
-                            precondition: None,
-                            request_id: String::new(),
-                        })
-                        .await?;
+                    let object = object(&format!("k{w}-{}", n % 100), &n.to_string());
+                    put_through_elections(&mut client, object, &format!("{round}-{w}-{n}")).await?;
                 }
                 Ok::<(), tonic::Status>(())
             }));
@@ -102,18 +99,15 @@ async fn a_restarted_gateway_and_cluster_are_ready_within_five_seconds() -> Test
     let leader = cluster.wait_leader("bootstrap").await;
 
     eprintln!("--- step: grow the log to {LOG_ENTRIES} entries");
-    let last = match grow_log(&cluster, leader, LOG_ENTRIES).await {
-        Ok(last) => last,
-        Err(e) => {
-            cluster.dump_logs();
-            return Err(e);
-        }
-    };
+    let last = cluster.logs_on_err(grow_log(&cluster, leader, LOG_ENTRIES).await)?;
     for id in 1..=3 {
         cluster
             .wait_applied(id, last, "everyone applied the log")
             .await;
     }
+
+    // The writes ride through elections (put_through_elections): ask again.
+    let leader = cluster.wait_leader("after the log grew").await;
 
     eprintln!("--- step: kill -9 a follower and start it again");
     let follower = (1..=3).find(|id| *id != leader).unwrap_or(1);

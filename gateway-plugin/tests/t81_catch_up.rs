@@ -12,10 +12,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use proto::cluster::{AddLearnerRequest, Node, PromoteRequest, StatusRequest};
-use proto::objects::PutRequest;
 use testkit::gateway::{object, Cluster, Gateway};
 use testkit::ports::free_port;
 use testkit::supervisor::http_get;
+use testkit::writes::put_through_elections;
 use testkit::TestResult;
 
 const PAYLOAD: usize = 30 * 1024;
@@ -47,13 +47,7 @@ async fn write_large(
             for n in (w..count).step_by(writers) {
                 let mut o = object(&format!("{prefix}-{n}"), "");
                 o.payload = vec![(n % 251) as u8; PAYLOAD];
-                client
-                    .put(PutRequest {
-                        object: Some(o),
-                        precondition: None,
-                        request_id: String::new(),
-                    })
-                    .await?;
+                put_through_elections(&mut client, o, &format!("{prefix}-{n}")).await?;
                 done += 1;
             }
             Ok::<usize, tonic::Status>(done)
@@ -107,7 +101,7 @@ async fn a_follower_behind_by_10_mb_catches_up() -> TestResult<()> {
     cluster.node(follower).kill9();
 
     eprintln!("--- step: 400 x 30 KB (12 MB) written while node {follower} is down");
-    let written = write_large(cluster.get(leader), "behind", 400, 8).await?;
+    let written = cluster.logs_on_err(write_large(cluster.get(leader), "behind", 400, 8).await)?;
     assert_eq!(written, 400);
 
     eprintln!("--- step: node {follower} starts and catches up");
@@ -141,8 +135,10 @@ async fn a_learner_behind_a_100_mb_log_catches_up_and_is_promoted() -> TestResul
     let leader = cluster.wait_leader("bootstrap").await;
 
     eprintln!("--- step: 3,500 x 30 KB (105 MB) written");
-    let written = write_large(cluster.get(leader), "log", 3_500, 8).await?;
+    let written = cluster.logs_on_err(write_large(cluster.get(leader), "log", 3_500, 8).await)?;
     assert_eq!(written, 3_500);
+    // The writes ride through elections (put_through_elections): ask again.
+    let leader = cluster.wait_leader("after the writes").await;
 
     eprintln!("--- step: node 4 added as a learner");
     let addr = cluster

@@ -149,6 +149,25 @@ impl Campaigns {
         }
     }
 
+    /// Notes an AppendEntries as it arrives, before raft answers it: one
+    /// that raft takes (see [`follows`]) is contact with a leader. Noting
+    /// only answers missed them whenever the leader gave up waiting:
+    /// openraft 0.9 waits one heartbeat interval (50 ms) for an
+    /// AppendEntries, a follower slower than that (an fsync of large
+    /// entries on a loaded machine) answers none in time, the dropped
+    /// request never reaches [`Campaigns::appended`], and rule 2 deposed a
+    /// live leader 637 ms later while raft's own timer, reset by every one
+    /// of those requests, stayed quiet (gateway-plugin `t81` under
+    /// `scripts/flake-loop.sh`).
+    pub fn append_arrived(&self, vote: &Vote<NodeId>) {
+        let current = self.inner.raft.metrics().borrow().vote;
+        if follows(vote, &current) {
+            if let Ok(mut seen) = self.inner.seen.lock() {
+                seen.leader_contact = Some(Instant::now());
+            }
+        }
+    }
+
     /// Notes an AppendEntries answered by raft: any answer but a higher vote
     /// means this node follows the sender.
     pub fn appended(&self, result: &Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>) {
@@ -301,6 +320,17 @@ pub fn backstop_jitter(me: NodeId, election_timeout_min: Duration) -> Duration {
     election_timeout_min * eighths / 8
 }
 
+/// Whether raft takes an AppendEntries sent at `vote` by a node whose own
+/// vote is `current`: a committed vote (a leader's) of the same leader, or
+/// of a higher term. Compared by hand, not with `Vote`'s `PartialOrd`,
+/// which panics on two committed votes of different leaders in one term (a
+/// peer's bug must not stop this node).
+pub fn follows(vote: &Vote<NodeId>, current: &Vote<NodeId>) -> bool {
+    vote.is_committed()
+        && (vote.leader_id().term > current.leader_id().term
+            || vote.leader_id() == current.leader_id())
+}
+
 /// Rule 1 on plain values: `heard` is when a leader was last heard,
 /// `campaigned` when this node last campaigned by these rules.
 pub fn decide(
@@ -339,6 +369,21 @@ mod tests {
     use super::*;
 
     const QUIET: Duration = Duration::from_millis(150);
+
+    /// An append from this node's leader, or from a leader of a later term,
+    /// is contact; a candidate's, an older term's, or another leader's in
+    /// the same term (which only a bug could send) is not, and does not
+    /// panic.
+    #[test]
+    fn only_an_append_raft_takes_is_contact_with_a_leader() {
+        let leader_2_at_5 = Vote::new_committed(5, 2);
+        assert!(follows(&Vote::new_committed(5, 2), &leader_2_at_5));
+        assert!(follows(&Vote::new_committed(6, 3), &leader_2_at_5));
+        assert!(follows(&Vote::new_committed(5, 2), &Vote::new(5, 2)));
+        assert!(!follows(&Vote::new(6, 3), &leader_2_at_5));
+        assert!(!follows(&Vote::new_committed(4, 2), &leader_2_at_5));
+        assert!(!follows(&Vote::new_committed(5, 3), &leader_2_at_5));
+    }
 
     fn log(term: u64, index: u64) -> Option<LogId<NodeId>> {
         Some(LogId::new(CommittedLeaderId::new(term, 2), index))

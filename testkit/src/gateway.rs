@@ -429,6 +429,16 @@ impl Cluster {
         }
     }
 
+    /// `result`, after printing every node's log ([`Cluster::dump_logs`])
+    /// when it is an error: for a step whose error the test returns with
+    /// `?`, which would otherwise end the test without the logs.
+    pub fn logs_on_err<T>(&self, result: TestResult<T>) -> TestResult<T> {
+        if result.is_err() {
+            self.dump_logs();
+        }
+        result
+    }
+
     /// Prints the last 40 lines of every node's log (on a test's failure).
     /// Before each tail, the node's warnings and errors from the whole run
     /// (at most [`WARNINGS_SHOWN`], openraft's replication retries left out):

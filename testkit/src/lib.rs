@@ -55,6 +55,7 @@ pub mod root;
 pub mod runtimes;
 pub mod secure;
 pub mod supervisor;
+pub mod writes;
 
 pub use root::{is_root, skip_without_root};
 

@@ -225,7 +225,11 @@ impl<SM: StateMachine> RaftTransport for TransportService<SM> {
         &self,
         request: Request<RaftPayload>,
     ) -> Result<Response<RaftPayload>, Status> {
-        let rpc = self.decode(&request, "append-entries request")?;
+        let rpc: openraft::raft::AppendEntriesRequest<crate::types::TypeConfig> =
+            self.decode(&request, "append-entries request")?;
+        // Before raft answers: the sender may give up on the answer, and
+        // this future is then dropped (Campaigns::append_arrived).
+        self.campaigns.append_arrived(&rpc.vote);
         let result = self.raft.append_entries(rpc).await;
         self.campaigns.appended(&result);
         Ok(self.reply(&result))

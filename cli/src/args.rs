@@ -59,6 +59,17 @@ pub struct Cli {
         requires = "client_cert_file"
     )]
     pub client_key_file: Option<std::path::PathBuf>,
+    /// A cell map (TOML, docs/design/0005-cells.md): several gateway
+    /// groups, each with its own endpoints, CA and token file. `sandbox`
+    /// commands place new sandboxes and take `<cell>/<id>` ids; every other
+    /// command talks to the cell --cell names. Replaces --endpoints,
+    /// --ca-file, --token and --insecure.
+    #[arg(long, env = "OPENSHELL_CELLS", global = true)]
+    pub cells: Option<std::path::PathBuf>,
+    /// With --cells: the cell a command talks to (`sandbox create`: where
+    /// the sandbox goes; a bare id of `sandbox get/delete/exec` is in it).
+    #[arg(long, env = "OPENSHELL_CELL", global = true, value_name = "NAME")]
+    pub cell: Option<String>,
     /// Talk plaintext, to gateways started with --insecure (development);
     /// overrides --ca-file.
     #[arg(long, global = true)]

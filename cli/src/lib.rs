@@ -16,6 +16,8 @@
 //! - [`args`]: the flags and commands ([`Cli`]).
 //! - [`client`]: the gateways ([`Gateway`]: an `openshell-client` set up
 //!   from the flags) and [`CliError`] with its exit codes.
+//! - [`cells`]: `--cells FILE`, several gateway groups (one client each,
+//!   placement, `<cell>/<id>` ids).
 //! - [`transport`]: TLS (`--ca-file`) or plaintext (`--insecure`), and a
 //!   failed handshake as one line.
 //! - [`commands`]: `raft`, `pool`, `sandbox` and `backup`, one module each,
@@ -28,6 +30,7 @@
 //! The binary (`src/main.rs`) only parses flags and calls [`run`].
 
 pub mod args;
+pub mod cells;
 pub mod client;
 pub mod commands;
 pub mod dev;
@@ -68,6 +71,22 @@ pub fn gateway(cli: &Cli) -> Result<Gateway, CliError> {
 /// What the command failed on, as the user should read it; the process
 /// exits with [`CliError::exit_code`].
 pub async fn run(cli: Cli) -> Result<(), CliError> {
+    let talks_to_gateways = !matches!(
+        cli.command,
+        Command::Dev(_) | Command::LocalStatus { .. } | Command::Completions { .. }
+    );
+    match (&cli.cells, &cli.cell) {
+        (Some(map), cell) if talks_to_gateways => {
+            let cg = cells::CellGateways::load(map)?;
+            return with_cells(&cg, cell.as_deref(), cli.output, cli.command).await;
+        }
+        (None, Some(_)) if talks_to_gateways => {
+            return Err(CliError::Usage(
+                "--cell names a cell of a cell map: pass --cells FILE (OPENSHELL_CELLS)".into(),
+            ))
+        }
+        _ => {}
+    }
     // Used (and its error reported) only by the commands that call gateways.
     let gw = gateway(&cli);
     match cli.command {
@@ -87,5 +106,25 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             );
             Ok(())
         }
+    }
+}
+
+/// A command that talks to gateways, given a cell map: `sandbox` across
+/// the cells, every other command to the one `cell` names.
+async fn with_cells(
+    cg: &cells::CellGateways,
+    cell: Option<&str>,
+    output: Output,
+    command: Command,
+) -> Result<(), CliError> {
+    if let Command::Sandbox(c) = command {
+        return commands::sandbox_cells(cg, cell, output, c).await;
+    }
+    let name = |what: &str| cell.ok_or_else(|| cg.name_one(what));
+    match command {
+        Command::Raft(c) => commands::raft(cg.gateway(name("raft")?).await?, output, c).await,
+        Command::Pool(c) => commands::pool(cg.gateway(name("pool")?).await?, output, c).await,
+        Command::Backup(c) => commands::backup(cg.gateway(name("backup")?).await?, output, c).await,
+        _ => Err(CliError::Usage("this command takes no cell map".into())),
     }
 }

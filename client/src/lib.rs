@@ -72,15 +72,18 @@ use proto::client::{Bearer, ClientConfig};
 use proto::tls::ClientTls;
 
 pub mod admin;
+pub mod cells;
 pub mod error;
 pub mod objects;
 pub mod pool;
 pub mod retry;
 pub mod watch;
 
+pub use cells::{CellError, CellMap, Cells};
 pub use error::{Cause, Failure};
 pub use error::{Error, Result};
 pub use objects::Condition;
+pub use pool::Headroom;
 pub use proto::client::Role;
 pub use proto::objects::{DeleteResponse, Object, PutResponse};
 pub use proto::objects::{WatchEvent, WatchEventKind, WatchResponse};

@@ -150,6 +150,34 @@ impl Client {
         Err(too_many_pages("sandbox list"))
     }
 
+    /// One page of the pool status (linearizable): at most `page_size`
+    /// records (0: the gateway's default) after `token`.
+    async fn status_page(
+        &self,
+        operation: &'static str,
+        page_size: u32,
+        token: &str,
+    ) -> Result<SupervisorPoolStatus> {
+        let request = GetSupervisorPoolStatusRequest {
+            stale: false,
+            page_size,
+            page_token: token.to_string(),
+        };
+        Ok(self
+            .endpoints
+            .call(operation, Repeat::Safe, |channel| {
+                let request = request.clone();
+                async move {
+                    Ok(PoolAdminClient::new(channel)
+                        .get_supervisor_pool_status(request)
+                        .await?
+                        .into_inner())
+                }
+            })
+            .await?
+            .value)
+    }
+
     /// The pool's status: every member, operation and sandbox (all pages
     /// merged into one; the counts and ticks are the first page's).
     ///
@@ -159,24 +187,7 @@ impl Client {
         let mut status: Option<SupervisorPoolStatus> = None;
         let mut token = String::new();
         for _ in 0..MAX_PAGES {
-            let request = GetSupervisorPoolStatusRequest {
-                stale: false,
-                page_size: 0,
-                page_token: token.clone(),
-            };
-            let page = self
-                .endpoints
-                .call("pool_status", Repeat::Safe, |channel| {
-                    let request = request.clone();
-                    async move {
-                        Ok(PoolAdminClient::new(channel)
-                            .get_supervisor_pool_status(request)
-                            .await?
-                            .into_inner())
-                    }
-                })
-                .await?
-                .value;
+            let page = self.status_page("pool_status", 0, &token).await?;
             token = page.next_page_token.clone();
             match &mut status {
                 None => status = Some(page),
@@ -222,5 +233,57 @@ impl Client {
                     .into_inner())
             })
             .await
+    }
+}
+
+/// What one gateway group can still take: its eligible members' free slots
+/// (capacity less used), read from the members section of the pool status
+/// (no sandbox record is read). Placement across cells weighs by it
+/// ([`crate::cells`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Headroom {
+    /// Free slots over the eligible members.
+    pub free_slots: u64,
+    /// Members that may take sandboxes now.
+    pub eligible_members: u64,
+    /// Every member, eligible or not.
+    pub members: u64,
+    /// Every sandbox.
+    pub sandboxes: u64,
+}
+
+/// Records per page of a headroom read.
+const HEADROOM_PAGE: u32 = 1000;
+
+impl Client {
+    /// The pool's [`Headroom`], reading the members section of the status
+    /// page by page (linearizable) and stopping where it ends.
+    ///
+    /// # Errors
+    /// [`Error`]; [`Error::Refused`] past 1000 pages.
+    pub async fn headroom(&self) -> Result<Headroom> {
+        let mut headroom = Headroom::default();
+        let mut seen = 0u64;
+        let mut token = String::new();
+        for _ in 0..MAX_PAGES {
+            let page = self
+                .status_page("pool_headroom", HEADROOM_PAGE, &token)
+                .await?;
+            headroom.members = page.member_count;
+            headroom.sandboxes = page.sandbox_count;
+            for member in page.members.iter().filter(|m| m.eligible) {
+                headroom.eligible_members += 1;
+                headroom.free_slots += u64::from(member.capacity.saturating_sub(member.used));
+            }
+            seen += page.members.len() as u64;
+            // Members come first; a page that reaches past them, or the
+            // last page, ends the section.
+            let past_members = !page.operations.is_empty() || !page.sandboxes.is_empty();
+            if past_members || page.next_page_token.is_empty() || seen >= page.member_count {
+                return Ok(headroom);
+            }
+            token = page.next_page_token;
+        }
+        Err(too_many_pages("pool status (members)"))
     }
 }

@@ -511,3 +511,18 @@ pub async fn attach_secure(
     };
     Ok(Attached::accepted(tx, inbound, &a))
 }
+
+/// Writes `DIR/gateway.toml` with a 60 s heartbeat TTL (a scripted member
+/// stays eligible on a loaded machine) and returns its path, for
+/// `--config`.
+///
+/// # Errors
+/// The file cannot be written.
+pub fn long_ttl_config(dir: &std::path::Path) -> std::io::Result<String> {
+    let config = dir.join("gateway.toml");
+    std::fs::write(
+        &config,
+        "[openshell.gateway.supervisor_pool]\nheartbeat_ttl_ms = 60000\n",
+    )?;
+    Ok(config.display().to_string())
+}

@@ -3,7 +3,8 @@
 //!
 //! One module per command group: [`raft`](mod@raft) (and its
 //! [`check`](mod@check)), [`pool`](mod@pool),
-//! [`sandbox`](mod@sandbox), [`backup`](mod@backup), and
+//! [`sandbox`](mod@sandbox) (and [`sandbox_cells`](mod@sandbox_cells), with
+//! `--cells`), [`backup`](mod@backup), and
 //! [`local_status`](mod@local_status) (offline, on a data directory); this
 //! module holds the output they share.
 //!
@@ -24,6 +25,7 @@ pub mod local_status;
 pub mod pool;
 pub mod raft;
 pub mod sandbox;
+pub mod sandbox_cells;
 pub mod watch;
 
 use serde_json::Value;
@@ -35,6 +37,7 @@ pub use local_status::local_status;
 pub use pool::pool;
 pub use raft::raft;
 pub use sandbox::sandbox;
+pub use sandbox_cells::sandbox_cells;
 
 /// Prints `value` as JSON, or `table` as text (control characters
 /// escaped, line ends kept).

@@ -66,6 +66,32 @@ pub(crate) fn sandbox_rows(list: &[Sandbox]) -> String {
     )
 }
 
+/// The create request of `sandbox create [--id ID] [-- COMMAND]`.
+///
+/// # Errors
+/// [`CliError::Local`] for `--id ""` (the wire's empty id means "name it
+/// for me", so an explicit empty one is refused in the rule's own words).
+pub(crate) fn create_request(
+    id: Option<String>,
+    command: &[String],
+) -> Result<CreateSandboxRequest, CliError> {
+    if id.as_deref() == Some("") {
+        proto::ids::check_id("sandbox_id", "").map_err(|e| CliError::Local(e.to_string()))?;
+    }
+    let material_ref = if command.is_empty() {
+        "demo".to_string()
+    } else {
+        serde_json::to_string(command).map_err(|e| CliError::Local(e.to_string()))?
+    };
+    Ok(CreateSandboxRequest {
+        sandbox_id: id.unwrap_or_default(),
+        launch_id: String::new(),
+        material_ref,
+        // Drawn by the client: one id on every attempt.
+        request_id: String::new(),
+    })
+}
+
 /// `sandbox ...`
 pub async fn sandbox(
     gw: &Gateway,
@@ -75,24 +101,7 @@ pub async fn sandbox(
     let client = gw.client();
     match command {
         SandboxCommand::Create { id, command } => {
-            // The wire's empty id means "name it for me": an explicit
-            // `--id ""` is refused here, with the rule's own words.
-            if id.as_deref() == Some("") {
-                proto::ids::check_id("sandbox_id", "")
-                    .map_err(|e| CliError::Local(e.to_string()))?;
-            }
-            let material_ref = if command.is_empty() {
-                "demo".to_string()
-            } else {
-                serde_json::to_string(&command).map_err(|e| CliError::Local(e.to_string()))?
-            };
-            let request = CreateSandboxRequest {
-                sandbox_id: id.unwrap_or_default(),
-                launch_id: String::new(),
-                material_ref,
-                // Drawn by the client: one id on every attempt.
-                request_id: String::new(),
-            };
+            let request = create_request(id, &command)?;
             let s = gw.ask(client.create_sandbox(request)).await?.value;
             emit(output, sandbox_json(&s), || {
                 sandbox_rows(std::slice::from_ref(&s))

@@ -102,6 +102,25 @@ struct Seen {
     vote: Option<(Vote<NodeId>, Instant)>,
 }
 
+impl Seen {
+    /// This node did not run for `lost` before `now` (its process or
+    /// runtime was stopped or starved): every instant it keeps moves
+    /// `lost` later, never past `now`, so that time counts neither as time
+    /// without a leader nor as time since a vote or a campaign.
+    fn discount(&mut self, lost: Duration, now: Instant) {
+        let later = |at: &mut Instant| *at = at.checked_add(lost).unwrap_or(now).min(now);
+        if let Some(at) = self.leader_contact.as_mut() {
+            later(at);
+        }
+        if let Some(at) = self.campaigned.as_mut() {
+            later(at);
+        }
+        if let Some((_, at)) = self.vote.as_mut() {
+            later(at);
+        }
+    }
+}
+
 /// Why a refused vote did not set off a campaign (rule 1), or that it did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
@@ -233,8 +252,12 @@ impl Campaigns {
             let mut metrics = this.inner.raft.metrics();
             let mut tick = tokio::time::interval(this.inner.tick);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut looked = Instant::now();
             loop {
                 tick.tick().await;
+                let now = Instant::now();
+                this.not_running_since(looked, now);
+                looked = now;
                 // Raft stopped: its metrics channel closed.
                 if metrics.has_changed().is_err() {
                     return;
@@ -258,6 +281,30 @@ impl Campaigns {
                 }
             }
         });
+    }
+
+    /// Rule 2's look at `now`, the one before at `looked`: a gap of more
+    /// than two ticks means this node did not run (a stopped process, a
+    /// starved runtime, a stalled machine), and it cannot have heard a
+    /// leader that spoke meanwhile; the time past one tick is not counted
+    /// ([`Seen::discount`]). Without it, a stall of the whole machine
+    /// (every gateway silent for 0.5-0.8 s, docs/benchmarks.md "2026-12-07:
+    /// a stalled node is not a leaderless one") set off the backstop on
+    /// every follower the moment it ran again, before the leader, which
+    /// had stalled too, could send a heartbeat.
+    fn not_running_since(&self, looked: Instant, now: Instant) {
+        let gap = now.saturating_duration_since(looked);
+        if gap <= self.inner.tick * 2 {
+            return;
+        }
+        let lost = gap.saturating_sub(self.inner.tick);
+        if let Ok(mut seen) = self.inner.seen.lock() {
+            seen.discount(lost, now);
+        }
+        tracing::info!(
+            lost_ms = lost.as_millis() as u64,
+            "this node did not run for a while: that time is not counted as time without a leader"
+        );
     }
 
     /// Rule 2 at `now` for a node in `state` with `vote`; notes the vote and,
@@ -456,6 +503,26 @@ mod tests {
             decide(&candidate(log(3, 100)), &same_term, QUIET, now, None, None),
             Verdict::NotApplicable
         );
+    }
+
+    #[test]
+    fn time_this_node_did_not_run_counts_for_nothing() {
+        let now = Instant::now();
+        let ago = |ms| now.checked_sub(Duration::from_millis(ms));
+        let mut seen = Seen {
+            leader_contact: ago(700),
+            campaigned: ago(100),
+            vote: ago(900).map(|at| (Vote::new_committed(1, 1), at)),
+        };
+        // 650 ms not running: the contact 700 ms ago counts as 50 ms ago,
+        // the campaign and the vote no later than now.
+        seen.discount(Duration::from_millis(650), now);
+        assert_eq!(seen.leader_contact, ago(50));
+        assert_eq!(seen.campaigned, Some(now));
+        assert_eq!(seen.vote.map(|(_, at)| at), ago(250));
+        let mut nothing = Seen::default();
+        nothing.discount(Duration::from_secs(1), now);
+        assert!(nothing.leader_contact.is_none() && nothing.campaigned.is_none());
     }
 
     #[test]

@@ -88,7 +88,7 @@ pub enum CellError {
     NoCell(String),
     /// A caller-named sandbox id could not be looked up in every cell, so
     /// placing it might create a second sandbox of a retried launch.
-    #[error("cannot tell whether sandbox {id:?} already exists: cell {cell} did not answer ({source}); retry, or name the cell")]
+    #[error("cannot tell whether sandbox {id:?} already exists: {source}; retry, or name the cell to create it in")]
     LookupIncomplete {
         /// The sandbox id.
         id: String,

@@ -48,6 +48,13 @@
 //!   while a leadership transfer holds this node's elections
 //!   ([`ElectionHold`]), none by a learner or the leader.
 //!
+//! Time this node did not run (its look, every tick, came more than two
+//! ticks after the one before: a stopped process, a starved runtime, a
+//! stalled machine) counts for neither rule: every instant the rules keep
+//! moves that much later ([`Campaigns`]'s backstop loop), so a follower
+//! that ran again after a stall of the whole machine gives the leader,
+//! which stalled too, a heartbeat's chance before it campaigns.
+//!
 //! By rule 1 the candidate's higher term has already ended the old
 //! leader's term at that candidate; the campaign only makes the node that
 //! can win run now.

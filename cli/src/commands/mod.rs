@@ -40,11 +40,20 @@ pub use sandbox::sandbox;
 pub use sandbox_cells::sandbox_cells;
 
 /// Prints `value` as JSON, or `table` as text (control characters
-/// escaped, line ends kept).
+/// escaped, line ends kept). A reader that closed the pipe (`| head`)
+/// ends the output quietly, as it does for any Unix tool; `println!`
+/// panicked there.
 pub(crate) fn emit(output: Output, value: Value, table: impl FnOnce() -> String) {
-    match output {
-        Output::Json => println!("{}", json_text(&value, true)),
-        Output::Table => print!("{}", proto::text::escaped_lines(&table())),
+    use std::io::Write;
+    let text = match output {
+        Output::Json => format!("{}\n", json_text(&value, true)),
+        Output::Table => proto::text::escaped_lines(&table()).into_owned(),
+    };
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            eprintln!("openshell-pool: cannot write the output: {e}");
+        }
     }
 }
 

@@ -352,6 +352,22 @@ impl Cell {
         Ok(&self.client)
     }
 
+    /// `call` on this cell's client once its cluster id matched, its error
+    /// labelled with the cell: every call across cells goes through here.
+    ///
+    /// # Errors
+    /// As [`Cell::client`], or `call`'s error as [`CellError::Call`].
+    pub async fn ask<'c, T, Fut>(
+        &'c self,
+        call: impl FnOnce(&'c Client) -> Fut,
+    ) -> Result<T, CellError>
+    where
+        Fut: std::future::Future<Output = Result<T, Error>>,
+    {
+        let client = self.client().await?;
+        call(client).await.map_err(|e| self.failed(e))
+    }
+
     fn failed(&self, source: Error) -> CellError {
         CellError::Call {
             cell: self.entry.name.clone(),
@@ -497,13 +513,9 @@ impl Cells {
         let asks = self.cells.iter().map(|cell| {
             let call = &call;
             async move {
-                let answer = match cell.client().await {
-                    Ok(client) => call(client).await.map_err(|e| cell.failed(e)),
-                    Err(e) => Err(e),
-                };
                 CellAnswer {
                     cell: cell.entry.name.clone(),
-                    answer,
+                    answer: cell.ask(call).await,
                 }
             }
         });
@@ -516,11 +528,7 @@ impl Cells {
     /// [`CellError`].
     pub async fn get_sandbox(&self, id: &str) -> Result<Option<Sandbox>, CellError> {
         let (cell, bare) = self.resolve(id)?;
-        cell.client()
-            .await?
-            .get_sandbox(bare)
-            .await
-            .map_err(|e| cell.failed(e))
+        cell.ask(|client| client.get_sandbox(bare)).await
     }
 
     /// Deletes the sandbox `id` names.
@@ -529,11 +537,7 @@ impl Cells {
     /// [`CellError`].
     pub async fn delete_sandbox(&self, id: &str) -> Result<Written<Sandbox>, CellError> {
         let (cell, bare) = self.resolve(id)?;
-        cell.client()
-            .await?
-            .delete_sandbox(bare)
-            .await
-            .map_err(|e| cell.failed(e))
+        cell.ask(|client| client.delete_sandbox(bare)).await
     }
 
     /// Creates a sandbox in the cell `cell` names, or, when `None`, where
@@ -561,12 +565,7 @@ impl Cells {
                 None => self.place(&request.sandbox_id).await?,
             },
         };
-        let written = target
-            .client()
-            .await?
-            .create_sandbox(request)
-            .await
-            .map_err(|e| target.failed(e))?;
+        let written = target.ask(|client| client.create_sandbox(request)).await?;
         Ok((target, written))
     }
 
@@ -576,13 +575,11 @@ impl Cells {
         if !named {
             return Ok(None);
         }
-        let found = join_all(self.cells.iter().map(|cell| async move {
-            let got = match cell.client().await {
-                Ok(client) => client.get_sandbox(id).await.map_err(|e| cell.failed(e)),
-                Err(e) => Err(e),
-            };
-            (cell, got)
-        }))
+        let found = join_all(
+            self.cells
+                .iter()
+                .map(|cell| async move { (cell, cell.ask(|c| c.get_sandbox(id)).await) }),
+        )
         .await;
         let mut holder = None;
         for (cell, got) in found {
@@ -610,13 +607,11 @@ impl Cells {
                 "the cell map marks no cell admits = true".into(),
             ));
         }
-        let answers = join_all(admitting.iter().map(|cell| async move {
-            let headroom = match cell.client().await {
-                Ok(client) => client.headroom().await.map_err(|e| cell.failed(e)),
-                Err(e) => Err(e),
-            };
-            (*cell, headroom)
-        }))
+        let answers = join_all(
+            admitting
+                .iter()
+                .map(|cell| async move { (*cell, cell.ask(Client::headroom).await) }),
+        )
         .await;
         let mut why = Vec::new();
         let mut best: Option<(f64, &Cell)> = None;

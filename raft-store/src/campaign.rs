@@ -20,28 +20,43 @@
 //!    the candidate's (so the candidate, whose own vote is at its term, can
 //!    grant it): the node with the longer log wins the election the first
 //!    candidate started, one vote round trip after it ([`decide`]).
-//! 2. **A stale "smaller log" flag.** A candidate refused for its shorter
-//!    log sets openraft's `seen_greater_log`, which adds `2 ×
-//!    election_timeout_max` to its election timer, and only that node's own
-//!    timer-driven election clears it: a node that lost one election that
-//!    way keeps the slower timer through every later leader. With both
-//!    survivors flagged, no one campaigns for `leader_lease +
-//!    election_timeout + 2 × election_timeout_max` (1.05-1.2 s at the
-//!    defaults). **Rule (backstop):** a voter that is not leader, not held
-//!    by a leadership transfer, and has heard no leader, changed no vote and
-//!    campaigned for `2 × election_timeout_max + jitter` (jitter: a share
-//!    of `election_timeout_min` by node id, [`backstop_jitter`])
-//!    campaigns. openraft's unflagged timer (`leader_lease +
-//!    election_timeout`, below `2 × election_timeout_max`) fires first
-//!    whenever it can; the backstop only replaces the flagged one.
+//! 2. **openraft's election timer counts time it did not run, and keeps a
+//!    stale "smaller log" flag.** A candidate refused for its shorter log
+//!    sets openraft's `seen_greater_log`, which adds `2 ×
+//!    election_timeout_max` to its timer, and only that node's own
+//!    timer-driven election clears it: with both survivors flagged, no one
+//!    campaigned for `leader_lease + election_timeout + 2 ×
+//!    election_timeout_max` (1.05-1.2 s at the defaults). And after a stall
+//!    of the whole machine (every gateway silent for 0.5-1.3 s at 100,000
+//!    sandboxes, docs/benchmarks.md "2026-12-07: a stalled node is not a
+//!    leaderless one") the timer fired on every follower the moment it ran
+//!    again, before the leader, which had stalled too, could send a
+//!    heartbeat: an election storm that did not settle. **Rule (election
+//!    timer):** openraft's timer is off (`Config::enable_elect = false`,
+//!    [`crate::config`]) and this module's replaces it, at openraft's
+//!    timing: a voter that is not leader and not held by a leadership
+//!    transfer campaigns when it has heard no leader, changed no vote and
+//!    campaigned for `leader_lease + election_timeout` while its vote is a
+//!    leader's (committed), or for `election_timeout` after a vote it gave
+//!    or a campaign of its own; `leader_lease` is `election_timeout_max`,
+//!    and `election_timeout` is drawn from
+//!    `election_timeout_min..election_timeout_max` by the runtime's
+//!    generator ([`crate::runtime`]), so a simulated schedule still follows
+//!    its seed, and drawn again after every vote change and campaign
+//!    ([`Timer::redraw`]). The timer wakes at its deadline, not on a grid
+//!    of ticks, and a vote this node grants is noted as the transport
+//!    answers it. The only voter of a group campaigns at once, as
+//!    openraft's timer does.
 //!
 //! Both campaign through openraft's public `trigger().elect()`. Why that is
 //! safe: an election is always safe in Raft (a candidate wins only with a
 //! majority's votes, each given to a log at least as long as the voter's);
 //! only liveness is at stake, and the conditions keep it:
 //! - a follower that heard a leader within `election_timeout_min` (three
-//!   heartbeats at the defaults) never campaigns by rule 1, and within `2 ×
-//!   election_timeout_max` never by rule 2, so a live leader is not deposed;
+//!   heartbeats at the defaults) never campaigns by rule 1, and within
+//!   `leader_lease + election_timeout` never by rule 2, the time in which
+//!   openraft's timer would not have campaigned either, so a live leader is
+//!   not deposed;
 //! - a candidate more than two terms above this node (a node that was cut
 //!   off and kept campaigning) does not set off rule 1;
 //! - at most one campaign by these rules per `election_timeout_min`, none
@@ -51,9 +66,11 @@
 //! Time this node did not run (its look, every tick, came more than two
 //! ticks after the one before: a stopped process, a starved runtime, a
 //! stalled machine) counts for neither rule: every instant the rules keep
-//! moves that much later ([`Campaigns`]'s backstop loop), so a follower
+//! moves that much later ([`Campaigns`]'s timer loop), so a follower
 //! that ran again after a stall of the whole machine gives the leader,
-//! which stalled too, a heartbeat's chance before it campaigns.
+//! which stalled too, a heartbeat's chance before it campaigns. A voter
+//! still grants a candidate's vote once openraft's own lease on the leader
+//! (not discounted) ran out: only the decision to campaign waits.
 //!
 //! By rule 1 the candidate's higher term has already ended the old
 //! leader's term at that candidate; the campaign only makes the node that
@@ -90,16 +107,75 @@ struct Inner {
     /// refusal may set off a campaign (rule 1), and the least time between
     /// two campaigns by these rules.
     quiet: Duration,
-    /// `2 × election_timeout_max + jitter` (rule 2).
-    backstop: Duration,
-    /// How often rule 2 looks (openraft's own tick).
+    /// How often rule 2 looks at least (openraft's own tick); it also
+    /// wakes at its deadline.
     tick: Duration,
     seen: Mutex<Seen>,
 }
 
+/// Rule 2's timing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timer {
+    /// openraft's leader lease (`election_timeout_max`): how long a voter
+    /// refuses candidates after its leader's last append.
+    pub lease: Duration,
+    /// `election_timeout_min`, the least timeout drawn.
+    pub min: Duration,
+    /// The current election timeout, in `min .. lease`, drawn again after
+    /// every vote change and campaign.
+    pub election_timeout: Duration,
+}
+
+impl Timer {
+    /// The timing of a node with these bounds, its first timeout drawn
+    /// from `draw` (see the module doc).
+    pub fn drawn(
+        election_timeout_min: Duration,
+        election_timeout_max: Duration,
+        draw: &mut impl rand::Rng,
+    ) -> Self {
+        let mut timer = Timer {
+            lease: election_timeout_max,
+            min: election_timeout_min,
+            election_timeout: election_timeout_min,
+        };
+        timer.redraw(draw);
+        timer
+    }
+
+    /// Draws the election timeout again, uniformly in `min .. lease` by
+    /// the millisecond. Drawn again after every vote change and every
+    /// campaign (as etcd's raft does at every term), so two voters whose
+    /// timers ran out together do not run out together again (a fixed
+    /// timeout per start kept two survivors campaigning in the same
+    /// millisecond, each refusing the other, for 7.7 s of a failover run).
+    pub fn redraw(&mut self, draw: &mut impl rand::Rng) {
+        let min = u64::try_from(self.min.as_millis()).unwrap_or(u64::MAX);
+        let max = u64::try_from(self.lease.as_millis()).unwrap_or(u64::MAX);
+        let ms = if max > min {
+            draw.gen_range(min..max)
+        } else {
+            min
+        };
+        self.election_timeout = Duration::from_millis(ms);
+    }
+
+    /// How long without a leader, a vote change or a campaign before a
+    /// voter campaigns, when its vote is `vote`: a leader's vote keeps its
+    /// lease first.
+    pub fn wait(&self, vote: &Vote<NodeId>) -> Duration {
+        if vote.is_committed() {
+            self.lease + self.election_timeout
+        } else {
+            self.election_timeout
+        }
+    }
+}
+
 /// What this node last saw.
-#[derive(Default)]
 struct Seen {
+    /// Rule 2's timing.
+    timer: Timer,
     /// When an AppendEntries from a leader it follows was last taken.
     leader_contact: Option<Instant>,
     /// When it last campaigned by these rules.
@@ -110,6 +186,45 @@ struct Seen {
 }
 
 impl Seen {
+    fn new(timer: Timer) -> Self {
+        Seen {
+            timer,
+            leader_contact: None,
+            campaigned: None,
+            vote: None,
+        }
+    }
+
+    /// Notes `vote` at `now`: a vote other than the last noted one starts
+    /// rule 2's wait again, with a timeout drawn again.
+    fn note_vote(&mut self, vote: Vote<NodeId>, now: Instant) {
+        if self.vote.as_ref().map(|(v, _)| v) != Some(&vote) {
+            self.vote = Some((vote, now));
+            self.timer.redraw(&mut crate::runtime::ThreadRng);
+        }
+    }
+
+    /// Notes a campaign of this node's at `now`.
+    fn note_campaign(&mut self, now: Instant) {
+        self.campaigned = Some(now);
+        self.timer.redraw(&mut crate::runtime::ThreadRng);
+    }
+
+    /// When rule 2 campaigns for a node whose vote is `vote`, if nothing
+    /// changes meanwhile: a wait after the last leader contact, campaign
+    /// or vote change.
+    fn deadline(&self, vote: &Vote<NodeId>) -> Option<Instant> {
+        let last = [
+            self.leader_contact,
+            self.campaigned,
+            self.vote.as_ref().map(|(_, at)| *at),
+        ]
+        .into_iter()
+        .flatten()
+        .max()?;
+        last.checked_add(self.timer.wait(vote))
+    }
+
     /// This node did not run for `lost` before `now` (its process or
     /// runtime was stopped or starved): every instant it keeps moves
     /// `lost` later, never past `now`, so that time counts neither as time
@@ -161,16 +276,19 @@ impl Campaigns {
         election_timeout_min: Duration,
         election_timeout_max: Duration,
     ) -> Self {
-        let jitter = backstop_jitter(me, election_timeout_min);
+        let timer = Timer::drawn(
+            election_timeout_min,
+            election_timeout_max,
+            &mut crate::runtime::ThreadRng,
+        );
         Campaigns {
             inner: Arc::new(Inner {
                 raft,
                 me,
                 hold,
                 quiet: election_timeout_min,
-                backstop: election_timeout_max * 2 + jitter,
                 tick: heartbeat_interval * 3 / 2,
-                seen: Mutex::new(Seen::default()),
+                seen: Mutex::new(Seen::new(timer)),
             }),
         }
     }
@@ -218,6 +336,13 @@ impl Campaigns {
         let now = Instant::now();
         let verdict = match self.inner.seen.lock() {
             Ok(mut seen) => {
+                if resp.vote_granted {
+                    // Noted here, not only at rule 2's next look: the
+                    // metrics that look reads may not show the vote yet,
+                    // and a timer that ran out just then campaigned over
+                    // the candidate it had just voted for.
+                    seen.note_vote(resp.vote, now);
+                }
                 let verdict = decide(
                     req,
                     resp,
@@ -231,7 +356,7 @@ impl Campaigns {
                     other => other,
                 };
                 if matches!(verdict, Verdict::Campaign { .. }) {
-                    seen.campaigned = Some(now);
+                    seen.note_campaign(now);
                 }
                 verdict
             }
@@ -252,59 +377,61 @@ impl Campaigns {
         verdict
     }
 
-    /// Rule 2 until raft stops: looks every tick. Spawned once per node.
-    pub fn start_backstop(&self) {
+    /// Rule 2 (the election timer) until raft stops: looks every tick, and
+    /// at its deadline when that comes first (a look only every tick put
+    /// every node's timer on a grid of ticks, and two nodes started
+    /// together on the same grid). Spawned once per node.
+    pub fn start_timer(&self) {
         let this = self.clone();
         tokio::spawn(async move {
             let mut metrics = this.inner.raft.metrics();
-            let mut tick = tokio::time::interval(this.inner.tick);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let mut looked = Instant::now();
+            let mut wake = Instant::now() + this.inner.tick;
             loop {
-                tick.tick().await;
+                tokio::time::sleep_until(wake).await;
                 let now = Instant::now();
-                this.not_running_since(looked, now);
-                looked = now;
+                this.not_running_since(wake, now);
                 // Raft stopped: its metrics channel closed.
                 if metrics.has_changed().is_err() {
                     return;
                 }
-                let (state, vote, voter) = {
+                let (state, vote, voters) = {
                     let m = metrics.borrow_and_update();
-                    let voter = m
-                        .membership_config
-                        .membership()
-                        .voter_ids()
-                        .any(|id| id == this.inner.me);
-                    (m.state, m.vote, voter)
+                    let voters = Voters::of(m.membership_config.membership(), this.inner.me);
+                    (m.state, m.vote, voters)
                 };
-                if this.backstop_due(state, vote, voter, Instant::now()) {
+                let look = this.look(state, vote, voters, now);
+                if let Look::Campaign { waited } = look {
                     tracing::info!(
-                        after = ?this.inner.backstop,
+                        after = ?waited,
                         vote = %vote,
-                        "no leader heard, no vote changed, no campaign: campaigning (openraft's timer is held back by a stale smaller-log flag)"
+                        "no leader heard, no vote changed, no campaign: campaigning"
                     );
                     this.elect(1).await;
                 }
+                let now = Instant::now();
+                let next_tick = now + this.inner.tick;
+                wake = match look {
+                    Look::Wait { until } if until > now => until.min(next_tick),
+                    _ => next_tick,
+                };
             }
         });
     }
 
-    /// Rule 2's look at `now`, the one before at `looked`: a gap of more
-    /// than two ticks means this node did not run (a stopped process, a
-    /// starved runtime, a stalled machine), and it cannot have heard a
-    /// leader that spoke meanwhile; the time past one tick is not counted
+    /// Rule 2's look at `now`, due at `wake`: a look more than a tick late
+    /// means this node did not run (a stopped process, a starved runtime, a
+    /// stalled machine), and it cannot have heard a leader that spoke
+    /// meanwhile; the time past the due look is not counted
     /// ([`Seen::discount`]). Without it, a stall of the whole machine
     /// (every gateway silent for 0.5-0.8 s, docs/benchmarks.md "2026-12-07:
-    /// a stalled node is not a leaderless one") set off the backstop on
-    /// every follower the moment it ran again, before the leader, which
-    /// had stalled too, could send a heartbeat.
-    fn not_running_since(&self, looked: Instant, now: Instant) {
-        let gap = now.saturating_duration_since(looked);
-        if gap <= self.inner.tick * 2 {
+    /// a stalled node is not a leaderless one") set off the timer on every
+    /// follower the moment it ran again, before the leader, which had
+    /// stalled too, could send a heartbeat.
+    fn not_running_since(&self, wake: Instant, now: Instant) {
+        let lost = now.saturating_duration_since(wake);
+        if lost <= self.inner.tick {
             return;
         }
-        let lost = gap.saturating_sub(self.inner.tick);
         if let Ok(mut seen) = self.inner.seen.lock() {
             seen.discount(lost, now);
         }
@@ -315,43 +442,41 @@ impl Campaigns {
     }
 
     /// Rule 2 at `now` for a node in `state` with `vote`; notes the vote and,
-    /// when due, the campaign.
-    fn backstop_due(
-        &self,
-        state: ServerState,
-        vote: Vote<NodeId>,
-        voter: bool,
-        now: Instant,
-    ) -> bool {
+    /// when it campaigns, the campaign.
+    fn look(&self, state: ServerState, vote: Vote<NodeId>, voters: Voters, now: Instant) -> Look {
         let Ok(mut seen) = self.inner.seen.lock() else {
-            return false;
+            return Look::Idle;
         };
-        if seen.vote.as_ref().map(|(v, _)| v) != Some(&vote) {
-            seen.vote = Some((vote, now));
-        }
+        seen.note_vote(vote, now);
         if state == ServerState::Leader {
             // A leader hears itself: after it steps down the rule waits a
-            // whole backstop.
+            // whole lease and timeout.
             seen.leader_contact = Some(now);
-            return false;
+            return Look::Idle;
         }
-        if !voter || self.inner.hold.is_held() {
-            return false;
+        if voters == Voters::NotOne || self.inner.hold.is_held() {
+            return Look::Idle;
         }
-        let last = [
-            seen.leader_contact,
-            seen.campaigned,
-            seen.vote.as_ref().map(|(_, at)| *at),
-        ]
-        .into_iter()
-        .flatten()
-        .max();
-        let due =
-            last.is_some_and(|last| now.saturating_duration_since(last) >= self.inner.backstop);
-        if due {
-            seen.campaigned = Some(now);
+        if voters == Voters::OnlyOne {
+            // Nobody else can lead or vote: campaign unless an election of
+            // its own is under way (openraft's timer does the same).
+            if state == ServerState::Candidate {
+                return Look::Idle;
+            }
+            seen.note_campaign(now);
+            return Look::Campaign {
+                waited: Duration::ZERO,
+            };
         }
-        due
+        let Some(deadline) = seen.deadline(&vote) else {
+            return Look::Idle;
+        };
+        if now < deadline {
+            return Look::Wait { until: deadline };
+        }
+        let waited = seen.timer.wait(&vote);
+        seen.note_campaign(now);
+        Look::Campaign { waited }
     }
 
     async fn elect(&self, elections: u64) {
@@ -364,14 +489,45 @@ impl Campaigns {
     }
 }
 
-/// The backstop's jitter for node `me`: a share of `election_timeout_min`
-/// that differs for any 8 consecutive node ids (`me × 5 mod 8` eighths), so
-/// two flagged survivors never fire together. Derived, not drawn: drawing
-/// from the runtime's generator would shift every election timeout drawn
-/// after it, and with it every simulated schedule.
-pub fn backstop_jitter(me: NodeId, election_timeout_min: Duration) -> Duration {
-    let eighths = u32::try_from(me.wrapping_mul(5) % 8).unwrap_or(0);
-    election_timeout_min * eighths / 8
+/// What one look of rule 2 decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Look {
+    /// Nothing to wait for: a leader, a learner, a held node.
+    Idle,
+    /// Campaign if nothing changes until then.
+    Wait { until: Instant },
+    /// Campaign now; the node waited this long without a leader.
+    Campaign { waited: Duration },
+}
+
+/// What this node is among the voters of its effective membership.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Voters {
+    /// Not a voter (a learner, or removed).
+    NotOne,
+    /// The only voter.
+    OnlyOne,
+    /// One voter of several.
+    OneOfSeveral,
+}
+
+impl Voters {
+    fn of(membership: &openraft::Membership<NodeId, openraft::BasicNode>, me: NodeId) -> Self {
+        let mut ids = membership.voter_ids();
+        let (mut mine, mut others) = (false, false);
+        for id in ids.by_ref() {
+            if id == me {
+                mine = true;
+            } else {
+                others = true;
+            }
+        }
+        match (mine, others) {
+            (false, _) => Voters::NotOne,
+            (true, false) => Voters::OnlyOne,
+            (true, true) => Voters::OneOfSeveral,
+        }
+    }
 }
 
 /// Whether raft takes an AppendEntries sent at `vote` by a node whose own
@@ -520,6 +676,7 @@ mod tests {
             leader_contact: ago(700),
             campaigned: ago(100),
             vote: ago(900).map(|at| (Vote::new_committed(1, 1), at)),
+            ..Seen::new(timer())
         };
         // 650 ms not running: the contact 700 ms ago counts as 50 ms ago,
         // the campaign and the vote no later than now.
@@ -527,17 +684,72 @@ mod tests {
         assert_eq!(seen.leader_contact, ago(50));
         assert_eq!(seen.campaigned, Some(now));
         assert_eq!(seen.vote.map(|(_, at)| at), ago(250));
-        let mut nothing = Seen::default();
+        let mut nothing = Seen::new(timer());
         nothing.discount(Duration::from_secs(1), now);
         assert!(nothing.leader_contact.is_none() && nothing.campaigned.is_none());
     }
 
+    /// Openraft's defaults: 150-300 ms, a lease of 300 ms.
+    fn timer() -> Timer {
+        use rand::SeedableRng;
+        Timer::drawn(
+            Duration::from_millis(150),
+            Duration::from_millis(300),
+            &mut rand::rngs::StdRng::seed_from_u64(1),
+        )
+    }
+
     #[test]
-    fn the_backstop_jitter_differs_for_eight_consecutive_ids_and_stays_below_the_minimum() {
-        let jitters: std::collections::BTreeSet<Duration> =
-            (1..=8).map(|id| backstop_jitter(id, QUIET)).collect();
-        assert_eq!(jitters.len(), 8);
-        assert!(jitters.iter().all(|j| *j < QUIET));
+    fn the_timer_waits_a_lease_and_a_drawn_timeout_after_a_leader_and_only_the_timeout_after_a_vote(
+    ) {
+        use rand::SeedableRng;
+        let (min, max) = (Duration::from_millis(150), Duration::from_millis(300));
+        let mut draws = rand::rngs::StdRng::seed_from_u64(7);
+        let mut t = Timer::drawn(min, max, &mut draws);
+        let mut timeouts = std::collections::BTreeSet::new();
+        for _ in 0..64 {
+            assert!(t.lease == max && t.election_timeout >= min && t.election_timeout < max);
+            timeouts.insert(t.election_timeout);
+            t.redraw(&mut draws);
+        }
+        // Drawn again each time, not fixed.
+        assert!(timeouts.len() > 32, "{timeouts:?}");
+        // The same seed draws the same timeouts (a simulated schedule).
+        let mut again = rand::rngs::StdRng::seed_from_u64(7);
+        assert_eq!(
+            Timer::drawn(min, max, &mut again),
+            Timer::drawn(min, max, &mut rand::rngs::StdRng::seed_from_u64(7))
+        );
+        assert_eq!(t.wait(&Vote::new_committed(3, 2)), max + t.election_timeout);
+        assert_eq!(t.wait(&Vote::new(4, 3)), t.election_timeout);
+        // Equal bounds: the minimum, nothing drawn.
+        assert_eq!(Timer::drawn(min, min, &mut draws).election_timeout, min);
+    }
+
+    /// The deadline counts from the latest of the leader's last append,
+    /// the last campaign and the last vote change; a new vote starts it
+    /// again (with a new draw), the same vote seen again does not.
+    #[test]
+    fn the_deadline_counts_from_the_latest_contact_campaign_or_vote_change() {
+        let now = Instant::now();
+        let ago = |ms| now.checked_sub(Duration::from_millis(ms));
+        let leader = Vote::new_committed(3, 2);
+        let mut seen = Seen::new(timer());
+        assert_eq!(seen.deadline(&leader), None, "nothing seen yet");
+        seen.leader_contact = ago(400);
+        seen.campaigned = ago(900);
+        seen.vote = ago(1000).map(|at| (leader, at));
+        let wait = seen.timer.wait(&leader);
+        assert_eq!(seen.deadline(&leader), ago(400).map(|at| at + wait));
+        // The same vote again changes nothing.
+        seen.note_vote(leader, now);
+        assert_eq!(seen.deadline(&leader), ago(400).map(|at| at + wait));
+        // A vote given to a candidate: its own, shorter, wait from now.
+        let candidate = Vote::new(4, 3);
+        seen.note_vote(candidate, now);
+        let wait = seen.timer.wait(&candidate);
+        assert!(wait < Duration::from_millis(300));
+        assert_eq!(seen.deadline(&candidate), Some(now + wait));
     }
 
     #[test]

@@ -189,6 +189,9 @@ impl NodeConfig {
             snapshot_policy: SnapshotPolicy::LogsSinceLast(self.snapshot_after_logs),
             max_in_snapshot_log_to_keep: self.logs_to_keep,
             snapshot_max_chunk_size: self.snapshot_chunk_bytes,
+            // The election timer is `campaign.rs`'s (its module doc says
+            // why); `trigger().elect()` still campaigns.
+            enable_elect: false,
             ..Default::default()
         };
         config.validate().map_err(|e| Error::Config(e.to_string()))

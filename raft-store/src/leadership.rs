@@ -74,15 +74,21 @@ use crate::network::client::{Channels, PeerCallError};
 use crate::types::typ::Raft;
 use crate::types::NodeId;
 
-/// Holds this node's election timer (disables elections) for a while.
-/// Cloning shares it.
+/// Holds this node's election timer (disables elections) for a while: the
+/// timer and the campaign rules of `campaign.rs` look at it (openraft's own
+/// timer is off). Cloning shares it.
 #[derive(Clone)]
 pub struct ElectionHold {
     inner: Arc<Hold>,
 }
 
+impl Default for ElectionHold {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 struct Hold {
-    raft: Raft,
     /// Elections are held (disabled) until this many ms after `epoch`.
     until_ms: AtomicU64,
     /// Reference point of `until_ms`.
@@ -90,11 +96,10 @@ struct Hold {
 }
 
 impl ElectionHold {
-    /// The election hold of the node whose raft is `raft`.
-    pub fn new(raft: Raft) -> Self {
+    /// An election hold that holds nothing yet.
+    pub fn new() -> Self {
         ElectionHold {
             inner: Arc::new(Hold {
-                raft,
                 until_ms: AtomicU64::new(0),
                 epoch: Instant::now(),
             }),
@@ -113,15 +118,6 @@ impl ElectionHold {
         let inner = &self.inner;
         let until = u64::try_from((inner.epoch.elapsed() + hold).as_millis()).unwrap_or(u64::MAX);
         inner.until_ms.fetch_max(until, Ordering::SeqCst);
-        inner.raft.runtime_config().elect(false);
-        let inner = self.inner.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(hold).await;
-            let now = u64::try_from(inner.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
-            if now >= inner.until_ms.load(Ordering::SeqCst) {
-                inner.raft.runtime_config().elect(true);
-            }
-        });
     }
 }
 

@@ -201,7 +201,7 @@ impl<SM: StateMachine> RaftNode<SM> {
             config.observer.clone(),
         ));
         state_digest::start_periodic(&state_machine, &config);
-        let hold = ElectionHold::new(raft.clone());
+        let hold = ElectionHold::new();
         let campaigns = Campaigns::new(
             raft.clone(),
             config.node_id,
@@ -210,7 +210,7 @@ impl<SM: StateMachine> RaftNode<SM> {
             config.election_timeout_min,
             config.election_timeout_max,
         );
-        campaigns.start_backstop();
+        campaigns.start_timer();
         let admin = MembershipAdmin {
             raft: raft.clone(),
             me: config.node_id,

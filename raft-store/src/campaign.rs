@@ -1,5 +1,6 @@
-//! Elections openraft 0.9 leaves for later: the two rules that bring a
-//! dead or stopped leader's successor in one vote round.
+//! Every election this node starts on its own (a leadership transfer's
+//! campaign aside): openraft 0.9's election timer is off, and the two rules
+//! here bring a dead or stopped leader's successor in one vote round.
 //!
 //! Measured with `openshell-bench failover` (docs/benchmarks.md
 //! "Failover"): every kill -9 and SIGSTOP window over 1 s (1.1-1.8 s, the
@@ -63,9 +64,9 @@
 //!   while a leadership transfer holds this node's elections
 //!   ([`ElectionHold`]), none by a learner or the leader.
 //!
-//! Time this node did not run (its look, every tick, came more than two
-//! ticks after the one before: a stopped process, a starved runtime, a
-//! stalled machine) counts for neither rule: every instant the rules keep
+//! Time this node did not run (rule 2's look, due every tick or at its
+//! deadline, came more than a tick late: a stopped process, a starved
+//! runtime, a stalled machine) counts for neither rule: every instant the rules keep
 //! moves that much later ([`Campaigns`]'s timer loop), so a follower
 //! that ran again after a stall of the whole machine gives the leader,
 //! which stalled too, a heartbeat's chance before it campaigns. A voter
